@@ -1,0 +1,201 @@
+-- Option defaults and validation for `require('loopr').setup()`.
+
+---@alias loopr.Layout "vsplit"|"split"|"tab"
+---@alias loopr.LogLevel "error"|"warn"|"info"|"debug"|"trace"
+
+---@class loopr.Config
+---@field bin string|nil Path to the host binary; nil means auto-detect.
+---@field model string
+---@field max_tokens integer
+---@field max_turns integer
+---@field max_retries integer
+---@field request_timeout_ms integer
+---@field stream_idle_timeout_ms integer
+---@field layout loopr.Layout
+---@field log_level loopr.LogLevel
+---@field log_file string
+---@field root_markers string[]
+---@field progress boolean
+
+---@class loopr.Opts
+---@field bin? string
+---@field model? string
+---@field max_tokens? integer
+---@field max_turns? integer
+---@field max_retries? integer
+---@field request_timeout_ms? integer
+---@field stream_idle_timeout_ms? integer
+---@field layout? loopr.Layout
+---@field log_level? loopr.LogLevel
+---@field log_file? string
+---@field root_markers? string[]
+---@field progress? boolean
+
+local M = {}
+
+---A validator returns true when the value is acceptable.
+---@class loopr.OptSpec
+---@field expect string Human readable description of the accepted values.
+---@field check fun(v: any): boolean
+---@field default fun(): any
+
+---@param min integer
+---@return fun(v: any): boolean
+local function integer_at_least(min)
+  return function(v)
+    return type(v) == 'number' and v == math.floor(v) and v >= min and v < math.huge
+  end
+end
+
+---@param choices string[]
+---@return fun(v: any): boolean
+local function one_of(choices)
+  return function(v)
+    return type(v) == 'string' and vim.tbl_contains(choices, v)
+  end
+end
+
+---@param v any
+---@return boolean
+local function nonempty_string(v)
+  return type(v) == 'string' and v ~= ''
+end
+
+---@param v any
+---@return fun(): any
+local function const(v)
+  return function()
+    return vim.deepcopy(v)
+  end
+end
+
+---@type table<string, loopr.OptSpec>
+local spec = {
+  bin = { expect = 'a non-empty string or nil', check = nonempty_string, default = const(nil) },
+  model = { expect = 'a non-empty string', check = nonempty_string, default = const('claude-sonnet-4-5') },
+  max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
+  max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
+  max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },
+  request_timeout_ms = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600000) },
+  stream_idle_timeout_ms = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(90000) },
+  layout = {
+    expect = 'one of "vsplit", "split", "tab"',
+    check = one_of({ 'vsplit', 'split', 'tab' }),
+    default = const('vsplit'),
+  },
+  log_level = {
+    expect = 'one of "error", "warn", "info", "debug", "trace"',
+    check = one_of({ 'error', 'warn', 'info', 'debug', 'trace' }),
+    default = const('info'),
+  },
+  log_file = {
+    expect = 'a non-empty string',
+    check = nonempty_string,
+    default = function()
+      return vim.fs.joinpath(vim.fn.stdpath('log') --[[@as string]], 'loopr.log')
+    end,
+  },
+  root_markers = {
+    expect = 'a list of strings',
+    check = function(v)
+      if type(v) ~= 'table' or not vim.islist(v) then
+        return false
+      end
+      for _, m in ipairs(v) do
+        if not nonempty_string(m) then
+          return false
+        end
+      end
+      return true
+    end,
+    default = const({ '.git' }),
+  },
+  progress = { expect = 'a boolean', check = function(v) return type(v) == 'boolean' end, default = const(true) },
+}
+
+---@type loopr.Opts
+local user_opts = {}
+
+---Sorted option names.
+---@return string[]
+function M.keys()
+  local keys = vim.tbl_keys(spec)
+  table.sort(keys)
+  return keys
+end
+
+---Check user options without storing them.
+---@param opts any
+---@return boolean ok
+---@return string|nil err Message naming the offending key, prefixed "loopr: ".
+function M.validate(opts)
+  if opts == nil then
+    return true
+  end
+  if type(opts) ~= 'table' then
+    return false, ('loopr: setup() expects a table or nil, got %s'):format(vim.inspect(opts))
+  end
+  for key, value in pairs(opts) do
+    local s = spec[key]
+    if not s then
+      return false,
+        ('loopr: unknown option %s (valid options: %s)'):format(vim.inspect(key), table.concat(M.keys(), ', '))
+    end
+    if not s.check(value) then
+      return false,
+        ('loopr: option %s expects %s, got %s (%s)'):format(key, s.expect, vim.inspect(value), type(value))
+    end
+  end
+  return true
+end
+
+---Validate and store options; the latest call replaces earlier ones.
+---@param opts loopr.Opts|nil
+---@return boolean ok
+---@return string|nil err
+function M.setup(opts)
+  local ok, err = M.validate(opts)
+  if not ok then
+    return false, err
+  end
+  user_opts = vim.deepcopy(opts or {})
+  return true
+end
+
+---Current effective configuration (defaults merged with the latest setup()).
+---@return loopr.Config
+function M.get()
+  local cfg = {}
+  for key, s in pairs(spec) do
+    local v = user_opts[key]
+    if v == nil then
+      v = s.default()
+    end
+    cfg[key] = vim.deepcopy(v)
+  end
+  return cfg
+end
+
+---Settings forwarded to the host with each `plan` request.
+---@return table<string, string|integer>
+function M.settings()
+  local c = M.get()
+  return {
+    model = c.model,
+    max_tokens = c.max_tokens,
+    max_turns = c.max_turns,
+    max_retries = c.max_retries,
+    request_timeout_ms = c.request_timeout_ms,
+    stream_idle_timeout_ms = c.stream_idle_timeout_ms,
+  }
+end
+
+---Project root of the current buffer per `root_markers`, else the cwd.
+---@return string
+function M.root()
+  local markers = M.get().root_markers
+  local root = #markers > 0 and vim.fs.root(0, markers) or nil
+  return root or vim.fn.getcwd()
+end
+
+return M

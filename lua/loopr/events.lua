@@ -1,0 +1,109 @@
+-- Events pushed by the host via
+-- `nvim_exec_lua("return require('loopr.events').dispatch(...)", {event})`.
+
+local M = {}
+
+---@class loopr.Event
+---@field event "loop_updated"|"progress"|"artifact_created"
+
+---@class loopr.LoopUpdatedEvent: loopr.Event
+---@field id string
+---@field type string
+---@field status string
+---@field error? string|vim.NIL
+
+---@class loopr.ProgressEvent: loopr.Event
+---@field loop_id string
+---@field message string
+
+---@class loopr.ArtifactCreatedEvent: loopr.Event
+---@field loop_id string
+---@field kind string
+---@field path string
+---@field iteration integer
+
+local TERMINAL = { complete = true, failed = true, cancelled = true, interrupted = true }
+
+---@param pattern string
+---@param data table
+local function fire(pattern, data)
+  vim.api.nvim_exec_autocmds('User', { pattern = pattern, data = data, modeline = false })
+end
+
+---@param v any
+---@return string|nil
+local function str(v)
+  return type(v) == 'string' and v ~= '' and v or nil
+end
+
+---Fit a message on the command line so it never triggers hit-enter.
+---@param msg string
+---@return string
+local function fit(msg)
+  msg = msg:gsub('%s*\n%s*', ' ')
+  local width = math.max(vim.v.echospace - 1, 1)
+  if vim.fn.strdisplaywidth(msg) <= width then
+    return msg
+  end
+  local n = vim.fn.strchars(msg)
+  while n > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(msg, 0, n)) > width - 1 do
+    n = n - 1
+  end
+  return vim.fn.strcharpart(msg, 0, n) .. '…'
+end
+
+---@type table<string, fun(ev: table)>
+local handlers = {}
+
+---@param ev loopr.LoopUpdatedEvent
+function handlers.loop_updated(ev)
+  local progress = require('loopr.progress')
+  if TERMINAL[ev.status] then
+    progress.clear(ev.id)
+  elseif ev.status == 'running' then
+    -- Visible in statuslines before the loop's first progress message.
+    progress.touch(ev.id, ('%s running'):format(ev.type or 'loop'))
+  end
+  if ev.status == 'failed' then
+    vim.notify(
+      ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
+      vim.log.levels.ERROR
+    )
+  end
+  fire('LooprLoopUpdated', { id = ev.id, type = ev.type, status = ev.status })
+end
+
+---@param ev loopr.ProgressEvent
+function handlers.progress(ev)
+  local message = str(ev.message) or ''
+  require('loopr.progress').set(ev.loop_id, message)
+  if require('loopr.config').get().progress then
+    vim.api.nvim_echo({ { fit('Loopr: ' .. message) } }, false, {})
+  end
+  fire('LooprProgress', { loop_id = ev.loop_id, message = message })
+end
+
+---@param ev loopr.ArtifactCreatedEvent
+function handlers.artifact_created(ev)
+  require('loopr.ui').open_artifact(ev.path, require('loopr.config').get().layout)
+  fire('LooprArtifactCreated', { loop_id = ev.loop_id, kind = ev.kind, path = ev.path, iteration = ev.iteration })
+end
+
+---Entry point for host notifications; returns at once and handles the event later.
+---@param event loopr.Event
+---@return nil
+function M.dispatch(event)
+  vim.schedule(function()
+    local handler = type(event) == 'table' and handlers[event.event]
+    if not handler then
+      return
+    end
+    local ok, err = pcall(handler, event)
+    if not ok then
+      vim.notify(('Loopr: error handling %s event: %s'):format(event.event, err), vim.log.levels.ERROR)
+    end
+  end)
+  return nil
+end
+
+return M

@@ -1,0 +1,266 @@
+-- Lifecycle of the `loopr` msgpack-RPC host job and requests to it.
+
+local config = require('loopr.config')
+
+local M = {}
+
+local STDERR_KEEP = 50
+
+---@class loopr.HostState
+---@field chan integer|nil Job/channel id of the running host.
+---@field dead boolean The host was started and has since exited.
+---@field code integer|nil Exit code of the last host that died.
+---@field stopping boolean We asked the host to stop (VimLeavePre).
+---@field stderr string[] Last lines of the host's stderr.
+---@field partial string Unterminated stderr line.
+---@field log_file string|nil Log file the running host writes to.
+local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
+
+---Directory holding `plugin/`, `lua/` and `target/` (two levels above this file's directory).
+---@return string
+function M.plugin_root()
+  local source = debug.getinfo(1, 'S').source:gsub('^@', '')
+  local file = vim.uv.fs_realpath(source) or vim.fn.fnamemodify(source, ':p')
+  return vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(file)))
+end
+
+---@param path string
+---@return string|nil
+local function executable(path)
+  if vim.fn.has('win32') == 1 and vim.fn.executable(path) == 0 and vim.fn.executable(path .. '.exe') == 1 then
+    path = path .. '.exe'
+  end
+  if vim.fn.executable(path) == 1 then
+    return vim.fn.exepath(path) ~= '' and vim.fn.exepath(path) or path
+  end
+  return nil
+end
+
+---Locate the host binary: `bin` option, then target/release, target/debug, then PATH.
+---@return string|nil path
+---@return string|nil err
+function M.resolve_bin()
+  local bin = config.get().bin
+  if bin then
+    local path = executable(vim.fs.normalize(bin))
+    if path then
+      return path
+    end
+    return nil, ('loopr: bin %s (from setup) is not an executable file'):format(vim.inspect(bin))
+  end
+  local root = M.plugin_root()
+  for _, profile in ipairs({ 'release', 'debug' }) do
+    local path = executable(vim.fs.joinpath(root, 'target', profile, 'loopr'))
+    if path then
+      return path
+    end
+  end
+  local on_path = vim.fn.exepath('loopr')
+  if on_path ~= '' then
+    return on_path
+  end
+  return nil,
+    ('loopr: host binary not found; run `cargo build --release` in %s (or set the `bin` option)'):format(root)
+end
+
+---@param data string[]
+local function collect_stderr(data)
+  data[1] = state.partial .. (data[1] or '')
+  state.partial = table.remove(data) or ''
+  for _, line in ipairs(data) do
+    table.insert(state.stderr, line)
+    if #state.stderr > STDERR_KEEP then
+      table.remove(state.stderr, 1)
+    end
+  end
+end
+
+---@param job integer
+---@param code integer
+local function on_exit(job, code)
+  if job ~= state.chan then
+    return
+  end
+  state.dead, state.code = true, code
+  if state.stopping or code == 0 then
+    return
+  end
+  local lines = vim.deepcopy(state.stderr)
+  if state.partial ~= '' then
+    table.insert(lines, state.partial)
+  end
+  vim.schedule(function()
+    local tail = #lines > 0 and (':\n' .. table.concat(lines, '\n')) or ''
+    vim.notify(('Loopr: host exited (code %d)%s'):format(code, tail), vim.log.levels.ERROR)
+  end)
+end
+
+local augroup = vim.api.nvim_create_augroup('loopr_host', { clear = true })
+vim.api.nvim_create_autocmd('VimLeavePre', {
+  group = augroup,
+  desc = 'Stop the Loopr host',
+  callback = function()
+    M.stop()
+  end,
+})
+
+---@return string|nil err
+local function start()
+  local bin, err = M.resolve_bin()
+  if not bin then
+    return err
+  end
+  local cfg = config.get()
+  local log_file = vim.fs.normalize(cfg.log_file)
+  pcall(vim.fn.mkdir, vim.fs.dirname(log_file), 'p')
+  state.stderr, state.partial, state.stopping = {}, '', false
+  local ok, job = pcall(vim.fn.jobstart, { bin, 'rpc', '--log-file', log_file, '--log-level', cfg.log_level }, {
+    rpc = true,
+    on_exit = function(id, code)
+      on_exit(id, code)
+    end,
+    on_stderr = function(_, data)
+      collect_stderr(data)
+    end,
+  })
+  if not ok or job <= 0 then
+    return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
+  end
+  state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
+end
+
+---Whether the host process of `state.chan` is still running.
+---@return boolean
+local function alive()
+  return state.chan ~= nil and not state.dead and vim.fn.jobwait({ state.chan }, 0)[1] == -1
+end
+
+---Mark the host dead if its process is gone; returns true when it is dead.
+---@return boolean
+local function reap()
+  if state.chan and not state.dead and not alive() then
+    local code = vim.fn.jobwait({ state.chan }, 0)[1]
+    state.dead, state.code = true, code >= 0 and code or state.code
+  end
+  return state.dead
+end
+
+---Start the host unless it runs; restarts (and warns) after it died.
+---@return integer|nil chan
+---@return string|nil err
+function M.ensure()
+  if alive() then
+    return state.chan
+  end
+  local restarted = reap() and not state.stopping
+  local code = state.code
+  local err = start()
+  if err then
+    return nil, err
+  end
+  if restarted then
+    vim.notify(('Loopr: host exited (code %s); restarted'):format(code or '?'), vim.log.levels.WARN)
+  end
+  return state.chan
+end
+
+---Turn an rpcrequest error into the host's own message.
+---@param err any
+---@return string
+local function clean_error(err)
+  local msg = type(err) == 'string' and err or vim.inspect(err)
+  msg = msg:gsub('^Vim:', '')
+  -- "Error invoking 'plan' on channel 3:\n<host message>"
+  msg = msg:gsub("^Error invoking '[^']*' on channel %d+[^:\n]*:%s*", '')
+  msg = vim.trim(msg)
+  if not msg:find('^loopr') and not msg:find('^Loopr') then
+    msg = 'Loopr: ' .. msg
+  end
+  return msg
+end
+
+---Mark the host of `chan` dead when `err` says its channel is gone; returns true if so.
+---@param chan integer
+---@param err any
+---@return boolean
+local function channel_gone(chan, err)
+  local msg = type(err) == 'string' and err or ''
+  local gone = next(vim.api.nvim_get_chan_info(chan)) == nil
+    or msg:find('Invalid channel: %d+$') ~= nil
+    or msg:find('Channel was closed by the client$') ~= nil
+  if gone then
+    -- Let the exit be processed (a local process, not the network), then treat it as dead.
+    local code = vim.fn.jobwait({ chan }, 500)[1]
+    if code == -1 then
+      pcall(vim.fn.jobstop, chan)
+    end
+    if state.chan == chan and not state.dead then
+      state.dead, state.code = true, code >= 0 and code or state.code
+    end
+  end
+  reap()
+  return state.dead and state.chan == chan
+end
+
+---Send a request the host answers at once. A host that died since the last request is
+---restarted (with a warning) and the request sent once more.
+---@param method string
+---@param params table|nil One table of named parameters.
+---@return any result
+---@return string|nil err Human readable error, nil on success.
+function M.request(method, params)
+  if params == nil or next(params) == nil then
+    params = vim.empty_dict()
+  end
+  for attempt = 1, 2 do
+    local chan, err = M.ensure()
+    if not chan then
+      return nil, err
+    end
+    local ok, result = pcall(vim.rpcrequest, chan, method, params)
+    if ok then
+      return result
+    end
+    if not channel_gone(chan, result) then
+      return nil, clean_error(result)
+    end
+    if attempt == 2 then
+      local tail = state.stderr[#state.stderr]
+      return nil,
+        ('Loopr: host exited (code %s) during %s%s'):format(state.code or '?', method, tail and (': ' .. tail) or '')
+    end
+  end
+end
+
+---Channel id of the running host, or nil.
+---@return integer|nil
+function M.chan()
+  return alive() and state.chan or nil
+end
+
+---Process id of the running host (for tests), or nil.
+---@return integer|nil
+function M.pid()
+  local chan = M.chan()
+  if not chan then
+    return nil
+  end
+  local ok, pid = pcall(vim.fn.jobpid, chan)
+  return ok and pid or nil
+end
+
+---Log file the running host was started with, else the configured one.
+---@return string
+function M.log_file()
+  return (alive() and state.log_file) or vim.fs.normalize(config.get().log_file)
+end
+
+---Stop the host job if it runs.
+function M.stop()
+  if alive() then
+    state.stopping = true
+    vim.fn.jobstop(state.chan)
+  end
+end
+
+return M

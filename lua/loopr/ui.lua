@@ -1,0 +1,100 @@
+-- Opening artifacts (plan.md) for review without disturbing typing.
+
+local M = {}
+
+---@return boolean
+local function typing()
+  local mode = vim.api.nvim_get_mode().mode
+  return mode:find('^[iRt]') ~= nil
+end
+
+---Load `path` as a listed file buffer, reloading it if it was loaded already.
+---@param path string
+---@return integer buf
+local function load(path)
+  local buf = vim.fn.bufadd(path)
+  local was_loaded = vim.api.nvim_buf_is_loaded(buf)
+  vim.bo[buf].buflisted = true
+  vim.fn.bufload(buf)
+  if was_loaded then
+    if vim.bo[buf].modified then
+      vim.notify(('Loopr: %s has unsaved changes; not reloaded'):format(path), vim.log.levels.WARN)
+    else
+      vim.api.nvim_buf_call(buf, function()
+        vim.cmd('silent! edit')
+      end)
+    end
+  end
+  if vim.bo[buf].filetype == '' then
+    vim.bo[buf].filetype = 'markdown'
+  end
+  return buf
+end
+
+---@param buf integer
+---@return integer|nil win A window of the current tab showing `buf`.
+local function visible(buf)
+  for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    if vim.api.nvim_win_get_buf(win) == buf then
+      return win
+    end
+  end
+end
+
+---@param buf integer
+---@param dir "right"|"below"
+---@param enter boolean
+---@return integer win
+local function split(buf, dir, enter)
+  local floating = vim.api.nvim_win_get_config(0).relative ~= ''
+  return vim.api.nvim_open_win(buf, enter, { split = dir, win = floating and -1 or 0 })
+end
+
+---@param buf integer
+---@return integer win
+local function tab(buf)
+  vim.cmd(('tab sbuffer %d'):format(buf))
+  return vim.api.nvim_get_current_win()
+end
+
+---Open an artifact for review in a split (or tab) per `layout`. While the user
+---types (insert, replace, terminal mode) the window opens without focus; a tab
+---waits until the user is back in normal mode.
+---@param path string Absolute path of the artifact (.md).
+---@param layout loopr.Layout|nil Defaults to the `layout` option.
+---@return integer|nil win The window showing the artifact, nil if deferred.
+function M.open_artifact(path, layout)
+  layout = layout or require('loopr.config').get().layout
+  path = vim.fs.normalize(path)
+  local buf = load(path)
+  local win = visible(buf)
+  if win then
+    return win
+  end
+  local busy = typing()
+  if layout == 'tab' then
+    if busy then
+      vim.api.nvim_create_autocmd('ModeChanged', {
+        desc = 'Loopr: open deferred artifact tab',
+        callback = function()
+          local mode = vim.v.event.new_mode
+          -- Wait for real normal mode ("n", "nt"), not insert-normal ("niI").
+          if not mode:find('^n') or mode:find('^ni') then
+            return false
+          end
+          vim.schedule(function()
+            if vim.api.nvim_buf_is_valid(buf) and not visible(buf) then
+              tab(buf)
+            end
+          end)
+          return true
+        end,
+      })
+      return nil
+    end
+    return tab(buf)
+  end
+  return split(buf, layout == 'split' and 'below' or 'right', not busy)
+end
+
+return M

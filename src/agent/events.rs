@@ -1,0 +1,37 @@
+use std::path::PathBuf;
+
+use crate::artifacts::ArtifactKind;
+use crate::store::{LoopId, LoopStatus, LoopType};
+
+/// Everything a shell needs to show a loop's life.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoopEvent {
+    LoopUpdated {
+        id: LoopId,
+        loop_type: LoopType,
+        status: LoopStatus,
+        error: Option<String>,
+    },
+    /// A short line saying what the loop is doing now.
+    Progress { loop_id: LoopId, message: String },
+    ArtifactCreated {
+        loop_id: LoopId,
+        kind: ArtifactKind,
+        /// The rendered markdown.
+        markdown_path: PathBuf,
+        /// The structured JSON it was rendered from.
+        json_path: PathBuf,
+        iteration: u32,
+    },
+}
+
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: LoopEvent);
+}
+
+impl EventSink for tokio::sync::mpsc::UnboundedSender<LoopEvent> {
+    fn emit(&self, event: LoopEvent) {
+        // The receiver only goes away when the host shuts down; events are moot then.
+        let _ = self.send(event);
+    }
+}

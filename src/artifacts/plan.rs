@@ -1,0 +1,388 @@
+use std::collections::{HashMap, HashSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::validation::{ValidationReport, with_schema_hint};
+use crate::llm::ToolSpec;
+use crate::schema::{InputIssue, input_schema_for, schema_issues};
+
+pub const CREATE_PLAN: &str = "create_plan";
+const MAX_SPECS: usize = 10;
+
+/// A plan: what will be built, and the specs that will build it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanArtifact {
+    /// Plan title, e.g. "Add a --version flag to the CLI".
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+    /// High-level description of the plan: what will be built, why, and the approach.
+    #[schemars(length(min = 1))]
+    pub overview: String,
+    /// The specs that will be created from this plan (1 to 10), each a coherent piece of work.
+    #[schemars(length(min = 1, max = 10))]
+    pub specs: Vec<SpecReference>,
+    /// What is explicitly out of scope.
+    #[serde(default)]
+    pub non_goals: Vec<String>,
+    /// Known risks and their mitigations.
+    #[serde(default)]
+    pub risks: Vec<String>,
+}
+
+/// One spec of a plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpecReference {
+    /// Spec identifier, unique in the plan, kebab-case (e.g. "user-auth").
+    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
+    pub name: String,
+    /// Human-readable spec title.
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+    /// What this spec accomplishes.
+    #[schemars(length(min = 1))]
+    pub description: String,
+    /// Names of specs of this plan that must be complete before this one starts.
+    #[serde(default)]
+    pub dependencies: Vec<String>,
+}
+
+/// The `create_plan` tool as offered to the model.
+pub fn create_plan_spec() -> ToolSpec {
+    ToolSpec {
+        name: CREATE_PLAN.to_owned(),
+        description: "Create the plan with its specs. Call this once you understand the project \
+                      well enough; it is how you deliver your answer. The host validates the \
+                      input, stores it and renders plan.md for the user to review. If it \
+                      reports problems, fix them and call create_plan again."
+            .to_owned(),
+        input_schema: input_schema_for::<PlanArtifact>(),
+    }
+}
+
+/// Checks a `create_plan` input against its schema and the plan rules: 1–10 specs, unique
+/// kebab-case names, dependencies that name specs of the plan, no dependency cycles.
+pub fn validate_plan(input: &Value) -> Result<PlanArtifact, ValidationReport> {
+    let report = |issues| ValidationReport {
+        tool: CREATE_PLAN,
+        issues,
+    };
+    let schema = input_schema_for::<PlanArtifact>();
+    let schema_problems: Vec<InputIssue> = schema_issues(&schema, input)
+        .into_iter()
+        .map(with_schema_hint)
+        .collect();
+    if !schema_problems.is_empty() {
+        return Err(report(schema_problems));
+    }
+    let plan: PlanArtifact = serde_json::from_value(input.clone())
+        .map_err(|err| report(vec![InputIssue::rule("input", err.to_string())]))?;
+    let issues = rule_issues(&plan);
+    if issues.is_empty() {
+        Ok(plan)
+    } else {
+        Err(report(issues))
+    }
+}
+
+fn rule_issues(plan: &PlanArtifact) -> Vec<InputIssue> {
+    let mut issues = Vec::new();
+    if plan.specs.is_empty() || plan.specs.len() > MAX_SPECS {
+        issues.push(InputIssue::rule(
+            "specs",
+            format!(
+                "has {} specs; a plan has 1 to {MAX_SPECS} specs",
+                plan.specs.len()
+            ),
+        ));
+    }
+    let mut first_index: HashMap<&str, usize> = HashMap::new();
+    for (index, spec) in plan.specs.iter().enumerate() {
+        if !is_kebab_case(&spec.name) {
+            issues.push(InputIssue::rule(
+                format!("specs[{index}].name"),
+                format!(
+                    "{:?} is not kebab-case; use lowercase words joined by hyphens, e.g. \"user-auth\"",
+                    spec.name
+                ),
+            ));
+        }
+        if let Some(first) = first_index.insert(spec.name.as_str(), index) {
+            first_index.insert(spec.name.as_str(), first);
+            issues.push(InputIssue::rule(
+                format!("specs[{index}].name"),
+                format!(
+                    "{:?} is already the name of specs[{first}]; give every spec a unique name",
+                    spec.name
+                ),
+            ));
+        }
+    }
+    let known: Vec<&str> = plan.specs.iter().map(|spec| spec.name.as_str()).collect();
+    for (index, spec) in plan.specs.iter().enumerate() {
+        for (dep_index, dependency) in spec.dependencies.iter().enumerate() {
+            let location = format!("specs[{index}].dependencies[{dep_index}]");
+            if dependency == &spec.name {
+                issues.push(InputIssue::rule(
+                    location,
+                    format!(
+                        "spec {:?} depends on itself; remove this dependency",
+                        spec.name
+                    ),
+                ));
+            } else if !first_index.contains_key(dependency.as_str()) {
+                issues.push(InputIssue::rule(
+                    location,
+                    format!(
+                        "{dependency:?} is not a spec of this plan; name one of [{}] or remove it",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(cycle) = dependency_cycle(plan) {
+        issues.push(InputIssue::rule(
+            "specs",
+            format!(
+                "dependencies form a cycle: {}; remove one of these dependencies so the specs \
+                 can run in order",
+                cycle.join(" -> ")
+            ),
+        ));
+    }
+    issues
+}
+
+fn is_kebab_case(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('-').all(|word| {
+            !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+}
+
+/// The first dependency cycle (of length two or more) found, as spec names ending where it
+/// started. Self-dependencies are reported separately.
+fn dependency_cycle(plan: &PlanArtifact) -> Option<Vec<String>> {
+    let edges: HashMap<&str, Vec<&str>> = plan
+        .specs
+        .iter()
+        .map(|spec| {
+            let deps = spec
+                .dependencies
+                .iter()
+                .map(String::as_str)
+                .filter(|dep| *dep != spec.name)
+                .collect();
+            (spec.name.as_str(), deps)
+        })
+        .collect();
+    let mut finished: HashSet<&str> = HashSet::new();
+    for spec in &plan.specs {
+        let mut path: Vec<&str> = Vec::new();
+        if let Some(cycle) = visit(spec.name.as_str(), &edges, &mut path, &mut finished) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+fn visit<'a>(
+    node: &'a str,
+    edges: &HashMap<&'a str, Vec<&'a str>>,
+    path: &mut Vec<&'a str>,
+    finished: &mut HashSet<&'a str>,
+) -> Option<Vec<String>> {
+    if finished.contains(node) {
+        return None;
+    }
+    if let Some(start) = path.iter().position(|on_path| *on_path == node) {
+        let mut cycle: Vec<String> = path[start..].iter().map(|name| name.to_string()).collect();
+        cycle.push(node.to_owned());
+        return Some(cycle);
+    }
+    path.push(node);
+    for next in edges.get(node).into_iter().flatten() {
+        if let Some(cycle) = visit(next, edges, path, finished) {
+            return Some(cycle);
+        }
+    }
+    path.pop();
+    finished.insert(node);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid_input() -> Value {
+        json!({
+            "title": "Add a --version flag",
+            "overview": "Print the crate version when --version is given.",
+            "specs": [
+                {"name": "cli-flag", "title": "CLI flag", "description": "Parse --version.", "dependencies": []},
+                {"name": "release-notes", "title": "Docs", "description": "Document it.", "dependencies": ["cli-flag"]}
+            ],
+            "non_goals": ["Changing other flags"],
+            "risks": ["None worth noting"]
+        })
+    }
+
+    fn issues_of(input: Value) -> Vec<InputIssue> {
+        validate_plan(&input)
+            .expect_err("should be rejected")
+            .issues
+    }
+
+    fn assert_issue(input: Value, location: &str, needle: &str) {
+        let issues = issues_of(input);
+        assert!(
+            issues
+                .iter()
+                .any(|issue| issue.location == location && issue.message.contains(needle)),
+            "expected an issue at {location} containing {needle:?}, got {issues:#?}"
+        );
+    }
+
+    #[test]
+    fn a_valid_plan_is_accepted_with_optional_fields_defaulted() {
+        let plan = validate_plan(&valid_input()).expect("valid");
+        assert_eq!(plan.specs.len(), 2);
+        let mut minimal = valid_input();
+        minimal.as_object_mut().expect("object").remove("risks");
+        minimal["specs"][0]
+            .as_object_mut()
+            .expect("object")
+            .remove("dependencies");
+        let plan = validate_plan(&minimal).expect("valid");
+        assert!(plan.risks.is_empty() && plan.specs[0].dependencies.is_empty());
+    }
+
+    #[test]
+    fn missing_required_fields_are_named() {
+        let mut input = valid_input();
+        input.as_object_mut().expect("object").remove("overview");
+        assert_issue(input, "input", "overview");
+    }
+
+    #[test]
+    fn zero_specs_are_rejected() {
+        let mut input = valid_input();
+        input["specs"] = json!([]);
+        assert_issue(input, "specs", "change the number of items");
+    }
+
+    #[test]
+    fn more_than_ten_specs_are_rejected() {
+        let mut input = valid_input();
+        input["specs"] = Value::Array(
+            (0..11)
+                .map(|i| json!({"name": format!("spec-{i}"), "title": "t", "description": "d"}))
+                .collect(),
+        );
+        assert_issue(input, "specs", "change the number of items");
+    }
+
+    #[test]
+    fn names_that_are_not_kebab_case_are_rejected() {
+        for bad in ["User Auth", "userAuth", "user_auth", "-auth", "auth-"] {
+            let mut input = valid_input();
+            input["specs"][0]["name"] = json!(bad);
+            input["specs"][1]["dependencies"] = json!([]);
+            assert_issue(input, "specs[0].name", "lowercase words joined by hyphens");
+        }
+    }
+
+    #[test]
+    fn duplicate_names_are_rejected() {
+        let mut input = valid_input();
+        input["specs"][1]["name"] = json!("cli-flag");
+        input["specs"][1]["dependencies"] = json!([]);
+        assert_issue(input, "specs[1].name", "already the name of specs[0]");
+    }
+
+    #[test]
+    fn unknown_dependencies_are_rejected_with_the_known_names() {
+        let mut input = valid_input();
+        input["specs"][1]["dependencies"] = json!(["auth"]);
+        assert_issue(
+            input,
+            "specs[1].dependencies[0]",
+            "\"auth\" is not a spec of this plan; name one of [cli-flag, release-notes]",
+        );
+    }
+
+    #[test]
+    fn self_dependencies_are_rejected() {
+        let mut input = valid_input();
+        input["specs"][0]["dependencies"] = json!(["cli-flag"]);
+        assert_issue(input, "specs[0].dependencies[0]", "depends on itself");
+    }
+
+    #[test]
+    fn dependency_cycles_are_rejected_with_the_cycle_spelled_out() {
+        let mut input = valid_input();
+        input["specs"][0]["dependencies"] = json!(["release-notes"]);
+        assert_issue(input, "specs", "cli-flag -> release-notes -> cli-flag");
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_rejected() {
+        let mut input = valid_input();
+        input["priority"] = json!("high");
+        assert_issue(
+            input,
+            "input",
+            "remove the fields the schema does not define",
+        );
+        let mut input = valid_input();
+        input["risks"] = json!("one big risk");
+        assert_issue(input, "risks", "use the type the schema gives");
+    }
+
+    #[test]
+    fn the_report_tells_the_model_to_call_again() {
+        let mut input = valid_input();
+        input["specs"][1]["dependencies"] = json!(["auth"]);
+        let text = validate_plan(&input).expect_err("invalid").to_string();
+        assert!(
+            text.starts_with("create_plan rejected the input (1 problem)"),
+            "{text}"
+        );
+        assert!(text.contains("call create_plan again"), "{text}");
+    }
+
+    #[test]
+    fn the_schema_uses_the_seed_field_names_and_limits() {
+        let schema = create_plan_spec().input_schema;
+        assert_eq!(schema["type"], "object");
+        for field in ["title", "overview", "specs", "non_goals", "risks"] {
+            assert!(schema["properties"].get(field).is_some(), "{field}");
+        }
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(required, vec!["title", "overview", "specs"]);
+        let specs = &schema["properties"]["specs"];
+        assert_eq!(
+            (specs["minItems"].as_u64(), specs["maxItems"].as_u64()),
+            (Some(1), Some(10))
+        );
+        let item = &specs["items"];
+        for field in ["name", "title", "description", "dependencies"] {
+            assert!(item["properties"].get(field).is_some(), "{field}");
+        }
+        assert!(schema.get("$defs").is_none() && !schema.to_string().contains("$ref"));
+    }
+}

@@ -1,0 +1,47 @@
+//! The Neovim shell: msgpack-RPC over stdio with nvim-rs. The only module that knows Neovim
+//! or msgpack exists. Requests are answered at once; loop events are pushed to Lua.
+
+mod dto;
+mod event_pump;
+mod handler;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::agent::{LoopManager, ProviderFactory};
+
+pub struct HostOptions {
+    pub loopr_home: PathBuf,
+    pub provider_factory: ProviderFactory,
+    /// Enables requests that exist only for tests (`__panic`).
+    pub test_hooks: bool,
+}
+
+/// Serves Neovim on stdin/stdout until it closes the channel, then cancels running loops.
+pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
+    let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
+    let manager = LoopManager::new(
+        options.loopr_home,
+        Arc::new(event_sender),
+        options.provider_factory,
+    );
+    let handler = handler::RpcHandler::new(manager.clone(), options.test_hooks);
+    let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
+        .await
+        .context("connecting to Neovim over stdio")?;
+    let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
+    let io_result = io_handle.await;
+    manager.cancel_all();
+    pump.abort();
+    match io_result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) if err.is_channel_closed() => {
+            tracing::info!("Neovim closed the channel; exiting");
+            Ok(())
+        }
+        Ok(Err(err)) => Err(anyhow::anyhow!("RPC connection failed: {err}")),
+        Err(err) => Err(anyhow::anyhow!("RPC task failed: {err}")),
+    }
+}

@@ -1,0 +1,252 @@
+//! The shapes that cross the RPC boundary, and their conversion to and from msgpack values.
+//! Core types are not serialised directly, so the wire format changes only here.
+
+use std::path::PathBuf;
+
+use nvim_rs::Value;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{LoopEvent, LoopSettings};
+use crate::store::LoopRecord;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanParams {
+    pub task: String,
+    pub root: PathBuf,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootParams {
+    pub root: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopIdsParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub running_only: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoopIdReply {
+    pub loop_id: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoopRecordReply {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub loop_type: &'static str,
+    pub parent: Option<String>,
+    pub status: &'static str,
+    pub iteration: u32,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub error: Option<String>,
+    pub task: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<LoopRecord> for LoopRecordReply {
+    fn from(record: LoopRecord) -> LoopRecordReply {
+        LoopRecordReply {
+            id: record.id.to_string(),
+            loop_type: record.loop_type.as_str(),
+            parent: record.parent.map(|parent| parent.to_string()),
+            status: record.status.as_str(),
+            iteration: record.iteration,
+            tokens_in: record.tokens_in,
+            tokens_out: record.tokens_out,
+            error: record.error,
+            task: record.task,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        }
+    }
+}
+
+/// Events as `require('loopr.events').dispatch` receives them.
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventMessage {
+    LoopUpdated {
+        id: String,
+        #[serde(rename = "type")]
+        loop_type: &'static str,
+        status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    Progress {
+        loop_id: String,
+        message: String,
+    },
+    ArtifactCreated {
+        loop_id: String,
+        kind: &'static str,
+        path: String,
+        json_path: String,
+        iteration: u32,
+    },
+}
+
+impl From<LoopEvent> for EventMessage {
+    fn from(event: LoopEvent) -> EventMessage {
+        match event {
+            LoopEvent::LoopUpdated {
+                id,
+                loop_type,
+                status,
+                error,
+            } => EventMessage::LoopUpdated {
+                id: id.to_string(),
+                loop_type: loop_type.as_str(),
+                status: status.as_str(),
+                error,
+            },
+            LoopEvent::Progress { loop_id, message } => EventMessage::Progress {
+                loop_id: loop_id.to_string(),
+                message,
+            },
+            LoopEvent::ArtifactCreated {
+                loop_id,
+                kind,
+                markdown_path,
+                json_path,
+                iteration,
+            } => EventMessage::ArtifactCreated {
+                loop_id: loop_id.to_string(),
+                kind: kind.as_str(),
+                path: markdown_path.to_string_lossy().into_owned(),
+                json_path: json_path.to_string_lossy().into_owned(),
+                iteration,
+            },
+        }
+    }
+}
+
+/// The request's single parameter table. Lua sends an empty table as an empty array, so a
+/// missing or empty argument reads as an empty map.
+pub fn params<T: for<'de> Deserialize<'de>>(method: &str, args: Vec<Value>) -> Result<T, String> {
+    let value = match args.into_iter().next() {
+        None => Value::Map(Vec::new()),
+        Some(Value::Array(items)) if items.is_empty() => Value::Map(Vec::new()),
+        Some(value) => value,
+    };
+    rmpv::ext::from_value(value).map_err(|err| format!("loopr: bad parameters for {method}: {err}"))
+}
+
+/// Encodes a reply as msgpack with structs as maps. (rmpv's own serializer writes structs as
+/// arrays, which Lua would see as lists.)
+pub fn to_value<T: Serialize>(reply: &T) -> Result<Value, String> {
+    let json =
+        serde_json::to_value(reply).map_err(|err| format!("loopr: encoding the reply: {err}"))?;
+    Ok(json_to_msgpack(json))
+}
+
+fn json_to_msgpack(json: serde_json::Value) -> Value {
+    match json {
+        serde_json::Value::Null => Value::Nil,
+        serde_json::Value::Bool(flag) => Value::from(flag),
+        serde_json::Value::Number(number) => {
+            if let Some(integer) = number.as_i64() {
+                Value::from(integer)
+            } else if let Some(integer) = number.as_u64() {
+                Value::from(integer)
+            } else {
+                Value::from(number.as_f64().unwrap_or_default())
+            }
+        }
+        serde_json::Value::String(text) => Value::from(text),
+        serde_json::Value::Array(items) => {
+            Value::Array(items.into_iter().map(json_to_msgpack).collect())
+        }
+        serde_json::Value::Object(fields) => Value::Map(
+            fields
+                .into_iter()
+                .map(|(key, value)| (Value::from(key), json_to_msgpack(value)))
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: Vec<(&str, Value)>) -> Value {
+        Value::Map(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (Value::from(k), v))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn plan_params_take_partial_settings_and_reject_unknown_ones() {
+        let args = vec![map(vec![
+            ("task", Value::from("Add a flag")),
+            ("root", Value::from("/tmp/project")),
+            ("settings", map(vec![("max_turns", Value::from(3))])),
+        ])];
+        let parsed: PlanParams = params("plan", args).expect("params");
+        assert_eq!(parsed.settings.max_turns, 3);
+        assert_eq!(
+            parsed.settings.max_tokens,
+            LoopSettings::default().max_tokens
+        );
+
+        let args = vec![map(vec![
+            ("task", Value::from("x")),
+            ("root", Value::from("/tmp")),
+            ("settings", map(vec![("max_turn", Value::from(3))])),
+        ])];
+        let err = params::<PlanParams>("plan", args).expect_err("unknown setting");
+        assert!(err.contains("max_turn"), "{err}");
+    }
+
+    #[test]
+    fn replies_encode_structs_as_maps() {
+        let value = to_value(&LoopIdReply {
+            loop_id: "abc".to_owned(),
+        })
+        .expect("encode");
+        assert_eq!(value, map(vec![("loop_id", Value::from("abc"))]));
+        let event = to_value(&EventMessage::Progress {
+            loop_id: "abc".to_owned(),
+            message: "reading".to_owned(),
+        })
+        .expect("encode");
+        assert_eq!(
+            event,
+            map(vec![
+                ("event", Value::from("progress")),
+                ("loop_id", Value::from("abc")),
+                ("message", Value::from("reading")),
+            ])
+        );
+    }
+
+    #[test]
+    fn an_empty_lua_table_reads_as_an_empty_map() {
+        #[derive(Deserialize)]
+        struct Nothing {}
+        assert!(params::<Nothing>("version", vec![Value::Array(vec![])]).is_ok());
+        assert!(params::<Nothing>("version", vec![]).is_ok());
+    }
+}

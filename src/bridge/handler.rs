@@ -1,0 +1,111 @@
+use async_trait::async_trait;
+use nvim_rs::compat::tokio::Compat;
+use nvim_rs::{Handler, Neovim, Value};
+
+use super::dto::{
+    CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams, RootParams, params,
+    to_value,
+};
+use crate::agent::LoopManager;
+
+type Writer = Compat<tokio::fs::File>;
+
+#[derive(Clone)]
+pub struct RpcHandler {
+    manager: LoopManager,
+    test_hooks: bool,
+}
+
+impl RpcHandler {
+    pub fn new(manager: LoopManager, test_hooks: bool) -> RpcHandler {
+        RpcHandler {
+            manager,
+            test_hooks,
+        }
+    }
+
+    fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
+        match method {
+            "plan" => {
+                let params: PlanParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .start_plan(&params.root, &params.task, params.settings)
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "status" => {
+                let params: RootParams = params(method, args)?;
+                let records: Vec<LoopRecordReply> = self
+                    .manager
+                    .status(&params.root)
+                    .map_err(|err| format!("loopr: {err}"))?
+                    .into_iter()
+                    .map(LoopRecordReply::from)
+                    .collect();
+                to_value(&records)
+            }
+            "cancel" => {
+                let params: CancelParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .cancel(&params.root, params.id.as_deref())
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "loop_ids" => {
+                let params: LoopIdsParams = params(method, args)?;
+                let ids: Vec<String> = self
+                    .manager
+                    .loop_ids(&params.root, params.running_only)
+                    .map_err(|err| format!("loopr: {err}"))?
+                    .into_iter()
+                    .map(|id| id.to_string())
+                    .collect();
+                to_value(&ids)
+            }
+            "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
+            "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
+            other => Err(format!(
+                "loopr: unknown request {other:?}; the host understands plan, status, cancel, \
+                 loop_ids and version (is the plugin newer than the binary? rebuild it)"
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for RpcHandler {
+    type Writer = Writer;
+
+    async fn handle_request(
+        &self,
+        name: String,
+        args: Vec<Value>,
+        _neovim: Neovim<Writer>,
+    ) -> Result<Value, Value> {
+        tracing::debug!(method = %name, "request");
+        let handler = self.clone();
+        let method = name.clone();
+        // The work runs in its own task so that a panic becomes an error reply instead of a
+        // request Neovim waits on forever.
+        let outcome = tokio::spawn(async move { handler.dispatch(&method, args) }).await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => {
+                tracing::info!(method = %name, error = %message, "request failed");
+                Err(Value::from(message))
+            }
+            Err(join_error) => {
+                tracing::error!(method = %name, error = %join_error, "request handler panicked");
+                Err(Value::from(format!(
+                    "loopr: internal error while handling {name}; details are in the log (:LooprLog)"
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Loopr: a Neovim plugin host that turns a one-line request into a reviewed plan.
+//!
+//! The core (`llm`, `tools`, `artifacts`, `store`, `agent`) knows nothing of Neovim or msgpack;
+//! only `bridge` does. See ARCHITECTURE.md for the code map.
+
+pub mod agent;
+pub mod artifacts;
+pub mod bridge;
+pub mod llm;
+pub mod logging;
+pub mod schema;
+pub mod store;
+pub mod tools;

@@ -1,0 +1,8 @@
+//! The Anthropic Messages API: streamed over SSE, retried as the official SDKs retry.
+
+mod client;
+mod retry;
+mod stream;
+mod wire;
+
+pub use client::{AnthropicClient, AnthropicConfig, ApiKey, DEFAULT_BASE_URL};

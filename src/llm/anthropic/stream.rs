@@ -1,0 +1,395 @@
+//! Assembling one assistant turn from the Messages API's named SSE events.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+
+use crate::llm::{ContentBlock, ProviderEvent, StopReason, Turn, Usage};
+
+/// Why a stream did not produce a turn.
+#[derive(Debug, PartialEq)]
+pub enum StreamFailure {
+    /// No bytes arrived for the idle timeout.
+    Stalled(Duration),
+    /// The connection broke, or ended before `message_stop`.
+    Transport(String),
+    /// The server sent an `error` event mid-stream.
+    ApiError { error_type: String, message: String },
+    /// The server sent something that is not the Messages protocol.
+    Protocol(String),
+}
+
+/// Reads SSE events from `bytes` until `message_stop` and returns the turn.
+pub async fn read_turn<S, E>(
+    bytes: S,
+    idle_timeout: Duration,
+    on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+) -> Result<Turn, StreamFailure>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut events = bytes.eventsource();
+    let mut assembler = TurnAssembler::default();
+    loop {
+        let next = tokio::time::timeout(idle_timeout, events.next())
+            .await
+            .map_err(|_| StreamFailure::Stalled(idle_timeout))?;
+        match next {
+            // The final `message_stop` may be lost when the body ends without the blank line
+            // that terminates an SSE event (the recorded fixtures end that way). Once
+            // `message_delta` has delivered the stop reason the answer is complete.
+            None if assembler.stop_reason.is_some() => return Ok(assembler.finish()),
+            None => {
+                return Err(StreamFailure::Transport(
+                    "the stream ended before the message was complete".to_owned(),
+                ));
+            }
+            Some(Err(err)) => return Err(StreamFailure::Transport(err.to_string())),
+            Some(Ok(event)) => {
+                if assembler.push(&event.event, &event.data, on_event)? {
+                    return Ok(assembler.finish());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum PartialBlock {
+    Text(String),
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    /// Block types this client does not use (thinking, server tools): skipped.
+    Ignored,
+}
+
+#[derive(Debug, Default)]
+struct TurnAssembler {
+    open: BTreeMap<u64, PartialBlock>,
+    finished: BTreeMap<u64, ContentBlock>,
+    stop_reason: Option<StopReason>,
+    usage: Usage,
+}
+
+impl TurnAssembler {
+    /// Feeds one event; returns true once the message is complete.
+    fn push(
+        &mut self,
+        event_name: &str,
+        data: &str,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<bool, StreamFailure> {
+        if event_name == "ping" {
+            return Ok(false);
+        }
+        let payload: Value = serde_json::from_str(data).map_err(|err| {
+            StreamFailure::Protocol(format!("event {event_name:?} carries invalid JSON: {err}"))
+        })?;
+        let kind = payload
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event_name);
+        match kind {
+            "message_start" => {
+                if let Some(usage) = payload.pointer("/message/usage") {
+                    self.usage.input_tokens = input_tokens(usage);
+                    self.usage.output_tokens = u64_at(usage, "output_tokens");
+                }
+            }
+            "content_block_start" => {
+                let index = block_index(&payload)?;
+                let block = payload.get("content_block").unwrap_or(&Value::Null);
+                let partial = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => PartialBlock::Text(str_at(block, "text").to_owned()),
+                    Some("tool_use") => {
+                        let name = str_at(block, "name").to_owned();
+                        on_event(ProviderEvent::ToolCallStarted { name: name.clone() });
+                        PartialBlock::ToolUse {
+                            id: str_at(block, "id").to_owned(),
+                            name,
+                            json: String::new(),
+                        }
+                    }
+                    _ => PartialBlock::Ignored,
+                };
+                self.open.insert(index, partial);
+            }
+            "content_block_delta" => {
+                let index = block_index(&payload)?;
+                let delta = payload.get("delta").unwrap_or(&Value::Null);
+                match (
+                    self.open.get_mut(&index),
+                    delta.get("type").and_then(Value::as_str),
+                ) {
+                    (Some(PartialBlock::Text(text)), Some("text_delta")) => {
+                        text.push_str(str_at(delta, "text"));
+                    }
+                    (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
+                        json.push_str(str_at(delta, "partial_json"));
+                    }
+                    (None, _) => {
+                        return Err(StreamFailure::Protocol(format!(
+                            "content_block_delta for block {index}, which was never started"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = block_index(&payload)?;
+                if let Some(block) = self.open.remove(&index)
+                    && let Some(finished) = finish_block(block)?
+                {
+                    self.finished.insert(index, finished);
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = payload
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                {
+                    self.stop_reason = Some(StopReason::from_wire(reason));
+                }
+                if let Some(usage) = payload.get("usage") {
+                    if usage.get("output_tokens").is_some() {
+                        self.usage.output_tokens = u64_at(usage, "output_tokens");
+                    }
+                    if usage.get("input_tokens").is_some_and(|v| !v.is_null()) {
+                        self.usage.input_tokens = input_tokens(usage);
+                    }
+                }
+            }
+            "message_stop" => return Ok(true),
+            "error" => {
+                let error = payload.get("error").unwrap_or(&Value::Null);
+                return Err(StreamFailure::ApiError {
+                    error_type: str_at(error, "type").to_owned(),
+                    message: str_at(error, "message").to_owned(),
+                });
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(mut self) -> Turn {
+        let mut truncated_tool_calls = Vec::new();
+        for (index, block) in std::mem::take(&mut self.open) {
+            match block {
+                // A block still open at message_stop was cut off; its input is incomplete and
+                // must never run.
+                PartialBlock::ToolUse { name, .. } => truncated_tool_calls.push(name),
+                PartialBlock::Text(text) => {
+                    self.finished.insert(index, ContentBlock::Text { text });
+                }
+                PartialBlock::Ignored => {}
+            }
+        }
+        Turn {
+            content: self.finished.into_values().collect(),
+            truncated_tool_calls,
+            stop_reason: self.stop_reason,
+            usage: self.usage,
+        }
+    }
+}
+
+fn finish_block(block: PartialBlock) -> Result<Option<ContentBlock>, StreamFailure> {
+    Ok(match block {
+        PartialBlock::Text(text) => Some(ContentBlock::Text { text }),
+        PartialBlock::ToolUse { id, name, json } => {
+            let input = if json.trim().is_empty() {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_str(&json).map_err(|err| {
+                    StreamFailure::Protocol(format!(
+                        "tool call {name} ({id}) finished with invalid JSON input: {err}"
+                    ))
+                })?
+            };
+            Some(ContentBlock::ToolUse { id, name, input })
+        }
+        PartialBlock::Ignored => None,
+    })
+}
+
+fn block_index(payload: &Value) -> Result<u64, StreamFailure> {
+    payload.get("index").and_then(Value::as_u64).ok_or_else(|| {
+        StreamFailure::Protocol(format!("content block event without index: {payload}"))
+    })
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn u64_at(value: &Value, key: &str) -> u64 {
+    value.get(key).and_then(Value::as_u64).unwrap_or_default()
+}
+
+/// Cached prompt tokens are input too; counting them keeps `:LooprStatus` honest.
+fn input_tokens(usage: &Value) -> u64 {
+    u64_at(usage, "input_tokens")
+        + u64_at(usage, "cache_creation_input_tokens")
+        + u64_at(usage, "cache_read_input_tokens")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/anthropic-sse")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    }
+
+    async fn read_chunks(chunks: Vec<Vec<u8>>) -> Result<Turn, StreamFailure> {
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
+        );
+        read_turn(stream, Duration::from_secs(5), &|_| {}).await
+    }
+
+    /// Every way of cutting the recorded stream in two yields the same turn as reading it whole.
+    fn assert_split_invariant(name: &str) -> Result<Turn, StreamFailure> {
+        let bytes = fixture(name);
+        let rt = runtime();
+        let whole = rt.block_on(read_chunks(vec![bytes.clone()]));
+        for split in 1..bytes.len() {
+            let parts = vec![bytes[..split].to_vec(), bytes[split..].to_vec()];
+            let split_result = rt.block_on(read_chunks(parts));
+            assert_eq!(split_result, whole, "{name} split at byte {split}");
+        }
+        whole
+    }
+
+    #[test]
+    fn text_response_assembles_at_every_split_point() {
+        let turn = assert_split_invariant("basic_response.sse").expect("turn");
+        assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
+        assert!(!turn.text().is_empty());
+        assert_eq!(turn.tool_calls().count(), 0);
+        assert!(turn.usage.input_tokens > 0 && turn.usage.output_tokens > 0);
+    }
+
+    #[test]
+    fn tool_use_response_assembles_input_json_deltas_at_every_split_point() {
+        let turn = assert_split_invariant("tool_use_response.sse").expect("turn");
+        assert_eq!(turn.stop_reason, Some(StopReason::ToolUse));
+        let calls: Vec<_> = turn.tool_calls().collect();
+        assert_eq!(calls.len(), 1);
+        let (id, name, input) = calls[0];
+        assert_eq!(id, "toolu_01NRLabsLyVHZPKxbKvkfSMn");
+        assert_eq!(name, "get_weather");
+        assert_eq!(input["location"], "Paris");
+        assert!(turn.text().starts_with("I'll check the current weather"));
+        assert!(turn.truncated_tool_calls.is_empty());
+    }
+
+    #[test]
+    fn tool_use_cut_off_by_max_tokens_is_never_a_tool_call() {
+        let turn = assert_split_invariant("incomplete_partial_json_response.sse").expect("turn");
+        assert_eq!(turn.stop_reason, Some(StopReason::MaxTokens));
+        assert_eq!(turn.tool_calls().count(), 0);
+        assert_eq!(turn.truncated_tool_calls, vec!["make_file".to_owned()]);
+    }
+
+    #[test]
+    fn refusal_assembles_at_every_split_point() {
+        let turn = assert_split_invariant("refusal_response.sse").expect("turn");
+        assert_eq!(turn.stop_reason, Some(StopReason::Refusal));
+    }
+
+    #[test]
+    fn mid_stream_error_event_is_reported() {
+        let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        let result = runtime().block_on(read_chunks(vec![stream.to_vec()]));
+        assert_eq!(
+            result,
+            Err(StreamFailure::ApiError {
+                error_type: "overloaded_error".to_owned(),
+                message: "Overloaded".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn stream_ending_before_message_stop_is_a_transport_failure() {
+        let bytes = fixture("tool_use_response.sse");
+        let cut = bytes.len() / 2;
+        let result = runtime().block_on(read_chunks(vec![bytes[..cut].to_vec()]));
+        assert!(
+            matches!(result, Err(StreamFailure::Transport(_))),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_events_are_ignored_and_tool_starts_are_reported() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+            "event: brand_new_event\ndata: {\"type\":\"brand_new_event\"}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"list_files\",\"input\":{}}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let seen = Mutex::new(Vec::new());
+        let on_event = |event: ProviderEvent| seen.lock().expect("lock").push(event);
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream))]);
+        let turn = runtime()
+            .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
+            .expect("turn");
+        let calls: Vec<_> = turn.tool_calls().collect();
+        assert_eq!(calls, vec![("t1", "list_files", &serde_json::json!({}))]);
+        assert_eq!(
+            turn.usage,
+            Usage {
+                input_tokens: 3,
+                output_tokens: 7
+            }
+        );
+        assert_eq!(
+            seen.into_inner().expect("lock"),
+            vec![ProviderEvent::ToolCallStarted {
+                name: "list_files".to_owned()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_silent_stream_stalls() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let result = rt.block_on(read_turn(
+            futures::stream::pending::<Result<Bytes, std::io::Error>>(),
+            Duration::from_secs(30),
+            &|_| {},
+        ));
+        assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+    }
+}

@@ -1,0 +1,34 @@
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use super::{ChatRequest, LlmError, Turn};
+
+/// What a provider reports while a turn is under way, for progress display.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProviderEvent {
+    /// The model started writing a tool call.
+    ToolCallStarted { name: String },
+    /// The attempt failed in a way worth retrying; the next one starts after `delay`.
+    Retrying {
+        attempt: u32,
+        max_retries: u32,
+        delay: Duration,
+        reason: String,
+    },
+}
+
+/// A language-model backend. Implementations own transport, streaming and retries; callers see
+/// only whole turns.
+#[async_trait]
+pub trait LlmProvider: Send + Sync {
+    /// Sends the conversation and returns the model's complete answer. Returns
+    /// `LlmError::Cancelled` promptly once `cancel` fires, also during a retry wait.
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<Turn, LlmError>;
+}

@@ -1,0 +1,102 @@
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::records::LoopId;
+
+/// `$LOOPR_HOME`, else `~/.loopr`.
+pub fn loopr_home_from_env() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("LOOPR_HOME").filter(|value| !value.is_empty()) {
+        return Some(PathBuf::from(home));
+    }
+    std::env::var_os("HOME")
+        .filter(|value| !value.is_empty())
+        .map(|home| PathBuf::from(home).join(".loopr"))
+}
+
+/// Where one project's state lives: `$LOOPR_HOME/<basename>-<hash>/`. The hash of the root's
+/// path keeps two checkouts with the same basename apart.
+#[derive(Clone, Debug)]
+pub struct ProjectLayout {
+    project_dir: PathBuf,
+}
+
+impl ProjectLayout {
+    pub fn new(loopr_home: &Path, project_root: &Path) -> ProjectLayout {
+        ProjectLayout {
+            project_dir: loopr_home.join(project_key(project_root)),
+        }
+    }
+
+    pub fn project_dir(&self) -> &Path {
+        &self.project_dir
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.project_dir.join("loopr.db")
+    }
+
+    pub fn loop_dir(&self, id: &LoopId) -> PathBuf {
+        self.project_dir.join("loops").join(id.as_str())
+    }
+
+    /// `iterations/NNN`, relative to the loop directory; the form `triggered_by` and the
+    /// `current` link use.
+    pub fn iteration_relative(iteration: u32) -> PathBuf {
+        Path::new("iterations").join(format!("{iteration:03}"))
+    }
+
+    pub fn iteration_dir(&self, id: &LoopId, iteration: u32) -> PathBuf {
+        self.loop_dir(id).join(Self::iteration_relative(iteration))
+    }
+
+    pub fn artifacts_dir(&self, id: &LoopId, iteration: u32) -> PathBuf {
+        self.iteration_dir(id, iteration).join("artifacts")
+    }
+
+    pub fn current_link(&self, id: &LoopId) -> PathBuf {
+        self.loop_dir(id).join("current")
+    }
+}
+
+fn project_key(project_root: &Path) -> String {
+    let basename = project_root
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".to_owned());
+    let safe_basename: String = basename
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let digest = Sha256::digest(project_root.to_string_lossy().as_bytes());
+    let short_hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{safe_basename}-{short_hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_key_is_basename_and_short_hash_distinct_per_path() {
+        let first = project_key(Path::new("/home/me/work/app"));
+        let second = project_key(Path::new("/home/me/other/app"));
+        assert!(first.starts_with("app-") && first.len() == "app-".len() + 8);
+        assert_ne!(first, second);
+        assert_eq!(first, project_key(Path::new("/home/me/work/app")));
+    }
+
+    #[test]
+    fn iteration_directories_are_zero_padded() {
+        let layout = ProjectLayout::new(Path::new("/state"), Path::new("/p/app"));
+        let id = LoopId::parse("20261121-000000-abcd").expect("id");
+        let dir = layout.artifacts_dir(&id, 1);
+        assert!(dir.ends_with("loops/20261121-000000-abcd/iterations/001/artifacts"));
+    }
+}

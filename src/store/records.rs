@@ -1,0 +1,163 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A loop identifier: UTC creation time plus a random suffix, e.g. `20261121-233512-a3f9`.
+/// It sorts by creation time and is short enough to type after `:LooprCancel`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LoopId(String);
+
+impl LoopId {
+    pub fn generate() -> LoopId {
+        let now = time::OffsetDateTime::now_utc();
+        let format = time::macros::format_description!("[year][month][day]-[hour][minute][second]");
+        let stamp = now
+            .format(&format)
+            .unwrap_or_else(|_| now.unix_timestamp().to_string());
+        LoopId(format!("{stamp}-{:04x}", fastrand::u16(..)))
+    }
+
+    /// Accepts only ids that are safe as a single directory name.
+    pub fn parse(text: &str) -> Option<LoopId> {
+        let valid = !text.is_empty()
+            && text.len() <= 64
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        valid.then(|| LoopId(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LoopId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The levels of the loop hierarchy. Only `Plan` runs today; the others are the levels later
+/// work adds (spec and phase loops, the code loop).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopType {
+    Plan,
+    Spec,
+    Phase,
+    Code,
+}
+
+impl LoopType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopType::Plan => "plan",
+            LoopType::Spec => "spec",
+            LoopType::Phase => "phase",
+            LoopType::Code => "code",
+        }
+    }
+}
+
+impl FromStr for LoopType {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "plan" => Ok(LoopType::Plan),
+            "spec" => Ok(LoopType::Spec),
+            "phase" => Ok(LoopType::Phase),
+            "code" => Ok(LoopType::Code),
+            other => Err(format!("unknown loop type {other:?}")),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopStatus {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+    Cancelled,
+    /// The host that ran the loop exited before the loop finished.
+    Interrupted,
+}
+
+impl LoopStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopStatus::Pending => "pending",
+            LoopStatus::Running => "running",
+            LoopStatus::Complete => "complete",
+            LoopStatus::Failed => "failed",
+            LoopStatus::Cancelled => "cancelled",
+            LoopStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn is_active(self) -> bool {
+        matches!(self, LoopStatus::Pending | LoopStatus::Running)
+    }
+}
+
+impl FromStr for LoopStatus {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "pending" => Ok(LoopStatus::Pending),
+            "running" => Ok(LoopStatus::Running),
+            "complete" => Ok(LoopStatus::Complete),
+            "failed" => Ok(LoopStatus::Failed),
+            "cancelled" => Ok(LoopStatus::Cancelled),
+            "interrupted" => Ok(LoopStatus::Interrupted),
+            other => Err(format!("unknown loop status {other:?}")),
+        }
+    }
+}
+
+/// One loop as `:LooprStatus` shows it; persisted in `loopr.db`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoopRecord {
+    pub id: LoopId,
+    #[serde(rename = "type")]
+    pub loop_type: LoopType,
+    pub parent: Option<LoopId>,
+    pub status: LoopStatus,
+    pub iteration: u32,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub error: Option<String>,
+    pub task: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| now.unix_timestamp().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_parse_back_and_sort_by_time() {
+        let id = LoopId::generate();
+        assert_eq!(LoopId::parse(id.as_str()), Some(id.clone()));
+        assert_eq!(id.as_str().len(), "20261121-233512-a3f9".len());
+    }
+
+    #[test]
+    fn ids_that_could_escape_a_directory_are_rejected() {
+        for bad in ["", "../x", "a/b", "a b", ".."] {
+            assert_eq!(LoopId::parse(bad), None, "{bad:?}");
+        }
+    }
+}

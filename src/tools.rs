@@ -1,0 +1,116 @@
+//! Tools the model can call while a loop runs. Every tool is confined to the project root and
+//! caps its output; the registry hands each loop type its own tool set in a stable order.
+
+mod confine;
+mod grep;
+mod list_files;
+mod output;
+mod read_file;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use confine::{PathError, ProjectRoot};
+pub use grep::GrepTool;
+pub use list_files::ListFilesTool;
+pub use read_file::ReadFileTool;
+
+use crate::llm::ToolSpec;
+use crate::store::LoopType;
+
+/// What a tool may use while it runs.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub root: ProjectRoot,
+    pub cancel: CancellationToken,
+}
+
+/// Why a tool call failed. The text goes back to the model as an `is_error` tool result, so
+/// it says what was wrong and how to call the tool correctly.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("cancelled")]
+    Cancelled,
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn input_schema(&self) -> Value;
+    async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError>;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            input_schema: self.input_schema(),
+        }
+    }
+}
+
+/// Parses a tool's input into its typed form, turning serde's complaint into advice.
+pub fn parse_input<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|err| {
+        ToolError::InvalidInput(format!(
+            "{err}; call {tool} again with input that matches its schema"
+        ))
+    })
+}
+
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// The tools a loop of this type may use. Planning levels only read.
+    pub fn for_loop(loop_type: LoopType) -> ToolRegistry {
+        match loop_type {
+            LoopType::Plan | LoopType::Spec | LoopType::Phase | LoopType::Code => ToolRegistry {
+                tools: vec![
+                    Arc::new(ReadFileTool),
+                    Arc::new(ListFilesTool),
+                    Arc::new(GrepTool),
+                ],
+            },
+        }
+    }
+
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(|tool| tool.spec()).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|tool| tool.name() == name)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|tool| tool.name()).collect()
+    }
+}
+
+/// Runs blocking file-system work off the async threads, stopping early on cancel.
+async fn run_blocking<T: Send + 'static>(
+    context: &ToolContext,
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    let task = tokio::task::spawn_blocking(work);
+    tokio::select! {
+        _ = context.cancel.cancelled() => Err(ToolError::Cancelled),
+        joined = task => joined.map_err(|err| ToolError::File {
+            path: "(tool)".to_owned(),
+            message: format!("the tool crashed: {err}"),
+        })?,
+    }
+}

@@ -1,0 +1,212 @@
+//! Keeping tool paths inside the project root.
+
+use std::path::{Component, Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("{requested:?} contains '..'; give a path relative to the project root without '..'")]
+    ParentComponent { requested: String },
+    #[error("{requested:?} is outside the project root; give a path relative to the project root")]
+    OutsideRoot { requested: String },
+    #[error("{requested:?} is a symlink that leads outside the project root; it cannot be used")]
+    SymlinkEscape { requested: String },
+    #[error("{requested:?} does not exist in the project; use list_files to see what does")]
+    NotFound { requested: String },
+    #[error("{requested:?}: {message}")]
+    Unreadable { requested: String, message: String },
+}
+
+/// The canonical project root. All tool paths resolve against it and must stay inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProjectRoot {
+    canonical: PathBuf,
+}
+
+impl ProjectRoot {
+    pub fn new(path: &Path) -> std::io::Result<ProjectRoot> {
+        let canonical = path.canonicalize()?;
+        if !canonical.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", canonical.display()),
+            ));
+        }
+        Ok(ProjectRoot { canonical })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.canonical
+    }
+
+    /// Resolves `requested` (relative to the root, or absolute inside it) to an existing path
+    /// inside the root. `..` is refused outright rather than normalised, and symlinks are
+    /// followed and must still land inside the root.
+    pub fn resolve_existing(&self, requested: &str) -> Result<PathBuf, PathError> {
+        let requested_path = Path::new(requested.trim());
+        let owned = || requested.to_owned();
+        if requested_path
+            .components()
+            .any(|component| component == Component::ParentDir)
+        {
+            return Err(PathError::ParentComponent { requested: owned() });
+        }
+        let joined = if requested_path.is_absolute() {
+            if !requested_path.starts_with(&self.canonical) {
+                return Err(PathError::OutsideRoot { requested: owned() });
+            }
+            requested_path.to_path_buf()
+        } else {
+            self.canonical.join(requested_path)
+        };
+        let resolved = match joined.canonicalize() {
+            Ok(resolved) => resolved,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                // A dangling symlink also reports NotFound; say which one it is.
+                return Err(if joined.symlink_metadata().is_ok() {
+                    PathError::SymlinkEscape { requested: owned() }
+                } else {
+                    PathError::NotFound { requested: owned() }
+                });
+            }
+            Err(err) => {
+                return Err(PathError::Unreadable {
+                    requested: owned(),
+                    message: err.to_string(),
+                });
+            }
+        };
+        if !resolved.starts_with(&self.canonical) {
+            return Err(PathError::SymlinkEscape { requested: owned() });
+        }
+        Ok(resolved)
+    }
+
+    /// `path` relative to the root, with `/` separators, for showing to the model.
+    pub fn relative_display(&self, path: &Path) -> String {
+        let relative = path.strip_prefix(&self.canonical).unwrap_or(path);
+        let text = relative.to_string_lossy().replace('\\', "/");
+        if text.is_empty() {
+            ".".to_owned()
+        } else {
+            text
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        _outside: tempfile::TempDir,
+        _project: tempfile::TempDir,
+        root: ProjectRoot,
+        outside_file: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let project = tempfile::tempdir().expect("tempdir");
+        let outside_file = outside.path().join("secret.txt");
+        std::fs::write(&outside_file, "secret").expect("write");
+        std::fs::create_dir_all(project.path().join("src")).expect("mkdir");
+        std::fs::write(project.path().join("src/main.rs"), "fn main() {}").expect("write");
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&outside_file, project.path().join("leak")).expect("link");
+            std::os::unix::fs::symlink(outside.path(), project.path().join("leakdir"))
+                .expect("link");
+            std::os::unix::fs::symlink("src/main.rs", project.path().join("inside_link"))
+                .expect("link");
+            std::os::unix::fs::symlink(
+                outside.path().join("gone"),
+                project.path().join("dangling"),
+            )
+            .expect("link");
+        }
+        let root = ProjectRoot::new(project.path()).expect("root");
+        Fixture {
+            _outside: outside,
+            _project: project,
+            root,
+            outside_file,
+        }
+    }
+
+    #[test]
+    fn relative_and_absolute_paths_inside_the_root_resolve() {
+        let fx = fixture();
+        let expected = fx.root.path().join("src/main.rs");
+        assert_eq!(
+            fx.root.resolve_existing("src/main.rs"),
+            Ok(expected.clone())
+        );
+        assert_eq!(
+            fx.root.resolve_existing("./src/main.rs"),
+            Ok(expected.clone())
+        );
+        let absolute = expected.to_string_lossy().into_owned();
+        assert_eq!(fx.root.resolve_existing(&absolute), Ok(expected));
+        assert_eq!(
+            fx.root.resolve_existing(""),
+            Ok(fx.root.path().to_path_buf())
+        );
+    }
+
+    #[test]
+    fn parent_components_are_refused_even_when_they_stay_inside() {
+        let fx = fixture();
+        for requested in ["../secret.txt", "src/../src/main.rs", "src/../../x"] {
+            assert_eq!(
+                fx.root.resolve_existing(requested),
+                Err(PathError::ParentComponent {
+                    requested: requested.to_owned()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn absolute_paths_outside_the_root_are_refused() {
+        let fx = fixture();
+        let outside = fx.outside_file.to_string_lossy().into_owned();
+        assert_eq!(
+            fx.root.resolve_existing(&outside),
+            Err(PathError::OutsideRoot {
+                requested: outside.clone()
+            })
+        );
+        assert_eq!(
+            fx.root.resolve_existing("/etc/passwd"),
+            Err(PathError::OutsideRoot {
+                requested: "/etc/passwd".to_owned()
+            })
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_leading_out_are_refused_and_inside_links_allowed() {
+        let fx = fixture();
+        for requested in ["leak", "leakdir/secret.txt", "dangling"] {
+            assert_eq!(
+                fx.root.resolve_existing(requested),
+                Err(PathError::SymlinkEscape {
+                    requested: requested.to_owned()
+                }),
+                "{requested}"
+            );
+        }
+        assert_eq!(
+            fx.root.resolve_existing("inside_link"),
+            Ok(fx.root.path().join("src/main.rs"))
+        );
+    }
+
+    #[test]
+    fn missing_paths_say_how_to_find_real_ones() {
+        let fx = fixture();
+        let err = fx.root.resolve_existing("nope.rs").expect_err("missing");
+        assert!(err.to_string().contains("list_files"), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::output::{CappedOutput, clip_line};
+use super::{Tool, ToolContext, ToolError, parse_input, run_blocking};
+use crate::schema::input_schema_for;
+
+const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+const MAX_LINES: usize = 2000;
+const MAX_LINE_CHARS: usize = 2000;
+const MAX_OUTPUT_BYTES: usize = 100 * 1024;
+
+/// Read a text file of the project with numbered lines.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileInput {
+    /// Path relative to the project root, e.g. `src/main.rs`.
+    pub path: String,
+    /// First line to return, counting from 1. Default: 1.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub start_line: Option<usize>,
+    /// Last line to return, inclusive. Default: up to 2000 lines after `start_line`.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub end_line: Option<usize>,
+}
+
+pub struct ReadFileTool;
+
+#[async_trait]
+impl Tool for ReadFileTool {
+    fn name(&self) -> &'static str {
+        "read_file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Read a text file of the project. Returns lines prefixed with their line numbers; at most \
+         2000 lines per call, so use start_line/end_line to page through long files."
+    }
+
+    fn input_schema(&self) -> Value {
+        input_schema_for::<ReadFileInput>()
+    }
+
+    async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
+        let input: ReadFileInput = parse_input(self.name(), input)?;
+        let path = context.root.resolve_existing(&input.path)?;
+        let shown = context.root.relative_display(&path);
+        run_blocking(context, move || read_numbered(&path, &shown, &input)).await
+    }
+}
+
+fn read_numbered(
+    path: &std::path::Path,
+    shown: &str,
+    input: &ReadFileInput,
+) -> Result<String, ToolError> {
+    let file_error = |message: String| ToolError::File {
+        path: shown.to_owned(),
+        message,
+    };
+    let metadata = std::fs::metadata(path).map_err(|err| file_error(err.to_string()))?;
+    if metadata.is_dir() {
+        return Err(file_error(
+            "is a directory; use list_files to see its files".to_owned(),
+        ));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(file_error(format!(
+            "is {} bytes, larger than the {MAX_FILE_BYTES}-byte limit; use grep to find the \
+             part you need",
+            metadata.len()
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|err| file_error(err.to_string()))?;
+    if bytes.iter().take(8192).any(|&byte| byte == 0) {
+        return Err(file_error(
+            "is a binary file; only text files can be read".to_owned(),
+        ));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let start = input.start_line.unwrap_or(1).max(1);
+    let end = input.end_line.unwrap_or(start + MAX_LINES - 1);
+    if end < start {
+        return Err(ToolError::InvalidInput(format!(
+            "end_line {end} is before start_line {start}"
+        )));
+    }
+    let total_lines = text.lines().count();
+    if total_lines == 0 {
+        return Ok(format!("{shown} is empty\n"));
+    }
+    if start > total_lines {
+        return Err(ToolError::InvalidInput(format!(
+            "start_line {start} is past the end of {shown}, which has {total_lines} lines"
+        )));
+    }
+    let last = end.min(total_lines).min(start + MAX_LINES - 1);
+    let mut output = CappedOutput::new(MAX_OUTPUT_BYTES);
+    for (index, line) in text
+        .lines()
+        .enumerate()
+        .skip(start - 1)
+        .take(last + 1 - start)
+    {
+        if !output.push_line(&format!(
+            "{:>6}\t{}",
+            index + 1,
+            clip_line(line, MAX_LINE_CHARS)
+        )) {
+            break;
+        }
+    }
+    let mut result = output.finish("read a smaller line range");
+    if last < total_lines {
+        result.push_str(&format!(
+            "[lines {start}-{last} of {total_lines}; call read_file with start_line {} for more]\n",
+            last + 1
+        ));
+    }
+    Ok(result)
+}

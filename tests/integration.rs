@@ -1,0 +1,16 @@
+//! End-to-end tests: a real headless Neovim with the plugin loaded, the built host, and a fake
+//! Anthropic server on loopback that speaks the real streaming wire protocol.
+
+#[path = "support/fake_anthropic.rs"]
+mod fake_anthropic;
+#[path = "support/nvim.rs"]
+mod nvim;
+#[path = "support/scenario.rs"]
+mod scenario;
+
+mod integration {
+    mod cancel_and_restart;
+    mod editor;
+    mod plan_flow;
+    mod retries;
+}

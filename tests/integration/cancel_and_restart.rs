@@ -1,0 +1,123 @@
+use std::time::Duration;
+
+use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder, rate_limited};
+use crate::nvim::WAIT;
+use crate::scenario::{create_plan_turn, start_editor, valid_plan};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_slow_stream_at_once() {
+    let fake = FakeAnthropic::start().await;
+    let opening: Vec<_> = TurnBuilder::new()
+        .text("Thinking very slowly")
+        .events()
+        .into_iter()
+        .take(3)
+        .collect();
+    fake.push(Reply::Stall(opening));
+    let mut editor = start_editor(&fake, "{}").await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(1).await;
+    let completion: Vec<String> = editor
+        .lua("return require('loopr').complete_loop_ids('')")
+        .await;
+    assert_eq!(
+        completion,
+        vec![loop_id.clone()],
+        ":LooprCancel completes running loop ids"
+    );
+
+    assert_eq!(editor.command("LooprCancel").await, None);
+    editor.wait_status(&loop_id, "cancelled").await;
+    tokio::time::timeout(WAIT, fake.wait_for_disconnect())
+        .await
+        .expect("the HTTP stream was closed");
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "a cancelled request is not retried"
+    );
+
+    let error = editor
+        .command("LooprCancel")
+        .await
+        .expect("nothing left to cancel");
+    assert!(error.contains("no running loop"), "{error}");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_by_id_interrupts_a_pending_retry() {
+    let fake = FakeAnthropic::start().await;
+    // The server asks for a 60 s pause; only the cancel can end the wait within the test's
+    // time limit.
+    fake.push(rate_limited(60));
+    let mut editor = start_editor(&fake, "{}").await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor
+        .wait_event("LooprProgress", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("retrying in 60.0s"))
+        })
+        .await;
+    assert_eq!(
+        editor.command(&format!("LooprCancel {loop_id}")).await,
+        None
+    );
+    editor.wait_status(&loop_id, "cancelled").await;
+    assert_eq!(fake.requests().len(), 1);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_host_is_restarted_on_the_next_command() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let mut editor = start_editor(&fake, "{}").await;
+
+    assert_eq!(editor.command("LooprStatus").await, None, "starts the host");
+    let first_pid: i32 = editor.lua("return require('loopr.host').pid()").await;
+    kill_and_reap(first_pid).await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "complete").await;
+    let second_pid: i32 = editor.lua("return require('loopr.host').pid()").await;
+    assert_ne!(first_pid, second_pid);
+    let messages: String = editor.lua("return vim.fn.execute('messages')").await;
+    assert!(
+        messages.contains("restarted"),
+        "the user is told: {messages}"
+    );
+
+    // Closing Neovim ends the host too.
+    editor.quit().await;
+    wait_for_exit(second_pid).await;
+}
+
+async fn kill_and_reap(pid: i32) {
+    // SAFETY: sending SIGKILL to the host process this test started.
+    let result = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(result, 0, "kill {pid}");
+    wait_for_exit(pid).await;
+}
+
+/// Waits until process `pid` (not our child) has exited, through a pidfd: no polling.
+async fn wait_for_exit(pid: i32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // The process is already gone.
+        return;
+    }
+    let fd = i32::try_from(fd).expect("fd");
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
+    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
+    let _exited = tokio::time::timeout(Duration::from_secs(30), async_fd.readable())
+        .await
+        .expect("the host exits")
+        .expect("pidfd readable");
+}

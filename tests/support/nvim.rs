@@ -1,0 +1,305 @@
+//! A real headless Neovim with the plugin on its runtimepath, driven over msgpack-RPC the way
+//! a user's editor would be, with every Loopr `User` event forwarded to the test.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use nvim_rs::compat::tokio::Compat;
+use nvim_rs::{Handler, Neovim, Value};
+use serde::de::DeserializeOwned;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+/// How long any single wait may take before the test fails instead of hanging.
+pub const WAIT: Duration = Duration::from_secs(30);
+pub const API_KEY: &str = "sk-ant-test-4f1c9b2e-never-log-me";
+
+type Writer = Compat<ChildStdin>;
+
+#[derive(Clone)]
+struct EventForwarder {
+    sender: UnboundedSender<(String, serde_json::Value)>,
+}
+
+#[async_trait]
+impl Handler for EventForwarder {
+    type Writer = Writer;
+
+    async fn handle_notify(&self, name: String, args: Vec<Value>, _neovim: Neovim<Writer>) {
+        if name != "loopr_test_event" {
+            return;
+        }
+        let pattern = args
+            .first()
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let data = args
+            .get(1)
+            .cloned()
+            .map(|value| rmpv::ext::from_value::<serde_json::Value>(value).unwrap_or_default())
+            .unwrap_or_default();
+        let _ = self.sender.send((pattern, data));
+    }
+}
+
+/// Directories of one test: a fake HOME (with XDG dirs), the project, and `$LOOPR_HOME`.
+pub struct TestDirs {
+    pub temp: tempfile::TempDir,
+    pub home: PathBuf,
+    pub project: PathBuf,
+    pub loopr_home: PathBuf,
+    pub log_file: PathBuf,
+}
+
+impl TestDirs {
+    pub fn new() -> TestDirs {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let base = temp.path().canonicalize().expect("canonical temp");
+        let home = base.join("home");
+        let project = base.join("project");
+        let loopr_home = home.join("loopr-state");
+        for dir in [&home, &project] {
+            std::fs::create_dir_all(dir).expect("mkdir");
+        }
+        write_sample_project(&project);
+        let log_file = home.join(".local/state/nvim/loopr.log");
+        TestDirs {
+            temp,
+            home,
+            project,
+            loopr_home,
+            log_file,
+        }
+    }
+
+    /// Every file under the test's temp dir with its size and modification time.
+    pub fn snapshot(&self) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+        let mut files = BTreeMap::new();
+        collect_files(self.temp.path(), &mut files);
+        files
+    }
+}
+
+fn collect_files(dir: &Path, files: &mut BTreeMap<PathBuf, (u64, SystemTime)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(metadata) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if metadata.is_dir() {
+            collect_files(&path, files);
+        } else {
+            let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            files.insert(path, (metadata.len(), modified));
+        }
+    }
+}
+
+fn write_sample_project(project: &Path) {
+    let files = [
+        (
+            "Cargo.toml",
+            "[package]\nname = \"sample\"\nversion = \"0.3.1\"\nedition = \"2021\"\n",
+        ),
+        ("src/main.rs", "fn main() {\n    println!(\"hello\");\n}\n"),
+        ("README.md", "# sample\n\nA tiny CLI.\n"),
+        (".gitignore", "target/\n"),
+        (
+            "target/debug/junk.txt",
+            "build output that must stay hidden\n",
+        ),
+    ];
+    for (path, content) in files {
+        let path = project.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, content).expect("write");
+    }
+}
+
+pub fn nvim_binary() -> PathBuf {
+    std::env::var_os("LOOPR_TEST_NVIM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("nvim"))
+}
+
+pub fn plugin_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn host_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loopr"))
+}
+
+pub struct TestNvim {
+    pub nvim: Neovim<Writer>,
+    child: Child,
+    events: UnboundedReceiver<(String, serde_json::Value)>,
+    seen: Vec<(String, serde_json::Value)>,
+    pub dirs: TestDirs,
+}
+
+pub struct StartOptions {
+    pub base_url: String,
+    /// Lua table literal passed to `require('loopr').setup`.
+    pub setup: String,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl TestNvim {
+    pub async fn start(dirs: TestDirs, options: StartOptions) -> TestNvim {
+        let mut command = Command::new(nvim_binary());
+        command
+            .args(["--embed", "--headless", "--clean", "-n", "--cmd"])
+            .arg(format!("set rtp^={}", plugin_root().display()))
+            .current_dir(&dirs.project)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &dirs.home)
+            .env("XDG_CONFIG_HOME", dirs.home.join(".config"))
+            .env("XDG_DATA_HOME", dirs.home.join(".local/share"))
+            .env("XDG_STATE_HOME", dirs.home.join(".local/state"))
+            .env("XDG_CACHE_HOME", dirs.home.join(".cache"))
+            .env("TMPDIR", dirs.home.join("tmp"))
+            .env("LOOPR_HOME", &dirs.loopr_home)
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .env("ANTHROPIC_BASE_URL", &options.base_url)
+            .env("LOOPR_TEST_HOOKS", "1")
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        std::fs::create_dir_all(dirs.home.join("tmp")).expect("tmp");
+        for (name, value) in &options.extra_env {
+            command.env(name, value);
+        }
+        let (sender, events) = unbounded_channel();
+        let (nvim, _io, child) =
+            nvim_rs::create::tokio::new_child_cmd(&mut command, EventForwarder { sender })
+                .await
+                .expect("start nvim (set LOOPR_TEST_NVIM to a Neovim >= 0.10 binary)");
+        let test = TestNvim {
+            nvim,
+            child,
+            events,
+            seen: Vec::new(),
+            dirs,
+        };
+        let api_info = test.nvim.get_api_info().await.expect("api info");
+        let channel = api_info
+            .first()
+            .and_then(Value::as_i64)
+            .expect("channel id");
+        test.exec(&format!(
+            "for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress'}}) do
+               vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
+                 vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
+               end }})
+             end"
+        ))
+        .await;
+        let setup = format!(
+            "require('loopr').setup(vim.tbl_extend('force', {{ bin = {bin:?}, log_level = 'trace' }}, {setup}))",
+            bin = host_binary().display().to_string(),
+            setup = options.setup,
+        );
+        test.exec(&setup).await;
+        test
+    }
+
+    /// Runs Lua and decodes what it returns.
+    pub async fn lua<T: DeserializeOwned>(&self, code: &str) -> T {
+        let value = tokio::time::timeout(WAIT, self.nvim.exec_lua(code, vec![]))
+            .await
+            .unwrap_or_else(|_| panic!("Neovim did not answer within {WAIT:?}: {code}"))
+            .unwrap_or_else(|err| panic!("Lua failed: {err}\n{code}"));
+        rmpv::ext::from_value(value.clone())
+            .unwrap_or_else(|err| panic!("unexpected Lua result {value:?}: {err}\n{code}"))
+    }
+
+    pub async fn exec(&self, code: &str) {
+        let _: serde_json::Value = self.lua(&format!("{code}\nreturn vim.NIL")).await;
+    }
+
+    /// Runs an Ex command; returns its error message, if any.
+    pub async fn command(&self, command: &str) -> Option<String> {
+        let code = format!(
+            "local ok, err = pcall(vim.cmd, {command:?}) return ok and vim.NIL or tostring(err)"
+        );
+        self.lua::<Option<String>>(&code).await
+    }
+
+    /// Waits for the next `User <pattern>` event whose data satisfies `accept`, keeping the
+    /// others for `events_seen`.
+    pub async fn wait_event(
+        &mut self,
+        pattern: &str,
+        accept: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        if let Some(index) = self
+            .seen
+            .iter()
+            .position(|(seen_pattern, data)| seen_pattern == pattern && accept(data))
+        {
+            return self.seen.remove(index).1;
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.events.recv()).await;
+            match next {
+                Ok(Some((seen_pattern, data))) => {
+                    if seen_pattern == pattern && accept(&data) {
+                        return data;
+                    }
+                    self.seen.push((seen_pattern, data));
+                }
+                Ok(None) => panic!("Neovim went away while waiting for {pattern}"),
+                Err(_) => panic!(
+                    "no matching {pattern} event within {WAIT:?}; events so far: {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits for the loop to reach `status`.
+    pub async fn wait_status(&mut self, loop_id: &str, status: &str) -> serde_json::Value {
+        let loop_id = loop_id.to_owned();
+        let status = status.to_owned();
+        self.wait_event("LooprLoopUpdated", move |data| {
+            data["id"] == loop_id.as_str() && data["status"] == status.as_str()
+        })
+        .await
+    }
+
+    /// Every event received but not yet consumed by a wait.
+    pub fn events_seen(&self) -> &[(String, serde_json::Value)] {
+        &self.seen
+    }
+
+    /// Starts `:LooprPlan` and returns the new loop's id from its first status event.
+    pub async fn plan(&mut self, task: &str) -> String {
+        if let Some(err) = self.command(&format!("LooprPlan {task}")).await {
+            panic!("LooprPlan failed: {err}");
+        }
+        let running = self
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "running")
+            .await;
+        running["id"].as_str().expect("loop id").to_owned()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.dirs.log_file).unwrap_or_default()
+    }
+
+    pub async fn quit(mut self) -> TestDirs {
+        let _ = self.nvim.command("qa!").await;
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+        self.dirs
+    }
+}
