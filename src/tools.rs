@@ -107,6 +107,7 @@ async fn run_blocking<T: Send + 'static>(
 ) -> Result<T, ToolError> {
     let task = tokio::task::spawn_blocking(work);
     tokio::select! {
+        biased;
         _ = context.cancel.cancelled() => Err(ToolError::Cancelled),
         joined = task => joined.map_err(|err| ToolError::File {
             path: "(tool)".to_owned(),
@@ -114,3 +115,6 @@ async fn run_blocking<T: Send + 'static>(
         })?,
     }
 }
+
+#[cfg(test)]
+mod tests;

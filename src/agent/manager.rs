@@ -107,20 +107,7 @@ impl LoopManager {
         settings.check().map_err(ManagerError::Settings)?;
         let provider = (self.shared.provider_factory)(&settings)?;
         let project = self.project(root)?;
-        let now = crate::store::now_rfc3339();
-        let record = LoopRecord {
-            id: LoopId::generate(),
-            loop_type: LoopType::Plan,
-            parent: None,
-            status: LoopStatus::Running,
-            iteration: 0,
-            tokens_in: 0,
-            tokens_out: 0,
-            error: None,
-            task: task.to_owned(),
-            created_at: now.clone(),
-            updated_at: now,
-        };
+        let record = LoopRecord::start(LoopType::Plan, None, task);
         project.db.insert(&record, self.shared.host_pid)?;
         let cancel = CancellationToken::new();
         lock(&self.shared.running).insert(record.id.clone(), cancel.clone());

@@ -6,3 +6,4 @@ mod stream;
 mod wire;
 
 pub use client::{AnthropicClient, AnthropicConfig, ApiKey, DEFAULT_BASE_URL};
+pub use stream::{StreamFailure, read_turn};

@@ -318,16 +318,9 @@ mod tests {
     fn record(id: &str, created_at: &str) -> LoopRecord {
         LoopRecord {
             id: LoopId::parse(id).expect("id"),
-            loop_type: LoopType::Plan,
-            parent: None,
-            status: LoopStatus::Running,
-            iteration: 0,
-            tokens_in: 0,
-            tokens_out: 0,
-            error: None,
-            task: "Add a flag".to_owned(),
             created_at: created_at.to_owned(),
             updated_at: created_at.to_owned(),
+            ..LoopRecord::start(LoopType::Plan, None, "Add a flag")
         }
     }
 

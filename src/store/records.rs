@@ -137,6 +137,26 @@ pub struct LoopRecord {
     pub updated_at: String,
 }
 
+impl LoopRecord {
+    /// A new loop, running from now, with nothing spent yet.
+    pub fn start(loop_type: LoopType, parent: Option<LoopId>, task: &str) -> LoopRecord {
+        let now = now_rfc3339();
+        LoopRecord {
+            id: LoopId::generate(),
+            loop_type,
+            parent,
+            status: LoopStatus::Running,
+            iteration: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+            error: None,
+            task: task.to_owned(),
+            created_at: now.clone(),
+            updated_at: now,
+        }
+    }
+}
+
 pub fn now_rfc3339() -> String {
     let now = time::OffsetDateTime::now_utc();
     now.format(&time::format_description::well_known::Rfc3339)

@@ -1,19 +1,13 @@
 use std::time::Duration;
 
-use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder, rate_limited};
+use crate::fake_anthropic::{FakeAnthropic, rate_limited};
 use crate::nvim::WAIT;
-use crate::scenario::{create_plan_turn, start_editor, valid_plan};
+use crate::scenario::{create_plan_turn, stalled_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_slow_stream_at_once() {
     let fake = FakeAnthropic::start().await;
-    let opening: Vec<_> = TurnBuilder::new()
-        .text("Thinking very slowly")
-        .events()
-        .into_iter()
-        .take(3)
-        .collect();
-    fake.push(Reply::Stall(opening));
+    fake.push(stalled_turn("Thinking very slowly"));
     let mut editor = start_editor(&fake, "{}").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
@@ -68,6 +62,32 @@ async fn cancel_by_id_interrupts_a_pending_retry() {
     );
     editor.wait_status(&loop_id, "cancelled").await;
     assert_eq!(fake.requests().len(), 1);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_whose_host_was_killed_shows_as_interrupted_after_restart() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(stalled_turn("Working"));
+    let mut editor = start_editor(&fake, "{}").await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(1).await;
+    let pid: i32 = editor.lua("return require('loopr.host').pid()").await;
+    kill_and_reap(pid).await;
+
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let status: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    let row = status
+        .lines()
+        .find(|line| line.contains(&loop_id))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        row.contains("interrupted"),
+        "the record survived the crash: {row}"
+    );
     editor.quit().await;
 }
 

@@ -146,3 +146,81 @@ async fn a_panic_in_a_request_becomes_an_error_reply_and_the_host_lives_on() {
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_and_tab_layouts_are_honoured() {
+    for (layout, expect) in [("split", "col"), ("tab", "tab")] {
+        let fake = FakeAnthropic::start().await;
+        fake.push(create_plan_turn("toolu_plan", valid_plan()));
+        let mut editor = start_editor(&fake, &format!("{{ layout = '{layout}' }}")).await;
+        let loop_id = editor.plan("Add a --version flag").await;
+        editor.wait_status(&loop_id, "complete").await;
+        let shape: Value = editor
+            .lua("return { tabs = #vim.api.nvim_list_tabpages(), layout = vim.fn.winlayout()[1], ft = vim.bo.filetype }")
+            .await;
+        assert_eq!(shape["ft"], "markdown", "{layout}: {shape}");
+        if expect == "tab" {
+            assert_eq!(shape["tabs"], 2, "{layout}: {shape}");
+            assert_eq!(shape["layout"], "leaf", "{layout}: {shape}");
+        } else {
+            assert_eq!(shape["tabs"], 1, "{layout}: {shape}");
+            assert_eq!(
+                shape["layout"], expect,
+                "{layout}: one window above the other: {shape}"
+            );
+        }
+        editor.quit().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopr_log_opens_the_host_log() {
+    let fake = FakeAnthropic::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    assert_eq!(
+        editor.command("LooprStatus").await,
+        None,
+        "starts the host, which logs"
+    );
+    let log_file = editor.dirs.log_file.display().to_string();
+    // The host writes its first line on start; the buffer shows the file itself.
+    assert_eq!(editor.command("LooprLog").await, None);
+    let name: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
+    assert_eq!(name, log_file);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_binary_is_reported_with_the_build_command() {
+    let fake = FakeAnthropic::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    // A copy of the plugin without target/, and a PATH without loopr.
+    let plugin = editor.dirs.home.join("plugin-copy");
+    for dir in ["lua/loopr", "plugin"] {
+        std::fs::create_dir_all(plugin.join(dir)).expect("mkdir");
+        for entry in std::fs::read_dir(crate::nvim::plugin_root().join(dir)).expect("read_dir") {
+            let entry = entry.expect("entry");
+            std::fs::copy(entry.path(), plugin.join(dir).join(entry.file_name())).expect("copy");
+        }
+    }
+    let error: String = editor
+        .lua(&format!(
+            "vim.env.PATH = '/nonexistent'
+             for name in pairs(package.loaded) do
+               if name:find('^loopr') then package.loaded[name] = nil end
+             end
+             vim.opt.rtp:prepend({plugin:?})
+             local host = require('loopr.host')
+             require('loopr').setup({{}})
+             local path, err = host.resolve_bin()
+             return path or err",
+            plugin = plugin.display().to_string()
+        ))
+        .await;
+    assert!(error.contains("cargo build --release"), "{error}");
+    assert!(
+        error.contains(&plugin.display().to_string()),
+        "names the plugin directory: {error}"
+    );
+    editor.quit().await;
+}

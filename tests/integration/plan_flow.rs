@@ -278,12 +278,7 @@ async fn the_loop_fails_with_its_reason_at_the_turn_limit() {
     let failed = editor.wait_status(&loop_id, "failed").await;
     assert_eq!(failed["type"], "plan");
 
-    let records: Value = editor
-        .lua(&format!(
-            "return require('loopr.host').request('status', {{ root = {:?} }})",
-            editor.dirs.project.display().to_string()
-        ))
-        .await;
+    let records = editor.status_records().await;
     let error = records[0]["error"].as_str().expect("error");
     assert!(error.contains("after 2 model turns"), "{error}");
     assert_eq!(fake.requests().len(), 2);

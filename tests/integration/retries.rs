@@ -1,9 +1,9 @@
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::fake_anthropic::{
-    FakeAnthropic, Reply, TurnBuilder, error_reply, mid_stream_error, overloaded, rate_limited,
+    FakeAnthropic, TurnBuilder, error_reply, mid_stream_error, overloaded, rate_limited,
 };
-use crate::scenario::{create_plan_turn, start_editor, valid_plan};
+use crate::scenario::{create_plan_turn, stalled_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overloaded_529_and_rate_limited_429_are_retried() {
@@ -22,17 +22,7 @@ async fn overloaded_529_and_rate_limited_429_are_retried() {
         requests[0].body, requests[2].body,
         "a retry resends the same turn"
     );
-    let retry_messages: Vec<String> = editor
-        .events_seen()
-        .iter()
-        .filter(|(pattern, data)| {
-            pattern == "LooprProgress"
-                && data["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("retrying"))
-        })
-        .map(|(_, data)| data["message"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let retry_messages = editor.progress_messages("retrying");
     assert_eq!(retry_messages.len(), 2, "{retry_messages:?}");
     assert!(
         retry_messages[0].contains("HTTP 529 overloaded_error"),
@@ -75,13 +65,7 @@ async fn a_mid_stream_error_discards_the_partial_turn_and_retries_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_stream_times_out_and_is_retried() {
     let fake = FakeAnthropic::start().await;
-    let opening: Vec<_> = TurnBuilder::new()
-        .text("I'll start")
-        .events()
-        .into_iter()
-        .take(3)
-        .collect();
-    fake.push(Reply::Stall(opening));
+    fake.push(stalled_turn("I'll start"));
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let mut editor = start_editor(&fake, "{ stream_idle_timeout_ms = 400 }").await;
 
@@ -90,13 +74,12 @@ async fn a_stalled_stream_times_out_and_is_retried() {
 
     assert_eq!(fake.requests().len(), 2);
     fake.wait_for_disconnect().await;
-    let stalled = editor.events_seen().iter().any(|(pattern, data)| {
-        pattern == "LooprProgress"
-            && data["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("stream stalled for 0.4s"))
-    });
-    assert!(stalled, "{:#?}", editor.events_seen());
+    assert_eq!(
+        editor.progress_messages("stream stalled for 0.4s").len(),
+        1,
+        "{:#?}",
+        editor.events_seen()
+    );
     editor.quit().await;
 }
 
@@ -120,16 +103,9 @@ async fn exhausted_retries_and_client_errors_fail_the_loop_with_the_api_message(
     editor.wait_status(&second, "failed").await;
     assert_eq!(fake.requests().len(), 3, "a 400 is not retried");
 
-    let records: Value = editor
-        .lua(&format!(
-            "return require('loopr.host').request('status', {{ root = {:?} }})",
-            editor.dirs.project.display().to_string()
-        ))
-        .await;
+    let records = editor.status_records().await;
     let error_of = |id: &str| {
         records
-            .as_array()
-            .expect("records")
             .iter()
             .find(|record| record["id"] == id)
             .and_then(|record| record["error"].as_str())

@@ -277,6 +277,26 @@ impl TestNvim {
         .await
     }
 
+    /// The project's loop records, as the host reports them to `:LooprStatus`.
+    pub async fn status_records(&self) -> Vec<serde_json::Value> {
+        self.lua(&format!(
+            "return require('loopr.host').request('status', {{ root = {:?} }})",
+            self.dirs.project.display().to_string()
+        ))
+        .await
+    }
+
+    /// Progress messages received so far (and not consumed by a wait) that contain `needle`.
+    pub fn progress_messages(&self, needle: &str) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter(|(pattern, _)| pattern == "LooprProgress")
+            .filter_map(|(_, data)| data["message"].as_str())
+            .filter(|message| message.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Every event received but not yet consumed by a wait.
     pub fn events_seen(&self) -> &[(String, serde_json::Value)] {
         &self.seen

@@ -40,6 +40,18 @@ pub fn create_plan_turn(id: &str, plan: Value) -> Reply {
         .reply()
 }
 
+/// A turn that starts (message_start and the opening of a text block) and then goes silent
+/// with the connection open.
+pub fn stalled_turn(text: &str) -> Reply {
+    let opening = TurnBuilder::new()
+        .text(text)
+        .events()
+        .into_iter()
+        .take(3)
+        .collect();
+    Reply::Stall(opening)
+}
+
 pub fn list_files_turn() -> Reply {
     TurnBuilder::new()
         .text("Let me look at the project first.")
