@@ -1,25 +1,36 @@
-//! Artifacts: the structured answers of the artifact tools (`create_plan`, later
-//! `create_spec` and `create_phase`), their validation and their markdown rendering. The JSON
-//! is the source of truth; the markdown is rendered from it and never parsed back.
+//! Artifacts: the structured answers of the artifact tools (`create_plan`, `create_spec`,
+//! `create_phase`), their validation and their markdown rendering. The JSON is the source of
+//! truth; the markdown is rendered from it and never parsed back. Pure: no I/O (file checks go
+//! through a probe the caller supplies).
 
+mod phase;
 mod plan;
 mod render;
+mod spec;
 mod validation;
 
+pub use phase::{
+    CREATE_PHASE, FileState, PhaseArtifact, TaskAction, TaskItem, create_phase_spec, validate_phase,
+};
 pub use plan::{CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, validate_plan};
-pub use render::render_plan_markdown;
+pub use render::{render_phase_markdown, render_plan_markdown, render_spec_markdown};
+pub use spec::{CREATE_SPEC, PhaseReference, SpecArtifact, create_spec_spec, validate_spec};
 pub use validation::ValidationReport;
 
 /// The kinds of artifact a loop can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArtifactKind {
     Plan,
+    Spec,
+    Phase,
 }
 
 impl ArtifactKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ArtifactKind::Plan => "plan",
+            ArtifactKind::Spec => "spec",
+            ArtifactKind::Phase => "phase",
         }
     }
 
@@ -27,6 +38,8 @@ impl ArtifactKind {
     pub fn tool_name(self) -> &'static str {
         match self {
             ArtifactKind::Plan => CREATE_PLAN,
+            ArtifactKind::Spec => CREATE_SPEC,
+            ArtifactKind::Phase => CREATE_PHASE,
         }
     }
 }

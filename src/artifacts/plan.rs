@@ -4,12 +4,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::validation::{ValidationReport, with_schema_hint};
+use super::render::render_plan_markdown;
+use super::validation::{ValidationReport, name_issues, parse_against_schema, sparseness_issue};
 use crate::llm::ToolSpec;
-use crate::schema::{InputIssue, input_schema_for, schema_issues};
+use crate::schema::{InputIssue, input_schema_for};
 
 pub const CREATE_PLAN: &str = "create_plan";
 const MAX_SPECS: usize = 10;
+/// The seed's minimum content for a plan, in characters outside headings.
+const MIN_PLAN_CONTENT: usize = 200;
 
 /// A plan: what will be built, and the specs that will build it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -64,27 +67,23 @@ pub fn create_plan_spec() -> ToolSpec {
 }
 
 /// Checks a `create_plan` input against its schema and the plan rules: 1–10 specs, unique
-/// kebab-case names, dependencies that name specs of the plan, no dependency cycles.
+/// kebab-case names, dependencies that name specs of the plan, no dependency cycles, and
+/// enough content to act on.
 pub fn validate_plan(input: &Value) -> Result<PlanArtifact, ValidationReport> {
-    let report = |issues| ValidationReport {
-        tool: CREATE_PLAN,
-        issues,
-    };
-    let schema = input_schema_for::<PlanArtifact>();
-    let schema_problems: Vec<InputIssue> = schema_issues(&schema, input)
-        .into_iter()
-        .map(with_schema_hint)
-        .collect();
-    if !schema_problems.is_empty() {
-        return Err(report(schema_problems));
-    }
-    let plan: PlanArtifact = serde_json::from_value(input.clone())
-        .map_err(|err| report(vec![InputIssue::rule("input", err.to_string())]))?;
-    let issues = rule_issues(&plan);
+    let plan: PlanArtifact = parse_against_schema(CREATE_PLAN, input)?;
+    let mut issues = rule_issues(&plan);
+    issues.extend(sparseness_issue(
+        "plan",
+        &render_plan_markdown(&plan),
+        MIN_PLAN_CONTENT,
+    ));
     if issues.is_empty() {
         Ok(plan)
     } else {
-        Err(report(issues))
+        Err(ValidationReport {
+            tool: CREATE_PLAN,
+            issues,
+        })
     }
 }
 
@@ -99,28 +98,11 @@ fn rule_issues(plan: &PlanArtifact) -> Vec<InputIssue> {
             ),
         ));
     }
-    let mut first_index: HashMap<&str, usize> = HashMap::new();
-    for (index, spec) in plan.specs.iter().enumerate() {
-        if !is_kebab_case(&spec.name) {
-            issues.push(InputIssue::rule(
-                format!("specs[{index}].name"),
-                format!(
-                    "{:?} is not kebab-case; use lowercase words joined by hyphens, e.g. \"user-auth\"",
-                    spec.name
-                ),
-            ));
-        }
-        if let Some(first) = first_index.insert(spec.name.as_str(), index) {
-            first_index.insert(spec.name.as_str(), first);
-            issues.push(InputIssue::rule(
-                format!("specs[{index}].name"),
-                format!(
-                    "{:?} is already the name of specs[{first}]; give every spec a unique name",
-                    spec.name
-                ),
-            ));
-        }
-    }
+    let first_index = name_issues(
+        "specs",
+        plan.specs.iter().map(|spec| spec.name.as_str()),
+        &mut issues,
+    );
     let known: Vec<&str> = plan.specs.iter().map(|spec| spec.name.as_str()).collect();
     for (index, spec) in plan.specs.iter().enumerate() {
         for (dep_index, dependency) in spec.dependencies.iter().enumerate() {
@@ -155,16 +137,6 @@ fn rule_issues(plan: &PlanArtifact) -> Vec<InputIssue> {
         ));
     }
     issues
-}
-
-fn is_kebab_case(name: &str) -> bool {
-    !name.is_empty()
-        && name.split('-').all(|word| {
-            !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        })
 }
 
 /// The first dependency cycle (of length two or more) found, as spec names ending where it
@@ -346,6 +318,16 @@ mod tests {
         let mut input = valid_input();
         input["risks"] = json!("one big risk");
         assert_issue(input, "risks", "use the type the schema gives");
+    }
+
+    #[test]
+    fn a_sparse_plan_is_rejected() {
+        let input = json!({
+            "title": "Flag",
+            "overview": "Add it.",
+            "specs": [{"name": "flag", "title": "Flag", "description": "Do it."}]
+        });
+        assert_issue(input, "input", "too sparse");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::PlanArtifact;
+use super::{PhaseArtifact, PlanArtifact, SpecArtifact};
 
 /// plan.md, rendered from the structured plan. Rendering is one-way: nothing parses it back.
 pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
@@ -30,6 +30,91 @@ pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
     }
     write_list(&mut md, "Non-Goals", &plan.non_goals);
     write_list(&mut md, "Risks", &plan.risks);
+    finish(md)
+}
+
+/// spec.md, rendered from the structured spec.
+pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Spec: {}\n", one_line(&spec.title));
+    let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
+    let _ = writeln!(md, "## Overview\n\n{}\n", spec.overview.trim());
+    let _ = writeln!(md, "## Phases\n");
+    for (index, phase) in spec.phases.iter().enumerate() {
+        let _ = writeln!(md, "### Phase {}: {}\n", index + 1, one_line(&phase.title));
+        let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
+        let _ = writeln!(md, "{}\n", phase.description.trim());
+        if !phase.files.is_empty() {
+            let _ = writeln!(md, "**Files:**\n");
+            for file in &phase.files {
+                let _ = writeln!(md, "- `{}`", one_line(file));
+            }
+            md.push('\n');
+        }
+        if let Some(validation) = phase
+            .validation
+            .as_deref()
+            .filter(|text| !text.trim().is_empty())
+        {
+            let _ = writeln!(md, "**Validation:** {}\n", one_line(validation));
+        }
+    }
+    if !spec.acceptance_criteria.is_empty() {
+        let _ = writeln!(md, "## Acceptance Criteria\n");
+        for criterion in &spec.acceptance_criteria {
+            let _ = writeln!(md, "- [ ] {}", one_line(criterion));
+        }
+        md.push('\n');
+    }
+    if let Some(strategy) = spec
+        .test_strategy
+        .as_deref()
+        .filter(|text| !text.trim().is_empty())
+    {
+        let _ = writeln!(md, "## Test Strategy\n\n{}\n", strategy.trim());
+    }
+    finish(md)
+}
+
+/// phase.md, rendered from the structured phase.
+pub fn render_phase_markdown(phase: &PhaseArtifact) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Phase: {}\n", one_line(&phase.title));
+    let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
+    let _ = writeln!(md, "## Objective\n\n{}\n", phase.objective.trim());
+    let _ = writeln!(md, "## Tasks\n");
+    for (index, task) in phase.tasks.iter().enumerate() {
+        let target = match (&task.file, task.action) {
+            (Some(file), Some(action)) => format!(" (`{}`, {})", one_line(file), action.as_str()),
+            (Some(file), None) => format!(" (`{}`)", one_line(file)),
+            _ => String::new(),
+        };
+        let _ = writeln!(md, "{}. {}{target}", index + 1, one_line(&task.description));
+    }
+    md.push('\n');
+    if !phase.success_criteria.is_empty() {
+        let _ = writeln!(md, "## Success Criteria\n");
+        for criterion in &phase.success_criteria {
+            let _ = writeln!(md, "- [ ] {}", one_line(criterion));
+        }
+        md.push('\n');
+    }
+    let fence = fence_for(&phase.validation_command);
+    let _ = writeln!(
+        md,
+        "## Validation Command\n\n{fence}sh\n{}\n{fence}\n",
+        phase.validation_command.trim()
+    );
+    finish(md)
+}
+
+/// A backtick fence longer than any run of backticks in `text`, so the text cannot close it.
+fn fence_for(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    "`".repeat(longest.max(2) + 1)
+}
+
+fn finish(mut md: String) -> String {
     md.truncate(md.trim_end().len());
     md.push('\n');
     md
@@ -82,6 +167,42 @@ mod tests {
     #[test]
     fn plan_markdown_snapshot() {
         insta::assert_snapshot!(render_plan_markdown(&plan()));
+    }
+
+    #[test]
+    fn spec_markdown_snapshot() {
+        let spec: SpecArtifact = serde_json::from_value(serde_json::json!({
+            "name": "version-flag",
+            "title": "Parse --version",
+            "overview": "Teach the CLI to print its version.",
+            "phases": [
+                {"name": "parse-flag", "title": "Parse the flag", "description": "Match --version.", "files": ["src/main.rs"], "validation": "cargo test"},
+                {"name": "print-version", "title": "Print it", "description": "Use CARGO_PKG_VERSION."},
+                {"name": "docs", "title": "Document it", "description": "README.", "files": ["README.md"]}
+            ],
+            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
+            "test_strategy": "An integration test runs the binary."
+        }))
+        .expect("spec");
+        insta::assert_snapshot!(render_spec_markdown(&spec));
+    }
+
+    #[test]
+    fn phase_markdown_snapshot() {
+        let phase: PhaseArtifact = serde_json::from_value(serde_json::json!({
+            "name": "parse-flag",
+            "title": "Parse the flag",
+            "objective": "Recognise --version first.",
+            "tasks": [
+                {"description": "Match --version in main", "file": "src/main.rs", "action": "modify"},
+                {"description": "Add a test", "file": "tests/version.rs", "action": "create"},
+                {"description": "Run the formatter"}
+            ],
+            "validation_command": "cargo test --test version && echo ```done```",
+            "success_criteria": ["The flag works"]
+        }))
+        .expect("phase");
+        insta::assert_snapshot!(render_phase_markdown(&phase));
     }
 
     #[test]

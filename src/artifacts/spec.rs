@@ -1,0 +1,203 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::render::render_spec_markdown;
+use super::validation::{ValidationReport, name_issues, parse_against_schema, sparseness_issue};
+use crate::llm::ToolSpec;
+use crate::schema::{InputIssue, input_schema_for};
+
+pub const CREATE_SPEC: &str = "create_spec";
+const MIN_PHASES: usize = 3;
+const MAX_PHASES: usize = 7;
+/// The seed's minimum content for a spec, in characters outside headings.
+const MIN_SPEC_CONTENT: usize = 300;
+
+/// A spec: one part of a plan, detailed enough to split into 3 to 7 phases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpecArtifact {
+    /// The spec's identifier, exactly the name the plan gave it.
+    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
+    pub name: String,
+    /// Human-readable spec title.
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+    /// What this spec accomplishes and how, in detail: requirements, design, constraints.
+    #[schemars(length(min = 1))]
+    pub overview: String,
+    /// The phases that implement the spec, in order (Rule of Five: 3 to 7).
+    #[schemars(length(min = 3, max = 7))]
+    pub phases: Vec<PhaseReference>,
+    /// Conditions that must hold when the spec is complete, each verifiable.
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+    /// How the spec will be tested.
+    #[serde(default)]
+    pub test_strategy: Option<String>,
+}
+
+/// One phase of a spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseReference {
+    /// Phase identifier, unique in the spec, kebab-case (e.g. "user-model").
+    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
+    pub name: String,
+    /// Human-readable phase title.
+    #[schemars(length(min = 1, max = 200))]
+    pub title: String,
+    /// What this phase accomplishes.
+    #[schemars(length(min = 1))]
+    pub description: String,
+    /// Files this phase will create or modify, relative to the project root.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// How to verify the phase is complete, e.g. a test command.
+    #[serde(default)]
+    pub validation: Option<String>,
+}
+
+pub fn create_spec_spec() -> ToolSpec {
+    ToolSpec {
+        name: CREATE_SPEC.to_owned(),
+        description: "Create the spec with its phases. Call this once you understand the part \
+                      of the project the spec touches; it is how you deliver your answer. The \
+                      host validates the input, stores it and renders spec.md. If it reports \
+                      problems, fix them and call create_spec again."
+            .to_owned(),
+        input_schema: input_schema_for::<SpecArtifact>(),
+    }
+}
+
+/// Checks a `create_spec` input: the schema, the name of the spec it was spawned for, 3–7
+/// phases with unique kebab-case names, and enough content.
+pub fn validate_spec(input: &Value, expected_name: &str) -> Result<SpecArtifact, ValidationReport> {
+    let spec: SpecArtifact = parse_against_schema(CREATE_SPEC, input)?;
+    let mut issues = Vec::new();
+    if spec.name != expected_name {
+        issues.push(InputIssue::rule(
+            "name",
+            format!(
+                "{:?} is not the spec you were asked for; this spec is named {expected_name:?} \
+                 in the plan, use exactly that",
+                spec.name
+            ),
+        ));
+    }
+    if !(MIN_PHASES..=MAX_PHASES).contains(&spec.phases.len()) {
+        issues.push(InputIssue::rule(
+            "phases",
+            format!(
+                "has {} phases; a spec has {MIN_PHASES} to {MAX_PHASES} phases (Rule of Five)",
+                spec.phases.len()
+            ),
+        ));
+    }
+    name_issues(
+        "phases",
+        spec.phases.iter().map(|phase| phase.name.as_str()),
+        &mut issues,
+    );
+    issues.extend(sparseness_issue(
+        "spec",
+        &render_spec_markdown(&spec),
+        MIN_SPEC_CONTENT,
+    ));
+    if issues.is_empty() {
+        Ok(spec)
+    } else {
+        Err(ValidationReport {
+            tool: CREATE_SPEC,
+            issues,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid_spec() -> Value {
+        let phase = |name: &str, title: &str| {
+            json!({
+                "name": name,
+                "title": title,
+                "description": format!("{title}: change the code and cover it with unit tests so the behaviour is pinned down."),
+                "files": ["src/main.rs"],
+                "validation": "cargo test"
+            })
+        };
+        json!({
+            "name": "version-flag",
+            "title": "Parse --version",
+            "overview": "Teach the CLI to recognise --version and print the version from Cargo.toml, then exit with status 0 without running anything else.",
+            "phases": [phase("parse-flag", "Parse the flag"), phase("print-version", "Print the version"), phase("exit-code", "Exit cleanly")],
+            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
+            "test_strategy": "Unit tests for parsing, an integration test running the binary."
+        })
+    }
+
+    fn assert_issue(input: Value, location: &str, needle: &str) {
+        let issues = validate_spec(&input, "version-flag")
+            .expect_err("rejected")
+            .issues;
+        assert!(
+            issues
+                .iter()
+                .any(|issue| issue.location == location && issue.message.contains(needle)),
+            "expected {location} ~ {needle:?}, got {issues:#?}"
+        );
+    }
+
+    #[test]
+    fn a_valid_spec_is_accepted() {
+        let spec = validate_spec(&valid_spec(), "version-flag").expect("valid");
+        assert_eq!(spec.phases.len(), 3);
+    }
+
+    #[test]
+    fn the_name_must_be_the_spec_it_was_spawned_for() {
+        let mut input = valid_spec();
+        input["name"] = json!("other-spec");
+        assert_issue(input, "name", "this spec is named \"version-flag\"");
+    }
+
+    #[test]
+    fn fewer_than_three_or_more_than_seven_phases_break_the_rule_of_five() {
+        let mut two = valid_spec();
+        two["phases"].as_array_mut().expect("phases").truncate(2);
+        assert_issue(two, "phases", "change the number of items");
+        let mut eight = valid_spec();
+        let first = eight["phases"][0].clone();
+        let phases = eight["phases"].as_array_mut().expect("phases");
+        for index in 0..5 {
+            let mut extra = first.clone();
+            extra["name"] = json!(format!("extra-{index}"));
+            phases.push(extra);
+        }
+        assert_issue(eight, "phases", "change the number of items");
+    }
+
+    #[test]
+    fn phase_names_must_be_unique_and_kebab_case() {
+        let mut duplicate = valid_spec();
+        duplicate["phases"][2]["name"] = json!("parse-flag");
+        assert_issue(duplicate, "phases[2].name", "already the name of phases[0]");
+        let mut shouty = valid_spec();
+        shouty["phases"][1]["name"] = json!("PrintVersion");
+        assert_issue(
+            shouty,
+            "phases[1].name",
+            "lowercase words joined by hyphens",
+        );
+    }
+
+    #[test]
+    fn a_sparse_spec_is_rejected() {
+        let phase = |name: &str| json!({"name": name, "title": "T", "description": "D"});
+        let input = json!({"name": "version-flag", "title": "V", "overview": "O", "phases": [phase("a"), phase("b"), phase("c")]});
+        assert_issue(input, "input", "too sparse");
+    }
+}
