@@ -1,16 +1,18 @@
-//! Agent loops: a conversation with the model that runs tools until an artifact tool succeeds.
-//! `LoopManager` starts, tracks and cancels loops and records them in the store; it reports
-//! what happens as `LoopEvent`s to whatever shell listens (the Neovim bridge, or a CLI).
+//! Agent loops: conversations with the model that run tools until an artifact tool succeeds.
+//! `LoopManager` creates, schedules, approves, revises and cancels loops and records them in
+//! the store; it reports what happens as `LoopEvent`s to whatever shell listens (the Neovim
+//! bridge, or the command line).
 
+mod artifact_loop;
 mod artifact_store;
 mod events;
+mod jobs;
 mod manager;
-mod plan_loop;
 mod progress;
 mod prompts;
 mod settings;
 
+pub use artifact_loop::LoopError;
 pub use events::{EventSink, LoopEvent};
 pub use manager::{LoopManager, ManagerError, ProviderFactory, anthropic_from_env};
-pub use plan_loop::LoopError;
 pub use settings::LoopSettings;

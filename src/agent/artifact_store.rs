@@ -13,7 +13,7 @@ pub struct StoredArtifact {
     pub markdown_path: PathBuf,
 }
 
-/// Writes `<kind>.json`, then `<kind>.md`, then the conversation that produced them, each
+/// Writes `<kind>.json`, then `<kind>.md`, then the conversation that produced them (if given), each
 /// atomically, and only then moves `current` to this iteration, so `current` never points at
 /// a half-written iteration.
 pub fn store_artifact<T: Serialize>(
@@ -23,7 +23,7 @@ pub fn store_artifact<T: Serialize>(
     kind: ArtifactKind,
     artifact: &T,
     markdown: &str,
-    conversation: &[Message],
+    conversation: Option<&[Message]>,
 ) -> Result<StoredArtifact, std::io::Error> {
     let artifacts_dir = layout.artifacts_dir(loop_id, iteration);
     let json_path = artifacts_dir.join(format!("{}.json", kind.as_str()));
@@ -31,11 +31,13 @@ pub fn store_artifact<T: Serialize>(
     let json = serde_json::to_vec_pretty(artifact).map_err(std::io::Error::other)?;
     write_with_context(&json_path, &json)?;
     write_with_context(&markdown_path, markdown.as_bytes())?;
-    let conversation_path = layout
-        .iteration_dir(loop_id, iteration)
-        .join("conversation.json");
-    let conversation = serde_json::to_vec_pretty(conversation).map_err(std::io::Error::other)?;
-    write_with_context(&conversation_path, &conversation)?;
+    if let Some(conversation) = conversation.filter(|messages| !messages.is_empty()) {
+        let conversation_path = layout
+            .iteration_dir(loop_id, iteration)
+            .join("conversation.json");
+        let conversation = serde_json::to_vec(conversation).map_err(std::io::Error::other)?;
+        write_with_context(&conversation_path, &conversation)?;
+    }
     let link = layout.current_link(loop_id);
     replace_symlink(&ProjectLayout::iteration_relative(iteration), &link).map_err(|err| {
         std::io::Error::new(

@@ -4,15 +4,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
+use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
 use super::events::{EventSink, LoopEvent};
-use super::plan_loop::{LoopContext, LoopError, run_plan_loop};
+use super::jobs::{self, ChildLoop, JobError};
 use super::settings::LoopSettings;
 use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError};
 use crate::tools::ProjectRoot;
 
-/// Builds the model client for a loop from the user's settings.
+/// Builds the model client for a loop from its settings.
 pub type ProviderFactory =
     Arc<dyn Fn(&LoopSettings) -> Result<Arc<dyn LlmProvider>, LlmError> + Send + Sync>;
 
@@ -38,21 +39,31 @@ pub enum ManagerError {
     },
     #[error("the task is empty; describe the change to plan, e.g. \"Add a --version flag\"")]
     EmptyTask,
+    #[error("the feedback is empty; say what should change")]
+    EmptyFeedback,
     #[error("invalid setting: {0}")]
     Settings(String),
     #[error(transparent)]
     Provider(#[from] LlmError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("no running loop in this project to cancel")]
-    NothingToCancel,
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error("no {0} loop in this project")]
+    NothingTo(&'static str),
     #[error("no loop {0} in this project")]
     UnknownLoop(String),
-    #[error("loop {id} is {status}, not running; nothing to cancel")]
-    NotRunning { id: String, status: &'static str },
+    #[error("loop {id} is {status}; {hint}")]
+    WrongState {
+        id: String,
+        status: &'static str,
+        hint: &'static str,
+    },
+    #[error("the stored artifact of loop {id} cannot be read: {message}")]
+    StoredArtifact { id: String, message: String },
 }
 
-/// Starts, tracks and cancels loops. Cheap to clone; all clones share state.
+/// Starts, schedules, tracks and cancels loops. Cheap to clone; all clones share state.
 #[derive(Clone)]
 pub struct LoopManager {
     shared: Arc<Shared>,
@@ -65,6 +76,8 @@ struct Shared {
     provider_factory: ProviderFactory,
     projects: Mutex<HashMap<PathBuf, Project>>,
     running: Mutex<HashMap<LoopId, CancellationToken>>,
+    /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
+    scheduling: Mutex<()>,
 }
 
 #[derive(Clone)]
@@ -88,12 +101,13 @@ impl LoopManager {
                 provider_factory,
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
+                scheduling: Mutex::new(()),
             }),
         }
     }
 
-    /// Starts a plan loop for `task` and returns its id at once; the loop runs in the
-    /// background and reports through events.
+    /// Starts a plan loop for `task` and returns its id at once; loops run in the background
+    /// and report through events.
     pub fn start_plan(
         &self,
         root: &Path,
@@ -105,147 +119,350 @@ impl LoopManager {
             return Err(ManagerError::EmptyTask);
         }
         settings.check().map_err(ManagerError::Settings)?;
-        let provider = (self.shared.provider_factory)(&settings)?;
+        // Fail now, not in the background, when the provider cannot be built (no API key).
+        (self.shared.provider_factory)(&settings)?;
         let project = self.project(root)?;
-        let record = LoopRecord::start(LoopType::Plan, None, task);
+        let record = LoopRecord::new_pending(LoopType::Plan, task, settings.to_json());
         project.db.insert(&record, self.shared.host_pid)?;
-        let cancel = CancellationToken::new();
-        lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
-        tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop started");
-        self.emit_status(&record.id, LoopType::Plan, LoopStatus::Running, None);
-
-        let context = LoopContext {
-            id: record.id.clone(),
-            task: task.to_owned(),
-            root: project.root.clone(),
-            layout: project.layout.clone(),
-            db: project.db.clone(),
-            provider,
-            settings,
-            events: self.shared.events.clone(),
-            cancel,
-        };
-        let manager = self.clone();
-        let id = record.id.clone();
-        // The loop runs in its own task so a panic inside it ends only that loop; the
-        // supervising task records the outcome either way.
-        let run = tokio::spawn(async move {
-            let result = run_plan_loop(&context).await;
-            (context, result)
-        });
-        tokio::spawn(async move {
-            let (status, error) = match run.await {
-                Ok((_, Ok(outcome))) => {
-                    tracing::info!(loop_id = %id, path = %outcome.markdown_path.display(), iteration = outcome.iteration, "plan loop complete");
-                    (LoopStatus::Complete, None)
-                }
-                Ok((_, Err(LoopError::Cancelled))) => (LoopStatus::Cancelled, None),
-                Ok((_, Err(err))) => {
-                    tracing::warn!(loop_id = %id, error = %err, "plan loop failed");
-                    (LoopStatus::Failed, Some(err.to_string()))
-                }
-                Err(join_error) => {
-                    tracing::error!(loop_id = %id, error = %join_error, "plan loop crashed");
-                    (
-                        LoopStatus::Failed,
-                        Some(format!(
-                            "internal error: the loop crashed ({join_error}); see :LooprLog"
-                        )),
-                    )
-                }
-            };
-            manager.finish(&project.db, &id, status, error);
-        });
+        tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop created");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
         Ok(record.id)
     }
 
-    /// Cancels loop `id`, or the newest running loop of the project without one.
+    /// Approves loop `id` (or the newest loop awaiting approval): it completes and its
+    /// children spawn from its stored artifact.
+    pub fn approve(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+        let project = self.project(root)?;
+        let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.record(&project, id)?,
+            None => project
+                .db
+                .list()?
+                .into_iter()
+                .find(|record| record.status == LoopStatus::AwaitingApproval)
+                .ok_or(ManagerError::NothingTo("awaiting approval"))?,
+        };
+        if record.status != LoopStatus::AwaitingApproval {
+            return Err(ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: record.status.as_str(),
+                hint: "only loops awaiting approval can be approved",
+            });
+        }
+        let kind = jobs::artifact_kind(record.loop_type)?;
+        let path = project
+            .layout
+            .artifacts_dir(&record.id, record.iteration)
+            .join(format!("{}.json", kind.as_str()));
+        let accepted = jobs::read_json(&path)
+            .ok()
+            .and_then(|json| jobs::restore(kind, &json))
+            .ok_or_else(|| ManagerError::StoredArtifact {
+                id: record.id.to_string(),
+                message: format!("{} is missing or invalid", path.display()),
+            })?;
+        self.complete_with_children(&project, &record, record.iteration, &accepted.children)?;
+        tracing::info!(loop_id = %record.id, "approved");
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Runs loop `id` again with the user's feedback. Its children, spawned from the old
+    /// artifact, are cancelled and invalidated; their artifacts stay on disk.
+    pub fn revise(&self, root: &Path, id: &str, feedback: &str) -> Result<LoopId, ManagerError> {
+        if feedback.trim().is_empty() {
+            return Err(ManagerError::EmptyFeedback);
+        }
+        let project = self.project(root)?;
+        let record = self.record(&project, id)?;
+        if matches!(record.status, LoopStatus::Running | LoopStatus::Pending)
+            || record.iteration == 0
+        {
+            return Err(ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: record.status.as_str(),
+                hint: "only a loop that has produced its artifact and is not running can be revised",
+            });
+        }
+        for descendant in project.db.descendants(&record.id)? {
+            if let Some(token) = lock(&self.shared.running).get(&descendant.id) {
+                token.cancel();
+            }
+        }
+        let invalidated = project.db.revise(&record.id, feedback.trim())?;
+        for child in &invalidated {
+            let loop_type = project
+                .db
+                .get(child)?
+                .map_or(LoopType::Spec, |record| record.loop_type);
+            self.emit_status(child, loop_type, LoopStatus::Invalidated, None);
+        }
+        tracing::info!(loop_id = %record.id, invalidated = invalidated.len(), "revising");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Cancels loop `id` (or the newest active loop) and every active loop below it.
     pub fn cancel(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
         let project = self.project(root)?;
         let target = match id.map(str::trim).filter(|id| !id.is_empty()) {
-            Some(text) => {
-                let id = LoopId::parse(text)
-                    .ok_or_else(|| ManagerError::UnknownLoop(text.to_owned()))?;
-                let record = project
-                    .db
-                    .get(&id)?
-                    .ok_or_else(|| ManagerError::UnknownLoop(text.to_owned()))?;
+            Some(id) => {
+                let record = self.record(&project, id)?;
                 if !record.status.is_active() {
-                    return Err(ManagerError::NotRunning {
-                        id: text.to_owned(),
+                    return Err(ManagerError::WrongState {
+                        id: record.id.to_string(),
                         status: record.status.as_str(),
+                        hint: "nothing to cancel",
                     });
                 }
-                id
+                record
             }
-            None => self
-                .running_ids(&project)?
+            None => project
+                .db
+                .list()?
                 .into_iter()
-                .next()
-                .ok_or(ManagerError::NothingToCancel)?,
+                .find(|record| record.status.is_active())
+                .ok_or(ManagerError::NothingTo("running"))?,
         };
-        let token = lock(&self.shared.running).get(&target).cloned();
-        match token {
-            Some(token) => token.cancel(),
-            // Active in the database but not run by this host (another Neovim, or a host that
-            // died): nothing to stop here, so record the cancellation directly.
-            None => self.finish(&project.db, &target, LoopStatus::Cancelled, None),
+        let mut tree = vec![target.clone()];
+        tree.extend(project.db.descendants(&target.id)?);
+        for record in tree.iter().filter(|record| record.status.is_active()) {
+            let token = lock(&self.shared.running).get(&record.id).cloned();
+            match token {
+                // The loop's supervisor records the cancellation when the task stops.
+                Some(token) => token.cancel(),
+                None => {
+                    project
+                        .db
+                        .set_status(&record.id, LoopStatus::Cancelled, None)?;
+                    self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
+                }
+            }
         }
-        tracing::info!(loop_id = %target, "cancel requested");
-        Ok(target)
+        tracing::info!(loop_id = %target.id, "cancel requested");
+        Ok(target.id)
     }
 
     pub fn status(&self, root: &Path) -> Result<Vec<LoopRecord>, ManagerError> {
         Ok(self.project(root)?.db.list()?)
     }
 
-    /// Loop ids of the project, newest first; only active ones if `running_only`.
-    pub fn loop_ids(&self, root: &Path, running_only: bool) -> Result<Vec<LoopId>, ManagerError> {
+    /// Opens the project so this host resumes its unfinished loops; returns how many loops of
+    /// the project are active.
+    pub fn resume(&self, root: &Path) -> Result<usize, ManagerError> {
         let project = self.project(root)?;
-        if running_only {
-            return self.running_ids(&project);
-        }
         Ok(project
             .db
             .list()?
-            .into_iter()
-            .map(|record| record.id)
-            .collect())
+            .iter()
+            .filter(|record| record.status.is_active())
+            .count())
     }
 
-    /// Cancels every loop this host runs; used when Neovim goes away.
+    /// Cancels every loop this host runs; used when the shell goes away.
     pub fn cancel_all(&self) {
         for token in lock(&self.shared.running).values() {
             token.cancel();
         }
     }
 
-    /// Whether any loop is still running in this host.
-    pub fn has_running(&self) -> bool {
-        !lock(&self.shared.running).is_empty()
+    /// Loops this host is running now.
+    pub fn running_count(&self) -> usize {
+        lock(&self.shared.running).len()
     }
 
-    fn running_ids(&self, project: &Project) -> Result<Vec<LoopId>, ManagerError> {
-        Ok(project
+    fn record(&self, project: &Project, id: &str) -> Result<LoopRecord, ManagerError> {
+        let loop_id = LoopId::parse(id).ok_or_else(|| ManagerError::UnknownLoop(id.to_owned()))?;
+        project
             .db
-            .list()?
-            .into_iter()
-            .filter(|record| record.status.is_active())
-            .map(|record| record.id)
-            .collect())
+            .get(&loop_id)?
+            .ok_or_else(|| ManagerError::UnknownLoop(id.to_owned()))
     }
 
-    fn finish(&self, db: &LoopDb, id: &LoopId, status: LoopStatus, error: Option<String>) {
-        lock(&self.shared.running).remove(id);
-        if let Err(err) = db.set_status(id, status, error.as_deref()) {
-            tracing::error!(loop_id = %id, error = %err, "recording the loop's final status");
+    /// Starts every pending loop of this host whose dependencies are complete, while slots
+    /// are free.
+    fn schedule(&self, project: &Project) {
+        let _scheduling = lock(&self.shared.scheduling);
+        let pending = match project.db.pending_for_host(self.shared.host_pid) {
+            Ok(pending) => pending,
+            Err(err) => {
+                tracing::error!(error = %err, "listing pending loops");
+                return;
+            }
+        };
+        for record in pending {
+            let settings = LoopSettings::from_stored(&record.settings);
+            let limit = usize::try_from(settings.max_concurrent_loops).unwrap_or(usize::MAX);
+            if self.running_count() >= limit {
+                continue;
+            }
+            match dependencies_met(project, &record) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(err) => {
+                    tracing::error!(loop_id = %record.id, error = %err, "checking dependencies");
+                    continue;
+                }
+            }
+            match project.db.claim(&record.id, self.shared.host_pid) {
+                Ok(true) => self.launch(project, record, settings),
+                Ok(false) => {}
+                Err(err) => tracing::error!(loop_id = %record.id, error = %err, "claiming a loop"),
+            }
         }
-        let loop_type = db
-            .get(id)
-            .ok()
-            .flatten()
-            .map_or(LoopType::Plan, |record| record.loop_type);
-        self.emit_status(id, loop_type, status, error);
+    }
+
+    fn launch(&self, project: &Project, record: LoopRecord, settings: LoopSettings) {
+        let provider = match (self.shared.provider_factory)(&settings) {
+            Ok(provider) => provider,
+            Err(err) => {
+                self.record_end(project, &record, LoopStatus::Failed, Some(err.to_string()));
+                return;
+            }
+        };
+        let cancel = CancellationToken::new();
+        lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
+        tracing::info!(loop_id = %record.id, loop_type = record.loop_type.as_str(), "loop running");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Running, None);
+        let context = LoopContext {
+            record: record.clone(),
+            root: project.root.clone(),
+            layout: project.layout.clone(),
+            db: project.db.clone(),
+            provider,
+            settings: settings.clone(),
+            events: self.shared.events.clone(),
+            cancel,
+        };
+        // The loop runs in its own task so a panic inside it ends only that loop; the
+        // supervising task records the outcome either way.
+        let run = tokio::spawn(async move { run_artifact_loop(&context).await });
+        let manager = self.clone();
+        let project = project.clone();
+        tokio::spawn(async move {
+            let result = run.await;
+            lock(&manager.shared.running).remove(&record.id);
+            match result {
+                Ok(Ok(outcome)) => manager.on_artifact(&project, &record, &settings, outcome),
+                Ok(Err(LoopError::Cancelled)) => {
+                    manager.record_end(&project, &record, LoopStatus::Cancelled, None);
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
+                    manager.record_end(
+                        &project,
+                        &record,
+                        LoopStatus::Failed,
+                        Some(err.to_string()),
+                    );
+                }
+                Err(join_error) => {
+                    tracing::error!(loop_id = %record.id, error = %join_error, "loop crashed");
+                    let message =
+                        format!("internal error: the loop crashed ({join_error}); see :LooprLog");
+                    manager.record_end(&project, &record, LoopStatus::Failed, Some(message));
+                }
+            }
+            manager.schedule(&project);
+        });
+    }
+
+    fn on_artifact(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        settings: &LoopSettings,
+        outcome: ArtifactOutcome,
+    ) {
+        let result = if settings.gates(record.loop_type.as_str()) {
+            project
+                .db
+                .finish_with_children(
+                    &record.id,
+                    LoopStatus::AwaitingApproval,
+                    &[],
+                    self.shared.host_pid,
+                )
+                .map(|()| {
+                    self.emit_status(
+                        &record.id,
+                        record.loop_type,
+                        LoopStatus::AwaitingApproval,
+                        None,
+                    )
+                })
+                .map_err(ManagerError::from)
+        } else {
+            self.complete_with_children(
+                project,
+                record,
+                outcome.iteration,
+                &outcome.accepted.children,
+            )
+        };
+        if let Err(err) = result {
+            // The loop was revised or cancelled while it finished; its new state stands.
+            tracing::info!(loop_id = %record.id, error = %err, "artifact outcome not recorded");
+        }
+    }
+
+    fn complete_with_children(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        iteration: u32,
+        children: &[ChildLoop],
+    ) -> Result<(), ManagerError> {
+        let kind = jobs::artifact_kind(record.loop_type)?;
+        let triggered_by = ProjectLayout::iteration_relative(iteration)
+            .join("artifacts")
+            .join(format!("{}.json", kind.as_str()))
+            .to_string_lossy()
+            .into_owned();
+        let child_records: Vec<LoopRecord> = children
+            .iter()
+            .map(|child| LoopRecord {
+                parent: Some(record.id.clone()),
+                name: Some(child.name.clone()),
+                depends_on: child.depends_on.clone(),
+                triggered_by: Some(triggered_by.clone()),
+                ..LoopRecord::new_pending(child.loop_type, &child.task, record.settings.clone())
+            })
+            .collect();
+        project.db.finish_with_children(
+            &record.id,
+            LoopStatus::Complete,
+            &child_records,
+            self.shared.host_pid,
+        )?;
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Complete, None);
+        for child in &child_records {
+            self.emit_status(&child.id, child.loop_type, LoopStatus::Pending, None);
+        }
+        Ok(())
+    }
+
+    fn record_end(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        status: LoopStatus,
+        error: Option<String>,
+    ) {
+        match project
+            .db
+            .finish_running(&record.id, status, error.as_deref())
+        {
+            Ok(true) => self.emit_status(&record.id, record.loop_type, status, error),
+            Ok(false) => {
+                tracing::debug!(loop_id = %record.id, "loop state changed meanwhile; end not recorded")
+            }
+            Err(err) => {
+                tracing::error!(loop_id = %record.id, error = %err, "recording the loop's end")
+            }
+        }
     }
 
     fn emit_status(
@@ -263,30 +480,60 @@ impl LoopManager {
         });
     }
 
-    /// The project at `root`, opened once per host. Opening it marks loops orphaned by a dead
-    /// host as interrupted.
+    /// The project at `root`, opened once per host. Opening it adopts loops left behind by a
+    /// host that died and schedules them, so they resume.
     fn project(&self, root: &Path) -> Result<Project, ManagerError> {
         let root = ProjectRoot::new(root).map_err(|source| ManagerError::Root {
             path: root.to_path_buf(),
             source,
         })?;
-        let mut projects = lock(&self.shared.projects);
-        if let Some(project) = projects.get(root.path()) {
-            return Ok(project.clone());
-        }
-        let layout = ProjectLayout::new(&self.shared.loopr_home, root.path());
-        let db = LoopDb::open(&layout.database())?;
-        let interrupted = db.mark_orphans_interrupted(process_is_alive)?;
-        if !interrupted.is_empty() {
+        let project = {
+            let mut projects = lock(&self.shared.projects);
+            if let Some(project) = projects.get(root.path()) {
+                return Ok(project.clone());
+            }
+            let layout = ProjectLayout::new(&self.shared.loopr_home, root.path());
+            let db = LoopDb::open(&layout.database())?;
+            let project = Project { root, layout, db };
+            projects.insert(project.root.path().to_path_buf(), project.clone());
+            project
+        };
+        let adopted = project
+            .db
+            .adopt_orphans(self.shared.host_pid, process_is_alive)?;
+        if !adopted.is_empty() {
             tracing::info!(
-                count = interrupted.len(),
-                "marked loops of exited hosts as interrupted"
+                count = adopted.len(),
+                "resuming loops of a host that exited"
             );
+            for id in &adopted {
+                if let Some(record) = project.db.get(id)? {
+                    self.emit_status(id, record.loop_type, LoopStatus::Pending, None);
+                }
+            }
         }
-        let project = Project { root, layout, db };
-        projects.insert(project.root.path().to_path_buf(), project.clone());
+        self.schedule(&project);
         Ok(project)
     }
+}
+
+/// A spec may start once the specs it depends on (its siblings from the same parent
+/// artifact) are complete.
+fn dependencies_met(project: &Project, record: &LoopRecord) -> Result<bool, StoreError> {
+    if record.depends_on.is_empty() {
+        return Ok(true);
+    }
+    let Some(parent) = &record.parent else {
+        return Ok(true);
+    };
+    let siblings = project.db.children(parent)?;
+    Ok(record.depends_on.iter().all(|dependency| {
+        siblings.iter().any(|sibling| {
+            sibling.name.as_deref() == Some(dependency.as_str())
+                && sibling.triggered_by == record.triggered_by
+                && sibling.status == LoopStatus::Complete
+        })
+    }))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -1,27 +1,148 @@
 //! The words the loops say to the model.
 
-pub fn plan_system_prompt(project_name: &str, tool_names: &[&str]) -> String {
+use serde_json::Value;
+
+use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
+
+pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]) -> String {
+    let tools = tool_names.join(", ");
+    let (stage, deliver) = match kind {
+        ArtifactKind::Plan => (
+            "the planning stage: turn the user's request into a plan that other loops will \
+             implement spec by spec",
+            "- Split the work into 1 to 10 specs, each a coherent piece that can be specified \
+             and implemented on its own. Give each a unique kebab-case name (e.g. \"user-auth\") \
+             and list, in dependencies, the specs that must be complete before it can start. No \
+             cycles.\n- State non-goals and risks honestly.",
+        ),
+        ArtifactKind::Spec => (
+            "the specification stage: detail one spec of an approved plan so it can be split \
+             into phases",
+            "- Split the spec into 3 to 7 phases (Rule of Five), each a step that can be \
+             implemented and verified on its own, with unique kebab-case names.\n- Give \
+             acceptance criteria that can be checked and a test strategy.",
+        ),
+        ArtifactKind::Phase => (
+            "the phase stage: turn one phase of a spec into concrete tasks for the code loop",
+            "- List specific tasks, each naming the file it touches (relative to the project \
+             root) and whether it is created, modified or deleted: files to modify or delete \
+             must exist, files to create must not.\n- Give the shell command that passes once \
+             the phase is done (validation_command).",
+        ),
+    };
+    let tool = kind.tool_name();
     format!(
-        "You are the planning stage of Loopr, working inside the project \"{project_name}\". \
-Turn the user's request into a plan that other loops will implement spec by spec.
+        "You are {stage}, working inside the project \"{project_name}\".
 
 How to work:
 - First explore the project with the read-only tools ({tools}) until you understand the parts \
-the request touches: layout, conventions, tests, build. Paths are relative to the project root.
-- Then deliver the plan by calling the create_plan tool. Do not write the plan as text: \
-create_plan is the only way to answer. The host validates it, stores it and renders plan.md \
-for the user to review.
-- Split the work into 1 to 10 specs, each a coherent piece that can be specified and \
-implemented on its own. Give each a unique kebab-case name (e.g. \"user-auth\") and list, in \
-dependencies, the specs that must be complete before it can start. No cycles.
-- State non-goals and risks honestly. Be concrete: name files, modules and commands you saw.
-- If create_plan reports problems, fix all of them and call it again with the complete input.",
-        tools = tool_names.join(", ")
+the work touches: layout, conventions, tests, build. Paths are relative to the project root.
+- Then deliver your answer by calling the {tool} tool. Do not write the answer as text: {tool} \
+is the only way to answer. The host validates it, stores it and renders it as markdown for \
+the user to review.
+{deliver}
+- Be concrete: name files, modules and commands you saw.
+- If {tool} reports problems, fix all of them and call it again with the complete input."
     )
 }
 
 pub fn plan_task_message(task: &str) -> String {
     format!("Plan this change:\n\n{}", task.trim())
+}
+
+pub fn spec_task_message(plan: &PlanArtifact, spec: &SpecReference) -> String {
+    let mut message = format!(
+        "Write the spec named \"{}\" of this approved plan.\n\n# Plan: {}\n\n{}\n\nSpecs of the plan:\n",
+        spec.name,
+        plan.title,
+        plan.overview.trim()
+    );
+    for other in &plan.specs {
+        let marker = if other.name == spec.name {
+            " <- this one"
+        } else {
+            ""
+        };
+        message.push_str(&format!("- {}: {}{marker}\n", other.name, other.title));
+    }
+    message.push_str(&format!(
+        "\n# Spec \"{}\": {}\n\n{}\n",
+        spec.name,
+        spec.title,
+        spec.description.trim()
+    ));
+    if !spec.dependencies.is_empty() {
+        message.push_str(&format!(
+            "\nIt builds on the specs {}, which are complete.\n",
+            spec.dependencies.join(", ")
+        ));
+    }
+    message.push_str(&format!(
+        "\nCall create_spec with name \"{}\" once you know the files involved.",
+        spec.name
+    ));
+    message
+}
+
+pub fn phase_task_message(spec: &SpecArtifact, index: usize) -> String {
+    let phase = &spec.phases[index.min(spec.phases.len().saturating_sub(1))];
+    let mut message = format!(
+        "Write phase {} of {} of the spec \"{}\": turn it into concrete tasks.\n\n# Spec: {}\n\n{}\n\nPhases of the spec:\n",
+        index + 1,
+        spec.phases.len(),
+        spec.name,
+        spec.title,
+        spec.overview.trim()
+    );
+    for (position, other) in spec.phases.iter().enumerate() {
+        let marker = if position == index {
+            " <- this one"
+        } else {
+            ""
+        };
+        message.push_str(&format!(
+            "{}. {}: {}{marker}\n",
+            position + 1,
+            other.name,
+            other.title
+        ));
+    }
+    message.push_str(&format!(
+        "\n# Phase \"{}\": {}\n\n{}\n",
+        phase.name,
+        phase.title,
+        phase.description.trim()
+    ));
+    if !phase.files.is_empty() {
+        message.push_str(&format!(
+            "\nFiles named by the spec: {}\n",
+            phase.files.join(", ")
+        ));
+    }
+    if let Some(validation) = phase.validation.as_deref() {
+        message.push_str(&format!("Validation named by the spec: {validation}\n"));
+    }
+    message.push_str(&format!(
+        "\nCall create_phase with name \"{}\" once you know exactly which files change.",
+        phase.name
+    ));
+    message
+}
+
+pub fn revision_request(
+    kind: ArtifactKind,
+    iteration: u32,
+    previous: &Value,
+    feedback: &str,
+) -> String {
+    format!(
+        "\n\nYou wrote this {kind} before (iteration {iteration}):\n\n```json\n{}\n```\n\nThe user \
+         reviewed it and asks for these changes:\n\n{}\n\nCall {} with the complete revised {kind}.",
+        serde_json::to_string_pretty(previous).unwrap_or_default(),
+        feedback.trim(),
+        kind.tool_name(),
+        kind = kind.as_str(),
+    )
 }
 
 pub fn nudge_to_call_artifact_tool(tool: &str) -> String {

@@ -1,10 +1,11 @@
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Per-request settings from the user's configuration; every field has a default so a shell
-/// may send only what the user changed.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// may send only what the user changed. A loop keeps the settings it started with (they are
+/// stored with it) and its children inherit them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoopSettings {
     pub model: String,
@@ -14,6 +15,12 @@ pub struct LoopSettings {
     pub max_retries: u32,
     pub request_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
+    /// Loop levels whose artifact waits for `:LooprApprove` before children spawn.
+    pub review_gates: Vec<String>,
+    /// Loops this host runs at once.
+    pub max_concurrent_loops: u32,
+    /// Review passes a plan goes through before it counts as ready (0 turns them off).
+    pub plan_review_passes: u32,
 }
 
 impl Default for LoopSettings {
@@ -25,9 +32,14 @@ impl Default for LoopSettings {
             max_retries: 2,
             request_timeout_ms: 600_000,
             stream_idle_timeout_ms: 90_000,
+            review_gates: vec!["plan".to_owned()],
+            max_concurrent_loops: 4,
+            plan_review_passes: 5,
         }
     }
 }
+
+const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
 
 impl LoopSettings {
     /// Rejects values no loop can run with, naming the setting.
@@ -40,12 +52,29 @@ impl LoopSettings {
             ("max_turns", u64::from(self.max_turns)),
             ("request_timeout_ms", self.request_timeout_ms),
             ("stream_idle_timeout_ms", self.stream_idle_timeout_ms),
+            ("max_concurrent_loops", u64::from(self.max_concurrent_loops)),
         ] {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
         }
+        if self.plan_review_passes > 5 {
+            return Err("plan_review_passes must be between 0 and 5".to_owned());
+        }
+        if let Some(level) = self
+            .review_gates
+            .iter()
+            .find(|level| !LEVELS.contains(&level.as_str()))
+        {
+            return Err(format!(
+                "review_gates has {level:?}; use any of \"plan\", \"spec\", \"phase\""
+            ));
+        }
         Ok(())
+    }
+
+    pub fn gates(&self, level: &str) -> bool {
+        self.review_gates.iter().any(|gate| gate == level)
     }
 
     pub fn request_timeout(&self) -> Duration {
@@ -54,5 +83,53 @@ impl LoopSettings {
 
     pub fn stream_idle_timeout(&self) -> Duration {
         Duration::from_millis(self.stream_idle_timeout_ms)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// Settings stored with a loop; unknown or missing fields fall back to defaults so old
+    /// records stay readable.
+    pub fn from_stored(json: &str) -> LoopSettings {
+        let known = serde_json::to_value(LoopSettings::default()).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(json)
+            .ok()
+            .and_then(|mut value| {
+                let object = value.as_object_mut()?;
+                object.retain(|key, _| known.get(key).is_some());
+                serde_json::from_value(value).ok()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_settings_round_trip_and_tolerate_old_or_unknown_fields() {
+        let settings = LoopSettings {
+            max_turns: 3,
+            review_gates: vec![],
+            ..LoopSettings::default()
+        };
+        assert_eq!(LoopSettings::from_stored(&settings.to_json()), settings);
+        let old = LoopSettings::from_stored(r#"{"max_turns": 7, "retired_option": true}"#);
+        assert_eq!(old.max_turns, 7);
+        assert_eq!(
+            LoopSettings::from_stored("not json"),
+            LoopSettings::default()
+        );
+    }
+
+    #[test]
+    fn review_gates_name_known_levels() {
+        let settings = LoopSettings {
+            review_gates: vec!["plans".to_owned()],
+            ..LoopSettings::default()
+        };
+        assert!(settings.check().expect_err("invalid").contains("\"plans\""));
     }
 }

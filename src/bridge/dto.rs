@@ -7,7 +7,7 @@ use nvim_rs::Value;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, LoopSettings};
-use crate::store::LoopRecord;
+use crate::store::{LoopRecord, LoopStatus};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,10 +34,34 @@ pub struct CancelParams {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct ReviseParams {
+    pub root: PathBuf,
+    pub id: String,
+    pub feedback: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoopIdsParams {
     pub root: PathBuf,
+    /// Only loops that are pending, running or awaiting approval.
     #[serde(default)]
     pub running_only: bool,
+    /// Only loops awaiting approval.
+    #[serde(default)]
+    pub awaiting_only: bool,
+}
+
+impl LoopIdsParams {
+    pub fn matches(&self, status: LoopStatus) -> bool {
+        if self.awaiting_only {
+            status == LoopStatus::AwaitingApproval
+        } else if self.running_only {
+            status.is_active()
+        } else {
+            true
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -57,6 +81,10 @@ pub struct LoopRecordReply {
     pub tokens_out: u64,
     pub error: Option<String>,
     pub task: String,
+    pub name: Option<String>,
+    pub triggered_by: Option<String>,
+    pub depends_on: Vec<String>,
+    pub review_passes: u32,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -73,6 +101,10 @@ impl From<LoopRecord> for LoopRecordReply {
             tokens_out: record.tokens_out,
             error: record.error,
             task: record.task,
+            name: record.name,
+            triggered_by: record.triggered_by,
+            depends_on: record.depends_on,
+            review_passes: record.review_passes,
             created_at: record.created_at,
             updated_at: record.updated_at,
         }

@@ -3,8 +3,8 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams, RootParams, params,
-    to_value,
+    CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams, ReviseParams,
+    RootParams, params, to_value,
 };
 use crate::agent::LoopManager;
 
@@ -61,18 +61,48 @@ impl RpcHandler {
                 let params: LoopIdsParams = params(method, args)?;
                 let ids: Vec<String> = self
                     .manager
-                    .loop_ids(&params.root, params.running_only)
+                    .status(&params.root)
                     .map_err(|err| format!("loopr: {err}"))?
                     .into_iter()
-                    .map(|id| id.to_string())
+                    .filter(|record| params.matches(record.status))
+                    .map(|record| record.id.to_string())
                     .collect();
                 to_value(&ids)
+            }
+            "approve" => {
+                let params: CancelParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .approve(&params.root, params.id.as_deref())
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "revise" => {
+                let params: ReviseParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .revise(&params.root, &params.id, &params.feedback)
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "resume" => {
+                let params: RootParams = params(method, args)?;
+                let active = self
+                    .manager
+                    .resume(&params.root)
+                    .map_err(|err| format!("loopr: {err}"))?;
+                Ok(Value::from(active))
             }
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "loopr: unknown request {other:?}; the host understands plan, status, cancel, \
-                 loop_ids and version (is the plugin newer than the binary? rebuild it)"
+                 approve, revise, resume, loop_ids and version (is the plugin newer than the \
+                 binary? rebuild it)"
             )),
         }
     }

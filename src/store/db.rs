@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 
@@ -27,14 +27,16 @@ pub enum StoreError {
 }
 
 /// The loop records of one project, in `loopr.db`. Several hosts (one per Neovim) may open the
-/// same database; SQLite's WAL mode and busy timeout serialise their writes.
+/// same database; SQLite's WAL mode and busy timeout serialise their writes. Every change that
+/// must not be seen half-done (a parent completing together with its children appearing) is
+/// one transaction.
 #[derive(Clone)]
 pub struct LoopDb {
     path: PathBuf,
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -48,7 +50,7 @@ impl LoopDb {
             path: path.to_path_buf(),
             source,
         };
-        let connection = Connection::open(path).map_err(sqlite_error)?;
+        let mut connection = Connection::open(path).map_err(sqlite_error)?;
         connection
             .busy_timeout(Duration::from_secs(5))
             .map_err(sqlite_error)?;
@@ -58,7 +60,7 @@ impl LoopDb {
         connection
             .pragma_update(None, "synchronous", "FULL")
             .map_err(sqlite_error)?;
-        migrate(&connection).map_err(sqlite_error)?;
+        migrate(&mut connection).map_err(sqlite_error)?;
         Ok(LoopDb {
             path: path.to_path_buf(),
             connection: Arc::new(Mutex::new(connection)),
@@ -66,28 +68,7 @@ impl LoopDb {
     }
 
     pub fn insert(&self, record: &LoopRecord, host_pid: u32) -> Result<(), StoreError> {
-        self.with_connection(|connection| {
-            connection.execute(
-                "INSERT INTO loops (id, loop_type, parent, status, iteration, tokens_in, tokens_out,
-                                    error, task, created_at, updated_at, host_pid)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                params![
-                    record.id.as_str(),
-                    record.loop_type.as_str(),
-                    record.parent.as_ref().map(LoopId::as_str),
-                    record.status.as_str(),
-                    record.iteration,
-                    sql_count(record.tokens_in),
-                    sql_count(record.tokens_out),
-                    record.error,
-                    record.task,
-                    record.created_at,
-                    record.updated_at,
-                    host_pid,
-                ],
-            )
-        })?;
-        Ok(())
+        self.with_connection(|connection| insert_row(connection, record, host_pid))
     }
 
     pub fn set_status(
@@ -105,27 +86,130 @@ impl LoopDb {
         self.require_changed(changed, id)
     }
 
-    pub fn set_progress(
+    /// Records how a running loop ended; false (and nothing written) if it is no longer
+    /// running, for example because a revision invalidated it meanwhile.
+    pub fn finish_running(
         &self,
         id: &LoopId,
-        iteration: u32,
+        status: LoopStatus,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET status = ?2, error = ?3, updated_at = ?4
+                 WHERE id = ?1 AND status = 'running'",
+                params![id.as_str(), status.as_str(), error, now_rfc3339()],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
+    /// Moves a pending loop to running for this host; false if it was not pending (another
+    /// host or a cancel got there first).
+    pub fn claim(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET status = 'running', host_pid = ?2, updated_at = ?3
+                 WHERE id = ?1 AND status = 'pending'",
+                params![id.as_str(), host_pid, now_rfc3339()],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
+    pub fn set_tokens(
+        &self,
+        id: &LoopId,
         tokens_in: u64,
         tokens_out: u64,
     ) -> Result<(), StoreError> {
+        let changed =
+            self.with_connection(|connection| {
+                connection.execute(
+                "UPDATE loops SET tokens_in = ?2, tokens_out = ?3, updated_at = ?4 WHERE id = ?1",
+                params![id.as_str(), sql_count(tokens_in), sql_count(tokens_out), now_rfc3339()],
+            )
+            })?;
+        self.require_changed(changed, id)
+    }
+
+    pub fn set_review_passes(&self, id: &LoopId, passes: u32) -> Result<(), StoreError> {
         let changed = self.with_connection(|connection| {
             connection.execute(
-                "UPDATE loops SET iteration = ?2, tokens_in = ?3, tokens_out = ?4, updated_at = ?5
-                 WHERE id = ?1",
-                params![
-                    id.as_str(),
-                    iteration,
-                    sql_count(tokens_in),
-                    sql_count(tokens_out),
-                    now_rfc3339()
-                ],
+                "UPDATE loops SET review_passes = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id.as_str(), passes, now_rfc3339()],
             )
         })?;
         self.require_changed(changed, id)
+    }
+
+    /// Records that iteration `iteration` holds the loop's artifact, and uses up the feedback
+    /// that produced it.
+    pub fn set_iteration(&self, id: &LoopId, iteration: u32) -> Result<(), StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET iteration = ?2, feedback = NULL, review_passes = 0, updated_at = ?3
+                 WHERE id = ?1",
+                params![id.as_str(), iteration, now_rfc3339()],
+            )
+        })?;
+        self.require_changed(changed, id)
+    }
+
+    /// Sets the status of a running or approval-waiting loop and inserts its children,
+    /// atomically: after a crash either both happened or neither did, so children are never
+    /// spawned twice. Fails if the loop is in any other state.
+    pub fn finish_with_children(
+        &self,
+        id: &LoopId,
+        status: LoopStatus,
+        children: &[LoopRecord],
+        host_pid: u32,
+    ) -> Result<(), StoreError> {
+        self.with_transaction(|transaction| {
+            let changed = transaction.execute(
+                "UPDATE loops SET status = ?2, error = NULL, updated_at = ?3
+                 WHERE id = ?1 AND status IN ('running', 'awaiting_approval')",
+                params![id.as_str(), status.as_str(), now_rfc3339()],
+            )?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            for child in children {
+                insert_row(transaction, child, host_pid)?;
+            }
+            Ok(true)
+        })
+        .and_then(|changed| self.require_changed(usize::from(changed), id))
+    }
+
+    /// Prepares a loop for another iteration with the user's feedback: it becomes pending,
+    /// and every active descendant becomes invalidated, in one transaction. Returns the
+    /// descendants it invalidated.
+    pub fn revise(&self, id: &LoopId, feedback: &str) -> Result<Vec<LoopId>, StoreError> {
+        let descendants = self.descendants(id)?;
+        let invalidated: Vec<LoopId> = descendants
+            .iter()
+            .filter(|record| record.status != LoopStatus::Invalidated)
+            .map(|record| record.id.clone())
+            .collect();
+        self.with_transaction(|transaction| {
+            let now = now_rfc3339();
+            let changed = transaction.execute(
+                "UPDATE loops SET status = 'pending', feedback = ?2, error = NULL, updated_at = ?3
+                 WHERE id = ?1",
+                params![id.as_str(), feedback, now],
+            )?;
+            for child in &invalidated {
+                transaction.execute(
+                    "UPDATE loops SET status = 'invalidated', updated_at = ?2 WHERE id = ?1",
+                    params![child.as_str(), now],
+                )?;
+            }
+            Ok(changed)
+        })
+        .and_then(|changed| self.require_changed(changed, id))?;
+        Ok(invalidated)
     }
 
     pub fn get(&self, id: &LoopId) -> Result<Option<LoopRecord>, StoreError> {
@@ -143,23 +227,38 @@ impl LoopDb {
 
     /// Every loop, newest first.
     pub fn list(&self) -> Result<Vec<LoopRecord>, StoreError> {
-        let rows = self.with_connection(|connection| {
-            let mut statement = connection.prepare(&format!(
-                "{SELECT_RECORD} ORDER BY created_at DESC, id DESC"
-            ))?;
-            statement
-                .query_map([], RawRecord::from_row)?
-                .collect::<Result<Vec<_>, _>>()
-        })?;
-        rows.into_iter()
-            .map(|raw| raw.into_record(&self.path))
-            .collect()
+        self.query(
+            &format!("{SELECT_RECORD} ORDER BY created_at DESC, id DESC"),
+            &[],
+        )
     }
 
-    /// Marks loops left pending or running by a host that no longer runs as interrupted, so
-    /// `:LooprStatus` after a crash tells the truth. Returns the ids it changed.
-    pub fn mark_orphans_interrupted(
+    /// Direct children of `id`, in creation order.
+    pub fn children(&self, id: &LoopId) -> Result<Vec<LoopRecord>, StoreError> {
+        self.query(
+            &format!("{SELECT_RECORD} WHERE parent = ?1 ORDER BY created_at, rowid"),
+            &[id.as_str()],
+        )
+    }
+
+    /// Every loop below `id`, parents before children.
+    pub fn descendants(&self, id: &LoopId) -> Result<Vec<LoopRecord>, StoreError> {
+        let mut found = Vec::new();
+        let mut frontier = vec![id.clone()];
+        while let Some(parent) = frontier.pop() {
+            for child in self.children(&parent)? {
+                frontier.push(child.id.clone());
+                found.push(child);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Loops left pending or running by a host that no longer runs become pending and owned
+    /// by `host_pid`, so this host resumes them. Returns the ids it adopted.
+    pub fn adopt_orphans(
         &self,
+        host_pid: u32,
         host_is_alive: impl Fn(u32) -> bool,
     ) -> Result<Vec<LoopId>, StoreError> {
         let active: Vec<(String, u32)> = self.with_connection(|connection| {
@@ -169,22 +268,46 @@ impl LoopDb {
                 .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        let mut interrupted = Vec::new();
-        for (id, host_pid) in active {
-            if host_is_alive(host_pid) {
+        let mut adopted = Vec::new();
+        for (id, owner) in active {
+            if owner == host_pid || host_is_alive(owner) {
                 continue;
             }
             let Some(id) = LoopId::parse(&id) else {
                 continue;
             };
-            self.set_status(
-                &id,
-                LoopStatus::Interrupted,
-                Some("the host running this loop exited before it finished"),
-            )?;
-            interrupted.push(id);
+            self.with_connection(|connection| {
+                connection.execute(
+                    "UPDATE loops SET status = 'pending', host_pid = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![id.as_str(), host_pid, now_rfc3339()],
+                )
+            })?;
+            adopted.push(id);
         }
-        Ok(interrupted)
+        Ok(adopted)
+    }
+
+    /// Pending loops owned by `host_pid`, oldest first.
+    pub fn pending_for_host(&self, host_pid: u32) -> Result<Vec<LoopRecord>, StoreError> {
+        self.query(
+            &format!("{SELECT_RECORD} WHERE status = 'pending' AND host_pid = ?1 ORDER BY created_at, rowid"),
+            &[&host_pid.to_string()],
+        )
+    }
+
+    fn query(&self, sql: &str, arguments: &[&str]) -> Result<Vec<LoopRecord>, StoreError> {
+        let rows = self.with_connection(|connection| {
+            let mut statement = connection.prepare(sql)?;
+            statement
+                .query_map(
+                    rusqlite::params_from_iter(arguments.iter()),
+                    RawRecord::from_row,
+                )?
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.into_iter()
+            .map(|raw| raw.into_record(&self.path))
+            .collect()
     }
 
     fn require_changed(&self, changed: usize, id: &LoopId) -> Result<(), StoreError> {
@@ -206,13 +329,62 @@ impl LoopDb {
         })
     }
 
+    fn with_transaction<T>(
+        &self,
+        operation: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.lock();
+        let run = |connection: &mut Connection| {
+            let transaction =
+                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let value = operation(&transaction)?;
+            transaction.commit()?;
+            Ok(value)
+        };
+        run(&mut connection).map_err(|source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave SQLite half-written (statements are
-        // atomic), so the connection stays usable after poisoning.
+        // A panic while holding the lock cannot leave SQLite half-written (statements and
+        // transactions are atomic), so the connection stays usable after poisoning.
         self.connection
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> rusqlite::Result<()> {
+    let depends_on = serde_json::to_string(&record.depends_on).unwrap_or_else(|_| "[]".to_owned());
+    connection.execute(
+        "INSERT INTO loops (id, loop_type, parent, status, iteration, tokens_in, tokens_out,
+                            error, task, created_at, updated_at, host_pid, name, triggered_by,
+                            depends_on, review_passes, feedback, settings)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        params![
+            record.id.as_str(),
+            record.loop_type.as_str(),
+            record.parent.as_ref().map(LoopId::as_str),
+            record.status.as_str(),
+            record.iteration,
+            sql_count(record.tokens_in),
+            sql_count(record.tokens_out),
+            record.error,
+            record.task,
+            record.created_at,
+            record.updated_at,
+            host_pid,
+            record.name,
+            record.triggered_by,
+            depends_on,
+            record.review_passes,
+            record.feedback,
+            record.settings,
+        ],
+    )?;
+    Ok(())
 }
 
 /// SQLite integers are signed; token counts never get near the limit, but saturate rather
@@ -223,7 +395,8 @@ fn sql_count(count: u64) -> i64 {
 
 const SELECT_RECORD: &str =
     "SELECT id, loop_type, parent, status, iteration, tokens_in, tokens_out,
-                                    error, task, created_at, updated_at FROM loops";
+                                    error, task, created_at, updated_at, name, triggered_by,
+                                    depends_on, review_passes, feedback, settings FROM loops";
 
 struct RawRecord {
     id: String,
@@ -237,6 +410,12 @@ struct RawRecord {
     task: String,
     created_at: String,
     updated_at: String,
+    name: Option<String>,
+    triggered_by: Option<String>,
+    depends_on: String,
+    review_passes: u32,
+    feedback: Option<String>,
+    settings: String,
 }
 
 impl RawRecord {
@@ -253,6 +432,12 @@ impl RawRecord {
             task: row.get(8)?,
             created_at: row.get(9)?,
             updated_at: row.get(10)?,
+            name: row.get(11)?,
+            triggered_by: row.get(12)?,
+            depends_on: row.get(13)?,
+            review_passes: row.get(14)?,
+            feedback: row.get(15)?,
+            settings: row.get(16)?,
         })
     }
 
@@ -268,6 +453,8 @@ impl RawRecord {
             ),
             None => None,
         };
+        let depends_on: Vec<String> = serde_json::from_str(&self.depends_on)
+            .map_err(|err| invalid(format!("bad depends_on {:?}: {err}", self.depends_on)))?;
         Ok(LoopRecord {
             id,
             loop_type: self.loop_type.parse::<LoopType>().map_err(invalid)?,
@@ -278,37 +465,57 @@ impl RawRecord {
             tokens_out: u64::try_from(self.tokens_out).unwrap_or_default(),
             error: self.error,
             task: self.task,
+            name: self.name,
+            triggered_by: self.triggered_by,
+            depends_on,
+            review_passes: self.review_passes,
+            feedback: self.feedback,
+            settings: self.settings,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })
     }
 }
 
-fn migrate(connection: &Connection) -> rusqlite::Result<()> {
+fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if version >= SCHEMA_VERSION {
         return Ok(());
     }
-    connection.execute_batch(
-        "BEGIN;
-         CREATE TABLE IF NOT EXISTS loops (
-             id TEXT PRIMARY KEY,
-             loop_type TEXT NOT NULL,
-             parent TEXT REFERENCES loops(id),
-             status TEXT NOT NULL,
-             iteration INTEGER NOT NULL DEFAULT 0,
-             tokens_in INTEGER NOT NULL DEFAULT 0,
-             tokens_out INTEGER NOT NULL DEFAULT 0,
-             error TEXT,
-             task TEXT NOT NULL,
-             created_at TEXT NOT NULL,
-             updated_at TEXT NOT NULL,
-             host_pid INTEGER NOT NULL
-         );
-         CREATE INDEX IF NOT EXISTS loops_by_status ON loops(status);
-         PRAGMA user_version = 1;
-         COMMIT;",
-    )
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
+    if version < 1 {
+        transaction.execute_batch(
+            "CREATE TABLE IF NOT EXISTS loops (
+                 id TEXT PRIMARY KEY,
+                 loop_type TEXT NOT NULL,
+                 parent TEXT REFERENCES loops(id),
+                 status TEXT NOT NULL,
+                 iteration INTEGER NOT NULL DEFAULT 0,
+                 tokens_in INTEGER NOT NULL DEFAULT 0,
+                 tokens_out INTEGER NOT NULL DEFAULT 0,
+                 error TEXT,
+                 task TEXT NOT NULL,
+                 created_at TEXT NOT NULL,
+                 updated_at TEXT NOT NULL,
+                 host_pid INTEGER NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS loops_by_status ON loops(status);",
+        )?;
+    }
+    if version < 2 {
+        transaction.execute_batch(
+            "ALTER TABLE loops ADD COLUMN name TEXT;
+             ALTER TABLE loops ADD COLUMN triggered_by TEXT;
+             ALTER TABLE loops ADD COLUMN depends_on TEXT NOT NULL DEFAULT '[]';
+             ALTER TABLE loops ADD COLUMN review_passes INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE loops ADD COLUMN feedback TEXT;
+             ALTER TABLE loops ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+             CREATE INDEX IF NOT EXISTS loops_by_parent ON loops(parent);",
+        )?;
+    }
+    transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    transaction.commit()
 }
 
 #[cfg(test)]
@@ -318,29 +525,43 @@ mod tests {
     fn record(id: &str, created_at: &str) -> LoopRecord {
         LoopRecord {
             id: LoopId::parse(id).expect("id"),
+            status: LoopStatus::Running,
             created_at: created_at.to_owned(),
             updated_at: created_at.to_owned(),
-            ..LoopRecord::start(LoopType::Plan, None, "Add a flag")
+            ..LoopRecord::new_pending(LoopType::Plan, "Add a flag", "{}".to_owned())
         }
+    }
+
+    fn child(id: &str, parent: &str, name: &str) -> LoopRecord {
+        LoopRecord {
+            parent: LoopId::parse(parent),
+            name: Some(name.to_owned()),
+            depends_on: vec!["other".to_owned()],
+            triggered_by: Some("iterations/001/artifacts/plan.json".to_owned()),
+            status: LoopStatus::Pending,
+            ..record(id, "2026-01-03T00:00:00Z")
+        }
+    }
+
+    fn open(dir: &tempfile::TempDir) -> LoopDb {
+        LoopDb::open(&dir.path().join("p/loopr.db")).expect("open")
     }
 
     #[test]
     fn records_survive_reopening_and_list_newest_first() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("p/loopr.db");
         {
-            let db = LoopDb::open(&path).expect("open");
+            let db = open(&dir);
             db.insert(&record("a-1", "2026-01-01T00:00:00Z"), 1)
                 .expect("insert");
             db.insert(&record("b-2", "2026-01-02T00:00:00Z"), 1)
                 .expect("insert");
             let id = LoopId::parse("a-1").expect("id");
-            db.set_progress(&id, 1, 120, 45).expect("progress");
+            db.set_tokens(&id, 120, 45).expect("tokens");
             db.set_status(&id, LoopStatus::Failed, Some("turn limit"))
                 .expect("status");
         }
-        let db = LoopDb::open(&path).expect("reopen");
-        let records = db.list().expect("list");
+        let records = open(&dir).list().expect("list");
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].id.as_str(), "b-2");
         assert_eq!(records[1].status, LoopStatus::Failed);
@@ -349,23 +570,109 @@ mod tests {
     }
 
     #[test]
-    fn orphaned_running_loops_become_interrupted() {
+    fn finishing_with_children_is_atomic_and_keeps_their_fields() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = LoopDb::open(&dir.path().join("loopr.db")).expect("open");
+        let db = open(&dir);
+        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        let parent = LoopId::parse("plan-1").expect("id");
+        let children = [
+            child("spec-1", "plan-1", "first"),
+            child("spec-2", "plan-1", "second"),
+        ];
+        db.finish_with_children(&parent, LoopStatus::Complete, &children, 1)
+            .expect("finish");
+        let stored = db.children(&parent).expect("children");
+        assert_eq!(stored, children.to_vec());
+        // A second attempt (say, after a crash and resume) fails as a whole: no duplicates.
+        assert!(
+            db.finish_with_children(&parent, LoopStatus::Complete, &children, 1)
+                .is_err()
+        );
+        assert_eq!(db.children(&parent).expect("children").len(), 2);
+        assert_eq!(
+            db.get(&parent).expect("get").expect("exists").status,
+            LoopStatus::Complete
+        );
+    }
+
+    #[test]
+    fn revising_invalidates_every_descendant_and_makes_the_loop_pending() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        db.insert(&child("spec-1", "plan-1", "s"), 1)
+            .expect("insert");
+        db.insert(&child("phase-1", "spec-1", "p"), 1)
+            .expect("insert");
+        let plan = LoopId::parse("plan-1").expect("id");
+        let invalidated = db.revise(&plan, "split it differently").expect("revise");
+        assert_eq!(invalidated.len(), 2);
+        let records = db.list().expect("list");
+        for record in &records {
+            let expected = if record.id == plan {
+                LoopStatus::Pending
+            } else {
+                LoopStatus::Invalidated
+            };
+            assert_eq!(record.status, expected, "{}", record.id);
+        }
+        let revised = db.get(&plan).expect("get").expect("exists");
+        assert_eq!(revised.feedback.as_deref(), Some("split it differently"));
+        db.set_iteration(&plan, 2).expect("iteration");
+        assert_eq!(db.get(&plan).expect("get").expect("exists").feedback, None);
+    }
+
+    #[test]
+    fn orphans_of_dead_hosts_are_adopted_and_claimed_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
         db.insert(&record("dead-1", "2026-01-01T00:00:00Z"), 111)
             .expect("insert");
         db.insert(&record("live-1", "2026-01-01T00:00:00Z"), 222)
             .expect("insert");
-        let changed = db.mark_orphans_interrupted(|pid| pid == 222).expect("mark");
-        assert_eq!(changed, vec![LoopId::parse("dead-1").expect("id")]);
-        let dead = db.get(&changed[0]).expect("get").expect("exists");
-        assert_eq!(dead.status, LoopStatus::Interrupted);
+        let adopted = db.adopt_orphans(333, |pid| pid == 222).expect("adopt");
+        assert_eq!(adopted, vec![LoopId::parse("dead-1").expect("id")]);
+        let pending = db.pending_for_host(333).expect("pending");
+        assert_eq!(pending.len(), 1);
+        assert!(db.claim(&adopted[0], 333).expect("claim"));
+        assert!(
+            !db.claim(&adopted[0], 333).expect("claim"),
+            "a loop is claimed once"
+        );
+    }
+
+    #[test]
+    fn a_version_one_database_is_migrated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("loopr.db");
+        {
+            let connection = Connection::open(&path).expect("open");
+            connection
+                .execute_batch(
+                    "CREATE TABLE loops (id TEXT PRIMARY KEY, loop_type TEXT NOT NULL, parent TEXT,
+                         status TEXT NOT NULL, iteration INTEGER NOT NULL DEFAULT 0,
+                         tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0,
+                         error TEXT, task TEXT NOT NULL, created_at TEXT NOT NULL,
+                         updated_at TEXT NOT NULL, host_pid INTEGER NOT NULL);
+                     INSERT INTO loops VALUES ('old-1', 'plan', NULL, 'complete', 1, 5, 6, NULL,
+                         'Old task', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 9);
+                     PRAGMA user_version = 1;",
+                )
+                .expect("v1 schema");
+        }
+        let db = LoopDb::open(&path).expect("migrate");
+        let old = db.list().expect("list");
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].task, "Old task");
+        assert!(old[0].depends_on.is_empty());
     }
 
     #[test]
     fn updating_an_unknown_loop_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = LoopDb::open(&dir.path().join("loopr.db")).expect("open");
+        let db = open(&dir);
         let missing = LoopId::parse("nope").expect("id");
         assert!(matches!(
             db.set_status(&missing, LoopStatus::Complete, None),

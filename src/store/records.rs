@@ -78,13 +78,18 @@ impl FromStr for LoopType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopStatus {
+    /// Waiting to run: for its dependencies, a free slot, or a host to resume it.
     Pending,
     Running,
+    /// Its artifact exists and waits for the user's review (`:LooprApprove`).
+    AwaitingApproval,
     Complete,
     Failed,
     Cancelled,
     /// The host that ran the loop exited before the loop finished.
     Interrupted,
+    /// Its parent was revised; the artifact that triggered it is stale. Kept for reference.
+    Invalidated,
 }
 
 impl LoopStatus {
@@ -92,15 +97,21 @@ impl LoopStatus {
         match self {
             LoopStatus::Pending => "pending",
             LoopStatus::Running => "running",
+            LoopStatus::AwaitingApproval => "awaiting_approval",
             LoopStatus::Complete => "complete",
             LoopStatus::Failed => "failed",
             LoopStatus::Cancelled => "cancelled",
             LoopStatus::Interrupted => "interrupted",
+            LoopStatus::Invalidated => "invalidated",
         }
     }
 
+    /// Not finished: running, or able to run or be approved later.
     pub fn is_active(self) -> bool {
-        matches!(self, LoopStatus::Pending | LoopStatus::Running)
+        matches!(
+            self,
+            LoopStatus::Pending | LoopStatus::Running | LoopStatus::AwaitingApproval
+        )
     }
 }
 
@@ -110,10 +121,12 @@ impl FromStr for LoopStatus {
         match text {
             "pending" => Ok(LoopStatus::Pending),
             "running" => Ok(LoopStatus::Running),
+            "awaiting_approval" => Ok(LoopStatus::AwaitingApproval),
             "complete" => Ok(LoopStatus::Complete),
             "failed" => Ok(LoopStatus::Failed),
             "cancelled" => Ok(LoopStatus::Cancelled),
             "interrupted" => Ok(LoopStatus::Interrupted),
+            "invalidated" => Ok(LoopStatus::Invalidated),
             other => Err(format!("unknown loop status {other:?}")),
         }
     }
@@ -127,30 +140,50 @@ pub struct LoopRecord {
     pub loop_type: LoopType,
     pub parent: Option<LoopId>,
     pub status: LoopStatus,
+    /// The newest iteration with a stored artifact; 0 before the first.
     pub iteration: u32,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub error: Option<String>,
     pub task: String,
+    /// The spec or phase name this loop was spawned for.
+    pub name: Option<String>,
+    /// The parent's artifact that spawned this loop, relative to the parent's loop directory,
+    /// e.g. `iterations/001/artifacts/plan.json`.
+    pub triggered_by: Option<String>,
+    /// Names of sibling loops that must be complete before this one runs.
+    pub depends_on: Vec<String>,
+    /// Review passes the current artifact went through.
+    pub review_passes: u32,
+    /// The user's feedback for the next iteration (`:LooprRevise`), until it is used.
+    pub feedback: Option<String>,
+    /// The settings the loop runs with, as JSON; children inherit them.
+    pub settings: String,
     /// RFC 3339, UTC.
     pub created_at: String,
     pub updated_at: String,
 }
 
 impl LoopRecord {
-    /// A new loop, running from now, with nothing spent yet.
-    pub fn start(loop_type: LoopType, parent: Option<LoopId>, task: &str) -> LoopRecord {
+    /// A new loop, pending from now, with nothing spent yet.
+    pub fn new_pending(loop_type: LoopType, task: &str, settings: String) -> LoopRecord {
         let now = now_rfc3339();
         LoopRecord {
             id: LoopId::generate(),
             loop_type,
-            parent,
-            status: LoopStatus::Running,
+            parent: None,
+            status: LoopStatus::Pending,
             iteration: 0,
             tokens_in: 0,
             tokens_out: 0,
             error: None,
             task: task.to_owned(),
+            name: None,
+            triggered_by: None,
+            depends_on: Vec::new(),
+            review_passes: 0,
+            feedback: None,
+            settings,
             created_at: now.clone(),
             updated_at: now,
         }

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use crate::fake_anthropic::{FakeAnthropic, rate_limited};
 use crate::nvim::WAIT;
-use crate::scenario::{create_plan_turn, stalled_turn, start_editor, valid_plan};
+use crate::scenario::{create_plan_turn, list_files_turn, stalled_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_slow_stream_at_once() {
@@ -66,28 +66,30 @@ async fn cancel_by_id_interrupts_a_pending_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_loop_whose_host_was_killed_shows_as_interrupted_after_restart() {
+async fn a_loop_whose_host_was_killed_mid_stream_resumes_after_restart() {
     let fake = FakeAnthropic::start().await;
+    fake.push(list_files_turn());
     fake.push(stalled_turn("Working"));
     let mut editor = start_editor(&fake, "{}").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    fake.wait_for_requests(1).await;
+    fake.wait_for_requests(2).await;
     let pid: i32 = editor.lua("return require('loopr.host').pid()").await;
     kill_and_reap(pid).await;
 
+    // The next command restarts the host, which resumes the loop from its stored
+    // conversation: the turn that was cut off is sent again, the finished one is not.
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
     assert_eq!(editor.command("LooprStatus").await, None);
-    let status: String = editor
-        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
-        .await;
-    let row = status
-        .lines()
-        .find(|line| line.contains(&loop_id))
-        .unwrap_or_else(|| panic!("{status}"));
-    assert!(
-        row.contains("interrupted"),
-        "the record survived the crash: {row}"
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        requests[1].body, requests[2].body,
+        "the resumed request repeats the cut-off one"
     );
+    let records = editor.status_records().await;
+    assert_eq!(records.len(), 1, "no duplicate loop: {records:?}");
     editor.quit().await;
 }
 
@@ -102,7 +104,7 @@ async fn a_killed_host_is_restarted_on_the_next_command() {
     kill_and_reap(first_pid).await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
     let second_pid: i32 = editor.lua("return require('loopr.host').pid()").await;
     assert_ne!(first_pid, second_pid);
     let messages: String = editor.lua("return vim.fn.execute('messages')").await;

@@ -36,7 +36,7 @@ async fn plan_md_opens_without_pulling_the_user_out_of_insert_mode() {
     let loop_id = editor.plan("Add a --version flag").await;
     editor.nvim.input("ityping").await.expect("input");
     let created = editor.wait_event("LooprArtifactCreated", |_| true).await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     let state: Value = editor
         .lua(&format!(
@@ -154,7 +154,7 @@ async fn split_and_tab_layouts_are_honoured() {
         fake.push(create_plan_turn("toolu_plan", valid_plan()));
         let mut editor = start_editor(&fake, &format!("{{ layout = '{layout}' }}")).await;
         let loop_id = editor.plan("Add a --version flag").await;
-        editor.wait_status(&loop_id, "complete").await;
+        editor.wait_status(&loop_id, "awaiting_approval").await;
         let shape: Value = editor
             .lua("return { tabs = #vim.api.nvim_list_tabpages(), layout = vim.fn.winlayout()[1], ft = vim.bo.filetype }")
             .await;

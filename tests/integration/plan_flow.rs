@@ -24,7 +24,7 @@ async fn plan_explores_the_project_then_opens_plan_md_in_a_split() {
     let created = editor
         .wait_event("LooprArtifactCreated", |data| data["kind"] == "plan")
         .await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     // The event names the loop, the iteration and the rendered markdown.
     assert_eq!(created["loop_id"], loop_id.as_str());
@@ -124,7 +124,10 @@ async fn plan_explores_the_project_then_opens_plan_md_in_a_split() {
         .lines()
         .find(|line| line.contains(&loop_id))
         .unwrap_or_else(|| panic!("{status}"));
-    assert!(row.contains("plan") && row.contains("complete"), "{row}");
+    assert!(
+        row.contains("plan") && row.contains("awaiting_approval"),
+        "{row}"
+    );
     assert!(
         row.contains("2100") && row.contains("370"),
         "tokens in/out summed over turns: {row}"
@@ -165,7 +168,7 @@ async fn an_invalid_create_plan_is_answered_with_is_error_and_the_correction_suc
     let mut editor = start_editor(&fake, "{}").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
@@ -219,7 +222,7 @@ async fn tool_errors_go_back_to_the_model_and_truncated_calls_never_run() {
     let mut editor = start_editor(&fake, "{}").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     let requests = fake.requests();
     let results = tool_results(&requests[1].body);

@@ -14,7 +14,7 @@ async fn overloaded_529_and_rate_limited_429_are_retried() {
     let mut editor = start_editor(&fake, "{ max_retries = 2 }").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     let requests = fake.requests();
     assert_eq!(requests.len(), 3, "two retries, then success");
@@ -51,7 +51,7 @@ async fn a_mid_stream_error_discards_the_partial_turn_and_retries_it() {
     let mut editor = start_editor(&fake, "{}").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
@@ -70,7 +70,7 @@ async fn a_stalled_stream_times_out_and_is_retried() {
     let mut editor = start_editor(&fake, "{ stream_idle_timeout_ms = 400 }").await;
 
     let loop_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&loop_id, "complete").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
 
     assert_eq!(fake.requests().len(), 2);
     fake.wait_for_disconnect().await;

@@ -1,0 +1,246 @@
+//! What each level of the hierarchy asks of the model, and what its artifact spawns. All of
+//! it comes from structured data: the record and the parent's stored JSON, never markdown.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::prompts;
+use crate::artifacts::{
+    ArtifactKind, FileState, PhaseArtifact, PlanArtifact, SpecArtifact, ValidationReport,
+    create_phase_spec, create_plan_spec, create_spec_spec, render_phase_markdown,
+    render_plan_markdown, render_spec_markdown, validate_phase, validate_plan, validate_spec,
+};
+use crate::llm::ToolSpec;
+use crate::store::{LoopRecord, LoopType, ProjectLayout};
+use crate::tools::{PathError, ProjectRoot};
+
+/// An artifact the host accepted, with what it spawns.
+#[derive(Clone, Debug)]
+pub struct Accepted {
+    pub json: Value,
+    pub markdown: String,
+    pub summary: String,
+    pub children: Vec<ChildLoop>,
+}
+
+/// A loop an artifact spawns, from its structured data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildLoop {
+    pub loop_type: LoopType,
+    pub name: String,
+    pub task: String,
+    pub depends_on: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("loop type {0} does not produce an artifact")]
+    NoArtifact(&'static str),
+    #[error("the {kind} loop has no name; it must be spawned from a parent artifact")]
+    Unnamed { kind: &'static str },
+    #[error("reading the parent artifact {path}: {message}")]
+    Parent { path: String, message: String },
+    #[error("the parent artifact {path} has no {kind} named {name:?}")]
+    NotInParent {
+        path: String,
+        kind: &'static str,
+        name: String,
+    },
+}
+
+pub fn artifact_kind(loop_type: LoopType) -> Result<ArtifactKind, JobError> {
+    match loop_type {
+        LoopType::Plan => Ok(ArtifactKind::Plan),
+        LoopType::Spec => Ok(ArtifactKind::Spec),
+        LoopType::Phase => Ok(ArtifactKind::Phase),
+        LoopType::Code => Err(JobError::NoArtifact("code")),
+    }
+}
+
+pub fn artifact_tool(kind: ArtifactKind) -> ToolSpec {
+    match kind {
+        ArtifactKind::Plan => create_plan_spec(),
+        ArtifactKind::Spec => create_spec_spec(),
+        ArtifactKind::Phase => create_phase_spec(),
+    }
+}
+
+/// The first user message of a loop: its task, the context from its parent's artifact, and,
+/// when it is being revised, the previous artifact and the user's feedback.
+pub fn first_message(
+    record: &LoopRecord,
+    layout: &ProjectLayout,
+    previous_artifact: Option<&Value>,
+) -> Result<String, JobError> {
+    let kind = artifact_kind(record.loop_type)?;
+    let mut message = match kind {
+        ArtifactKind::Plan => prompts::plan_task_message(&record.task),
+        ArtifactKind::Spec => {
+            let name = required_name(record, kind)?;
+            let (path, plan) = parent_artifact::<PlanArtifact>(record, layout)?;
+            let spec = plan
+                .specs
+                .iter()
+                .find(|spec| spec.name == name)
+                .ok_or_else(|| not_in_parent(&path, "spec", name))?;
+            prompts::spec_task_message(&plan, spec)
+        }
+        ArtifactKind::Phase => {
+            let name = required_name(record, kind)?;
+            let (path, spec) = parent_artifact::<SpecArtifact>(record, layout)?;
+            let index = spec
+                .phases
+                .iter()
+                .position(|phase| phase.name == name)
+                .ok_or_else(|| not_in_parent(&path, "phase", name))?;
+            prompts::phase_task_message(&spec, index)
+        }
+    };
+    if let (Some(feedback), Some(previous)) = (record.feedback.as_deref(), previous_artifact) {
+        message.push_str(&prompts::revision_request(
+            kind,
+            record.iteration,
+            previous,
+            feedback,
+        ));
+    }
+    Ok(message)
+}
+
+/// Validates an artifact tool's input for this loop and renders it.
+pub fn accept(
+    record: &LoopRecord,
+    root: &ProjectRoot,
+    input: &Value,
+) -> Result<Result<Accepted, ValidationReport>, JobError> {
+    let kind = artifact_kind(record.loop_type)?;
+    Ok(match kind {
+        ArtifactKind::Plan => validate_plan(input).map(plan_accepted),
+        ArtifactKind::Spec => validate_spec(input, required_name(record, kind)?).map(spec_accepted),
+        ArtifactKind::Phase => {
+            let probe = |file: &str| probe_file(root, file);
+            validate_phase(input, required_name(record, kind)?, &probe).map(phase_accepted)
+        }
+    })
+}
+
+/// Rebuilds an accepted artifact from its stored JSON (after a crash between storing it and
+/// recording it), without running the rules again: they held when it was stored.
+pub fn restore(kind: ArtifactKind, json: &Value) -> Option<Accepted> {
+    match kind {
+        ArtifactKind::Plan => serde_json::from_value(json.clone()).ok().map(plan_accepted),
+        ArtifactKind::Spec => serde_json::from_value(json.clone()).ok().map(spec_accepted),
+        ArtifactKind::Phase => serde_json::from_value(json.clone())
+            .ok()
+            .map(phase_accepted),
+    }
+}
+
+fn plan_accepted(plan: PlanArtifact) -> Accepted {
+    let children = plan
+        .specs
+        .iter()
+        .map(|spec| ChildLoop {
+            loop_type: LoopType::Spec,
+            name: spec.name.clone(),
+            task: spec.title.clone(),
+            depends_on: spec.dependencies.clone(),
+        })
+        .collect();
+    Accepted {
+        markdown: render_plan_markdown(&plan),
+        summary: format!(
+            "Plan accepted with {} spec(s); plan.md was written for review.",
+            plan.specs.len()
+        ),
+        json: serde_json::to_value(&plan).unwrap_or_default(),
+        children,
+    }
+}
+
+fn spec_accepted(spec: SpecArtifact) -> Accepted {
+    let children = spec
+        .phases
+        .iter()
+        .map(|phase| ChildLoop {
+            loop_type: LoopType::Phase,
+            name: phase.name.clone(),
+            task: phase.title.clone(),
+            depends_on: Vec::new(),
+        })
+        .collect();
+    Accepted {
+        markdown: render_spec_markdown(&spec),
+        summary: format!(
+            "Spec accepted with {} phase(s); spec.md was written.",
+            spec.phases.len()
+        ),
+        json: serde_json::to_value(&spec).unwrap_or_default(),
+        children,
+    }
+}
+
+fn phase_accepted(phase: PhaseArtifact) -> Accepted {
+    Accepted {
+        markdown: render_phase_markdown(&phase),
+        summary: format!(
+            "Phase accepted with {} task(s); phase.md was written.",
+            phase.tasks.len()
+        ),
+        json: serde_json::to_value(&phase).unwrap_or_default(),
+        children: Vec::new(),
+    }
+}
+
+fn probe_file(root: &ProjectRoot, file: &str) -> FileState {
+    match root.resolve_existing(file) {
+        Ok(path) if path.is_dir() => FileState::Directory,
+        Ok(_) => FileState::File,
+        Err(PathError::NotFound { .. }) => FileState::Missing,
+        Err(_) => FileState::Outside,
+    }
+}
+
+fn required_name(record: &LoopRecord, kind: ArtifactKind) -> Result<&str, JobError> {
+    record.name.as_deref().ok_or(JobError::Unnamed {
+        kind: kind.as_str(),
+    })
+}
+
+fn not_in_parent(path: &str, kind: &'static str, name: &str) -> JobError {
+    JobError::NotInParent {
+        path: path.to_owned(),
+        kind,
+        name: name.to_owned(),
+    }
+}
+
+/// The parent's artifact that triggered `record`, read from the parent's loop directory.
+pub fn parent_artifact<T: serde::de::DeserializeOwned>(
+    record: &LoopRecord,
+    layout: &ProjectLayout,
+) -> Result<(String, T), JobError> {
+    let (Some(parent), Some(triggered_by)) = (&record.parent, &record.triggered_by) else {
+        return Err(JobError::Parent {
+            path: "(none)".to_owned(),
+            message: "the loop records no parent artifact".to_owned(),
+        });
+    };
+    let path = layout.loop_dir(parent).join(triggered_by);
+    let shown = path.display().to_string();
+    let value = read_json(&path).map_err(|message| JobError::Parent {
+        path: shown.clone(),
+        message,
+    })?;
+    let parsed = serde_json::from_value(value).map_err(|err| JobError::Parent {
+        path: shown.clone(),
+        message: err.to_string(),
+    })?;
+    Ok((shown, parsed))
+}
+
+pub fn read_json(path: &Path) -> Result<Value, String> {
+    let bytes = std::fs::read(path).map_err(|err| err.to_string())?;
+    serde_json::from_slice(&bytes).map_err(|err| err.to_string())
+}
