@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use loopr::agent::anthropic_from_env;
+use loopr::agent::{LoopSettings, anthropic_from_env};
 use loopr::bridge::{HostOptions, serve_neovim};
 use loopr::store::loopr_home_from_env;
 
@@ -23,6 +23,33 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Plan a change without Neovim: progress on stderr, a summary table on stdout. Exits 0
+    /// when every loop completed.
+    Plan {
+        /// The change to plan, e.g. "Add a --version flag".
+        task: String,
+        /// Approve every artifact that waits for review, so specs and phases follow.
+        #[arg(long)]
+        approve_all: bool,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        /// Settings as JSON, with the keys of `require('loopr').setup` that reach the host,
+        /// e.g. '{"model": "claude-sonnet-4-5", "max_turns": 10}'.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// Where to write the log (default: no log).
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
+    /// Print the loops of a project.
+    Status {
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Serve Neovim over msgpack-RPC on stdin/stdout (started by the plugin).
     Rpc {
         /// Where to write the log.
@@ -41,6 +68,17 @@ fn main() -> ExitCode {
             log_file,
             log_level,
         } => run_rpc(&log_file, &log_level),
+        Command::Plan {
+            task,
+            approve_all,
+            root,
+            settings,
+            log_file,
+            log_level,
+        } => run_plan(task, approve_all, root, &settings, log_file, &log_level),
+        Command::Status { root } => {
+            loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -60,13 +98,8 @@ fn run_rpc(log_file: &std::path::Path, log_level: &str) -> anyhow::Result<()> {
         pid = std::process::id(),
         "host starting"
     );
-    let loopr_home = loopr_home_from_env()
-        .context("neither LOOPR_HOME nor HOME is set; set LOOPR_HOME to a writable directory")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let loopr_home = loopr_home()?;
+    let runtime = runtime()?;
     runtime.block_on(serve_neovim(HostOptions {
         loopr_home,
         provider_factory: anthropic_from_env(),
@@ -76,4 +109,49 @@ fn run_rpc(log_file: &std::path::Path, log_level: &str) -> anyhow::Result<()> {
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     tracing::info!("host stopped");
     Ok(())
+}
+
+fn run_plan(
+    task: String,
+    approve_all: bool,
+    root: PathBuf,
+    settings: &str,
+    log_file: Option<PathBuf>,
+    log_level: &str,
+) -> anyhow::Result<()> {
+    let _log_guard = log_file
+        .map(|file| loopr::logging::init(&file, log_level))
+        .transpose()?;
+    let settings: LoopSettings = serde_json::from_str(settings)
+        .context("--settings must be a JSON object of setup options, e.g. '{\"max_turns\": 10}'")?;
+    let runtime = runtime()?;
+    let all_complete = runtime.block_on(loopr::cli::run_plan(
+        loopr_home()?,
+        anthropic_from_env(),
+        loopr::cli::PlanOptions {
+            root,
+            task,
+            approve_all,
+            settings,
+        },
+    ))?;
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    if all_complete {
+        Ok(())
+    } else {
+        anyhow::bail!("not every loop completed; see the table above")
+    }
+}
+
+fn loopr_home() -> anyhow::Result<PathBuf> {
+    loopr_home_from_env()
+        .context("neither LOOPR_HOME nor HOME is set; set LOOPR_HOME to a writable directory")
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }

@@ -630,6 +630,9 @@ impl RecordedRequest {
 
 struct Inner {
     replies: Mutex<VecDeque<Reply>>,
+    /// Replies reserved for conversations whose first user message contains the key, so
+    /// concurrent conversations each get their own script.
+    routes: Mutex<Vec<(String, VecDeque<Reply>)>>,
     requests: Mutex<Vec<RecordedRequest>>,
     /// Connections closed by the client while a Stall reply was open.
     disconnects: AtomicUsize,
@@ -654,7 +657,17 @@ impl Inner {
         self.changed.notify_waiters();
     }
 
-    fn next_reply(&self) -> Option<Reply> {
+    fn next_reply(&self, body: &Value) -> Option<Reply> {
+        let opening = first_user_text(body);
+        {
+            let mut routes = self.routes.lock().expect("fake server: routes lock");
+            if let Some((_, queue)) = routes
+                .iter_mut()
+                .find(|(key, queue)| !queue.is_empty() && opening.contains(key.as_str()))
+            {
+                return queue.pop_front();
+            }
+        }
         self.replies
             .lock()
             .expect("fake server: replies lock")
@@ -708,6 +721,7 @@ impl FakeAnthropic {
             .expect("fake server: listener address");
         let inner = Arc::new(Inner {
             replies: Mutex::new(VecDeque::new()),
+            routes: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
             changed: Notify::new(),
@@ -746,6 +760,17 @@ impl FakeAnthropic {
             .lock()
             .expect("fake server: replies lock")
             .push_back(reply);
+    }
+
+    /// Queues a reply for the conversation whose first user message contains `key`; such
+    /// requests take routed replies before the shared queue.
+    pub fn push_routed(&self, key: &str, reply: Reply) {
+        reply.validate();
+        let mut routes = self.inner.routes.lock().expect("fake server: routes lock");
+        match routes.iter_mut().find(|(existing, _)| existing == key) {
+            Some((_, queue)) => queue.push_back(reply),
+            None => routes.push((key.to_owned(), VecDeque::from([reply]))),
+        }
     }
 
     /// Queues several replies in order.
@@ -834,6 +859,20 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
     }
 }
 
+/// The text of the first user message of a Messages request body.
+pub fn first_user_text(body: &Value) -> String {
+    let content = &body["messages"][0]["content"];
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
 async fn handle(
     inner: Arc<Inner>,
     request: Request<Incoming>,
@@ -864,6 +903,7 @@ async fn handle(
         })
         .collect();
     let path = parts.uri.path().to_string();
+    let body_json_for_routing = body_json.clone();
     let number = inner.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -883,7 +923,7 @@ async fn handle(
         ));
     }
 
-    let Some(reply) = inner.next_reply() else {
+    let Some(reply) = inner.next_reply(&body_json_for_routing) else {
         return Ok(json_response(
             500,
             &[],

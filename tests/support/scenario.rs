@@ -73,3 +73,62 @@ pub fn tool_results(body: &Value) -> Vec<Value> {
         .cloned()
         .collect()
 }
+
+/// A spec of the two-spec hierarchy, with `phases` phases named `<prefix>-1`, `<prefix>-2`, ...
+pub fn spec_input(name: &str, phase_names: &[&str]) -> Value {
+    let phases: Vec<Value> = phase_names
+        .iter()
+        .map(|phase| {
+            json!({
+                "name": phase,
+                "title": format!("Phase {phase}"),
+                "description": format!("Do the {phase} part of {name}, keeping the existing behaviour intact and covering it with a test."),
+                "files": ["src/main.rs"],
+                "validation": "cargo test"
+            })
+        })
+        .collect();
+    json!({
+        "name": name,
+        "title": format!("Spec {name}"),
+        "overview": format!("The {name} spec changes the CLI entry point in src/main.rs so that the new flag is recognised before any other argument, prints the version taken from Cargo.toml and exits successfully, with tests that pin the behaviour down."),
+        "phases": phases,
+        "acceptance_criteria": ["sample --version prints sample 0.3.1 and exits 0"],
+        "test_strategy": "Unit tests for argument parsing and an integration test that runs the binary."
+    })
+}
+
+pub fn phase_input(name: &str) -> Value {
+    json!({
+        "name": name,
+        "title": format!("Phase {name}"),
+        "objective": format!("Carry out {name}: recognise --version in src/main.rs and print the crate version."),
+        "tasks": [
+            {"description": "Match --version before other arguments and print the version", "file": "src/main.rs", "action": "modify"},
+            {"description": format!("Add a test for {name}"), "file": format!("tests/{name}.rs"), "action": "create"}
+        ],
+        "validation_command": "cargo test",
+        "success_criteria": ["sample --version prints the version"]
+    })
+}
+
+/// The opening words of each level's first message, for routing replies to the right
+/// conversation.
+pub fn plan_route() -> &'static str {
+    "Plan this change"
+}
+
+pub fn spec_route(spec: &str) -> String {
+    format!("Write the spec named \"{spec}\"")
+}
+
+pub fn phase_route(phase: &str) -> String {
+    format!("# Phase \"{phase}\"")
+}
+
+pub fn tool_turn(id: &str, tool: &str, input: Value) -> Reply {
+    TurnBuilder::new()
+        .tool_use(id, tool, input)
+        .usage(300, 100)
+        .reply()
+}

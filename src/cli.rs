@@ -1,0 +1,180 @@
+//! The command-line shell: `loopr plan` and `loopr status` run the same core as Neovim does,
+//! for scripts and CI. Progress goes to stderr; the summary to stdout.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory};
+use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
+
+pub struct PlanOptions {
+    pub root: PathBuf,
+    pub task: String,
+    pub approve_all: bool,
+    pub settings: LoopSettings,
+}
+
+/// Runs a plan loop and, with `approve_all`, the whole hierarchy below it, until nothing in it
+/// can move. Returns whether every loop completed.
+pub async fn run_plan(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    options: PlanOptions,
+) -> anyhow::Result<bool> {
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory);
+    let plan_id = manager
+        .start_plan(&options.root, &options.task, options.settings)
+        .context("starting the plan")?;
+    eprintln!("loopr: plan loop {plan_id} started");
+    wait_for_tree(
+        &manager,
+        &options.root,
+        &plan_id,
+        options.approve_all,
+        &mut events,
+    )
+    .await?;
+    let tree = tree_records(&manager, &options.root, &plan_id)?;
+    let mut stdout = std::io::stdout().lock();
+    write_table(&mut stdout, &tree)?;
+    Ok(tree
+        .iter()
+        .all(|record| record.status == LoopStatus::Complete))
+}
+
+async fn wait_for_tree(
+    manager: &LoopManager,
+    root: &Path,
+    plan_id: &LoopId,
+    approve_all: bool,
+    events: &mut UnboundedReceiver<LoopEvent>,
+) -> anyhow::Result<()> {
+    loop {
+        let tree = tree_records(manager, root, plan_id)?;
+        let mut moving = false;
+        for record in &tree {
+            match record.status {
+                LoopStatus::Pending | LoopStatus::Running => moving = true,
+                LoopStatus::AwaitingApproval if approve_all => {
+                    manager.approve(root, Some(record.id.as_str()))?;
+                    eprintln!(
+                        "loopr: approved {} {}",
+                        record.loop_type.as_str(),
+                        record.id
+                    );
+                    moving = true;
+                }
+                _ => {}
+            }
+        }
+        if !moving {
+            return Ok(());
+        }
+        match events.recv().await {
+            Some(event) => report(&event),
+            None => return Ok(()),
+        }
+        while let Ok(event) = events.try_recv() {
+            report(&event);
+        }
+    }
+}
+
+fn report(event: &LoopEvent) {
+    match event {
+        LoopEvent::LoopUpdated {
+            id,
+            loop_type,
+            status,
+            error,
+        } => match error {
+            Some(error) => eprintln!(
+                "loopr: {} {id} {}: {error}",
+                loop_type.as_str(),
+                status.as_str()
+            ),
+            None => eprintln!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
+        },
+        LoopEvent::Progress { loop_id, message } => eprintln!("loopr: {loop_id}: {message}"),
+        LoopEvent::ArtifactCreated {
+            loop_id,
+            kind,
+            markdown_path,
+            ..
+        } => eprintln!(
+            "loopr: {loop_id}: {} written to {}",
+            kind.as_str(),
+            markdown_path.display()
+        ),
+    }
+}
+
+/// The plan loop and everything below it, parents first.
+fn tree_records(
+    manager: &LoopManager,
+    root: &Path,
+    plan_id: &LoopId,
+) -> anyhow::Result<Vec<LoopRecord>> {
+    let mut all = manager.status(root)?;
+    all.reverse();
+    let mut members: HashSet<LoopId> = HashSet::from([plan_id.clone()]);
+    let mut tree = Vec::new();
+    for record in all {
+        let belongs = record.id == *plan_id
+            || record
+                .parent
+                .as_ref()
+                .is_some_and(|parent| members.contains(parent));
+        if belongs {
+            members.insert(record.id.clone());
+            tree.push(record);
+        }
+    }
+    Ok(tree)
+}
+
+/// Prints the project's loops, oldest first. Reads the database only: unlike a host, it does
+/// not resume anything.
+pub fn print_status(loopr_home: &Path, root: &Path) -> anyhow::Result<()> {
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("project root {}", root.display()))?;
+    let database = ProjectLayout::new(loopr_home, &root).database();
+    let mut records = if database.exists() {
+        LoopDb::open(&database)?.list()?
+    } else {
+        Vec::new()
+    };
+    records.reverse();
+    write_table(&mut std::io::stdout().lock(), &records)?;
+    Ok(())
+}
+
+fn write_table(out: &mut impl Write, records: &[LoopRecord]) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>9} {:>9}  ERROR",
+        "ID", "TYPE", "NAME", "STATUS", "ITER", "IN", "OUT"
+    )?;
+    for record in records {
+        writeln!(
+            out,
+            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>9} {:>9}  {}",
+            record.id.as_str(),
+            record.loop_type.as_str(),
+            record.name.as_deref().unwrap_or("-"),
+            record.status.as_str(),
+            record.iteration,
+            record.tokens_in,
+            record.tokens_out,
+            record.error.as_deref().unwrap_or("")
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! The headless command line: `loopr plan --approve-all` runs the whole hierarchy without
+//! Neovim, against the fake Anthropic server; `loopr status` lists what it did.
+
+#[path = "support/fake_anthropic.rs"]
+mod fake_anthropic;
+#[path = "support/nvim.rs"]
+mod nvim;
+#[path = "support/scenario.rs"]
+mod scenario;
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use fake_anthropic::{FakeAnthropic, RecordedRequest, first_user_text};
+use nvim::{API_KEY, TestDirs};
+use scenario::{
+    phase_input, phase_route, plan_route, spec_input, spec_route, tool_results, tool_turn,
+    valid_plan,
+};
+
+async fn loopr(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
+        .args(args)
+        .current_dir(&dirs.project)
+        .env_clear()
+        .env("HOME", &dirs.home)
+        .env("LOOPR_HOME", &dirs.loopr_home)
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run loopr")
+}
+
+/// One rule break per loop: the model's first answer breaks it, the second is correct.
+struct Case {
+    route: String,
+    tool: &'static str,
+    broken: Value,
+    fixed: Value,
+    complaint: &'static str,
+}
+
+fn with(mut value: Value, edit: impl FnOnce(&mut Value)) -> Value {
+    edit(&mut value);
+    value
+}
+
+fn cases() -> Vec<Case> {
+    let flag_phases = ["parse-flag", "print-version", "exit-code"];
+    let docs_phases = ["readme", "changelog", "help-text", "man-page"];
+    let spec_flag = spec_input("version-flag", &flag_phases);
+    let spec_docs = spec_input("version-docs", &docs_phases);
+    let phase = |name: &str, broken: Value, complaint| Case {
+        route: phase_route(name),
+        tool: "create_phase",
+        broken,
+        fixed: phase_input(name),
+        complaint,
+    };
+    vec![
+        Case {
+            route: spec_route("version-flag"),
+            tool: "create_spec",
+            broken: with(spec_flag.clone(), |spec| {
+                spec["phases"].as_array_mut().expect("phases").truncate(2);
+            }),
+            fixed: spec_flag,
+            complaint: "phases",
+        },
+        Case {
+            route: spec_route("version-docs"),
+            tool: "create_spec",
+            broken: with(spec_docs.clone(), |spec| spec["name"] = json!("docs")),
+            fixed: spec_docs.clone(),
+            complaint: "this spec is named \"version-docs\"",
+        },
+        phase(
+            "parse-flag",
+            with(phase_input("parse-flag"), |p| p["name"] = json!("parse")),
+            "this phase is named",
+        ),
+        phase(
+            "print-version",
+            with(phase_input("print-version"), |p| {
+                p["validation_command"] = json!(" ")
+            }),
+            "is blank",
+        ),
+        phase(
+            "exit-code",
+            with(phase_input("exit-code"), |p| {
+                p["tasks"][0]["file"] = json!("/etc/hosts")
+            }),
+            "is absolute",
+        ),
+        phase(
+            "readme",
+            with(phase_input("readme"), |p| {
+                p["tasks"][0]["file"] = json!("src/missing.rs")
+            }),
+            "does not exist, so it cannot be modified",
+        ),
+        phase(
+            "changelog",
+            with(phase_input("changelog"), |p| {
+                p["tasks"][1]["file"] = json!("README.md")
+            }),
+            "already exists",
+        ),
+        phase(
+            "help-text",
+            json!({"name": "help-text", "title": "H", "objective": "O", "tasks": [{"description": "d"}], "validation_command": "true"}),
+            "too sparse",
+        ),
+        phase(
+            "man-page",
+            with(phase_input("man-page"), |p| {
+                p["tasks"][0]["file"] = json!("../outside.txt")
+            }),
+            "contains '..'",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_corrected() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let mut plan = valid_plan();
+    plan["specs"][0]["name"] = json!("version-flag");
+    plan["specs"][1]["name"] = json!("version-docs");
+    plan["specs"][1]["dependencies"] = json!(["version-flag"]);
+    fake.push_routed(plan_route(), tool_turn("toolu_plan", "create_plan", plan));
+    let cases = cases();
+    for (index, case) in cases.iter().enumerate() {
+        fake.push_routed(
+            &case.route,
+            tool_turn(
+                &format!("toolu_bad_{index}"),
+                case.tool,
+                case.broken.clone(),
+            ),
+        );
+        fake.push_routed(
+            &case.route,
+            tool_turn(
+                &format!("toolu_good_{index}"),
+                case.tool,
+                case.fixed.clone(),
+            ),
+        );
+    }
+
+    let output = loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"max_concurrent_loops": 3}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstderr:\n{stderr}\nstdout:\n{stdout}",
+        output.status
+    );
+
+    // Every loop of the tree is in the summary, complete: 1 plan, 2 specs, 7 phases.
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 10, "{stdout}");
+    assert!(
+        rows.iter().all(|row| row.contains(" complete ")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("approved plan"),
+        "progress goes to stderr: {stderr}"
+    );
+
+    // Each loop's first answer was refused with the rule it broke, and the second accepted.
+    let requests = fake.requests();
+    for case in &cases {
+        let conversation: Vec<&RecordedRequest> = requests
+            .iter()
+            .filter(|request| first_user_text(&request.body).contains(&case.route))
+            .collect();
+        assert_eq!(
+            conversation.len(),
+            2,
+            "{}: {} requests",
+            case.route,
+            conversation.len()
+        );
+        let refusal = &tool_results(&conversation[1].body)[0];
+        assert_eq!(refusal["is_error"], true, "{}", case.route);
+        let text = refusal["content"].as_str().expect("text");
+        assert!(text.contains(case.complaint), "{}: {text}", case.route);
+    }
+
+    // The dependent spec started only after the spec it depends on completed.
+    let position = |route: &str| {
+        requests
+            .iter()
+            .enumerate()
+            .filter(|(_, request)| first_user_text(&request.body).contains(route))
+            .map(|(index, _)| index)
+            .collect::<Vec<_>>()
+    };
+    let flag = position(&spec_route("version-flag"));
+    let docs = position(&spec_route("version-docs"));
+    assert!(
+        docs[0] > flag[flag.len() - 1],
+        "flag {flag:?} before docs {docs:?}"
+    );
+
+    // Every phase.md exists and renders its structured data.
+    let phase_files = files_named(&dirs.loopr_home, "phase.md");
+    assert_eq!(phase_files.len(), 7, "{phase_files:?}");
+    for file in &phase_files {
+        let markdown = std::fs::read_to_string(file).expect("phase.md");
+        let json: Value = serde_json::from_slice(
+            &std::fs::read(file.with_file_name("phase.json")).expect("json"),
+        )
+        .expect("parse");
+        let title = json["title"].as_str().expect("title");
+        assert!(
+            markdown.starts_with(&format!("# Phase: {title}")),
+            "{markdown}"
+        );
+        assert!(markdown.contains("1. Match --version before other arguments and print the version (`src/main.rs`, modify)"), "{markdown}");
+        assert!(markdown.contains("```sh\ncargo test\n```"), "{markdown}");
+    }
+    assert_eq!(files_named(&dirs.loopr_home, "spec.md").len(), 2);
+
+    // `loopr status` reads the same records without running anything.
+    let requests_before = fake.requests().len();
+    let status = loopr(&dirs, &fake, &["status"]).await;
+    assert!(status.status.success());
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(table.lines().count(), 11, "{table}");
+    assert!(
+        table.contains("version-docs") && table.contains("man-page"),
+        "{table}"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        requests_before,
+        "status sends nothing to the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
+    let output = loopr(&dirs, &fake, &["plan", "Add a --version flag"]).await;
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("awaiting_approval"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not every loop completed"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_are_reported_with_the_fix() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let output = loopr(
+        &dirs,
+        &fake,
+        &["plan", "x", "--settings", r#"{"max_turn": 3}"#],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("max_turn") && stderr.contains("--settings"),
+        "{stderr}"
+    );
+    assert!(fake.requests().is_empty());
+}
+
+fn files_named(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|file| file == name) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
