@@ -11,8 +11,10 @@ mod manager;
 mod progress;
 mod prompts;
 mod settings;
+mod tasks;
 
 pub use artifact_loop::LoopError;
 pub use events::{EventSink, LoopEvent};
 pub use manager::{LoopManager, ManagerError, ProviderFactory, anthropic_from_env};
 pub use settings::LoopSettings;
+pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};

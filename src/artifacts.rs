@@ -6,6 +6,7 @@
 mod phase;
 mod plan;
 mod render;
+mod review;
 mod spec;
 mod validation;
 
@@ -14,6 +15,10 @@ pub use phase::{
 };
 pub use plan::{CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, validate_plan};
 pub use render::{render_phase_markdown, render_plan_markdown, render_spec_markdown};
+pub use review::{
+    REVIEW_FOCI, ReviewInput, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
+    validate_review,
+};
 pub use spec::{CREATE_SPEC, PhaseReference, SpecArtifact, create_spec_spec, validate_spec};
 pub use validation::ValidationReport;
 

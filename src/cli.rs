@@ -159,18 +159,19 @@ pub fn print_status(loopr_home: &Path, root: &Path) -> anyhow::Result<()> {
 fn write_table(out: &mut impl Write, records: &[LoopRecord]) -> anyhow::Result<()> {
     writeln!(
         out,
-        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>9} {:>9}  ERROR",
-        "ID", "TYPE", "NAME", "STATUS", "ITER", "IN", "OUT"
+        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9}  ERROR",
+        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT"
     )?;
     for record in records {
         writeln!(
             out,
-            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>9} {:>9}  {}",
+            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9}  {}",
             record.id.as_str(),
             record.loop_type.as_str(),
             record.name.as_deref().unwrap_or("-"),
             record.status.as_str(),
             record.iteration,
+            record.review_passes,
             record.tokens_in,
             record.tokens_out,
             record.error.as_deref().unwrap_or("")

@@ -163,7 +163,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
             "Add a --version flag",
             "--approve-all",
             "--settings",
-            r#"{"max_concurrent_loops": 3}"#,
+            r#"{"max_concurrent_loops": 3, "plan_review_passes": 0, "spec_review": false}"#,
         ],
     )
     .await;
@@ -264,7 +264,17 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
     fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
-    let output = loopr(&dirs, &fake, &["plan", "Add a --version flag"]).await;
+    let output = loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0}"#,
+        ],
+    )
+    .await;
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("awaiting_approval"), "{stdout}");
@@ -306,4 +316,160 @@ fn files_named(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
     }
     found.sort();
     found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{
+        "name": "version-flag",
+        "title": "Parse --version",
+        "description": "Teach src/main.rs to recognise --version and print CARGO_PKG_VERSION, then exit 0.",
+        "dependencies": []
+    }]);
+    let mut revised_plan = plan.clone();
+    revised_plan["risks"] = json!(["Clap may already reserve --version; check before adding it"]);
+    let review = |verdict: &str, issues: Value| json!({"verdict": verdict, "issues": issues});
+    for (id, tool, input) in [
+        ("p1", "create_plan", plan),
+        ("p2", "review_plan", review("approve", json!([]))),
+        (
+            "p3",
+            "review_plan",
+            review(
+                "revise",
+                json!(["The risk of a clash with clap is missing"]),
+            ),
+        ),
+        ("p4", "create_plan", revised_plan.clone()),
+    ] {
+        fake.push_routed(plan_route(), tool_turn(id, tool, input));
+    }
+    let phases = ["parse-flag", "print-version", "exit-code"];
+    let spec = spec_input("version-flag", &phases);
+    let mut revised_spec = spec.clone();
+    revised_spec["acceptance_criteria"] = json!([
+        "`sample --version` prints `sample 0.3.1`",
+        "it exits with status 0"
+    ]);
+    for (id, tool, input) in [
+        ("s1", "create_spec", spec),
+        (
+            "s2",
+            "review_spec",
+            review(
+                "revise",
+                json!(["The exit status is not testable as written"]),
+            ),
+        ),
+        ("s3", "create_spec", revised_spec.clone()),
+    ] {
+        fake.push_routed(&spec_route("version-flag"), tool_turn(id, tool, input));
+    }
+    for phase in phases {
+        fake.push_routed(
+            &phase_route(phase),
+            tool_turn(phase, "create_phase", phase_input(phase)),
+        );
+    }
+
+    let output = loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 2}"#,
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stderr:\n{stderr}\nstdout:\n{stdout}"
+    );
+
+    // Each pass asked through the review tool, naming its focus.
+    let requests = fake.requests();
+    let plan_requests: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|request| first_user_text(&request.body).contains(plan_route()))
+        .collect();
+    assert_eq!(plan_requests.len(), 4);
+    let asked = |request: &RecordedRequest| {
+        let last = request.body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .cloned()
+            .unwrap_or_default();
+        last["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|block| block["text"].as_str().map(str::to_owned))
+            .collect::<String>()
+    };
+    assert!(
+        asked(plan_requests[1]).contains("Review pass 1 of 2: completeness"),
+        "{}",
+        asked(plan_requests[1])
+    );
+    assert!(
+        asked(plan_requests[2]).contains("Review pass 2 of 2: correctness"),
+        "{}",
+        asked(plan_requests[2])
+    );
+    let tools: Vec<&str> = plan_requests[0].body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert!(tools.contains(&"review_plan"), "{tools:?}");
+
+    // The stored plan is the revision, iteration 2, after 2 passes; the spec after its judge.
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|line| line.contains(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let plan_row = stdout.lines().nth(1).expect("plan row");
+    let fields: Vec<&str> = plan_row.split_whitespace().collect();
+    assert_eq!(
+        (fields[1], fields[4], fields[5]),
+        ("plan", "2", "2"),
+        "{stdout}"
+    );
+    let spec_fields: Vec<String> = row("version-flag")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        (spec_fields[4].as_str(), spec_fields[5].as_str()),
+        ("2", "1"),
+        "{stdout}"
+    );
+    let plan_json = files_named(&dirs.loopr_home, "plan.json");
+    assert_eq!(
+        plan_json.len(),
+        2,
+        "both iterations are kept: {plan_json:?}"
+    );
+    let current: Value =
+        serde_json::from_slice(&std::fs::read(&plan_json[1]).expect("read")).expect("json");
+    assert_eq!(current["risks"], revised_plan["risks"]);
+    let spec_json = files_named(&dirs.loopr_home, "spec.json");
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(&spec_json[1]).expect("read")).expect("json");
+    assert_eq!(
+        spec["acceptance_criteria"],
+        revised_spec["acceptance_criteria"]
+    );
 }

@@ -1,9 +1,11 @@
 //! The conversation cycle of an artifact loop (plan, spec or phase): send, stream, run the tool
-//! calls, answer with tool results, until the artifact tool succeeds or the turn limit is
-//! reached. The conversation is stored after every turn, so a killed host resumes it.
+//! calls, answer with tool results, until the artifact tool succeeds and its review passes
+//! are through, or the turn limit is reached. The run's state (conversation, review stage) is
+//! stored after every turn, so a killed host resumes it.
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +15,10 @@ use super::jobs::{self, Accepted, JobError};
 use super::progress::{describe_provider_event, describe_tool_call};
 use super::prompts;
 use super::settings::LoopSettings;
-use crate::artifacts::ArtifactKind;
+use crate::artifacts::{
+    ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
+    validate_review,
+};
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{ProjectRoot, ToolContext, ToolError, ToolRegistry};
@@ -77,52 +82,97 @@ pub struct ArtifactOutcome {
     pub accepted: Accepted,
 }
 
+/// Where a run stands; stored in `run.json` after every turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "stage", rename_all = "snake_case")]
+enum Stage {
+    /// Waiting for the first acceptable artifact.
+    Drafting,
+    /// Waiting for the verdict of review pass `pass` (zero-based).
+    Reviewing { pass: usize },
+    /// Review pass `pass` asked for changes; waiting for the revised artifact.
+    Revising { pass: usize },
+    /// The artifact is accepted and reviewed.
+    Done,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RunState {
+    /// The loop's iteration when the run started; the run stores the ones after it.
+    base_iteration: u32,
+    /// The newest iteration this run stored (the base until the first is stored).
+    stored_iteration: u32,
+    stage: Stage,
+    passes_done: u32,
+    messages: Vec<Message>,
+}
+
 /// The answer to one tool call, before it becomes a `tool_result` block.
 struct CallResult {
     content: String,
     is_error: bool,
-    accepted: Option<Accepted>,
+    /// Text to add after the tool results, e.g. the next review request.
+    follow_up: Option<String>,
+}
+
+impl CallResult {
+    fn ok(content: String) -> CallResult {
+        CallResult {
+            content,
+            is_error: false,
+            follow_up: None,
+        }
+    }
+
+    fn error(content: String) -> CallResult {
+        CallResult {
+            content,
+            is_error: true,
+            follow_up: None,
+        }
+    }
+}
+
+/// The review passes this kind of artifact goes through, as (name, question).
+fn review_schedule(
+    kind: ArtifactKind,
+    settings: &LoopSettings,
+) -> Vec<(&'static str, &'static str)> {
+    match kind {
+        ArtifactKind::Plan => {
+            let passes = usize::try_from(settings.plan_review_passes).unwrap_or(usize::MAX);
+            REVIEW_FOCI.iter().take(passes).copied().collect()
+        }
+        ArtifactKind::Spec if settings.spec_review => vec![SPEC_JUDGEMENT],
+        ArtifactKind::Spec | ArtifactKind::Phase => Vec::new(),
+    }
 }
 
 pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome, LoopError> {
     let record = &context.record;
     let kind = jobs::artifact_kind(record.loop_type)?;
-    let iteration = record.iteration + 1;
-    if let Some(outcome) = restore_stored(context, kind, iteration)? {
-        return Ok(outcome);
+    let reviews = review_schedule(kind, &context.settings);
+    let mut state = load_or_start(context, kind)?;
+    if state.stage == Stage::Done {
+        return finish(context, kind, &state);
     }
     let tools = ToolRegistry::for_loop(record.loop_type);
     let mut tool_specs = tools.specs();
     tool_specs.push(jobs::artifact_tool(kind));
+    if !reviews.is_empty() {
+        tool_specs.push(review_tool_spec(kind));
+    }
     let project_name = context
         .root
         .path()
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let conversation_path = context
-        .layout
-        .iteration_dir(&record.id, iteration)
-        .join("conversation.json");
-    let messages = match load_conversation(&conversation_path) {
-        Some(messages) => {
-            context.progress(format!("resuming the {} conversation", kind.as_str()));
-            messages
-        }
-        None => {
-            let previous = previous_artifact(context, kind);
-            vec![Message::user_text(jobs::first_message(
-                record,
-                &context.layout,
-                previous.as_ref(),
-            )?)]
-        }
-    };
     let mut request = ChatRequest {
         model: context.settings.model.clone(),
         max_tokens: context.settings.max_tokens,
         system: prompts::system_prompt(kind, &project_name, &tools.names()),
-        messages,
+        messages: std::mem::take(&mut state.messages),
         tools: tool_specs,
     };
     let tool_context = ToolContext {
@@ -167,12 +217,29 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         });
 
         let mut reply = Vec::new();
-        let mut accepted = None;
+        let mut follow_ups = Vec::new();
         for (call_id, name, input) in calls {
-            let result = run_call(context, kind, &tools, &tool_context, &name, input).await?;
-            if accepted.is_none() {
-                accepted = result.accepted;
-            }
+            let result = if state.stage == Stage::Done {
+                CallResult::error(format!(
+                    "the {} is complete; nothing more is needed",
+                    kind.as_str()
+                ))
+            } else if name == kind.tool_name() {
+                context.progress(describe_tool_call(&name, &input));
+                create_call(
+                    context,
+                    kind,
+                    &reviews,
+                    &mut state,
+                    &input,
+                    &request.messages,
+                )?
+            } else if name == review_tool_name(kind) && !reviews.is_empty() {
+                review_call(context, kind, &reviews, &mut state, &input)?
+            } else {
+                tool_call(context, kind, &tools, &tool_context, &name, input).await?
+            };
+            follow_ups.extend(result.follow_up);
             reply.push(ContentBlock::ToolResult {
                 tool_use_id: call_id,
                 content: result.content,
@@ -180,106 +247,72 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
             });
         }
 
-        if let Some(accepted) = accepted {
-            return save(context, kind, iteration, accepted, &request.messages);
+        if state.stage == Stage::Done {
+            state.messages = request.messages;
+            save_state(context, &state)?;
+            return finish(context, kind, &state);
         }
 
         // Tool results come first in the user message, as the API requires.
         if !turn.truncated_tool_calls.is_empty() {
-            reply.push(ContentBlock::Text {
-                text: prompts::truncated_tool_call_note(
-                    &turn.truncated_tool_calls,
-                    context.settings.max_tokens,
-                ),
-            });
+            follow_ups.push(prompts::truncated_tool_call_note(
+                &turn.truncated_tool_calls,
+                context.settings.max_tokens,
+            ));
         } else if reply.is_empty() {
-            reply.push(ContentBlock::Text {
-                text: prompts::nudge_to_call_artifact_tool(kind.tool_name()),
+            follow_ups.push(match state.stage {
+                Stage::Reviewing { .. } => {
+                    prompts::nudge_to_call_artifact_tool(review_tool_name(kind))
+                }
+                _ => prompts::nudge_to_call_artifact_tool(kind.tool_name()),
             });
         }
+        reply.extend(
+            follow_ups
+                .into_iter()
+                .map(|text| ContentBlock::Text { text }),
+        );
         request.messages.push(Message {
             role: Role::User,
             content: reply,
         });
-        save_conversation(&conversation_path, &request.messages)?;
+        state.messages = request.messages.clone();
+        save_state(context, &state)?;
     }
     Err(LoopError::TurnLimit {
-        tool: kind.tool_name(),
+        tool: match state.stage {
+            Stage::Reviewing { .. } => review_tool_name(kind),
+            _ => kind.tool_name(),
+        },
         max_turns,
     })
 }
 
-async fn run_call(
+/// A call of the artifact tool: validated, stored as the next iteration, then on to the next
+/// review pass or done.
+fn create_call(
     context: &LoopContext,
     kind: ArtifactKind,
-    tools: &ToolRegistry,
-    tool_context: &ToolContext,
-    name: &str,
-    input: Value,
-) -> Result<CallResult, LoopError> {
-    context.progress(describe_tool_call(name, &input));
-    if name == kind.tool_name() {
-        return Ok(
-            match jobs::accept(&context.record, &context.root, &input)? {
-                Ok(accepted) => CallResult {
-                    content: accepted.summary.clone(),
-                    is_error: false,
-                    accepted: Some(accepted),
-                },
-                Err(report) => {
-                    let problems = report.issues.len();
-                    tracing::info!(loop_id = %context.record.id, tool = name, problems, "artifact input rejected");
-                    context.progress(format!(
-                        "the {} had {problems} problem{}; asking the model to fix {}",
-                        kind.as_str(),
-                        if problems == 1 { "" } else { "s" },
-                        if problems == 1 { "it" } else { "them" },
-                    ));
-                    CallResult {
-                        content: report.to_string(),
-                        is_error: true,
-                        accepted: None,
-                    }
-                }
-            },
-        );
-    }
-    let Some(tool) = tools.get(name) else {
-        return Ok(CallResult {
-            content: format!(
-                "there is no tool named {name:?}; the available tools are {}, {}",
-                tools.names().join(", "),
-                kind.tool_name()
-            ),
-            is_error: true,
-            accepted: None,
-        });
-    };
-    match tool.call(input, tool_context).await {
-        Ok(content) => Ok(CallResult {
-            content,
-            is_error: false,
-            accepted: None,
-        }),
-        Err(ToolError::Cancelled) => Err(LoopError::Cancelled),
-        Err(err) => {
-            tracing::debug!(loop_id = %context.record.id, tool = name, error = %err, "tool call failed");
-            Ok(CallResult {
-                content: format!("{name} failed: {err}"),
-                is_error: true,
-                accepted: None,
-            })
-        }
-    }
-}
-
-fn save(
-    context: &LoopContext,
-    kind: ArtifactKind,
-    iteration: u32,
-    accepted: Accepted,
+    reviews: &[(&'static str, &'static str)],
+    state: &mut RunState,
+    input: &Value,
     conversation: &[Message],
-) -> Result<ArtifactOutcome, LoopError> {
+) -> Result<CallResult, LoopError> {
+    let accepted = match jobs::accept(&context.record, &context.root, input)? {
+        Ok(accepted) => accepted,
+        Err(report) => {
+            let problems = report.issues.len();
+            tracing::info!(loop_id = %context.record.id, problems, "artifact input rejected");
+            context.progress(format!(
+                "the {} had {problems} problem{}; asking the model to fix {}",
+                kind.as_str(),
+                if problems == 1 { "" } else { "s" },
+                if problems == 1 { "it" } else { "them" },
+            ));
+            return Ok(CallResult::error(report.to_string()));
+        }
+    };
+    let iteration = state.stored_iteration + 1;
     let stored = store_artifact(
         &context.layout,
         &context.record.id,
@@ -294,12 +327,156 @@ fn save(
         source,
     })?;
     context.db.set_iteration(&context.record.id, iteration)?;
-    tracing::info!(loop_id = %context.record.id, path = %stored.markdown_path.display(), "artifact stored");
+    state.stored_iteration = iteration;
+    tracing::info!(loop_id = %context.record.id, iteration, path = %stored.markdown_path.display(), "artifact stored");
+    // A revision (asked for or not) settles the pass under way.
+    let next_pass = match state.stage {
+        Stage::Drafting | Stage::Done => 0,
+        Stage::Reviewing { pass } | Stage::Revising { pass } => {
+            state.passes_done = u32::try_from(pass + 1).unwrap_or(u32::MAX);
+            context
+                .db
+                .set_review_passes(&context.record.id, state.passes_done)?;
+            pass + 1
+        }
+    };
+    let mut result = CallResult::ok(accepted.summary);
+    if next_pass < reviews.len() {
+        state.stage = Stage::Reviewing { pass: next_pass };
+        result.follow_up = Some(review_request(context, kind, reviews, next_pass));
+    } else {
+        state.stage = Stage::Done;
+    }
+    Ok(result)
+}
+
+fn review_call(
+    context: &LoopContext,
+    kind: ArtifactKind,
+    reviews: &[(&'static str, &'static str)],
+    state: &mut RunState,
+    input: &Value,
+) -> Result<CallResult, LoopError> {
+    let Stage::Reviewing { pass } = state.stage else {
+        return Ok(CallResult::error(format!(
+            "no review is asked for now; {}",
+            match state.stage {
+                Stage::Revising { .. } => format!(
+                    "call {} with the revised {}",
+                    kind.tool_name(),
+                    kind.as_str()
+                ),
+                _ => format!("call {} first", kind.tool_name()),
+            }
+        )));
+    };
+    let review = match validate_review(kind, input) {
+        Ok(review) => review,
+        Err(report) => return Ok(CallResult::error(report.to_string())),
+    };
+    let (focus, _) = reviews[pass];
+    let label = format!("review pass {}/{} ({focus})", pass + 1, reviews.len());
+    match review.verdict {
+        Verdict::Approve => {
+            state.passes_done = u32::try_from(pass + 1).unwrap_or(u32::MAX);
+            context
+                .db
+                .set_review_passes(&context.record.id, state.passes_done)?;
+            context.progress(format!("{label}: approved"));
+            let mut result = CallResult::ok(format!("Recorded: {label} approved."));
+            if pass + 1 < reviews.len() {
+                state.stage = Stage::Reviewing { pass: pass + 1 };
+                result.follow_up = Some(review_request(context, kind, reviews, pass + 1));
+            } else {
+                state.stage = Stage::Done;
+            }
+            Ok(result)
+        }
+        Verdict::Revise => {
+            context.progress(format!(
+                "{label}: revising ({} issue(s))",
+                review.issues.len()
+            ));
+            state.stage = Stage::Revising { pass };
+            Ok(CallResult::ok(format!(
+                "Recorded {} issue(s). Now call {} with the complete revised {} that fixes them.",
+                review.issues.len(),
+                kind.tool_name(),
+                kind.as_str()
+            )))
+        }
+    }
+}
+
+fn review_request(
+    context: &LoopContext,
+    kind: ArtifactKind,
+    reviews: &[(&'static str, &'static str)],
+    pass: usize,
+) -> String {
+    let (focus, question) = reviews[pass];
+    context.progress(format!(
+        "review pass {}/{} ({focus})",
+        pass + 1,
+        reviews.len()
+    ));
+    prompts::review_request(
+        kind,
+        pass + 1,
+        reviews.len(),
+        focus,
+        question,
+        review_tool_name(kind),
+    )
+}
+
+async fn tool_call(
+    context: &LoopContext,
+    kind: ArtifactKind,
+    tools: &ToolRegistry,
+    tool_context: &ToolContext,
+    name: &str,
+    input: Value,
+) -> Result<CallResult, LoopError> {
+    context.progress(describe_tool_call(name, &input));
+    let Some(tool) = tools.get(name) else {
+        return Ok(CallResult::error(format!(
+            "there is no tool named {name:?}; the available tools are {}, {}",
+            tools.names().join(", "),
+            kind.tool_name()
+        )));
+    };
+    match tool.call(input, tool_context).await {
+        Ok(content) => Ok(CallResult::ok(content)),
+        Err(ToolError::Cancelled) => Err(LoopError::Cancelled),
+        Err(err) => {
+            tracing::debug!(loop_id = %context.record.id, tool = name, error = %err, "tool call failed");
+            Ok(CallResult::error(format!("{name} failed: {err}")))
+        }
+    }
+}
+
+/// Reports the accepted, reviewed artifact of the run.
+fn finish(
+    context: &LoopContext,
+    kind: ArtifactKind,
+    state: &RunState,
+) -> Result<ArtifactOutcome, LoopError> {
+    let iteration = state.stored_iteration;
+    let artifacts = context.layout.artifacts_dir(&context.record.id, iteration);
+    let json_path = artifacts.join(format!("{}.json", kind.as_str()));
+    let accepted = jobs::read_json(&json_path)
+        .ok()
+        .and_then(|json| jobs::restore(kind, &json))
+        .ok_or_else(|| LoopError::Artifact {
+            kind: kind.as_str(),
+            source: std::io::Error::other(format!("{} is missing or invalid", json_path.display())),
+        })?;
     context.events.emit(LoopEvent::ArtifactCreated {
         loop_id: context.record.id.clone(),
         kind,
-        markdown_path: stored.markdown_path,
-        json_path: stored.json_path,
+        markdown_path: artifacts.join(format!("{}.md", kind.as_str())),
+        json_path,
         iteration,
     });
     Ok(ArtifactOutcome {
@@ -308,26 +485,45 @@ fn save(
     })
 }
 
-/// After a crash between storing an artifact and recording it, the stored JSON is the answer:
-/// the model is not asked again. The markdown and `current` link are rewritten from it, since
-/// the crash may have come before them.
-fn restore_stored(
-    context: &LoopContext,
-    kind: ArtifactKind,
-    iteration: u32,
-) -> Result<Option<ArtifactOutcome>, LoopError> {
-    let json_path = context
-        .layout
-        .artifacts_dir(&context.record.id, iteration)
-        .join(format!("{}.json", kind.as_str()));
-    let Some(accepted) = jobs::read_json(&json_path)
-        .ok()
-        .and_then(|json| jobs::restore(kind, &json))
-    else {
-        return Ok(None);
+/// The run state to continue from: the stored one after a crash, or a fresh one (first run,
+/// or a revision asked for with feedback).
+fn load_or_start(context: &LoopContext, kind: ArtifactKind) -> Result<RunState, LoopError> {
+    let record = &context.record;
+    let path = context.layout.run_state(&record.id);
+    if record.feedback.is_none() {
+        let stored = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<RunState>(&bytes).ok())
+            .filter(|state| state.stage == Stage::Done || resumable(&state.messages));
+        if let Some(state) = stored {
+            if state.stage != Stage::Done {
+                context.progress(format!("resuming the {} conversation", kind.as_str()));
+            }
+            return Ok(state);
+        }
+    }
+    let previous = previous_artifact(context, kind);
+    let state = RunState {
+        base_iteration: record.iteration,
+        stored_iteration: record.iteration,
+        stage: Stage::Drafting,
+        passes_done: 0,
+        messages: vec![Message::user_text(jobs::first_message(
+            record,
+            &context.layout,
+            previous.as_ref(),
+        )?)],
     };
-    tracing::info!(loop_id = %context.record.id, iteration, "resuming from a stored artifact");
-    save(context, kind, iteration, accepted, &[]).map(Some)
+    context.db.set_review_passes(&record.id, 0)?;
+    save_state(context, &state)?;
+    Ok(state)
+}
+
+/// Only a conversation that ends with our message can be sent again as it is.
+fn resumable(messages: &[Message]) -> bool {
+    messages
+        .last()
+        .is_some_and(|message| message.role == Role::User)
 }
 
 fn previous_artifact(context: &LoopContext, kind: ArtifactKind) -> Option<Value> {
@@ -342,20 +538,11 @@ fn previous_artifact(context: &LoopContext, kind: ArtifactKind) -> Option<Value>
     jobs::read_json(&path).ok()
 }
 
-fn load_conversation(path: &std::path::Path) -> Option<Vec<Message>> {
-    let bytes = std::fs::read(path).ok()?;
-    let messages: Vec<Message> = serde_json::from_slice(&bytes).ok()?;
-    // Only a conversation that ends with our message can be sent again as it is.
-    (messages.last()?.role == Role::User).then_some(messages)
-}
-
-fn save_conversation(path: &std::path::Path, messages: &[Message]) -> Result<(), LoopError> {
-    let json = serde_json::to_vec(messages).map_err(|err| LoopError::Artifact {
-        kind: "conversation",
-        source: std::io::Error::other(err),
-    })?;
-    write_atomic(path, &json).map_err(|source| LoopError::Artifact {
-        kind: "conversation",
+fn save_state(context: &LoopContext, state: &RunState) -> Result<(), LoopError> {
+    let state_error = |source| LoopError::Artifact {
+        kind: "run state",
         source,
-    })
+    };
+    let json = serde_json::to_vec(state).map_err(|err| state_error(std::io::Error::other(err)))?;
+    write_atomic(&context.layout.run_state(&context.record.id), &json).map_err(state_error)
 }

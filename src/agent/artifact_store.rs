@@ -9,7 +9,6 @@ use crate::llm::Message;
 use crate::store::{LoopId, ProjectLayout, replace_symlink, write_atomic};
 
 pub struct StoredArtifact {
-    pub json_path: PathBuf,
     pub markdown_path: PathBuf,
 }
 
@@ -48,10 +47,7 @@ pub fn store_artifact<T: Serialize>(
             ),
         )
     })?;
-    Ok(StoredArtifact {
-        json_path,
-        markdown_path,
-    })
+    Ok(StoredArtifact { markdown_path })
 }
 
 fn write_with_context(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

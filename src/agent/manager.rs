@@ -8,6 +8,7 @@ use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact
 use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
 use super::settings::LoopSettings;
+use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
 use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError};
@@ -247,6 +248,47 @@ impl LoopManager {
 
     pub fn status(&self, root: &Path) -> Result<Vec<LoopRecord>, ManagerError> {
         Ok(self.project(root)?.db.list()?)
+    }
+
+    /// Every loop, newest first, with the markdown of its current artifact if it has one.
+    pub fn status_with_artifacts(
+        &self,
+        root: &Path,
+    ) -> Result<Vec<(LoopRecord, Option<PathBuf>)>, ManagerError> {
+        let project = self.project(root)?;
+        Ok(project
+            .db
+            .list()?
+            .into_iter()
+            .map(|record| {
+                let markdown = jobs::artifact_kind(record.loop_type)
+                    .ok()
+                    .filter(|_| record.iteration > 0)
+                    .map(|kind| {
+                        project
+                            .layout
+                            .artifacts_dir(&record.id, record.iteration)
+                            .join(format!("{}.md", kind.as_str()))
+                    });
+                (record, markdown)
+            })
+            .collect())
+    }
+
+    /// The tasks of the current phases matching `selector`.
+    pub fn tasks(
+        &self,
+        root: &Path,
+        selector: &PhaseSelector,
+    ) -> Result<Vec<PhaseTasks>, ManagerError> {
+        let project = self.project(root)?;
+        let records = project.db.list()?;
+        Ok(phase_tasks(
+            &records,
+            selector,
+            &project.root,
+            &project.layout,
+        ))
     }
 
     /// Opens the project so this host resumes its unfinished loops; returns how many loops of

@@ -145,6 +145,24 @@ pub fn revision_request(
     )
 }
 
+pub fn review_request(
+    kind: ArtifactKind,
+    pass: usize,
+    passes: usize,
+    focus: &str,
+    question: &str,
+    review_tool: &str,
+) -> String {
+    format!(
+        "Review pass {pass} of {passes}: {focus}. Review the {kind} you just created with fresh \
+         eyes, checking it against the project where needed. {question} Then call {review_tool} \
+         with verdict \"approve\", or \"revise\" and the issues; after \"revise\", call {} with \
+         the complete revised {kind}.",
+        kind.tool_name(),
+        kind = kind.as_str(),
+    )
+}
+
 pub fn nudge_to_call_artifact_tool(tool: &str) -> String {
     format!(
         "You have not called {tool} yet. The task is only done when {tool} succeeds: keep \

@@ -21,6 +21,8 @@ pub struct LoopSettings {
     pub max_concurrent_loops: u32,
     /// Review passes a plan goes through before it counts as ready (0 turns them off).
     pub plan_review_passes: u32,
+    /// Whether a spec gets one judged review before it counts as ready.
+    pub spec_review: bool,
 }
 
 impl Default for LoopSettings {
@@ -35,6 +37,7 @@ impl Default for LoopSettings {
             review_gates: vec!["plan".to_owned()],
             max_concurrent_loops: 4,
             plan_review_passes: 5,
+            spec_review: true,
         }
     }
 }

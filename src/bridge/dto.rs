@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use nvim_rs::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{LoopEvent, LoopSettings};
+use crate::agent::{LoopEvent, LoopSettings, PhaseSelector, PhaseTasks};
 use crate::store::{LoopRecord, LoopStatus};
 
 #[derive(Debug, Deserialize)]
@@ -64,6 +64,108 @@ impl LoopIdsParams {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub loop_id: Option<String>,
+}
+
+impl TasksParams {
+    pub fn selector(&self) -> PhaseSelector {
+        match (&self.loop_id, &self.phase) {
+            (Some(id), _) => PhaseSelector::Loop(id.clone()),
+            (None, Some(name)) => PhaseSelector::Named(name.clone()),
+            (None, None) => PhaseSelector::All,
+        }
+    }
+}
+
+/// `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into
+/// quickfix entries.
+#[derive(Debug, Serialize)]
+pub struct TasksReply {
+    pub phases: Vec<PhaseTasksReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PhaseTasksReply {
+    pub loop_id: String,
+    pub name: String,
+    pub title: String,
+    pub markdown_path: String,
+    pub items: Vec<TaskItemReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskItemReply {
+    pub location: lsp_types::Location,
+    pub text: String,
+    pub user_data: TaskUserData,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskUserData {
+    pub loop_id: String,
+    pub phase: String,
+    pub task_index: usize,
+    pub action: Option<&'static str>,
+}
+
+impl TasksReply {
+    pub fn new(phases: Vec<PhaseTasks>) -> Result<TasksReply, String> {
+        let phases = phases
+            .into_iter()
+            .map(|phase| {
+                let items = phase
+                    .tasks
+                    .iter()
+                    .map(|task| {
+                        Ok(TaskItemReply {
+                            location: location(&task.path, task.line)?,
+                            text: task.text.clone(),
+                            user_data: TaskUserData {
+                                loop_id: phase.loop_id.clone(),
+                                phase: phase.name.clone(),
+                                task_index: task.task_index,
+                                action: task.action.map(|action| action.as_str()),
+                            },
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok(PhaseTasksReply {
+                    loop_id: phase.loop_id,
+                    name: phase.name,
+                    title: phase.title,
+                    markdown_path: phase.markdown_path.to_string_lossy().into_owned(),
+                    items,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(TasksReply { phases })
+    }
+}
+
+fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, String> {
+    let url = url::Url::from_file_path(path)
+        .map_err(|()| format!("loopr: {} is not an absolute path", path.display()))?;
+    let uri: lsp_types::Uri = url
+        .as_str()
+        .parse()
+        .map_err(|err| format!("loopr: {url} is not a valid URI: {err}"))?;
+    let position = lsp_types::Position { line, character: 0 };
+    Ok(lsp_types::Location {
+        uri,
+        range: lsp_types::Range {
+            start: position,
+            end: position,
+        },
+    })
+}
+
 #[derive(Debug, Serialize)]
 pub struct LoopIdReply {
     pub loop_id: String,
@@ -85,13 +187,24 @@ pub struct LoopRecordReply {
     pub triggered_by: Option<String>,
     pub depends_on: Vec<String>,
     pub review_passes: u32,
+    pub artifact_path: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl LoopRecordReply {
+    pub fn new(record: LoopRecord, artifact_path: Option<PathBuf>) -> LoopRecordReply {
+        LoopRecordReply {
+            artifact_path: artifact_path.map(|path| path.to_string_lossy().into_owned()),
+            ..LoopRecordReply::from(record)
+        }
+    }
 }
 
 impl From<LoopRecord> for LoopRecordReply {
     fn from(record: LoopRecord) -> LoopRecordReply {
         LoopRecordReply {
+            artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),
             parent: record.parent.map(|parent| parent.to_string()),
@@ -271,6 +384,38 @@ mod tests {
                 ("loop_id", Value::from("abc")),
                 ("message", Value::from("reading")),
             ])
+        );
+    }
+
+    #[test]
+    fn task_places_become_file_uri_locations() {
+        let reply = TasksReply::new(vec![PhaseTasks {
+            loop_id: "l-1".to_owned(),
+            name: "parse-flag".to_owned(),
+            title: "Parse".to_owned(),
+            markdown_path: PathBuf::from("/state/phase.md"),
+            tasks: vec![crate::agent::TaskPlace {
+                path: PathBuf::from("/work/my project/src/main.rs"),
+                line: 0,
+                text: "modify: do it".to_owned(),
+                task_index: 1,
+                action: Some(crate::artifacts::TaskAction::Modify),
+            }],
+        }])
+        .expect("reply");
+        let json = serde_json::to_value(&reply).expect("json");
+        let item = &json["phases"][0]["items"][0];
+        assert_eq!(
+            item["location"]["uri"],
+            "file:///work/my%20project/src/main.rs"
+        );
+        assert_eq!(
+            item["location"]["range"]["start"],
+            serde_json::json!({"line": 0, "character": 0})
+        );
+        assert_eq!(
+            item["user_data"],
+            serde_json::json!({"loop_id": "l-1", "phase": "parse-flag", "task_index": 1, "action": "modify"})
         );
     }
 

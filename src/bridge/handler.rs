@@ -4,7 +4,7 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams, ReviseParams,
-    RootParams, params, to_value,
+    RootParams, TasksParams, TasksReply, params, to_value,
 };
 use crate::agent::LoopManager;
 
@@ -40,12 +40,20 @@ impl RpcHandler {
                 let params: RootParams = params(method, args)?;
                 let records: Vec<LoopRecordReply> = self
                     .manager
-                    .status(&params.root)
+                    .status_with_artifacts(&params.root)
                     .map_err(|err| format!("loopr: {err}"))?
                     .into_iter()
-                    .map(LoopRecordReply::from)
+                    .map(|(record, artifact)| LoopRecordReply::new(record, artifact))
                     .collect();
                 to_value(&records)
+            }
+            "tasks" => {
+                let params: TasksParams = params(method, args)?;
+                let phases = self
+                    .manager
+                    .tasks(&params.root, &params.selector())
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&TasksReply::new(phases)?)
             }
             "cancel" => {
                 let params: CancelParams = params(method, args)?;
@@ -101,7 +109,7 @@ impl RpcHandler {
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "loopr: unknown request {other:?}; the host understands plan, status, cancel, \
-                 approve, revise, resume, loop_ids and version (is the plugin newer than the \
+                 approve, revise, resume, tasks, loop_ids and version (is the plugin newer than the \
                  binary? rebuild it)"
             )),
         }

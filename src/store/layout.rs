@@ -54,6 +54,12 @@ impl ProjectLayout {
         self.iteration_dir(id, iteration).join("artifacts")
     }
 
+    /// The state of the loop's run in progress (conversation, review stage), rewritten after
+    /// every turn so a restarted host resumes where the run stood.
+    pub fn run_state(&self, id: &LoopId) -> PathBuf {
+        self.loop_dir(id).join("run.json")
+    }
+
     pub fn current_link(&self, id: &LoopId) -> PathBuf {
         self.loop_dir(id).join("current")
     }
