@@ -19,7 +19,8 @@ pub struct HostOptions {
     pub test_hooks: bool,
 }
 
-/// Serves Neovim on stdin/stdout until it closes the channel, then cancels running loops.
+/// Serves Neovim on stdin/stdout until it closes the channel, then stops running loops so the
+/// next host resumes them.
 pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
     let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
@@ -33,7 +34,7 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         .context("connecting to Neovim over stdio")?;
     let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
     let io_result = io_handle.await;
-    manager.cancel_all();
+    manager.shut_down();
     pump.abort();
     match io_result {
         Ok(Ok(())) => Ok(()),

@@ -32,31 +32,56 @@ pub async fn run_plan(
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
     eprintln!("loopr: plan loop {plan_id} started");
-    wait_for_tree(
+    let select = |manager: &LoopManager| tree_records(manager, &options.root, &plan_id);
+    settle(
         &manager,
         &options.root,
-        &plan_id,
         options.approve_all,
         &mut events,
+        &select,
     )
     .await?;
-    let tree = tree_records(&manager, &options.root, &plan_id)?;
-    let mut stdout = std::io::stdout().lock();
-    write_table(&mut stdout, &tree)?;
-    Ok(tree
+    summarize(&select(&manager)?)
+}
+
+/// Resumes the project's unfinished loops (left behind by a host that died) and, with
+/// `approve_all`, everything they spawn, until nothing can move. Returns whether every loop
+/// of the project completed.
+pub async fn resume(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    root: PathBuf,
+    approve_all: bool,
+) -> anyhow::Result<bool> {
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory);
+    let active = manager.resume(&root).context("opening the project")?;
+    eprintln!("loopr: {active} unfinished loop(s)");
+    let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
+        Ok(manager.status(&root)?.into_iter().rev().collect())
+    };
+    settle(&manager, &root, approve_all, &mut events, &select).await?;
+    summarize(&select(&manager)?)
+}
+
+fn summarize(records: &[LoopRecord]) -> anyhow::Result<bool> {
+    write_table(&mut std::io::stdout().lock(), records)?;
+    Ok(records
         .iter()
         .all(|record| record.status == LoopStatus::Complete))
 }
 
-async fn wait_for_tree(
+/// Waits, reporting events, until no selected loop is pending or running; approves what waits
+/// for review when `approve_all`.
+async fn settle(
     manager: &LoopManager,
     root: &Path,
-    plan_id: &LoopId,
     approve_all: bool,
     events: &mut UnboundedReceiver<LoopEvent>,
+    select: &dyn Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>>,
 ) -> anyhow::Result<()> {
     loop {
-        let tree = tree_records(manager, root, plan_id)?;
+        let tree = select(manager)?;
         let mut moving = false;
         for record in &tree {
             match record.status {

@@ -11,4 +11,5 @@ pub mod llm;
 pub mod logging;
 pub mod schema;
 pub mod store;
+pub mod test_hooks;
 pub mod tools;

@@ -44,6 +44,16 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Resume the unfinished loops of a project (after a crash) without Neovim, until nothing
+    /// can move. Exits 0 when every loop of the project completed.
+    Resume {
+        /// Approve every artifact that waits for review.
+        #[arg(long)]
+        approve_all: bool,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Print the loops of a project.
     Status {
         /// The project root (default: the current directory).
@@ -76,6 +86,7 @@ fn main() -> ExitCode {
             log_file,
             log_level,
         } => run_plan(task, approve_all, root, &settings, log_file, &log_level),
+        Command::Resume { approve_all, root } => run_resume(root, approve_all),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
         }
@@ -134,6 +145,22 @@ fn run_plan(
             approve_all,
             settings,
         },
+    ))?;
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    if all_complete {
+        Ok(())
+    } else {
+        anyhow::bail!("not every loop completed; see the table above")
+    }
+}
+
+fn run_resume(root: PathBuf, approve_all: bool) -> anyhow::Result<()> {
+    let runtime = runtime()?;
+    let all_complete = runtime.block_on(loopr::cli::resume(
+        loopr_home()?,
+        anthropic_from_env(),
+        root,
+        approve_all,
     ))?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     if all_complete {

@@ -313,6 +313,7 @@ fn create_call(
         }
     };
     let iteration = state.stored_iteration + 1;
+    crate::test_hooks::pause_point(&format!("before_artifact_write:{}", kind.as_str()));
     let stored = store_artifact(
         &context.layout,
         &context.record.id,

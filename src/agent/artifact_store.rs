@@ -29,6 +29,7 @@ pub fn store_artifact<T: Serialize>(
     let markdown_path = artifacts_dir.join(format!("{}.md", kind.as_str()));
     let json = serde_json::to_vec_pretty(artifact).map_err(std::io::Error::other)?;
     write_with_context(&json_path, &json)?;
+    crate::test_hooks::pause_point(&format!("during_artifact_write:{}", kind.as_str()));
     write_with_context(&markdown_path, markdown.as_bytes())?;
     if let Some(conversation) = conversation.filter(|messages| !messages.is_empty()) {
         let conversation_path = layout

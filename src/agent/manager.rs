@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
@@ -79,6 +80,7 @@ struct Shared {
     running: Mutex<HashMap<LoopId, CancellationToken>>,
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
     scheduling: Mutex<()>,
+    shutting_down: AtomicBool,
 }
 
 #[derive(Clone)]
@@ -103,6 +105,7 @@ impl LoopManager {
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),
+                shutting_down: AtomicBool::new(false),
             }),
         }
     }
@@ -239,6 +242,7 @@ impl LoopManager {
                         .db
                         .set_status(&record.id, LoopStatus::Cancelled, None)?;
                     self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
+                    self.fail_dependents(&project, record, LoopStatus::Cancelled);
                 }
             }
         }
@@ -303,8 +307,11 @@ impl LoopManager {
             .count())
     }
 
-    /// Cancels every loop this host runs; used when the shell goes away.
-    pub fn cancel_all(&self) {
+    /// Stops every loop this host runs without recording them as cancelled: they stay
+    /// running in the store, owned by a host that is about to exit, so the next host resumes
+    /// them. Used when the shell (Neovim) goes away.
+    pub fn shut_down(&self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
         for token in lock(&self.shared.running).values() {
             token.cancel();
         }
@@ -326,6 +333,9 @@ impl LoopManager {
     /// Starts every pending loop of this host whose dependencies are complete, while slots
     /// are free.
     fn schedule(&self, project: &Project) {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
         let _scheduling = lock(&self.shared.scheduling);
         let pending = match project.db.pending_for_host(self.shared.host_pid) {
             Ok(pending) => pending,
@@ -418,6 +428,10 @@ impl LoopManager {
         settings: &LoopSettings,
         outcome: ArtifactOutcome,
     ) {
+        crate::test_hooks::pause_point(&format!(
+            "after_artifact_write:{}",
+            record.loop_type.as_str()
+        ));
         let result = if settings.gates(record.loop_type.as_str()) {
             project
                 .db
@@ -493,16 +507,61 @@ impl LoopManager {
         status: LoopStatus,
         error: Option<String>,
     ) {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            // Left running in the store for the next host to resume.
+            return;
+        }
         match project
             .db
             .finish_running(&record.id, status, error.as_deref())
         {
-            Ok(true) => self.emit_status(&record.id, record.loop_type, status, error),
+            Ok(true) => {
+                self.emit_status(&record.id, record.loop_type, status, error);
+                if status != LoopStatus::Complete {
+                    self.fail_dependents(project, record, status);
+                }
+            }
             Ok(false) => {
                 tracing::debug!(loop_id = %record.id, "loop state changed meanwhile; end not recorded")
             }
             Err(err) => {
                 tracing::error!(loop_id = %record.id, error = %err, "recording the loop's end")
+            }
+        }
+    }
+
+    /// Siblings waiting for `record` can never start now; they fail with the reason, and so do
+    /// the loops waiting for them.
+    fn fail_dependents(&self, project: &Project, record: &LoopRecord, ended: LoopStatus) {
+        let (Some(parent), Some(name)) = (&record.parent, &record.name) else {
+            return;
+        };
+        let Ok(siblings) = project.db.children(parent) else {
+            return;
+        };
+        for sibling in siblings {
+            let waits_for_it = sibling.status == LoopStatus::Pending
+                && sibling.triggered_by == record.triggered_by
+                && sibling
+                    .depends_on
+                    .iter()
+                    .any(|dependency| dependency == name);
+            if !waits_for_it {
+                continue;
+            }
+            let reason = format!("its dependency {name} ended {}", ended.as_str());
+            if project
+                .db
+                .set_status(&sibling.id, LoopStatus::Failed, Some(&reason))
+                .is_ok()
+            {
+                self.emit_status(
+                    &sibling.id,
+                    sibling.loop_type,
+                    LoopStatus::Failed,
+                    Some(reason),
+                );
+                self.fail_dependents(project, &sibling, LoopStatus::Failed);
             }
         }
     }

@@ -1,0 +1,214 @@
+//! Crash safety: the host is killed with SIGKILL at points around artifact writes, in the
+//! middle of a hierarchy run; `loopr resume` then finishes every loop, every artifact parses,
+//! and no child exists twice.
+
+#[path = "support/fake_anthropic.rs"]
+mod fake_anthropic;
+#[path = "support/nvim.rs"]
+mod nvim;
+#[path = "support/scenario.rs"]
+mod scenario;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use fake_anthropic::FakeAnthropic;
+use nvim::{API_KEY, TestDirs};
+use scenario::{
+    phase_input, phase_route, plan_route, spec_input, spec_route, tool_turn, valid_plan,
+};
+
+const SETTINGS: &str =
+    r#"{"plan_review_passes": 0, "spec_review": false, "max_concurrent_loops": 2}"#;
+const SPECS: [(&str, [&str; 3]); 2] = [
+    ("version-flag", ["parse-flag", "print-version", "exit-code"]),
+    ("version-docs", ["readme", "changelog", "help-text"]),
+];
+
+fn command(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+    command
+        .args(args)
+        .current_dir(&dirs.project)
+        .env_clear()
+        .env("HOME", &dirs.home)
+        .env("LOOPR_HOME", &dirs.loopr_home)
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .env("LOOPR_TEST_HOOKS", "1")
+        .kill_on_drop(true);
+    command
+}
+
+/// Every answer twice: a loop killed after its answer arrived asks again after the restart.
+fn script(fake: &FakeAnthropic) {
+    let mut plan = valid_plan();
+    plan["specs"][0]["name"] = json!(SPECS[0].0);
+    plan["specs"][1]["name"] = json!(SPECS[1].0);
+    plan["specs"][1]["dependencies"] = json!([SPECS[0].0]);
+    for copy in 0..2 {
+        fake.push_routed(
+            plan_route(),
+            tool_turn(&format!("plan{copy}"), "create_plan", plan.clone()),
+        );
+        for (spec, phases) in SPECS {
+            fake.push_routed(
+                &spec_route(spec),
+                tool_turn(
+                    &format!("{spec}{copy}"),
+                    "create_spec",
+                    spec_input(spec, &phases),
+                ),
+            );
+            for phase in phases {
+                fake.push_routed(
+                    &phase_route(phase),
+                    tool_turn(
+                        &format!("{phase}{copy}"),
+                        "create_phase",
+                        phase_input(phase),
+                    ),
+                );
+            }
+        }
+    }
+}
+
+async fn kill_at(point: &str) {
+    let fake = FakeAnthropic::start().await;
+    script(&fake);
+    let dirs = TestDirs::new();
+
+    let mut first = command(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            SETTINGS,
+        ],
+    )
+    .env("LOOPR_TEST_PAUSE_AT", point)
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null())
+    .spawn()
+    .expect("spawn loopr plan");
+    let stderr = first.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let marker = format!("paused at {point}");
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            let found = line.contains(&marker);
+            seen.push(line);
+            if found {
+                return;
+            }
+        }
+        panic!(
+            "{point}: the process ended without pausing:\n{}",
+            seen.join("\n")
+        );
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{point}: no pause within 30s"));
+    first.start_kill().expect("SIGKILL");
+    let status = first.wait().await.expect("wait");
+    assert!(!status.success(), "{point}: killed");
+
+    let resumed = command(&dirs, &fake, &["resume", "--approve-all"])
+        .output()
+        .await
+        .expect("run loopr resume");
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "{point}: resume failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+
+    // Every loop of the hierarchy exists once and completed.
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 1 + 2 + 6, "{point}:\n{stdout}");
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for row in &rows {
+        assert_eq!(row[3], "complete", "{point}:\n{stdout}");
+        *names.entry(row[2]).or_default() += 1;
+    }
+    for (name, count) in names {
+        assert_eq!(count, 1, "{point}: {name} exists {count} times\n{stdout}");
+    }
+
+    // Every artifact on disk parses, and every markdown file is whole.
+    for file in files_with_suffix(&dirs.loopr_home, ".json") {
+        let name = file
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        if ["plan.json", "spec.json", "phase.json"].contains(&name) {
+            let parsed: Result<Value, _> =
+                serde_json::from_slice(&std::fs::read(&file).expect("read"));
+            assert!(parsed.is_ok(), "{point}: {} does not parse", file.display());
+        }
+    }
+    for file in files_with_suffix(&dirs.loopr_home, ".md") {
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(
+            text.starts_with("# ") && text.ends_with('\n'),
+            "{point}: {} is cut",
+            file.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_before_a_spec_artifact_write_then_resumed() {
+    kill_at("before_artifact_write:spec").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_during_a_spec_artifact_write_then_resumed() {
+    kill_at("during_artifact_write:spec").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_a_spec_artifact_write_before_its_children_then_resumed() {
+    kill_at("after_artifact_write:spec").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_during_a_phase_artifact_write_then_resumed() {
+    kill_at("during_artifact_write:phase").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_plan_was_written_before_its_gate_then_resumed() {
+    kill_at("after_artifact_write:plan").await;
+}
+
+fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
