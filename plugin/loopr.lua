@@ -1,4 +1,4 @@
--- Loopr user commands. Modules load lazily on first use.
+-- Loopr user commands and resuming loops at startup. Modules load lazily on first use.
 
 if vim.g.loaded_loopr then
   return
@@ -28,8 +28,48 @@ command('LooprCancel', function(args)
   require('loopr').cancel(args.args)
 end, {
   nargs = '?',
-  desc = 'Loopr: cancel a running loop (default: the newest)',
+  desc = 'Loopr: cancel a loop and its descendants (default: the newest running)',
   complete = function(arglead)
     return require('loopr').complete_loop_ids(arglead)
+  end,
+})
+
+command('LooprApprove', function(args)
+  require('loopr').approve(args.args)
+end, {
+  nargs = '?',
+  desc = 'Loopr: approve a loop awaiting review (default: this artifact, else the newest)',
+  complete = function(arglead)
+    return require('loopr').complete_awaiting_ids(arglead)
+  end,
+})
+
+command('LooprRevise', function(args)
+  require('loopr').revise(args.args)
+end, { nargs = '+', desc = "Loopr: re-run this artifact's loop with feedback" })
+
+command('LooprTasks', function(args)
+  require('loopr').tasks(args.args)
+end, {
+  nargs = '?',
+  desc = 'Loopr: quickfix list of phase tasks (default: this phase, else all)',
+  complete = function(arglead)
+    return require('loopr').complete_phase_names(arglead)
+  end,
+})
+
+vim.api.nvim_create_autocmd('VimEnter', {
+  group = vim.api.nvim_create_augroup('loopr_resume', { clear = true }),
+  desc = 'Loopr: resume loops a previous host left unfinished',
+  once = true,
+  callback = function()
+    vim.schedule(function()
+      -- A setup() that comes after startup may still set `bin` or turn `resume` off.
+      require('loopr.config').when_configured(function()
+        if require('loopr.config').get().resume then
+          require('loopr').resume_if_needed()
+        end
+      end, 2000)
+    end)
   end,
 })

@@ -2,6 +2,7 @@
 
 ---@alias loopr.Layout "vsplit"|"split"|"tab"
 ---@alias loopr.LogLevel "error"|"warn"|"info"|"debug"|"trace"
+---@alias loopr.Level "plan"|"spec"|"phase"
 
 ---@class loopr.Config
 ---@field bin string|nil Path to the host binary; nil means auto-detect.
@@ -16,6 +17,11 @@
 ---@field log_file string
 ---@field root_markers string[]
 ---@field progress boolean
+---@field review_gates loopr.Level[]
+---@field max_concurrent_loops integer
+---@field plan_review_passes integer
+---@field spec_review boolean
+---@field resume boolean
 
 ---@class loopr.Opts
 ---@field bin? string
@@ -30,6 +36,11 @@
 ---@field log_file? string
 ---@field root_markers? string[]
 ---@field progress? boolean
+---@field review_gates? loopr.Level[]
+---@field max_concurrent_loops? integer
+---@field plan_review_passes? integer
+---@field spec_review? boolean
+---@field resume? boolean
 
 local M = {}
 
@@ -47,6 +58,15 @@ local function integer_at_least(min)
   end
 end
 
+---@param min integer
+---@param max integer
+---@return fun(v: any): boolean
+local function integer_between(min, max)
+  return function(v)
+    return integer_at_least(min)(v) and v <= max
+  end
+end
+
 ---@param choices string[]
 ---@return fun(v: any): boolean
 local function one_of(choices)
@@ -59,6 +79,28 @@ end
 ---@return boolean
 local function nonempty_string(v)
   return type(v) == 'string' and v ~= ''
+end
+
+---@param check fun(v: any): boolean
+---@return fun(v: any): boolean
+local function list_of(check)
+  return function(v)
+    if type(v) ~= 'table' or not vim.islist(v) then
+      return false
+    end
+    for _, item in ipairs(v) do
+      if not check(item) then
+        return false
+      end
+    end
+    return true
+  end
+end
+
+---@param v any
+---@return boolean
+local function boolean(v)
+  return type(v) == 'boolean'
 end
 
 ---@param v any
@@ -95,26 +137,25 @@ local spec = {
       return vim.fs.joinpath(vim.fn.stdpath('log') --[[@as string]], 'loopr.log')
     end,
   },
-  root_markers = {
-    expect = 'a list of strings',
-    check = function(v)
-      if type(v) ~= 'table' or not vim.islist(v) then
-        return false
-      end
-      for _, m in ipairs(v) do
-        if not nonempty_string(m) then
-          return false
-        end
-      end
-      return true
-    end,
-    default = const({ '.git' }),
+  root_markers = { expect = 'a list of strings', check = list_of(nonempty_string), default = const({ '.git' }) },
+  progress = { expect = 'a boolean', check = boolean, default = const(true) },
+  review_gates = {
+    expect = 'a list of "plan", "spec", "phase"',
+    check = list_of(one_of({ 'plan', 'spec', 'phase' })),
+    default = const({ 'plan' }),
   },
-  progress = { expect = 'a boolean', check = function(v) return type(v) == 'boolean' end, default = const(true) },
+  max_concurrent_loops = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(4) },
+  plan_review_passes = { expect = 'an integer from 0 to 5', check = integer_between(0, 5), default = const(5) },
+  spec_review = { expect = 'a boolean', check = boolean, default = const(true) },
+  resume = { expect = 'a boolean', check = boolean, default = const(true) },
 }
 
 ---@type loopr.Opts
 local user_opts = {}
+---Whether setup() has stored options; callbacks waiting for that.
+local configured = false
+---@type fun()[]
+local waiting = {}
 
 ---Sorted option names.
 ---@return string[]
@@ -159,7 +200,33 @@ function M.setup(opts)
     return false, err
   end
   user_opts = vim.deepcopy(opts or {})
+  configured = true
+  local callbacks = waiting
+  waiting = {}
+  for _, callback in ipairs(callbacks) do
+    vim.schedule(callback)
+  end
   return true
+end
+
+---Run `fn` once setup() has stored options: now if it has, else after the next setup(), or
+---after `timeout_ms` without one (setup() is optional). Runs `fn` at most once.
+---@param fn fun()
+---@param timeout_ms integer
+function M.when_configured(fn, timeout_ms)
+  if configured then
+    fn()
+    return
+  end
+  local done = false
+  local function once()
+    if not done then
+      done = true
+      fn()
+    end
+  end
+  table.insert(waiting, once)
+  vim.defer_fn(once, timeout_ms)
 end
 
 ---Current effective configuration (defaults merged with the latest setup()).
@@ -177,7 +244,7 @@ function M.get()
 end
 
 ---Settings forwarded to the host with each `plan` request.
----@return table<string, string|integer>
+---@return table<string, string|integer|string[]>
 function M.settings()
   local c = M.get()
   return {
@@ -187,15 +254,27 @@ function M.settings()
     max_retries = c.max_retries,
     request_timeout_ms = c.request_timeout_ms,
     stream_idle_timeout_ms = c.stream_idle_timeout_ms,
+    review_gates = c.review_gates,
+    max_concurrent_loops = c.max_concurrent_loops,
+    plan_review_passes = c.plan_review_passes,
+    spec_review = c.spec_review,
   }
 end
 
----Project root of the current buffer per `root_markers`, else the cwd.
+---Project root per `root_markers`, else the cwd; symlinks resolved. The current buffer's
+---file decides, except in buffers that are no project file (artifacts under `$LOOPR_HOME`,
+---the status buffer, any buffer with a 'buftype'), where the cwd does.
 ---@return string
 function M.root()
   local markers = M.get().root_markers
-  local root = #markers > 0 and vim.fs.root(0, markers) or nil
-  return root or vim.fn.getcwd()
+  local cwd = vim.fn.getcwd()
+  local foreign = vim.bo.buftype ~= '' or require('loopr.paths').under_home(vim.api.nvim_buf_get_name(0))
+  local root = nil
+  if #markers > 0 then
+    root = vim.fs.root(foreign and cwd or 0, markers)
+  end
+  root = root or cwd
+  return vim.uv.fs_realpath(root) or root
 end
 
 return M

@@ -18,11 +18,20 @@ local M = {}
 
 ---@class loopr.ArtifactCreatedEvent: loopr.Event
 ---@field loop_id string
----@field kind string
+---@field kind "plan"|"spec"|"phase"
 ---@field path string
+---@field json_path string
 ---@field iteration integer
 
-local TERMINAL = { complete = true, failed = true, cancelled = true, interrupted = true }
+---Statuses of loops that do not run (now); their progress message goes.
+local IDLE = {
+  complete = true,
+  failed = true,
+  cancelled = true,
+  interrupted = true,
+  awaiting_approval = true,
+  invalidated = true,
+}
 
 ---@param pattern string
 ---@param data table
@@ -52,13 +61,36 @@ local function fit(msg)
   return vim.fn.strcharpart(msg, 0, n) .. '…'
 end
 
+---Name of a spec or phase loop, else its id.
+---@param ev loopr.LoopUpdatedEvent
+---@return string
+local function name_of(ev)
+  local id = ev.id
+  if ev.type == 'plan' then
+    return id
+  end
+  local rows = require('loopr.host').request('status', { root = require('loopr.config').root() })
+  for _, r in ipairs(type(rows) == 'table' and rows or {}) do
+    if r.id == id then
+      return str(r.name) or id
+    end
+  end
+  return id
+end
+
+---@param kind string
+---@return boolean
+local function gated(kind)
+  return kind == 'plan' or vim.tbl_contains(require('loopr.config').get().review_gates, kind)
+end
+
 ---@type table<string, fun(ev: table)>
 local handlers = {}
 
 ---@param ev loopr.LoopUpdatedEvent
 function handlers.loop_updated(ev)
   local progress = require('loopr.progress')
-  if TERMINAL[ev.status] then
+  if IDLE[ev.status] then
     progress.clear(ev.id)
   elseif ev.status == 'running' then
     -- Visible in statuslines before the loop's first progress message.
@@ -68,6 +100,15 @@ function handlers.loop_updated(ev)
     vim.notify(
       ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
       vim.log.levels.ERROR
+    )
+  end
+  if ev.status == 'awaiting_approval' then
+    vim.notify(
+      ('Loopr: %s %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(
+        ev.type or 'loop',
+        name_of(ev)
+      ),
+      vim.log.levels.INFO
     )
   end
   fire('LooprLoopUpdated', { id = ev.id, type = ev.type, status = ev.status })
@@ -85,8 +126,17 @@ end
 
 ---@param ev loopr.ArtifactCreatedEvent
 function handlers.artifact_created(ev)
-  require('loopr.ui').open_artifact(ev.path, require('loopr.config').get().layout)
-  fire('LooprArtifactCreated', { loop_id = ev.loop_id, kind = ev.kind, path = ev.path, iteration = ev.iteration })
+  -- Only artifacts that wait for review open; ungated specs and phases flow on.
+  if gated(ev.kind) then
+    require('loopr.ui').open_artifact(ev.path, require('loopr.config').get().layout)
+  end
+  fire('LooprArtifactCreated', {
+    loop_id = ev.loop_id,
+    kind = ev.kind,
+    path = ev.path,
+    json_path = ev.json_path,
+    iteration = ev.iteration,
+  })
 end
 
 ---Entry point for host notifications; returns at once and handles the event later.

@@ -59,16 +59,41 @@ function M.status()
   return require('loopr.status').open()
 end
 
----Cancel loop `id`, or the newest running loop when `id` is nil or empty.
+---@class loopr.TargetOpts
+---@field root? string Project root; default: the current project (`config.root()`).
+
+---@class loopr.ReviseOpts: loopr.TargetOpts
+---@field id? string Loop to revise; default: the current artifact buffer's.
+
 ---@param id string|nil
----@return string|nil loop_id The cancelled loop, nil on error (already notified).
-function M.cancel(id)
-  if id then
-    id = vim.trim(id)
+---@return string|nil
+local function trimmed(id)
+  id = id and vim.trim(id) or nil
+  return (id ~= '' and id) or nil
+end
+
+---The record of loop `id` in `root`, or nil.
+---@param root string
+---@param id string
+---@return loopr.LoopRecord|nil
+local function record_of(root, id)
+  local rows = require('loopr.host').request('status', { root = root })
+  for _, r in ipairs(type(rows) == 'table' and rows or {}) do
+    if r.id == id then
+      return r
+    end
   end
+end
+
+---Cancel loop `id` and its descendants, or the newest running loop when `id` is nil or empty.
+---@param id string|nil
+---@param opts? loopr.TargetOpts
+---@return string|nil loop_id The cancelled loop, nil on error (already notified).
+function M.cancel(id, opts)
+  id = trimmed(id)
   local result, err = require('loopr.host').request('cancel', {
-    root = config.root(),
-    id = (id ~= '' and id) or nil,
+    root = (opts and opts.root) or config.root(),
+    id = id,
   })
   if err then
     notify(err)
@@ -77,6 +102,98 @@ function M.cancel(id)
   local cancelled = type(result) == 'table' and result.loop_id or id
   notify(('Loopr: cancelling loop %s'):format(cancelled), vim.log.levels.INFO)
   return cancelled
+end
+
+---Approve loop `id` so its children start. Without `id`: the loop of the current artifact
+---buffer if it awaits approval, else the newest loop awaiting approval.
+---@param id string|nil
+---@param opts? loopr.TargetOpts
+---@return string|nil loop_id The approved loop, nil on error (already notified).
+function M.approve(id, opts)
+  local root = (opts and opts.root) or config.root()
+  id = trimmed(id)
+  if not id then
+    local here = require('loopr.paths').buf_artifact()
+    local r = here and record_of(root, here.loop_id)
+    id = (r and r.status == 'awaiting_approval') and r.id or nil
+  end
+  local result, err = require('loopr.host').request('approve', { root = root, id = id })
+  if err then
+    notify(err)
+    return nil
+  end
+  local approved = type(result) == 'table' and result.loop_id or id
+  if type(approved) ~= 'string' then
+    notify('Loopr: unexpected reply to approve: ' .. vim.inspect(result))
+    return nil
+  end
+  local r = record_of(root, approved)
+  notify(('Loopr: approved %s %s'):format(r and r.type or 'loop', approved), vim.log.levels.INFO)
+  return approved
+end
+
+---Re-run a loop with `feedback`; its descendants become invalidated. The loop is `opts.id`,
+---else the one whose artifact is in the current buffer.
+---@param feedback string
+---@param opts? loopr.ReviseOpts
+---@return string|nil loop_id The revised loop, nil on error (already notified).
+function M.revise(feedback, opts)
+  opts = opts or {}
+  feedback = vim.trim(feedback or '')
+  local id = trimmed(opts.id)
+  if not id then
+    local here = require('loopr.paths').buf_artifact()
+    if not here then
+      notify('LooprRevise works in an artifact buffer (plan.md, spec.md or phase.md); open one from :LooprStatus')
+      return nil
+    end
+    id = here.loop_id
+  end
+  if feedback == '' then
+    notify('LooprRevise needs feedback, e.g. :LooprRevise Split the second spec in two')
+    return nil
+  end
+  local result, err = require('loopr.host').request('revise', {
+    root = opts.root or config.root(),
+    id = id,
+    feedback = feedback,
+  })
+  if err then
+    notify(err)
+    return nil
+  end
+  local revised = type(result) == 'table' and result.loop_id or id
+  notify(('Loopr: revising loop %s'):format(revised), vim.log.levels.INFO)
+  return revised
+end
+
+---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),
+---else of the current buffer's phase artifact, else of every current phase.
+---@param phase string|nil
+---@return integer|nil qf_id The quickfix list's id, nil on error or without tasks (notified).
+function M.tasks(phase)
+  return require('loopr.tasks').open(trimmed(phase), config.root())
+end
+
+---Ask the host to resume loops left unfinished by a host that died, when this project has
+---Loopr state (`$LOOPR_HOME/<project>/loopr.db`). Silent when there is nothing to resume;
+---without state, the host is not started.
+---@return integer|nil active Loops now active, nil when not asked or on error.
+function M.resume_if_needed()
+  local root = config.root()
+  local db = vim.fs.joinpath(require('loopr.paths').project_dir(root), 'loopr.db')
+  if not vim.uv.fs_stat(db) then
+    return nil
+  end
+  local count, err = require('loopr.host').request('resume', { root = root })
+  if err then
+    notify(err, vim.log.levels.WARN)
+    return nil
+  end
+  if type(count) == 'number' and count > 0 then
+    notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
+  end
+  return type(count) == 'number' and count or nil
 end
 
 ---Open the host's log file in a split.
@@ -99,17 +216,45 @@ function M.progress()
   return require('loopr.progress').get()
 end
 
+---@param items string[]
+---@param arglead string|nil
+---@return string[]
+local function starting_with(items, arglead)
+  return vim.tbl_filter(function(item)
+    return type(item) == 'string' and vim.startswith(item, arglead or '')
+  end, items)
+end
+
 ---Complete ids of running loops (for `:LooprCancel`).
 ---@param arglead string
 ---@return string[]
 function M.complete_loop_ids(arglead)
   local ids = require('loopr.host').request('loop_ids', { root = config.root(), running_only = true })
-  if type(ids) ~= 'table' then
-    return {}
+  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+end
+
+---Complete ids of loops awaiting approval (for `:LooprApprove`).
+---@param arglead string
+---@return string[]
+function M.complete_awaiting_ids(arglead)
+  local ids = require('loopr.host').request('loop_ids', { root = config.root(), awaiting_only = true })
+  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+end
+
+---Complete names of current (not invalidated) phases (for `:LooprTasks`).
+---@param arglead string
+---@return string[]
+function M.complete_phase_names(arglead)
+  local rows = require('loopr.host').request('status', { root = config.root() })
+  local names, seen = {}, {}
+  for _, r in ipairs(type(rows) == 'table' and rows or {}) do
+    if r.type == 'phase' and r.status ~= 'invalidated' and type(r.name) == 'string' and not seen[r.name] then
+      seen[r.name] = true
+      table.insert(names, r.name)
+    end
   end
-  return vim.tbl_filter(function(id)
-    return type(id) == 'string' and vim.startswith(id, arglead or '')
-  end, ids)
+  table.sort(names)
+  return starting_with(names, arglead)
 end
 
 return M

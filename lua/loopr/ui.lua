@@ -1,4 +1,4 @@
--- Opening artifacts (plan.md) for review without disturbing typing.
+-- Opening artifacts (plan.md, spec.md, phase.md) for review without disturbing typing.
 
 local M = {}
 
@@ -41,6 +41,27 @@ local function visible(buf)
   end
 end
 
+---A window of the current tab showing an unmodified older artifact of the same loop as
+---`path` (e.g. the iteration before a revision), to show the new one in its place.
+---@param path string
+---@param busy boolean The user is typing; their window is left alone.
+---@return integer|nil win
+local function predecessor(path, busy)
+  local paths = require('loopr.paths')
+  local new = paths.artifact(path)
+  if not new then
+    return nil
+  end
+  for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    local buf = vim.api.nvim_win_get_buf(win)
+    local old = paths.buf_artifact(buf)
+    local mine = busy and win == vim.api.nvim_get_current_win()
+    if old and old.ext == 'md' and old.loop_id == new.loop_id and not vim.bo[buf].modified and not mine then
+      return win
+    end
+  end
+end
+
 ---@param buf integer
 ---@param dir "right"|"below"
 ---@param enter boolean
@@ -57,7 +78,8 @@ local function tab(buf)
   return vim.api.nvim_get_current_win()
 end
 
----Open an artifact for review in a split (or tab) per `layout`. While the user
+---Open an artifact for review in a split (or tab) per `layout`; a window of the current tab
+---that shows an older, unmodified artifact of the same loop shows it instead. While the user
 ---types (insert, replace, terminal mode) the window opens without focus; a tab
 ---waits until the user is back in normal mode.
 ---@param path string Absolute path of the artifact (.md).
@@ -72,6 +94,11 @@ function M.open_artifact(path, layout)
     return win
   end
   local busy = typing()
+  local older = predecessor(path, busy)
+  if older then
+    vim.api.nvim_win_set_buf(older, buf)
+    return older
+  end
   if layout == 'tab' then
     if busy then
       vim.api.nvim_create_autocmd('ModeChanged', {

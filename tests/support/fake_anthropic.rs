@@ -106,9 +106,19 @@ pub enum Reply {
         headers: Vec<(String, String)>,
         body: Value,
     },
+    /// The inner reply, sent only once the test releases it (see [`Reply::held`]); until then
+    /// the request waits with no response headers.
+    Held(Arc<Notify>, Box<Reply>),
 }
 
 impl Reply {
+    /// This reply, held back until the returned handle's `notify_one()` (which may come before
+    /// or after the request arrives).
+    pub fn held(self) -> (Reply, Arc<Notify>) {
+        let release = Arc::new(Notify::new());
+        (Reply::Held(Arc::clone(&release), Box::new(self)), release)
+    }
+
     /// Adds a response header to a [`Reply::Status`] (e.g. `retry-after`).
     ///
     /// # Panics
@@ -935,7 +945,22 @@ async fn handle(
     };
 
     let seed = inner.seed ^ (number as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let reply = match reply {
+        Reply::Held(release, inner) => {
+            release.notified().await;
+            *inner
+        }
+        other => other,
+    };
     let response = match reply {
+        Reply::Held(..) => json_response(
+            500,
+            &[],
+            &error_body(
+                "api_error",
+                "fake server: a held reply may not hold another",
+            ),
+        ),
         Reply::Status {
             status,
             headers,

@@ -7,12 +7,16 @@ use serde_json::{Value, json};
 use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
 use crate::nvim::{StartOptions, TestDirs, TestNvim};
 
+/// An editor against `fake`. Review passes are off unless `setup` (a Lua table) turns them
+/// on, so a test scripts only the turns it is about.
 pub async fn start_editor(fake: &FakeAnthropic, setup: &str) -> TestNvim {
     TestNvim::start(
         TestDirs::new(),
         StartOptions {
             base_url: fake.base_url(),
-            setup: setup.to_owned(),
+            setup: format!(
+                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {setup})"
+            ),
             extra_env: Vec::new(),
         },
     )

@@ -1,0 +1,116 @@
+-- Phase tasks as a quickfix list (`:LooprTasks`).
+
+local M = {}
+
+local ALL = 'Loopr: tasks (all phases)'
+
+---@class loopr.TaskUserData
+---@field loop_id string
+---@field phase string
+---@field task_index integer 1-based position in the phase.
+---@field action "create"|"modify"|"delete"|vim.NIL
+
+---@class loopr.TaskItem
+---@field location lsp.Location
+---@field text string
+---@field user_data loopr.TaskUserData
+
+---@class loopr.TaskPhase
+---@field loop_id string
+---@field name string
+---@field title string
+---@field markdown_path string
+---@field items loopr.TaskItem[]
+
+---@class loopr.TasksReply
+---@field phases loopr.TaskPhase[]
+
+---@param v any
+---@return table
+local function list(v)
+  return type(v) == 'table' and v or {}
+end
+
+---Quickfix items and the list's title for a `tasks` reply.
+---@param reply loopr.TasksReply|any
+---@param single boolean One phase was asked for (by name or by its buffer).
+---@return vim.quickfix.entry[] items
+---@return string title
+function M.convert(reply, single)
+  local phases = list(type(reply) == 'table' and reply.phases)
+  local items = {}
+  for _, phase in ipairs(phases) do
+    for _, item in ipairs(list(type(phase) == 'table' and phase.items)) do
+      local location = list(item.location)
+      local start = list(list(location.range).start)
+      if type(location.uri) == 'string' then
+        table.insert(items, {
+          filename = vim.uri_to_fname(location.uri),
+          lnum = (tonumber(start.line) or 0) + 1,
+          col = (tonumber(start.character) or 0) + 1,
+          text = type(item.text) == 'string' and item.text or '',
+          user_data = item.user_data,
+          valid = 1,
+        })
+      end
+    end
+  end
+  local name = #phases == 1 and type(phases[1]) == 'table' and phases[1].name
+  local title = (single and type(name) == 'string') and ('Loopr: tasks ' .. name) or ALL
+  return items, title
+end
+
+---The id of the quickfix list titled `title`, anywhere in the stack, or nil.
+---@param title string
+---@return integer|nil
+local function find(title)
+  for nr = 1, vim.fn.getqflist({ nr = '$' }).nr do
+    local qf = vim.fn.getqflist({ nr = nr, id = 0, title = 0 })
+    if qf.title == title then
+      return qf.id
+    end
+  end
+end
+
+---Replace the list titled `title` in place (the current list stays current), else push
+---a new list after the current one so `:colder` returns to the previous list.
+---@param items vim.quickfix.entry[]
+---@param title string
+---@return integer qf_id
+function M.apply(items, title)
+  local id = find(title)
+  if id then
+    vim.fn.setqflist({}, 'r', { id = id, items = items, title = title })
+    return id
+  end
+  vim.fn.setqflist({}, ' ', { title = title, items = items })
+  return vim.fn.getqflist({ id = 0 }).id
+end
+
+---Fetch tasks from the host and show them in the quickfix window.
+---@param phase string|nil A phase name; nil: the current phase.md buffer's, else all.
+---@param root string Project root.
+---@return integer|nil qf_id nil on error or when there are no tasks (notified).
+function M.open(phase, root)
+  local params = { root = root, phase = phase }
+  if not phase then
+    local here = require('loopr.paths').buf_artifact()
+    params.loop_id = (here and here.kind == 'phase') and here.loop_id or nil
+  end
+  local reply, err = require('loopr.host').request('tasks', params)
+  if err then
+    vim.notify(err, vim.log.levels.ERROR)
+    return nil
+  end
+  local items, title = M.convert(reply, params.phase ~= nil or params.loop_id ~= nil)
+  if #items == 0 then
+    local what = phase and ('phase ' .. phase) or params.loop_id and ('phase loop ' .. params.loop_id) or 'any phase'
+    vim.notify(('Loopr: no tasks for %s yet'):format(what), vim.log.levels.WARN)
+    return nil
+  end
+  local id = M.apply(items, title)
+  vim.cmd('botright copen')
+  return id
+end
+
+return M

@@ -1,0 +1,408 @@
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::fake_anthropic::{FakeAnthropic, first_user_text};
+use crate::nvim::{StartOptions, TestNvim};
+use crate::scenario::{
+    phase_input, phase_route, plan_route, spec_input, spec_route, start_editor, tool_turn,
+    valid_plan,
+};
+
+const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
+const SPECS: [(&str, [&str; 3]); 2] = [
+    ("version-flag", ["parse-flag", "print-version", "exit-code"]),
+    ("version-docs", ["readme", "changelog", "help-text"]),
+];
+
+fn two_spec_plan() -> Value {
+    let mut plan = valid_plan();
+    plan["specs"][0]["name"] = json!(SPECS[0].0);
+    plan["specs"][1]["name"] = json!(SPECS[1].0);
+    plan["specs"][1]["dependencies"] = json!([SPECS[0].0]);
+    plan
+}
+
+fn script_hierarchy(fake: &FakeAnthropic, plan: Value, specs: &[(&str, [&str; 3])]) {
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    for (spec, phases) in specs {
+        fake.push_routed(
+            &spec_route(spec),
+            tool_turn(spec, "create_spec", spec_input(spec, phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+}
+
+/// Waits until the project has `count` loops and all of them are complete.
+async fn wait_all_complete(editor: &mut TestNvim, count: usize) -> Vec<Value> {
+    loop {
+        let records = editor.status_records().await;
+        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        if records.len() == count && records.iter().all(|r| r["status"] == "complete") {
+            return records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_a_plan_runs_specs_in_dependency_order_and_tasks_fill_the_quickfix() {
+    let fake = FakeAnthropic::start().await;
+    script_hierarchy(&fake, two_spec_plan(), &SPECS);
+    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    editor
+        .exec("vim.fn.setqflist({}, ' ', { title = 'my own list', items = { { filename = 'README.md', lnum = 1, text = 'mine' } } })")
+        .await;
+
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(fake.requests().len(), 1, "nothing runs before the approval");
+    assert_eq!(editor.command("LooprApprove").await, None);
+    let records = wait_all_complete(&mut editor, 1 + 2 + 6).await;
+
+    // The dependent spec started only after the spec it depends on completed.
+    let requests = fake.requests();
+    let positions = |route: &str| -> Vec<usize> {
+        requests
+            .iter()
+            .enumerate()
+            .filter(|(_, request)| first_user_text(&request.body).contains(route))
+            .map(|(index, _)| index)
+            .collect()
+    };
+    let flag = positions(&spec_route("version-flag"));
+    let docs = positions(&spec_route("version-docs"));
+    assert!(
+        docs[0] > *flag.last().expect("flag ran"),
+        "{flag:?} then {docs:?}"
+    );
+
+    // Every phase.md exists and renders its structured data.
+    let phases: Vec<&Value> = records.iter().filter(|r| r["type"] == "phase").collect();
+    for phase in &phases {
+        let path = PathBuf::from(phase["artifact_path"].as_str().expect("artifact path"));
+        let markdown = std::fs::read_to_string(&path).expect("phase.md");
+        let name = phase["name"].as_str().expect("name");
+        assert!(
+            markdown.contains(&format!("**Name:** `{name}`")),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains(&format!("(`tests/{name}.rs`, create)")),
+            "{markdown}"
+        );
+        assert_eq!(phase["triggered_by"], "iterations/001/artifacts/spec.json");
+    }
+
+    // :LooprTasks lists every task file of every phase with its user_data.
+    assert_eq!(editor.command("LooprTasks").await, None);
+    let list: Value = editor
+        .lua(
+            "local list = vim.fn.getqflist({ title = 1, items = 1, nr = 0 })
+             local items = {}
+             for _, item in ipairs(list.items) do
+               table.insert(items, { file = vim.api.nvim_buf_get_name(item.bufnr), lnum = item.lnum,
+                                     text = item.text, user_data = item.user_data })
+             end
+             return { title = list.title, items = items, nr = list.nr }",
+        )
+        .await;
+    assert_eq!(list["title"], "Loopr: tasks (all phases)");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 6 * 2, "{list:#}");
+    let project = editor.dirs.project.display().to_string();
+    for phase in &phases {
+        let name = phase["name"].as_str().expect("name");
+        let id = phase["id"].as_str().expect("id");
+        let of_phase: Vec<&Value> = items
+            .iter()
+            .filter(|item| item["user_data"]["phase"] == name)
+            .collect();
+        assert_eq!(of_phase.len(), 2, "{name}");
+        assert_eq!(of_phase[0]["file"], format!("{project}/src/main.rs"));
+        assert_eq!(
+            of_phase[0]["user_data"],
+            json!({"loop_id": id, "phase": name, "task_index": 1, "action": "modify"})
+        );
+        assert_eq!(
+            of_phase[1]["file"],
+            format!("{project}/tests/{name}.rs"),
+            "files to create appear too"
+        );
+        assert_eq!(of_phase[1]["user_data"]["action"], "create");
+        assert_eq!(of_phase[1]["user_data"]["task_index"], 2);
+    }
+
+    // The user's own list is one :colder away; a single phase gets its own list, refreshed in place.
+    assert_eq!(editor.command("colder").await, None);
+    let title: String = editor
+        .lua("return vim.fn.getqflist({ title = 1 }).title")
+        .await;
+    assert_eq!(title, "my own list");
+    assert_eq!(editor.command("cnewer").await, None);
+    assert_eq!(editor.command("LooprTasks parse-flag").await, None);
+    let single: Value = editor
+        .lua("local l = vim.fn.getqflist({ title = 1, size = 1, nr = '$' }) return { title = l.title, size = l.size, nr = l.nr }")
+        .await;
+    assert_eq!(single["title"], "Loopr: tasks parse-flag");
+    assert_eq!(single["size"], 2);
+    assert_eq!(editor.command("LooprTasks parse-flag").await, None);
+    let after: i64 = editor.lua("return vim.fn.getqflist({ nr = '$' }).nr").await;
+    assert_eq!(
+        json!(after),
+        single["nr"],
+        "refreshing replaces the list in place"
+    );
+
+    // Opening the entry of a `create` task opens the new file.
+    assert_eq!(editor.command("cc 2").await, None);
+    let opened: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
+    assert_eq!(opened, format!("{project}/tests/parse-flag.rs"));
+    assert!(!editor.dirs.project.join("tests/parse-flag.rs").exists());
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases() {
+    let fake = FakeAnthropic::start().await;
+    let mut plan = two_spec_plan();
+    plan["specs"].as_array_mut().expect("specs").truncate(1);
+    script_hierarchy(&fake, plan, &SPECS[..1]);
+    let revised_phases = ["parse-args", "print-it", "exit-zero"];
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn(
+            "spec2",
+            "create_spec",
+            spec_input("version-flag", &revised_phases),
+        ),
+    );
+    for phase in revised_phases {
+        fake.push_routed(
+            &phase_route(phase),
+            tool_turn(phase, "create_phase", phase_input(phase)),
+        );
+    }
+    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    let records = wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    let spec = records
+        .iter()
+        .find(|r| r["type"] == "spec")
+        .expect("spec")
+        .clone();
+    let spec_id = spec["id"].as_str().expect("id").to_owned();
+    let old_phase_paths: Vec<String> = records
+        .iter()
+        .filter(|r| r["type"] == "phase")
+        .map(|r| r["artifact_path"].as_str().expect("path").to_owned())
+        .collect();
+
+    let spec_md = spec["artifact_path"].as_str().expect("spec.md").to_owned();
+    editor.exec(&format!("vim.cmd.edit({spec_md:?})")).await;
+    assert_eq!(
+        editor
+            .command("LooprRevise Split parsing from printing")
+            .await,
+        None
+    );
+    editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["id"] == spec_id.as_str() && data["status"] == "complete"
+        })
+        .await;
+    let records = wait_all_complete_or_invalidated(&mut editor, 1 + 1 + 3 + 3).await;
+
+    // Iteration 002 is current, asked for with the feedback; the old phases are invalidated
+    // but their artifacts stay; new phases come from iteration 002.
+    let loop_dir = PathBuf::from(&spec_md)
+        .ancestors()
+        .nth(4)
+        .expect("loop dir")
+        .to_path_buf();
+    assert_eq!(
+        std::fs::read_link(loop_dir.join("current")).expect("current"),
+        PathBuf::from("iterations/002")
+    );
+    let revision_request = fake
+        .requests()
+        .into_iter()
+        .filter(|request| first_user_text(&request.body).contains(&spec_route("version-flag")))
+        .nth(1)
+        .expect("revision request");
+    assert!(first_user_text(&revision_request.body).contains("Split parsing from printing"));
+    let phases: Vec<&Value> = records.iter().filter(|r| r["type"] == "phase").collect();
+    let invalidated: Vec<&&Value> = phases
+        .iter()
+        .filter(|r| r["status"] == "invalidated")
+        .collect();
+    assert_eq!(invalidated.len(), 3);
+    for phase in phases.iter().filter(|r| r["status"] == "complete") {
+        assert_eq!(phase["triggered_by"], "iterations/002/artifacts/spec.json");
+        assert!(revised_phases.contains(&phase["name"].as_str().expect("name")));
+    }
+    for path in old_phase_paths {
+        assert!(
+            PathBuf::from(path).exists(),
+            "invalidated artifacts are kept"
+        );
+    }
+    let spec_now = records.iter().find(|r| r["type"] == "spec").expect("spec");
+    assert_eq!(spec_now["iteration"], 2);
+    editor.quit().await;
+}
+
+async fn wait_all_complete_or_invalidated(editor: &mut TestNvim, count: usize) -> Vec<Value> {
+    loop {
+        let records = editor.status_records().await;
+        let settled = records
+            .iter()
+            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
+        if records.len() == count && settled {
+            return records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_off_by_quitting_neovim_resumes_when_neovim_starts_again() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(crate::scenario::list_files_turn());
+    fake.push(crate::scenario::stalled_turn("Working"));
+    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(2).await;
+    let dirs = editor.quit().await;
+
+    // The reply to the resumed request is held until the new editor listens for events.
+    let (held, release) = crate::scenario::create_plan_turn("toolu_plan", valid_plan()).held();
+    fake.push(held);
+    let mut editor = TestNvim::start(
+        dirs,
+        StartOptions {
+            base_url: fake.base_url(),
+            setup: NO_REVIEWS.to_owned(),
+            extra_env: Vec::new(),
+        },
+    )
+    .await;
+    fake.wait_for_requests(3).await;
+    release.notify_one();
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(
+        requests[1].body, requests[2].body,
+        "the cut-off turn is sent again"
+    );
+    assert_eq!(editor.status_records().await.len(), 1);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_tree_shows_review_passes_and_approves_and_opens_from_its_keys() {
+    let fake = FakeAnthropic::start().await;
+    let mut plan = two_spec_plan();
+    plan["specs"].as_array_mut().expect("specs").truncate(1);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        plan_route(),
+        tool_turn(
+            "review",
+            "review_plan",
+            json!({"verdict": "approve", "issues": []}),
+        ),
+    );
+    let (spec, phases) = SPECS[0];
+    fake.push_routed(
+        &spec_route(spec),
+        tool_turn(spec, "create_spec", spec_input(spec, &phases)),
+    );
+    for phase in phases {
+        fake.push_routed(
+            &phase_route(phase),
+            tool_turn(phase, "create_phase", phase_input(phase)),
+        );
+    }
+    let mut editor = start_editor(&fake, "{ plan_review_passes = 1 }").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let before = buffer_lines(&editor).await;
+    let plan_row = before
+        .iter()
+        .position(|line| line.contains(&plan_id))
+        .expect("plan row");
+    let columns: Vec<&str> = before[plan_row].split_whitespace().collect();
+    assert!(columns.contains(&"awaiting_approval"), "{before:#?}");
+    let reviews_column = before[0].find("REVIEWS").expect("REVIEWS header");
+    assert_eq!(
+        before[plan_row][reviews_column..].split_whitespace().next(),
+        Some("1"),
+        "{before:#?}"
+    );
+
+    // `a` on the plan's line approves it; the tree grows specs and phases under it.
+    editor
+        .exec(&format!(
+            "vim.api.nvim_win_set_cursor(0, {{ {}, 0 }})",
+            plan_row + 1
+        ))
+        .await;
+    editor.exec("vim.api.nvim_feedkeys('a', 'x', false)").await;
+    wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    let after = buffer_lines(&editor).await;
+    let indent = |name: &str| {
+        let line = after
+            .iter()
+            .find(|line| line.contains(name))
+            .unwrap_or_else(|| panic!("{after:#?}"));
+        line.len() - line.trim_start().len()
+    };
+    assert!(indent("version-flag") > indent(&plan_id), "{after:#?}");
+    assert!(indent("parse-flag") > indent("version-flag"), "{after:#?}");
+
+    // <CR> on a phase's line opens its phase.md.
+    let phase_row = after
+        .iter()
+        .position(|line| line.contains("parse-flag"))
+        .expect("phase row");
+    editor
+        .exec(&format!(
+            "vim.api.nvim_win_set_cursor(0, {{ {}, 0 }})",
+            phase_row + 1
+        ))
+        .await;
+    editor
+        .exec("vim.api.nvim_feedkeys(vim.keycode('<CR>'), 'x', false)")
+        .await;
+    let opened: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
+    assert!(
+        opened.ends_with("/iterations/001/artifacts/phase.md"),
+        "{opened}"
+    );
+    editor.quit().await;
+}
+
+async fn buffer_lines(editor: &TestNvim) -> Vec<String> {
+    editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+        .await
+}
