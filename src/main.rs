@@ -147,11 +147,7 @@ fn run_plan(
         },
     ))?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    if all_complete {
-        Ok(())
-    } else {
-        anyhow::bail!("not every loop completed; see the table above")
-    }
+    require_all_complete(all_complete)
 }
 
 fn run_resume(root: PathBuf, approve_all: bool) -> anyhow::Result<()> {
@@ -163,6 +159,10 @@ fn run_resume(root: PathBuf, approve_all: bool) -> anyhow::Result<()> {
         approve_all,
     ))?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    require_all_complete(all_complete)
+}
+
+fn require_all_complete(all_complete: bool) -> anyhow::Result<()> {
     if all_complete {
         Ok(())
     } else {

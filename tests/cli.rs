@@ -8,7 +8,6 @@ mod nvim;
 #[path = "support/scenario.rs"]
 mod scenario;
 
-use std::path::Path;
 use std::process::Output;
 
 use serde_json::{Value, json};
@@ -16,8 +15,8 @@ use serde_json::{Value, json};
 use fake_anthropic::{FakeAnthropic, RecordedRequest, first_user_text};
 use nvim::{API_KEY, TestDirs};
 use scenario::{
-    phase_input, phase_route, plan_route, spec_input, spec_route, tool_results, tool_turn,
-    valid_plan,
+    files_ending_with, phase_input, phase_route, plan_route, spec_input, spec_route, tool_results,
+    tool_turn, valid_plan,
 };
 
 async fn loopr(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> Output {
@@ -224,7 +223,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
     );
 
     // Every phase.md exists and renders its structured data.
-    let phase_files = files_named(&dirs.loopr_home, "phase.md");
+    let phase_files = files_ending_with(&dirs.loopr_home, "/phase.md");
     assert_eq!(phase_files.len(), 7, "{phase_files:?}");
     for file in &phase_files {
         let markdown = std::fs::read_to_string(file).expect("phase.md");
@@ -240,7 +239,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
         assert!(markdown.contains("1. Match --version before other arguments and print the version (`src/main.rs`, modify)"), "{markdown}");
         assert!(markdown.contains("```sh\ncargo test\n```"), "{markdown}");
     }
-    assert_eq!(files_named(&dirs.loopr_home, "spec.md").len(), 2);
+    assert_eq!(files_ending_with(&dirs.loopr_home, "/spec.md").len(), 2);
 
     // `loopr status` reads the same records without running anything.
     let requests_before = fake.requests().len();
@@ -299,23 +298,6 @@ async fn bad_settings_are_reported_with_the_fix() {
         "{stderr}"
     );
     assert!(fake.requests().is_empty());
-}
-
-fn files_named(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                stack.push(path);
-            } else if path.file_name().is_some_and(|file| file == name) {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,7 +438,7 @@ async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
         ("2", "1"),
         "{stdout}"
     );
-    let plan_json = files_named(&dirs.loopr_home, "plan.json");
+    let plan_json = files_ending_with(&dirs.loopr_home, "/plan.json");
     assert_eq!(
         plan_json.len(),
         2,
@@ -465,7 +447,7 @@ async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
     let current: Value =
         serde_json::from_slice(&std::fs::read(&plan_json[1]).expect("read")).expect("json");
     assert_eq!(current["risks"], revised_plan["risks"]);
-    let spec_json = files_named(&dirs.loopr_home, "spec.json");
+    let spec_json = files_ending_with(&dirs.loopr_home, "/spec.json");
     let spec: Value =
         serde_json::from_slice(&std::fs::read(&spec_json[1]).expect("read")).expect("json");
     assert_eq!(

@@ -10,7 +10,6 @@ mod nvim;
 mod scenario;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use fake_anthropic::FakeAnthropic;
 use nvim::{API_KEY, TestDirs};
 use scenario::{
-    phase_input, phase_route, plan_route, spec_input, spec_route, tool_turn, valid_plan,
+    files_ending_with, phase_input, phase_route, plan_route, spec_input, spec_route, tool_turn,
+    valid_plan,
 };
 
 const SETTINGS: &str =
@@ -151,7 +151,7 @@ async fn kill_at(point: &str) {
     }
 
     // Every artifact on disk parses, and every markdown file is whole.
-    for file in files_with_suffix(&dirs.loopr_home, ".json") {
+    for file in files_ending_with(&dirs.loopr_home, ".json") {
         let name = file
             .file_name()
             .and_then(|name| name.to_str())
@@ -162,7 +162,7 @@ async fn kill_at(point: &str) {
             assert!(parsed.is_ok(), "{point}: {} does not parse", file.display());
         }
     }
-    for file in files_with_suffix(&dirs.loopr_home, ".md") {
+    for file in files_ending_with(&dirs.loopr_home, ".md") {
         let text = std::fs::read_to_string(&file).expect("read");
         assert!(
             text.starts_with("# ") && text.ends_with('\n'),
@@ -195,20 +195,4 @@ async fn killed_during_a_phase_artifact_write_then_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_after_the_plan_was_written_before_its_gate_then_resumed() {
     kill_at("after_artifact_write:plan").await;
-}
-
-fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                stack.push(path);
-            } else if path.to_string_lossy().ends_with(suffix) {
-                found.push(path);
-            }
-        }
-    }
-    found
 }

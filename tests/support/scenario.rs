@@ -136,3 +136,21 @@ pub fn tool_turn(id: &str, tool: &str, input: Value) -> Reply {
         .usage(300, 100)
         .reply()
 }
+
+/// Every file under `dir` whose name ends with `suffix`, sorted.
+pub fn files_ending_with(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
