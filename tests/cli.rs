@@ -162,7 +162,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
             "Add a --version flag",
             "--approve-all",
             "--settings",
-            r#"{"max_concurrent_loops": 3, "plan_review_passes": 0, "spec_review": false}"#,
+            r#"{"max_concurrent_loops": 2, "plan_review_passes": 0, "spec_review": false}"#,
         ],
     )
     .await;
@@ -185,6 +185,8 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
         stderr.contains("approved plan"),
         "progress goes to stderr: {stderr}"
     );
+    // Three phases become runnable at once, but never more than two loops run together.
+    assert_eq!(most_running_at_once(&stderr), 2, "{stderr}");
 
     // Each loop's first answer was refused with the rule it broke, and the second accepted.
     let requests = fake.requests();
@@ -454,4 +456,23 @@ async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
         spec["acceptance_criteria"],
         revised_spec["acceptance_criteria"]
     );
+}
+
+/// The most loops running at the same time, from the status lines `loopr plan` prints.
+fn most_running_at_once(stderr: &str) -> usize {
+    let mut running = std::collections::HashSet::new();
+    let mut most = 0;
+    for line in stderr.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let ["loopr:", "plan" | "spec" | "phase", id, status] = words.as_slice() else {
+            continue;
+        };
+        if *status == "running" {
+            running.insert(id.to_string());
+        } else {
+            running.remove(*id);
+        }
+        most = most.max(running.len());
+    }
+    most
 }

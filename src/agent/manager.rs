@@ -208,21 +208,12 @@ impl LoopManager {
         Ok(record.id)
     }
 
-    /// Cancels loop `id` (or the newest active loop) and every active loop below it.
+    /// Cancels loop `id` (or the newest active loop) and every active loop below it; a finished
+    /// plan can be given to stop the specs and phases it spawned.
     pub fn cancel(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
         let project = self.project(root)?;
         let target = match id.map(str::trim).filter(|id| !id.is_empty()) {
-            Some(id) => {
-                let record = self.record(&project, id)?;
-                if !record.status.is_active() {
-                    return Err(ManagerError::WrongState {
-                        id: record.id.to_string(),
-                        status: record.status.as_str(),
-                        hint: "nothing to cancel",
-                    });
-                }
-                record
-            }
+            Some(id) => self.record(&project, id)?,
             None => project
                 .db
                 .list()?
@@ -232,6 +223,13 @@ impl LoopManager {
         };
         let mut tree = vec![target.clone()];
         tree.extend(project.db.descendants(&target.id)?);
+        if !tree.iter().any(|record| record.status.is_active()) {
+            return Err(ManagerError::WrongState {
+                id: target.id.to_string(),
+                status: target.status.as_str(),
+                hint: "neither it nor any loop below it is active; nothing to cancel",
+            });
+        }
         for record in tree.iter().filter(|record| record.status.is_active()) {
             let token = lock(&self.shared.running).get(&record.id).cloned();
             match token {

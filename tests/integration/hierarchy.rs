@@ -406,3 +406,53 @@ async fn buffer_lines(editor: &TestNvim) -> Vec<String> {
         .lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
         .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_finished_plan_stops_the_specs_it_spawned() {
+    let fake = FakeAnthropic::start().await;
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", two_spec_plan()),
+    );
+    // The first spec's model answer never comes: it is running when the cancel arrives.
+    let (held, _never_released) =
+        tool_turn("spec", "create_spec", spec_input(SPECS[0].0, &SPECS[0].1)).held();
+    fake.push_routed(&spec_route(SPECS[0].0), held);
+    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("LooprApprove").await, None);
+    editor.wait_status(&plan_id, "complete").await;
+    fake.wait_for_requests(2).await;
+
+    assert_eq!(
+        editor.command(&format!("LooprCancel {plan_id}")).await,
+        None
+    );
+    let records = loop {
+        let records = editor.status_records().await;
+        if records
+            .iter()
+            .filter(|r| r["type"] == "spec")
+            .all(|r| r["status"] == "cancelled")
+        {
+            break records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "cancelled")
+            .await;
+    };
+    assert_eq!(records.len(), 3);
+    let plan = records.iter().find(|r| r["type"] == "plan").expect("plan");
+    assert_eq!(
+        plan["status"], "complete",
+        "the finished plan keeps its status"
+    );
+    assert_eq!(fake.requests().len(), 2, "the dependent spec never started");
+    let error = editor
+        .command(&format!("LooprCancel {plan_id}"))
+        .await
+        .expect("nothing left");
+    assert!(error.contains("nothing to cancel"), "{error}");
+    editor.quit().await;
+}
