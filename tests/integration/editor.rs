@@ -102,6 +102,9 @@ async fn help_tags_build_cleanly_and_document_every_command() {
     for topic in [
         "loopr",
         ":LooprPlan",
+        ":LooprApprove",
+        ":LooprRevise",
+        ":LooprTasks",
         ":LooprStatus",
         ":LooprLog",
         ":LooprCancel",
