@@ -2,10 +2,14 @@
 //! caps its output; the registry hands each loop type its own tool set in a stable order.
 
 mod confine;
+mod edit_file;
 mod grep;
 mod list_files;
 mod output;
+mod policy;
 mod read_file;
+mod run_command;
+mod write_file;
 
 use std::sync::Arc;
 
@@ -15,9 +19,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use confine::{PathError, ProjectRoot};
+pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;
+pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
+pub use run_command::RunCommandTool;
+pub use write_file::WriteFileTool;
 
 use crate::llm::ToolSpec;
 use crate::store::LoopType;
@@ -27,6 +35,7 @@ use crate::store::LoopType;
 pub struct ToolContext {
     pub root: ProjectRoot,
     pub cancel: CancellationToken,
+    pub policy: Arc<ToolPolicy>,
 }
 
 /// Why a tool call failed. The text goes back to the model as an `is_error` tool result, so
@@ -39,6 +48,8 @@ pub enum ToolError {
     Path(#[from] PathError),
     #[error("{path}: {message}")]
     File { path: String, message: String },
+    #[error("refused: {0}")]
+    Denied(String),
     #[error("cancelled")]
     Cancelled,
 }
@@ -74,17 +85,20 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The tools a loop of this type may use. Planning levels only read.
+    /// The tools a loop of this type may use. Planning levels only read; the code loop also
+    /// writes, edits and runs commands.
     pub fn for_loop(loop_type: LoopType) -> ToolRegistry {
-        match loop_type {
-            LoopType::Plan | LoopType::Spec | LoopType::Phase | LoopType::Code => ToolRegistry {
-                tools: vec![
-                    Arc::new(ReadFileTool),
-                    Arc::new(ListFilesTool),
-                    Arc::new(GrepTool),
-                ],
-            },
+        let mut tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(ReadFileTool),
+            Arc::new(ListFilesTool),
+            Arc::new(GrepTool),
+        ];
+        if loop_type == LoopType::Code {
+            tools.push(Arc::new(WriteFileTool));
+            tools.push(Arc::new(EditFileTool));
+            tools.push(Arc::new(RunCommandTool));
         }
+        ToolRegistry { tools }
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {
@@ -97,6 +111,17 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|tool| tool.name()).collect()
+    }
+}
+
+/// Secret files are never read or written, whatever the tool.
+fn refuse_secret(context: &ToolContext, path: &std::path::Path) -> Result<(), ToolError> {
+    match context.policy.secret_pattern(path) {
+        Some(pattern) => Err(ToolError::Denied(format!(
+            "{} matches the secret-file pattern {pattern:?}; secret files are never read or written",
+            context.root.relative_display(path)
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -14,6 +14,10 @@ pub enum PathError {
     NotFound { requested: String },
     #[error("{requested:?}: {message}")]
     Unreadable { requested: String, message: String },
+    #[error("{requested:?} is inside .git; the repository's internals are never written")]
+    GitDirectory { requested: String },
+    #[error("{requested:?} is a directory; give the path of a file")]
+    Directory { requested: String },
 }
 
 /// The canonical project root. All tool paths resolve against it and must stay inside it.
@@ -77,6 +81,76 @@ impl ProjectRoot {
         };
         if !resolved.starts_with(&self.canonical) {
             return Err(PathError::SymlinkEscape { requested: owned() });
+        }
+        Ok(resolved)
+    }
+
+    /// Resolves `requested` to a file path inside the root that may be written: it may not
+    /// exist yet, but its deepest existing ancestor must lie inside the root once symlinks are
+    /// followed, it may not be a directory, and nothing under `.git` qualifies.
+    pub fn resolve_for_write(&self, requested: &str) -> Result<PathBuf, PathError> {
+        let owned = || requested.to_owned();
+        let requested_path = Path::new(requested.trim());
+        if requested.trim().is_empty() {
+            return Err(PathError::Directory { requested: owned() });
+        }
+        if requested_path
+            .components()
+            .any(|component| component == Component::ParentDir)
+        {
+            return Err(PathError::ParentComponent { requested: owned() });
+        }
+        let relative = if requested_path.is_absolute() {
+            requested_path
+                .strip_prefix(&self.canonical)
+                .map_err(|_| PathError::OutsideRoot { requested: owned() })?
+                .to_path_buf()
+        } else {
+            requested_path.to_path_buf()
+        };
+        if relative
+            .components()
+            .any(|component| component.as_os_str() == ".git")
+        {
+            return Err(PathError::GitDirectory { requested: owned() });
+        }
+        let joined = self.canonical.join(&relative);
+        // Follow whatever exists of the path, so a symlinked directory cannot lead out.
+        let mut existing = joined.as_path();
+        let mut missing = Vec::new();
+        while existing.symlink_metadata().is_err() {
+            let Some(name) = existing.file_name() else {
+                return Err(PathError::OutsideRoot { requested: owned() });
+            };
+            missing.push(name.to_owned());
+            existing = existing.parent().unwrap_or(&self.canonical);
+        }
+        let resolved_existing = existing.canonicalize().map_err(|err| {
+            if existing.symlink_metadata().is_ok() && err.kind() == std::io::ErrorKind::NotFound {
+                PathError::SymlinkEscape { requested: owned() }
+            } else {
+                PathError::Unreadable {
+                    requested: owned(),
+                    message: err.to_string(),
+                }
+            }
+        })?;
+        if !resolved_existing.starts_with(&self.canonical) {
+            return Err(PathError::SymlinkEscape { requested: owned() });
+        }
+        let resolved = missing
+            .iter()
+            .rev()
+            .fold(resolved_existing, |path, name| path.join(name));
+        let inside = resolved.strip_prefix(&self.canonical).unwrap_or(&resolved);
+        if inside
+            .components()
+            .any(|component| component.as_os_str() == ".git")
+        {
+            return Err(PathError::GitDirectory { requested: owned() });
+        }
+        if resolved.is_dir() {
+            return Err(PathError::Directory { requested: owned() });
         }
         Ok(resolved)
     }
@@ -201,6 +275,52 @@ mod tests {
             fx.root.resolve_existing("inside_link"),
             Ok(fx.root.path().join("src/main.rs"))
         );
+    }
+
+    #[test]
+    fn write_paths_may_be_new_but_stay_inside_and_out_of_git() {
+        let fx = fixture();
+        let root = fx.root.path().to_path_buf();
+        assert_eq!(
+            fx.root.resolve_for_write("src/new/mod.rs"),
+            Ok(root.join("src/new/mod.rs"))
+        );
+        assert_eq!(
+            fx.root.resolve_for_write("src/main.rs"),
+            Ok(root.join("src/main.rs"))
+        );
+        for (requested, expected) in [
+            ("../x.rs", "ParentComponent"),
+            ("/etc/passwd", "OutsideRoot"),
+            (".git/config", "GitDirectory"),
+            ("sub/.git/hooks/pre-commit", "GitDirectory"),
+            ("src", "Directory"),
+            ("", "Directory"),
+        ] {
+            let err = fx.root.resolve_for_write(requested).expect_err(requested);
+            assert!(
+                format!("{err:?}").starts_with(expected),
+                "{requested}: {err:?}"
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writes_through_symlinks_that_lead_out_are_refused() {
+        let fx = fixture();
+        for requested in [
+            "leak",
+            "leakdir/new.txt",
+            "leakdir/deeper/new.txt",
+            "dangling",
+        ] {
+            let err = fx.root.resolve_for_write(requested).expect_err(requested);
+            assert!(
+                matches!(err, PathError::SymlinkEscape { .. }),
+                "{requested}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::list_files::project_walker;
 use super::output::{CappedOutput, clip_line};
-use super::{ProjectRoot, Tool, ToolContext, ToolError, parse_input, run_blocking};
+use super::{ProjectRoot, Tool, ToolContext, ToolError, ToolPolicy, parse_input, run_blocking};
 use crate::schema::input_schema_for;
 
 const DEFAULT_MAX_MATCHES: usize = 100;
@@ -62,11 +62,17 @@ impl Tool for GrepTool {
             .root
             .resolve_existing(input.path.as_deref().unwrap_or("."))?;
         let root = context.root.clone();
-        run_blocking(context, move || search(&root, &target, &input)).await
+        let policy = context.policy.clone();
+        run_blocking(context, move || search(&root, &policy, &target, &input)).await
     }
 }
 
-fn search(root: &ProjectRoot, target: &Path, input: &GrepInput) -> Result<String, ToolError> {
+fn search(
+    root: &ProjectRoot,
+    policy: &ToolPolicy,
+    target: &Path,
+    input: &GrepInput,
+) -> Result<String, ToolError> {
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(input.case_insensitive)
         .build(&input.pattern)
@@ -83,7 +89,10 @@ fn search(root: &ProjectRoot, target: &Path, input: &GrepInput) -> Result<String
     let mut matches = 0usize;
     let mut more_matches = false;
     for entry in project_walker(root, target, input.glob.as_deref())?.filter_map(Result::ok) {
-        if !entry.file_type().is_some_and(|kind| kind.is_file()) {
+        // Secret files are never read, so never searched either.
+        if !entry.file_type().is_some_and(|kind| kind.is_file())
+            || policy.secret_pattern(entry.path()).is_some()
+        {
             continue;
         }
         let shown = root.relative_display(entry.path());

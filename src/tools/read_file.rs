@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::output::{CappedOutput, clip_line};
-use super::{Tool, ToolContext, ToolError, parse_input, run_blocking};
+use super::{Tool, ToolContext, ToolError, parse_input, refuse_secret, run_blocking};
 use crate::schema::input_schema_for;
 
 const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -48,6 +48,7 @@ impl Tool for ReadFileTool {
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: ReadFileInput = parse_input(self.name(), input)?;
         let path = context.root.resolve_existing(&input.path)?;
+        refuse_secret(context, &path)?;
         let shown = context.root.relative_display(&path);
         run_blocking(context, move || read_numbered(&path, &shown, &input)).await
     }

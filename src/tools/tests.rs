@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +20,8 @@ fn project() -> Project {
         ("target/out.rs", "fn main() {}\n"),
         ("debug.log", "fn main() in a log\n"),
         (".git/config", "[core]\n"),
+        (".env", "API_TOKEN=hunter2\n"),
+        ("config/server.pem", "-----BEGIN PRIVATE KEY-----\n"),
     ];
     for (path, content) in files {
         let path = dir.path().join(path);
@@ -28,12 +32,13 @@ fn project() -> Project {
     let context = ToolContext {
         root: ProjectRoot::new(dir.path()).expect("root"),
         cancel: CancellationToken::new(),
+        policy: Arc::new(ToolPolicy::default()),
     };
     Project { _dir: dir, context }
 }
 
 async fn call(project: &Project, name: &str, input: Value) -> Result<String, ToolError> {
-    let registry = ToolRegistry::for_loop(LoopType::Plan);
+    let registry = ToolRegistry::for_loop(LoopType::Code);
     let tool = registry.get(name).expect("tool exists");
     tool.call(input, &project.context).await
 }
@@ -102,7 +107,7 @@ async fn list_files_honours_gitignore_skips_git_and_filters_by_glob() {
     let all = call(&project, "list_files", json!({})).await.expect("list");
     assert_eq!(
         all,
-        ".gitignore\ndocs/guide.md\nimage.bin\nsrc/lib.rs\nsrc/main.rs\n"
+        ".env\n.gitignore\nconfig/server.pem\ndocs/guide.md\nimage.bin\nsrc/lib.rs\nsrc/main.rs\n"
     );
     let rust = call(&project, "list_files", json!({"glob": "*.rs"}))
         .await
@@ -116,7 +121,7 @@ async fn list_files_honours_gitignore_skips_git_and_filters_by_glob() {
         .await
         .expect("list");
     assert!(
-        capped.ends_with("[3 more files not shown; narrow the listing with path or glob]\n"),
+        capped.ends_with("[5 more files not shown; narrow the listing with path or glob]\n"),
         "{capped}"
     );
 }
@@ -185,4 +190,280 @@ async fn a_cancelled_context_stops_a_tool() {
     project.context.cancel.cancel();
     let result = call(&project, "list_files", json!({})).await;
     assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
+}
+
+#[tokio::test]
+async fn secret_files_are_never_read_searched_or_written() {
+    let project = project();
+    for (tool, input) in [
+        ("read_file", json!({"path": ".env"})),
+        ("read_file", json!({"path": "config/server.pem"})),
+        (
+            "edit_file",
+            json!({"path": ".env", "old_string": "hunter2", "new_string": "x"}),
+        ),
+        ("write_file", json!({"path": ".env.local", "content": "x"})),
+    ] {
+        let err = call(&project, tool, input).await.expect_err(tool);
+        assert!(matches!(err, ToolError::Denied(_)), "{tool}: {err}");
+        assert!(err.to_string().contains("secret"), "{err}");
+    }
+    let found = call(&project, "grep", json!({"pattern": "hunter2|PRIVATE"}))
+        .await
+        .expect("grep");
+    assert_eq!(found, "no matches for \"hunter2|PRIVATE\"\n");
+    assert_eq!(
+        std::fs::read_to_string(project.context.root.path().join(".env")).expect("read"),
+        "API_TOKEN=hunter2\n"
+    );
+    assert!(!project.context.root.path().join(".env.local").exists());
+}
+
+#[tokio::test]
+async fn write_file_creates_and_replaces_inside_the_root_only() {
+    let project = project();
+    let root = project.context.root.path().to_path_buf();
+    let created = call(
+        &project,
+        "write_file",
+        json!({"path": "src/cli/args.rs", "content": "pub fn parse() {}\n"}),
+    )
+    .await
+    .expect("write");
+    assert_eq!(created, "created src/cli/args.rs (18 bytes)");
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/cli/args.rs")).expect("read"),
+        "pub fn parse() {}\n"
+    );
+    let replaced = call(
+        &project,
+        "write_file",
+        json!({"path": "src/lib.rs", "content": ""}),
+    )
+    .await
+    .expect("write");
+    assert_eq!(replaced, "replaced src/lib.rs (0 bytes)");
+    let outside = root.parent().expect("parent").join("escaped.txt");
+    for (path, expected) in [
+        ("../escaped.txt".to_owned(), "contains '..'"),
+        (outside.display().to_string(), "outside the project root"),
+        (".git/config".to_owned(), "inside .git"),
+        (".git/hooks/post-commit".to_owned(), "inside .git"),
+    ] {
+        let err = call(
+            &project,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        )
+        .await
+        .expect_err(&path);
+        assert!(err.to_string().contains(expected), "{path}: {err}");
+    }
+    assert!(!outside.exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).expect("read"),
+        "[core]\n"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn writes_through_a_symlink_that_leads_out_are_refused() {
+    let project = project();
+    let outside = tempfile::tempdir().expect("outside");
+    let root = project.context.root.path();
+    std::os::unix::fs::symlink(outside.path(), root.join("out")).expect("link");
+    std::os::unix::fs::symlink(outside.path().join("target.txt"), root.join("file_link"))
+        .expect("link");
+    for path in ["out/new.txt", "file_link"] {
+        let err = call(
+            &project,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        )
+        .await
+        .expect_err(path);
+        assert!(
+            err.to_string().contains("symlink that leads outside"),
+            "{path}: {err}"
+        );
+        let err = call(
+            &project,
+            "edit_file",
+            json!({"path": path, "old_string": "a", "new_string": "b"}),
+        )
+        .await
+        .expect_err(path);
+        assert!(
+            err.to_string().contains("symlink that leads outside"),
+            "{path}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.path()).expect("read_dir").count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn edit_file_replaces_a_unique_string_and_reports_counts_otherwise() {
+    let project = project();
+    let main = project.context.root.path().join("src/main.rs");
+    let edited = call(&project, "edit_file", json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    run();\n    done();\n"}))
+        .await
+        .expect("edit");
+    assert_eq!(edited, "edited src/main.rs");
+    assert_eq!(
+        std::fs::read_to_string(&main).expect("read"),
+        "fn main() {\n    run();\n    done();\n}\n\nfn run() {}\n"
+    );
+    let twice = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "run()", "new_string": "go()"}),
+    )
+    .await
+    .expect_err("twice");
+    assert!(twice.to_string().contains("occurs 2 times"), "{twice}");
+    let never = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "walk()", "new_string": "go()"}),
+    )
+    .await
+    .expect_err("never");
+    assert!(never.to_string().contains("does not occur"), "{never}");
+    assert!(
+        std::fs::read_to_string(&main)
+            .expect("read")
+            .contains("run();"),
+        "failed edits change nothing"
+    );
+    let missing = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/nope.rs", "old_string": "a", "new_string": "b"}),
+    )
+    .await
+    .expect_err("missing");
+    assert!(
+        missing.to_string().contains("create it with write_file"),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn run_command_reports_status_and_output_in_the_project() {
+    let project = project();
+    let output = call(
+        &project,
+        "run_command",
+        json!({"command": "pwd; echo oops >&2; exit 3"}),
+    )
+    .await
+    .expect("run");
+    let root = project.context.root.path().display().to_string();
+    assert_eq!(
+        output,
+        format!("exit status 3\n--- stdout ---\n{root}\n--- stderr ---\noops\n")
+    );
+    let in_src = call(
+        &project,
+        "run_command",
+        json!({"command": "ls", "cwd": "src"}),
+    )
+    .await
+    .expect("run");
+    assert!(in_src.contains("lib.rs\nmain.rs"), "{in_src}");
+    let long = call(&project, "run_command", json!({"command": "seq 1 100000"}))
+        .await
+        .expect("run");
+    assert!(
+        long.contains("bytes left out") && long.contains("\n100000\n"),
+        "keeps the start and end"
+    );
+    assert!(long.len() < 20 * 1024, "{}", long.len());
+}
+
+#[tokio::test]
+async fn denied_commands_never_run() {
+    let project = project();
+    let marker = project.context.root.path().join("ran");
+    for command in [
+        "sudo touch ran",
+        "touch ran && git push origin main",
+        "rm -rf / ; touch ran",
+    ] {
+        let err = call(&project, "run_command", json!({"command": command}))
+            .await
+            .expect_err(command);
+        assert!(matches!(err, ToolError::Denied(_)), "{command}: {err}");
+        assert!(err.to_string().contains("deny-list"), "{err}");
+    }
+    assert!(!marker.exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_timeout_or_cancel_kills_the_command_and_its_children() {
+    let project = project();
+    let output = call(
+        &project,
+        "run_command",
+        json!({"command": "sleep 1000 & echo $! > child.pid; wait", "timeout_secs": 0.3}),
+    )
+    .await
+    .expect("run");
+    assert!(
+        output.starts_with("killed after the 0.3s timeout"),
+        "{output}"
+    );
+    assert_child_gone(&project.context.root.path().join("child.pid")).await;
+
+    let cancel = project.context.cancel.clone();
+    let pid_file = project.context.root.path().join("cancelled.pid");
+    let running = call(
+        &project,
+        "run_command",
+        json!({"command": "sleep 1000 & echo $! > cancelled.pid; wait"}),
+    );
+    let canceller = async {
+        // The command has started once it wrote its child's pid.
+        while !pid_file.exists()
+            || std::fs::read_to_string(&pid_file)
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+        {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let (result, ()) = tokio::join!(running, canceller);
+    assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
+    assert_child_gone(&pid_file).await;
+}
+
+/// Waits, through a pidfd (no polling), until the process in `pid_file` has exited.
+#[cfg(unix)]
+async fn assert_child_gone(pid_file: &std::path::Path) {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    let fd = i32::try_from(fd).expect("fd");
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
+    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
+    let _exited = tokio::time::timeout(std::time::Duration::from_secs(10), async_fd.readable())
+        .await
+        .expect("the child was killed")
+        .expect("pidfd readable");
 }

@@ -1,0 +1,162 @@
+//! What tools may never touch, whatever the user approves: secret files are never read or
+//! written, and denied commands never run.
+
+use std::path::Path;
+use std::time::Duration;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use regex::Regex;
+
+pub const DEFAULT_SECRET_PATTERNS: [&str; 3] = [".env*", "*.pem", "id_*"];
+
+/// `rm` aimed at the root or the home directory, `git push`, and `sudo`.
+pub const DEFAULT_DENIED_COMMANDS: [&str; 3] = [
+    r"\brm\s+(?:-\S+\s+)*(?:/\*?|~/?|\$HOME/?)(?:[\s;&|)]|$)",
+    r"\bgit\s+(?:-\S+(?:\s+[^-\s]\S*)?\s+)*push\b",
+    r"\bsudo\b",
+];
+
+#[derive(Clone, Debug)]
+pub struct ToolPolicy {
+    secret_patterns: Vec<String>,
+    secret_files: GlobSet,
+    denied_commands: Vec<Regex>,
+    pub command_timeout: Duration,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> ToolPolicy {
+        let secrets: Vec<String> = DEFAULT_SECRET_PATTERNS
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect();
+        let denied: Vec<String> = DEFAULT_DENIED_COMMANDS
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect();
+        // The defaults are constants known to compile.
+        ToolPolicy::new(&secrets, &denied, Duration::from_secs(120)).unwrap_or_else(|_| {
+            ToolPolicy {
+                secret_patterns: Vec::new(),
+                secret_files: GlobSet::empty(),
+                denied_commands: Vec::new(),
+                command_timeout: Duration::from_secs(120),
+            }
+        })
+    }
+}
+
+impl ToolPolicy {
+    /// `secret_patterns` are globs matched against file names (`.env*`); `denied_commands`
+    /// are regular expressions matched against the command with its whitespace collapsed.
+    pub fn new(
+        secret_patterns: &[String],
+        denied_commands: &[String],
+        command_timeout: Duration,
+    ) -> Result<ToolPolicy, String> {
+        let mut secrets = GlobSetBuilder::new();
+        for pattern in secret_patterns {
+            let glob =
+                Glob::new(pattern).map_err(|err| format!("secret pattern {pattern:?}: {err}"))?;
+            secrets.add(glob);
+        }
+        let secret_files = secrets
+            .build()
+            .map_err(|err| format!("secret patterns: {err}"))?;
+        let denied_commands = denied_commands
+            .iter()
+            .map(|pattern| {
+                Regex::new(pattern)
+                    .map_err(|err| format!("denied command pattern {pattern:?}: {err}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ToolPolicy {
+            secret_patterns: secret_patterns.to_vec(),
+            secret_files,
+            denied_commands,
+            command_timeout,
+        })
+    }
+
+    /// The secret pattern `path`'s file name matches, if any.
+    pub fn secret_pattern(&self, path: &Path) -> Option<&str> {
+        let name = path.file_name()?;
+        let matches = self.secret_files.matches(Path::new(name));
+        matches
+            .first()
+            .and_then(|index| self.secret_patterns.get(*index))
+            .map(String::as_str)
+    }
+
+    /// The deny pattern `command` matches, if any.
+    pub fn denied_by(&self, command: &str) -> Option<&str> {
+        let collapsed = command.split_whitespace().collect::<Vec<_>>().join(" ");
+        self.denied_commands
+            .iter()
+            .find(|pattern| pattern.is_match(&collapsed))
+            .map(Regex::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_files_match_by_name_anywhere() {
+        let policy = ToolPolicy::default();
+        for secret in [
+            ".env",
+            ".env.local",
+            "config/.env.production",
+            "certs/server.pem",
+            "home/id_rsa",
+            "id_ed25519.pub",
+        ] {
+            assert!(
+                policy.secret_pattern(Path::new(secret)).is_some(),
+                "{secret}"
+            );
+        }
+        for plain in ["src/env.rs", "environment.md", "README.md", "grid_id.rs"] {
+            assert_eq!(policy.secret_pattern(Path::new(plain)), None, "{plain}");
+        }
+    }
+
+    #[test]
+    fn the_default_deny_list_catches_its_commands_and_their_variants() {
+        let policy = ToolPolicy::default();
+        for denied in [
+            "rm -rf /",
+            "rm -fr /*",
+            "rm  -r -f  ~",
+            "cd /tmp && rm -rf $HOME",
+            "git push origin main",
+            "git -C . push --force",
+            "sudo apt-get install x",
+            "echo ok; sudo  reboot",
+        ] {
+            assert!(policy.denied_by(denied).is_some(), "{denied}");
+        }
+        for allowed in [
+            "rm -rf target",
+            "rm -rf ./build/",
+            "git status",
+            "git pushd-notes",
+            "cargo test",
+            "echo pseudo",
+        ] {
+            assert_eq!(policy.denied_by(allowed), None, "{allowed}");
+        }
+    }
+
+    #[test]
+    fn bad_patterns_are_reported_by_name() {
+        let err =
+            ToolPolicy::new(&["[".to_owned()], &[], Duration::from_secs(1)).expect_err("bad glob");
+        assert!(err.contains("secret pattern \"[\""), "{err}");
+        let err =
+            ToolPolicy::new(&[], &["(".to_owned()], Duration::from_secs(1)).expect_err("bad regex");
+        assert!(err.contains("denied command pattern \"(\""), "{err}");
+    }
+}

@@ -1,0 +1,194 @@
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{Tool, ToolContext, ToolError, parse_input};
+use crate::schema::input_schema_for;
+
+const MAX_TIMEOUT_SECS: f64 = 600.0;
+/// Bytes of each stream kept from its start and from its end.
+const HEAD_BYTES: usize = 4 * 1024;
+const TAIL_BYTES: usize = 12 * 1024;
+
+/// Run a shell command in the project.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandInput {
+    /// The command, run with `sh -c`.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Working directory relative to the project root. Default: the root.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Seconds before the command and everything it started are killed (default from the
+    /// configuration, at most 600).
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 600.0))]
+    pub timeout_secs: Option<f64>,
+}
+
+pub struct RunCommandTool;
+
+#[async_trait]
+impl Tool for RunCommandTool {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a shell command (sh -c) in the project and return its exit status, stdout and \
+         stderr (long output keeps its start and end). The command and every process it starts \
+         are killed at the timeout. Some commands are never allowed (e.g. sudo, git push)."
+    }
+
+    fn input_schema(&self) -> Value {
+        input_schema_for::<RunCommandInput>()
+    }
+
+    async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
+        let input: RunCommandInput = parse_input(self.name(), input)?;
+        if let Some(pattern) = context.policy.denied_by(&input.command) {
+            return Err(ToolError::Denied(format!(
+                "the command matches the deny-list pattern {pattern:?} and is never run; do \
+                 the work another way or ask the user to do it"
+            )));
+        }
+        let cwd = context
+            .root
+            .resolve_existing(input.cwd.as_deref().unwrap_or("."))?;
+        if !cwd.is_dir() {
+            return Err(ToolError::InvalidInput(format!(
+                "cwd {:?} is not a directory",
+                input.cwd.unwrap_or_default()
+            )));
+        }
+        let timeout = input
+            .timeout_secs
+            .filter(|secs| secs.is_finite() && *secs > 0.0)
+            .map(|secs| Duration::from_secs_f64(secs.min(MAX_TIMEOUT_SECS)))
+            .unwrap_or(context.policy.command_timeout);
+        run(&input.command, &cwd, timeout, context).await
+    }
+}
+
+async fn run(
+    command: &str,
+    cwd: &std::path::Path,
+    timeout: Duration,
+    context: &ToolContext,
+) -> Result<String, ToolError> {
+    let spawn_error = |err: std::io::Error| ToolError::File {
+        path: "(command)".to_owned(),
+        message: format!("could not start sh: {err}"),
+    };
+    let mut process = tokio::process::Command::new("sh");
+    process
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Its own process group, so a timeout or cancel kills everything it started.
+    #[cfg(unix)]
+    process.process_group(0);
+    let mut child = process.spawn().map_err(spawn_error)?;
+    let group = child.id();
+    let stdout = child.stdout.take().map(read_capped);
+    let stderr = child.stderr.take().map(read_capped);
+    let outcome = tokio::select! {
+        biased;
+        _ = context.cancel.cancelled() => Outcome::Cancelled,
+        _ = tokio::time::sleep(timeout) => Outcome::TimedOut,
+        status = child.wait() => Outcome::Exited(status.map_err(spawn_error)?),
+    };
+    if !matches!(outcome, Outcome::Exited(_)) {
+        kill_group(group);
+        let _ = child.wait().await;
+    }
+    let stdout = match stdout {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let stderr = match stderr {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let status = match outcome {
+        Outcome::Cancelled => return Err(ToolError::Cancelled),
+        Outcome::TimedOut => format!(
+            "killed after the {:.1}s timeout (with every process it started)",
+            timeout.as_secs_f64()
+        ),
+        Outcome::Exited(status) => match status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_owned(),
+        },
+    };
+    Ok(format!(
+        "{status}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}"
+    ))
+}
+
+enum Outcome {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+/// Reads a stream to its end in the background, keeping its start and its end.
+fn read_capped<R: AsyncRead + Unpin + Send + 'static>(
+    mut stream: R,
+) -> tokio::task::JoinHandle<String> {
+    tokio::spawn(async move {
+        let mut head = Vec::new();
+        let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+        let mut dropped = 0usize;
+        let mut buffer = [0u8; 8192];
+        while let Ok(read) = stream.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+            for &byte in &buffer[..read] {
+                if head.len() < HEAD_BYTES {
+                    head.push(byte);
+                } else {
+                    tail.push_back(byte);
+                    if tail.len() > TAIL_BYTES {
+                        tail.pop_front();
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        let mut text = String::from_utf8_lossy(&head).into_owned();
+        if dropped > 0 {
+            text.push_str(&format!("\n[... {dropped} bytes left out ...]\n"));
+        }
+        text.push_str(&String::from_utf8_lossy(tail.make_contiguous()));
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
+    })
+}
+
+#[cfg(unix)]
+fn kill_group(group: Option<u32>) {
+    let Some(group) = group.and_then(|id| libc::pid_t::try_from(id).ok()) else {
+        return;
+    };
+    // SAFETY: killpg sends SIGKILL to the process group this tool created for the command.
+    unsafe {
+        libc::killpg(group, libc::SIGKILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_group(_group: Option<u32>) {}
