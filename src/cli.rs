@@ -71,8 +71,9 @@ fn summarize(records: &[LoopRecord]) -> anyhow::Result<bool> {
         .all(|record| record.status == LoopStatus::Complete))
 }
 
-/// Waits, reporting events, until no selected loop is pending or running; approves what waits
-/// for review when `approve_all`.
+/// Waits, reporting events, until this process runs nothing and nothing more can start;
+/// approves what waits for review when `approve_all`. Loops other hosts run, or that wait on
+/// something that will not happen (an unapproved sibling), do not keep it waiting.
 async fn settle(
     manager: &LoopManager,
     root: &Path,
@@ -80,30 +81,42 @@ async fn settle(
     events: &mut UnboundedReceiver<LoopEvent>,
     select: &dyn Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>>,
 ) -> anyhow::Result<()> {
+    let mut busy = manager.watch_busy();
     loop {
-        let tree = select(manager)?;
-        let mut moving = false;
-        for record in &tree {
-            match record.status {
-                LoopStatus::Pending | LoopStatus::Running => moving = true,
-                LoopStatus::AwaitingApproval if approve_all => {
+        let mut approved = false;
+        if approve_all {
+            for record in select(manager)? {
+                if record.status == LoopStatus::AwaitingApproval {
                     manager.approve(root, Some(record.id.as_str()))?;
                     eprintln!(
                         "loopr: approved {} {}",
                         record.loop_type.as_str(),
                         record.id
                     );
-                    moving = true;
+                    approved = true;
                 }
-                _ => {}
             }
         }
-        if !moving {
-            return Ok(());
+        if !approved && *busy.borrow_and_update() == 0 {
+            // Quiet: give whatever could still start its chance, then stop if nothing did.
+            manager.resume(root)?;
+            if *busy.borrow_and_update() == 0 {
+                while let Ok(event) = events.try_recv() {
+                    report(&event);
+                }
+                return Ok(());
+            }
         }
-        match events.recv().await {
-            Some(event) => report(&event),
-            None => return Ok(()),
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(event) => report(&event),
+                None => return Ok(()),
+            },
+            changed = busy.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+            }
         }
         while let Ok(event) = events.try_recv() {
             report(&event);

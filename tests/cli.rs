@@ -284,6 +284,49 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_waiting_for_review_stops_the_run_instead_of_hanging_it() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let mut plan = valid_plan();
+    plan["specs"][0]["name"] = json!("version-flag");
+    plan["specs"][1]["name"] = json!("version-docs");
+    plan["specs"][1]["dependencies"] = json!(["version-flag"]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    let phases = ["parse-flag", "print-version", "exit-code"];
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
+    );
+    let settings = r#"{"review_gates": ["spec"], "plan_review_passes": 0, "spec_review": false}"#;
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        loopr(
+            &dirs,
+            &fake,
+            &["plan", "Add a --version flag", "--settings", settings],
+        ),
+    )
+    .await
+    .expect("loopr plan returns although version-docs can never start");
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let status_of = |name: &str| {
+        stdout
+            .lines()
+            .find(|line| line.contains(name))
+            .map(|line| {
+                line.split_whitespace()
+                    .nth(3)
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(status_of("version-flag"), "awaiting_approval", "{stdout}");
+    assert_eq!(status_of("version-docs"), "pending", "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_settings_are_reported_with_the_fix() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();

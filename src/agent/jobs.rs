@@ -197,7 +197,11 @@ fn probe_file(root: &ProjectRoot, file: &str) -> FileState {
     match root.resolve_existing(file) {
         Ok(path) if path.is_dir() => FileState::Directory,
         Ok(_) => FileState::File,
-        Err(PathError::NotFound { .. }) => FileState::Missing,
+        // Missing, but would writing it stay inside (no symlinked directory leading out)?
+        Err(PathError::NotFound { .. }) => match root.resolve_for_write(file) {
+            Ok(_) => FileState::Missing,
+            Err(_) => FileState::Outside,
+        },
         Err(_) => FileState::Outside,
     }
 }
@@ -243,4 +247,22 @@ pub fn parent_artifact<T: serde::de::DeserializeOwned>(
 pub fn read_json(path: &Path) -> Result<Value, String> {
     let bytes = std::fs::read(path).map_err(|err| err.to_string())?;
     serde_json::from_slice(&bytes).map_err(|err| err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_file_behind_a_symlink_that_leads_out_is_outside() {
+        let project = tempfile::tempdir().expect("project");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::create_dir_all(project.path().join("src")).expect("mkdir");
+        std::os::unix::fs::symlink(outside.path(), project.path().join("leakdir")).expect("link");
+        let root = ProjectRoot::new(project.path()).expect("root");
+        assert_eq!(probe_file(&root, "leakdir/new.rs"), FileState::Outside);
+        assert_eq!(probe_file(&root, "src/new.rs"), FileState::Missing);
+        assert_eq!(probe_file(&root, "src"), FileState::Directory);
+    }
 }

@@ -12,7 +12,10 @@ use super::settings::LoopSettings;
 use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
 use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
 use crate::llm::{LlmError, LlmProvider};
-use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError};
+use crate::store::{
+    HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
+    host_is_alive,
+};
 use crate::tools::ProjectRoot;
 
 /// Builds the model client for a loop from its settings.
@@ -81,6 +84,10 @@ struct Shared {
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
     scheduling: Mutex<()>,
     shutting_down: AtomicBool,
+    /// Loop tasks under way, including their supervision (recording the end, scheduling what
+    /// follows); a shell waiting for quiet watches it.
+    busy: tokio::sync::watch::Sender<usize>,
+    _host_lock: Option<HostLock>,
 }
 
 #[derive(Clone)]
@@ -96,16 +103,26 @@ impl LoopManager {
         events: Arc<dyn EventSink>,
         provider_factory: ProviderFactory,
     ) -> LoopManager {
+        let host_pid = std::process::id();
+        let host_lock = match HostLock::acquire(&loopr_home, host_pid) {
+            Ok(lock) => Some(lock),
+            Err(err) => {
+                tracing::error!(error = %err, "taking the host lock; other hosts may take over this host's loops");
+                None
+            }
+        };
         LoopManager {
             shared: Arc::new(Shared {
                 loopr_home,
-                host_pid: std::process::id(),
+                host_pid,
                 events,
                 provider_factory,
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),
                 shutting_down: AtomicBool::new(false),
+                busy: tokio::sync::watch::Sender::new(0),
+                _host_lock: host_lock,
             }),
         }
     }
@@ -180,21 +197,27 @@ impl LoopManager {
         }
         let project = self.project(root)?;
         let record = self.record(&project, id)?;
-        if matches!(record.status, LoopStatus::Running | LoopStatus::Pending)
-            || record.iteration == 0
+        if matches!(
+            record.status,
+            LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
+        ) || record.iteration == 0
         {
             return Err(ManagerError::WrongState {
                 id: record.id.to_string(),
                 status: record.status.as_str(),
-                hint: "only a loop that has produced its artifact and is not running can be revised",
+                hint: "only a current loop that has produced its artifact and is not running \
+                       can be revised (an invalidated loop's parent was revised: revise the \
+                       parent's new children instead)",
             });
         }
-        for descendant in project.db.descendants(&record.id)? {
-            if let Some(token) = lock(&self.shared.running).get(&descendant.id) {
+        let invalidated = project.db.revise(&record.id, feedback.trim())?;
+        // After the transaction, so a descendant started in between is stopped too; its
+        // supervisor finds it invalidated and leaves that be.
+        for child in &invalidated {
+            if let Some(token) = lock(&self.shared.running).get(child) {
                 token.cancel();
             }
         }
-        let invalidated = project.db.revise(&record.id, feedback.trim())?;
         for child in &invalidated {
             let loop_type = project
                 .db
@@ -231,17 +254,18 @@ impl LoopManager {
             });
         }
         for record in tree.iter().filter(|record| record.status.is_active()) {
-            let token = lock(&self.shared.running).get(&record.id).cloned();
-            match token {
+            // Not running: cancel it in the store, unless the scheduler started it meanwhile,
+            // in which case its task is stopped like any running one.
+            if lock(&self.shared.running).get(&record.id).is_none()
+                && project.db.cancel_idle(&record.id)?
+            {
+                self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
+                self.fail_dependents(&project, record, LoopStatus::Cancelled);
+                continue;
+            }
+            if let Some(token) = lock(&self.shared.running).get(&record.id) {
                 // The loop's supervisor records the cancellation when the task stops.
-                Some(token) => token.cancel(),
-                None => {
-                    project
-                        .db
-                        .set_status(&record.id, LoopStatus::Cancelled, None)?;
-                    self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
-                    self.fail_dependents(&project, record, LoopStatus::Cancelled);
-                }
+                token.cancel();
             }
         }
         tracing::info!(loop_id = %target.id, "cancel requested");
@@ -315,6 +339,12 @@ impl LoopManager {
         }
     }
 
+    /// How many loop tasks are under way, including the bookkeeping after each ends; changes
+    /// are observable through the receiver.
+    pub fn watch_busy(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.shared.busy.subscribe()
+    }
+
     /// Loops this host is running now.
     pub fn running_count(&self) -> usize {
         lock(&self.shared.running).len()
@@ -384,8 +414,9 @@ impl LoopManager {
             provider,
             settings: settings.clone(),
             events: self.shared.events.clone(),
-            cancel,
+            cancel: cancel.clone(),
         };
+        self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the
         // supervising task records the outcome either way.
         let run = tokio::spawn(async move { run_artifact_loop(&context).await });
@@ -395,6 +426,10 @@ impl LoopManager {
             let result = run.await;
             lock(&manager.shared.running).remove(&record.id);
             match result {
+                // A cancel that came while the last answer was being stored still wins.
+                Ok(Ok(_)) if cancel.is_cancelled() => {
+                    manager.record_end(&project, &record, LoopStatus::Cancelled, None);
+                }
                 Ok(Ok(outcome)) => manager.on_artifact(&project, &record, &settings, outcome),
                 Ok(Err(LoopError::Cancelled)) => {
                     manager.record_end(&project, &record, LoopStatus::Cancelled, None);
@@ -416,6 +451,7 @@ impl LoopManager {
                 }
             }
             manager.schedule(&project);
+            manager.shared.busy.send_modify(|busy| *busy -= 1);
         });
     }
 
@@ -457,8 +493,24 @@ impl LoopManager {
             )
         };
         if let Err(err) = result {
-            // The loop was revised or cancelled while it finished; its new state stands.
-            tracing::info!(loop_id = %record.id, error = %err, "artifact outcome not recorded");
+            let still_running = project
+                .db
+                .get(&record.id)
+                .ok()
+                .flatten()
+                .is_some_and(|now| now.status == LoopStatus::Running);
+            if still_running {
+                // Not a revision or cancel that came first: the loop cannot go on.
+                tracing::error!(loop_id = %record.id, error = %err, "recording the artifact's outcome");
+                self.record_end(
+                    project,
+                    record,
+                    LoopStatus::Failed,
+                    Some(format!("recording the outcome: {err}")),
+                );
+            } else {
+                tracing::info!(loop_id = %record.id, error = %err, "the loop was revised or cancelled as it finished");
+            }
         }
     }
 
@@ -599,7 +651,14 @@ impl LoopManager {
         };
         let adopted = project
             .db
-            .adopt_orphans(self.shared.host_pid, process_is_alive)?;
+            .adopt_orphans(self.shared.host_pid, |owner, id, status| {
+                if owner == self.shared.host_pid {
+                    // Ours by pid, yet no task runs it: left by an earlier host with our pid.
+                    status == LoopStatus::Running && !lock(&self.shared.running).contains_key(id)
+                } else {
+                    !host_is_alive(&self.shared.loopr_home, owner)
+                }
+            })?;
         if !adopted.is_empty() {
             tracing::info!(
                 count = adopted.len(),
@@ -641,22 +700,4 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[cfg(unix)]
-fn process_is_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: kill with signal 0 only checks whether the process exists; it sends nothing.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-#[cfg(not(unix))]
-fn process_is_alive(pid: u32) -> bool {
-    pid == std::process::id()
 }

@@ -3,13 +3,46 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` so that readers see either the old file or the whole new one:
 /// a temporary file in the same directory is written, fsynced and renamed over the target,
-/// then the directory is fsynced so the rename itself survives a crash.
+/// then the directory is fsynced so the rename itself survives a crash. New files are
+/// private to the user (state under `$LOOPR_HOME`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, bytes, None)
+}
+
+/// Like `write_atomic`, for the user's project files: an existing file keeps its permissions
+/// (an executable script stays executable) and a new one gets the usual `rw-r--r--`.
+pub fn write_atomic_keeping_mode(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let permissions = std::fs::metadata(path)
+        .map(|metadata| metadata.permissions())
+        .ok()
+        .or_else(default_permissions);
+    write_atomic_with(path, bytes, permissions)
+}
+
+#[cfg(unix)]
+fn default_permissions() -> Option<std::fs::Permissions> {
+    use std::os::unix::fs::PermissionsExt;
+    Some(std::fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(not(unix))]
+fn default_permissions() -> Option<std::fs::Permissions> {
+    None
+}
+
+fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    permissions: Option<std::fs::Permissions>,
+) -> io::Result<()> {
     let dir = parent_dir(path)?;
     std::fs::create_dir_all(dir)?;
     let mut temp = tempfile::Builder::new()
         .prefix(".loopr-tmp-")
         .tempfile_in(dir)?;
+    if let Some(permissions) = permissions {
+        temp.as_file().set_permissions(permissions)?;
+    }
     temp.write_all(bytes)?;
     temp.as_file().sync_all()?;
     temp.persist(path).map_err(|err| err.error)?;
@@ -79,6 +112,31 @@ mod tests {
             .map(|entry| entry.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("plan.json")]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn project_writes_keep_the_file_mode_and_state_writes_stay_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("run.sh");
+        std::fs::write(&script, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        write_atomic_keeping_mode(&script, b"#!/bin/sh\necho hi\n").expect("rewrite");
+        let mode = |path: &Path| {
+            std::fs::metadata(path)
+                .expect("metadata")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(&script), 0o755);
+        let new_file = dir.path().join("new.rs");
+        write_atomic_keeping_mode(&new_file, b"x").expect("create");
+        assert_eq!(mode(&new_file), 0o644);
+        let state = dir.path().join("plan.json");
+        write_atomic(&state, b"{}").expect("state");
+        assert_eq!(mode(&state), 0o600);
     }
 
     #[test]

@@ -104,6 +104,19 @@ impl LoopDb {
         Ok(changed == 1)
     }
 
+    /// Cancels a loop that no task runs (pending or awaiting approval); false if it is in any
+    /// other state by now, for example because the scheduler just started it.
+    pub fn cancel_idle(&self, id: &LoopId) -> Result<bool, StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET status = 'cancelled', updated_at = ?2
+                 WHERE id = ?1 AND status IN ('pending', 'awaiting_approval')",
+                params![id.as_str(), now_rfc3339()],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
     /// Moves a pending loop to running for this host; false if it was not pending (another
     /// host or a cancel got there first).
     pub fn claim(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
@@ -254,35 +267,41 @@ impl LoopDb {
         Ok(found)
     }
 
-    /// Loops left pending or running by a host that no longer runs become pending and owned
-    /// by `host_pid`, so this host resumes them. Returns the ids it adopted.
+    /// Loops left pending or running by a host that no longer runs them become pending and
+    /// owned by `host_pid`, so this host resumes them. `is_orphan(owner, id)` decides. Each
+    /// takeover is guarded by the owner seen, so two hosts adopting at once cannot both win.
+    /// Returns the ids this host adopted.
     pub fn adopt_orphans(
         &self,
         host_pid: u32,
-        host_is_alive: impl Fn(u32) -> bool,
+        is_orphan: impl Fn(u32, &LoopId, LoopStatus) -> bool,
     ) -> Result<Vec<LoopId>, StoreError> {
-        let active: Vec<(String, u32)> = self.with_connection(|connection| {
-            let mut statement = connection
-                .prepare("SELECT id, host_pid FROM loops WHERE status IN ('pending', 'running')")?;
+        let active: Vec<(String, u32, String)> = self.with_connection(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT id, host_pid, status FROM loops WHERE status IN ('pending', 'running')",
+            )?;
             statement
-                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
                 .collect::<Result<Vec<_>, _>>()
         })?;
         let mut adopted = Vec::new();
-        for (id, owner) in active {
-            if owner == host_pid || host_is_alive(owner) {
-                continue;
-            }
-            let Some(id) = LoopId::parse(&id) else {
+        for (id, owner, status) in active {
+            let (Some(id), Ok(status)) = (LoopId::parse(&id), status.parse::<LoopStatus>()) else {
                 continue;
             };
-            self.with_connection(|connection| {
+            if !is_orphan(owner, &id, status) {
+                continue;
+            }
+            let changed = self.with_connection(|connection| {
                 connection.execute(
-                    "UPDATE loops SET status = 'pending', host_pid = ?2, updated_at = ?3 WHERE id = ?1",
-                    params![id.as_str(), host_pid, now_rfc3339()],
+                    "UPDATE loops SET status = 'pending', host_pid = ?2, updated_at = ?3
+                     WHERE id = ?1 AND host_pid = ?4 AND status IN ('pending', 'running')",
+                    params![id.as_str(), host_pid, now_rfc3339(), owner],
                 )
             })?;
-            adopted.push(id);
+            if changed == 1 {
+                adopted.push(id);
+            }
         }
         Ok(adopted)
     }
@@ -632,7 +651,9 @@ mod tests {
             .expect("insert");
         db.insert(&record("live-1", "2026-01-01T00:00:00Z"), 222)
             .expect("insert");
-        let adopted = db.adopt_orphans(333, |pid| pid == 222).expect("adopt");
+        let adopted = db
+            .adopt_orphans(333, |owner, _, _| owner != 222)
+            .expect("adopt");
         assert_eq!(adopted, vec![LoopId::parse("dead-1").expect("id")]);
         let pending = db.pending_for_host(333).expect("pending");
         assert_eq!(pending.len(), 1);
@@ -641,6 +662,37 @@ mod tests {
             !db.claim(&adopted[0], 333).expect("claim"),
             "a loop is claimed once"
         );
+    }
+
+    #[test]
+    fn a_host_that_saw_an_orphan_before_another_adopted_it_does_not_take_it_over() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        db.insert(&record("orphan-1", "2026-01-01T00:00:00Z"), 111)
+            .expect("insert");
+        let other_host = db.clone();
+        // Host B decides between its read and its write; host A adopts and starts the loop
+        // in exactly that gap.
+        let adopted_by_b = db
+            .adopt_orphans(444, |owner, id, _| {
+                assert_eq!(
+                    other_host
+                        .adopt_orphans(333, |o, _, _| o == 111)
+                        .expect("A adopts")
+                        .len(),
+                    1
+                );
+                assert!(other_host.claim(id, 333).expect("A claims"));
+                owner == 111
+            })
+            .expect("B adopts");
+        assert!(adopted_by_b.is_empty());
+        let record = db
+            .get(&LoopId::parse("orphan-1").expect("id"))
+            .expect("get")
+            .expect("exists");
+        assert_eq!(record.status, LoopStatus::Running);
+        assert!(db.pending_for_host(444).expect("pending").is_empty());
     }
 
     #[test]

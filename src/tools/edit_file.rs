@@ -62,7 +62,7 @@ impl Tool for EditFileTool {
             })?;
             let edited =
                 replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
-            crate::store::write_atomic(&path, edited.as_bytes())
+            crate::store::write_atomic_keeping_mode(&path, edited.as_bytes())
                 .map_err(|err| file_error(err.to_string()))?;
             Ok(format!("edited {shown}"))
         })

@@ -84,7 +84,9 @@ fn read_numbered(
     }
     let text = String::from_utf8_lossy(&bytes);
     let start = input.start_line.unwrap_or(1).max(1);
-    let end = input.end_line.unwrap_or(start + MAX_LINES - 1);
+    let end = input
+        .end_line
+        .unwrap_or(start.saturating_add(MAX_LINES - 1));
     if end < start {
         return Err(ToolError::InvalidInput(format!(
             "end_line {end} is before start_line {start}"
@@ -99,7 +101,9 @@ fn read_numbered(
             "start_line {start} is past the end of {shown}, which has {total_lines} lines"
         )));
     }
-    let last = end.min(total_lines).min(start + MAX_LINES - 1);
+    let last = end
+        .min(total_lines)
+        .min(start.saturating_add(MAX_LINES - 1));
     let mut output = CappedOutput::new(MAX_OUTPUT_BYTES);
     for (index, line) in text
         .lines()

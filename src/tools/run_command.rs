@@ -94,6 +94,8 @@ async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // The model reads the output; the key must not be one `env` away.
+        .env_remove("ANTHROPIC_API_KEY")
         .kill_on_drop(true);
     // Its own process group, so a timeout or cancel kills everything it started.
     #[cfg(unix)]
@@ -108,18 +110,14 @@ async fn run(
         _ = tokio::time::sleep(timeout) => Outcome::TimedOut,
         status = child.wait() => Outcome::Exited(status.map_err(spawn_error)?),
     };
+    // Whatever the shell left running (a `cmd &`) is killed too: it would hold the output
+    // pipes open, and nothing may outlive the call.
+    kill_group(group);
     if !matches!(outcome, Outcome::Exited(_)) {
-        kill_group(group);
         let _ = child.wait().await;
     }
-    let stdout = match stdout {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
-    let stderr = match stderr {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
+    let stdout = collect(stdout).await;
+    let stderr = collect(stderr).await;
     let status = match outcome {
         Outcome::Cancelled => return Err(ToolError::Cancelled),
         Outcome::TimedOut => format!(
@@ -134,6 +132,23 @@ async fn run(
     Ok(format!(
         "{status}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}"
     ))
+}
+
+/// The output of a reader task; a process that escaped the group (with `setsid`) may keep
+/// the pipe open, so the wait is bounded.
+async fn collect(task: Option<tokio::task::JoinHandle<String>>) -> String {
+    let Some(task) = task else {
+        return String::new();
+    };
+    let abort = task.abort_handle();
+    match tokio::time::timeout(Duration::from_secs(2), task).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(_)) => String::new(),
+        Err(_) => {
+            abort.abort();
+            "[output still open: a process the command started left its group]\n".to_owned()
+        }
+    }
 }
 
 enum Outcome {

@@ -85,6 +85,14 @@ async fn read_file_refuses_binaries_directories_bad_ranges_and_unknown_fields() 
     .await
     .expect_err("past the end");
     assert!(past.to_string().contains("has 5 lines"), "{past}");
+    let huge = call(
+        &project,
+        "read_file",
+        json!({"path": "src/main.rs", "start_line": usize::MAX}),
+    )
+    .await
+    .expect_err("past the end");
+    assert!(huge.to_string().contains("past the end"), "{huge}");
     let unknown = call(&project, "read_file", json!({"file": "src/main.rs"}))
         .await
         .expect_err("bad input");
@@ -383,6 +391,39 @@ async fn run_command_reports_status_and_output_in_the_project() {
         "keeps the start and end"
     );
     assert!(long.len() < 20 * 1024, "{}", long.len());
+}
+
+#[tokio::test]
+async fn a_command_that_leaves_a_background_process_returns_at_once_and_leaves_nothing() {
+    let project = project();
+    let output = call(
+        &project,
+        "run_command",
+        json!({"command": "sleep 1000 & echo $! > bg.pid; echo started", "timeout_secs": 60}),
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        output,
+        "exit status 0\n--- stdout ---\nstarted\n--- stderr ---\n"
+    );
+    #[cfg(unix)]
+    assert_child_gone(&project.context.root.path().join("bg.pid")).await;
+}
+
+#[tokio::test]
+async fn commands_do_not_see_the_api_key() {
+    let project = project();
+    // SAFETY: tests in this binary do not read ANTHROPIC_API_KEY concurrently.
+    unsafe { std::env::set_var("ANTHROPIC_API_KEY", "sk-ant-tool-test") };
+    let output = call(
+        &project,
+        "run_command",
+        json!({"command": "echo key=${ANTHROPIC_API_KEY:-unset}"}),
+    )
+    .await
+    .expect("run");
+    assert!(output.contains("key=unset"), "{output}");
 }
 
 #[tokio::test]

@@ -40,12 +40,12 @@ impl Tool for WriteFileTool {
         let shown = context.root.relative_display(&path);
         run_blocking(context, move || {
             let existed = path.exists();
-            crate::store::write_atomic(&path, input.content.as_bytes()).map_err(|err| {
-                ToolError::File {
+            crate::store::write_atomic_keeping_mode(&path, input.content.as_bytes()).map_err(
+                |err| ToolError::File {
                     path: shown.clone(),
                     message: err.to_string(),
-                }
-            })?;
+                },
+            )?;
             Ok(format!(
                 "{} {shown} ({} bytes)",
                 if existed { "replaced" } else { "created" },

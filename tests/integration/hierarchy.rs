@@ -255,12 +255,21 @@ async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases(
         assert_eq!(phase["triggered_by"], "iterations/002/artifacts/spec.json");
         assert!(revised_phases.contains(&phase["name"].as_str().expect("name")));
     }
-    for path in old_phase_paths {
+    for path in &old_phase_paths {
         assert!(
             PathBuf::from(path).exists(),
             "invalidated artifacts are kept"
         );
     }
+    // An invalidated loop cannot be revised: its parent has moved on.
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", old_phase_paths[0]))
+        .await;
+    let refused = editor
+        .command("LooprRevise Make it smaller")
+        .await
+        .expect("refused");
+    assert!(refused.contains("invalidated"), "{refused}");
     let spec_now = records.iter().find(|r| r["type"] == "spec").expect("spec");
     assert_eq!(spec_now["iteration"], 2);
     editor.quit().await;

