@@ -1,6 +1,7 @@
 //! Tools the model can call while a loop runs. Every tool is confined to the project root and
 //! caps its output; the registry hands each loop type its own tool set in a stable order.
 
+mod approval;
 mod confine;
 mod edit_file;
 mod grep;
@@ -18,24 +19,37 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use approval::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, file_diff};
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
-pub use run_command::RunCommandTool;
+pub use run_command::{CommandOutput, RunCommandTool, run_shell};
 pub use write_file::WriteFileTool;
 
 use crate::llm::ToolSpec;
 use crate::store::LoopType;
 
 /// What a tool may use while it runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolContext {
     pub root: ProjectRoot,
     pub cancel: CancellationToken,
     pub policy: Arc<ToolPolicy>,
+    pub approver: Arc<dyn Approver>,
+}
+
+impl ToolContext {
+    /// Asks before a change; a rejection becomes the tool's error, with the user's reason.
+    async fn approve(&self, request: ApprovalRequest) -> Result<(), ToolError> {
+        match self.approver.decide(request, &self.cancel).await {
+            Some(Decision::Accept) => Ok(()),
+            Some(Decision::Reject(reason)) => Err(ToolError::Rejected(reason)),
+            None => Err(ToolError::Cancelled),
+        }
+    }
 }
 
 /// Why a tool call failed. The text goes back to the model as an `is_error` tool result, so
@@ -50,6 +64,8 @@ pub enum ToolError {
     File { path: String, message: String },
     #[error("refused: {0}")]
     Denied(String),
+    #[error("the user rejected this change: {0}")]
+    Rejected(String),
     #[error("cancelled")]
     Cancelled,
 }

@@ -21,7 +21,7 @@ use crate::artifacts::{
 };
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
-use crate::tools::{ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry};
+use crate::tools::{AcceptAll, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
@@ -179,6 +179,8 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         root: context.root.clone(),
         cancel: context.cancel.clone(),
         policy: Arc::new(ToolPolicy::default()),
+        // Planning tools only read; nothing to approve.
+        approver: Arc::new(AcceptAll),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

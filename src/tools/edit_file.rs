@@ -3,7 +3,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Tool, ToolContext, ToolError, parse_input, refuse_secret, run_blocking};
+use super::{
+    ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
+    refuse_secret, run_blocking,
+};
 use crate::schema::input_schema_for;
 
 /// Replace one exact piece of text in a file.
@@ -48,22 +51,34 @@ impl Tool for EditFileTool {
         let path = context.root.resolve_for_write(&input.path)?;
         refuse_secret(context, &path)?;
         let shown = context.root.relative_display(&path);
+        let file_error = |message: String| ToolError::File {
+            path: shown.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::NotFound {
+                file_error("does not exist; create it with write_file".to_owned())
+            } else {
+                file_error(err.to_string())
+            }
+        })?;
+        let edited =
+            replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
+        context
+            .approve(ApprovalRequest {
+                kind: ChangeKind::Edit,
+                tool: "edit_file",
+                subject: shown.clone(),
+                detail: file_diff(&shown, &text, &edited),
+            })
+            .await?;
         run_blocking(context, move || {
-            let file_error = |message: String| ToolError::File {
-                path: shown.clone(),
-                message,
-            };
-            let text = std::fs::read_to_string(&path).map_err(|err| {
-                if err.kind() == std::io::ErrorKind::NotFound {
-                    file_error("does not exist; create it with write_file".to_owned())
-                } else {
-                    file_error(err.to_string())
+            crate::store::write_atomic_keeping_mode(&path, edited.as_bytes()).map_err(|err| {
+                ToolError::File {
+                    path: shown.clone(),
+                    message: err.to_string(),
                 }
             })?;
-            let edited =
-                replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
-            crate::store::write_atomic_keeping_mode(&path, edited.as_bytes())
-                .map_err(|err| file_error(err.to_string()))?;
             Ok(format!("edited {shown}"))
         })
         .await

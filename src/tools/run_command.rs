@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{Tool, ToolContext, ToolError, parse_input};
+use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input};
 use crate::schema::input_schema_for;
 
 const MAX_TIMEOUT_SECS: f64 = 600.0;
@@ -72,16 +72,57 @@ impl Tool for RunCommandTool {
             .filter(|secs| secs.is_finite() && *secs > 0.0)
             .map(|secs| Duration::from_secs_f64(secs.min(MAX_TIMEOUT_SECS)))
             .unwrap_or(context.policy.command_timeout);
-        run(&input.command, &cwd, timeout, context).await
+        context
+            .approve(ApprovalRequest {
+                kind: ChangeKind::Command,
+                tool: "run_command",
+                subject: input.command.clone(),
+                detail: format!(
+                    "$ {}\n(in {})",
+                    input.command,
+                    context.root.relative_display(&cwd)
+                ),
+            })
+            .await?;
+        let output = run_shell(&input.command, &cwd, timeout, &context.cancel).await?;
+        Ok(output.to_string())
     }
 }
 
-async fn run(
+/// What a shell command did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommandOutput {
+    /// The exit code; `None` when killed (timeout, signal).
+    pub exit_code: Option<i32>,
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+impl std::fmt::Display for CommandOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `command` with `sh -c` in `cwd`, in its own process group, which is killed with
+/// everything in it on timeout or cancel, and also once the shell exits.
+pub async fn run_shell(
     command: &str,
     cwd: &std::path::Path,
     timeout: Duration,
-    context: &ToolContext,
-) -> Result<String, ToolError> {
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<CommandOutput, ToolError> {
     let spawn_error = |err: std::io::Error| ToolError::File {
         path: "(command)".to_owned(),
         message: format!("could not start sh: {err}"),
@@ -106,7 +147,7 @@ async fn run(
     let stderr = child.stderr.take().map(read_capped);
     let outcome = tokio::select! {
         biased;
-        _ = context.cancel.cancelled() => Outcome::Cancelled,
+        _ = cancel.cancelled() => Outcome::Cancelled,
         _ = tokio::time::sleep(timeout) => Outcome::TimedOut,
         status = child.wait() => Outcome::Exited(status.map_err(spawn_error)?),
     };
@@ -118,20 +159,26 @@ async fn run(
     }
     let stdout = collect(stdout).await;
     let stderr = collect(stderr).await;
-    let status = match outcome {
+    let (exit_code, status) = match outcome {
         Outcome::Cancelled => return Err(ToolError::Cancelled),
-        Outcome::TimedOut => format!(
-            "killed after the {:.1}s timeout (with every process it started)",
-            timeout.as_secs_f64()
+        Outcome::TimedOut => (
+            None,
+            format!(
+                "killed after the {:.1}s timeout (with every process it started)",
+                timeout.as_secs_f64()
+            ),
         ),
         Outcome::Exited(status) => match status.code() {
-            Some(code) => format!("exit status {code}"),
-            None => "killed by a signal".to_owned(),
+            Some(code) => (Some(code), format!("exit status {code}")),
+            None => (None, "killed by a signal".to_owned()),
         },
     };
-    Ok(format!(
-        "{status}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}"
-    ))
+    Ok(CommandOutput {
+        exit_code,
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 /// The output of a reader task; a process that escaped the group (with `setsid`) may keep

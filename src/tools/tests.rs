@@ -33,6 +33,7 @@ fn project() -> Project {
         root: ProjectRoot::new(dir.path()).expect("root"),
         cancel: CancellationToken::new(),
         policy: Arc::new(ToolPolicy::default()),
+        approver: Arc::new(AcceptAll),
     };
     Project { _dir: dir, context }
 }
@@ -507,4 +508,62 @@ async fn assert_child_gone(pid_file: &std::path::Path) {
         .await
         .expect("the child was killed")
         .expect("pidfd readable");
+}
+
+/// Decides every request with `decision` and keeps what it was asked.
+struct RecordingApprover {
+    decision: Decision,
+    asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+}
+
+#[async_trait::async_trait]
+impl Approver for RecordingApprover {
+    async fn decide(
+        &self,
+        request: ApprovalRequest,
+        _cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        self.asked.lock().expect("lock").push(request);
+        Some(self.decision.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_change_returns_the_users_reason_and_changes_nothing() {
+    let mut project = project();
+    let approver = Arc::new(RecordingApprover {
+        decision: Decision::Reject("keep main.rs minimal".to_owned()),
+        asked: std::sync::Mutex::new(Vec::new()),
+    });
+    project.context.approver = approver.clone();
+    let main = project.context.root.path().join("src/main.rs");
+    let before = std::fs::read_to_string(&main).expect("read");
+    let err = call(&project, "edit_file", json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    run();\n    more();\n"}))
+        .await
+        .expect_err("rejected");
+    assert_eq!(
+        err.to_string(),
+        "the user rejected this change: keep main.rs minimal"
+    );
+    let err = call(&project, "run_command", json!({"command": "touch ran"}))
+        .await
+        .expect_err("rejected");
+    assert!(matches!(err, ToolError::Rejected(_)), "{err}");
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), before);
+    assert!(!project.context.root.path().join("ran").exists());
+    let asked = approver.asked.lock().expect("lock").clone();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(
+        (asked[0].kind, asked[0].subject.as_str()),
+        (ChangeKind::Edit, "src/main.rs")
+    );
+    assert!(
+        asked[0].detail.contains("+    more();"),
+        "{}",
+        asked[0].detail
+    );
+    assert_eq!(
+        (asked[1].kind, asked[1].subject.as_str()),
+        (ChangeKind::Command, "touch ran")
+    );
 }

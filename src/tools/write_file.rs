@@ -3,7 +3,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Tool, ToolContext, ToolError, parse_input, refuse_secret, run_blocking};
+use super::{
+    ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
+    refuse_secret, run_blocking,
+};
 use crate::schema::input_schema_for;
 
 /// Create or replace a file of the project.
@@ -38,6 +41,15 @@ impl Tool for WriteFileTool {
         let path = context.root.resolve_for_write(&input.path)?;
         refuse_secret(context, &path)?;
         let shown = context.root.relative_display(&path);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        context
+            .approve(ApprovalRequest {
+                kind: ChangeKind::Write,
+                tool: "write_file",
+                subject: shown.clone(),
+                detail: file_diff(&shown, &current, &input.content),
+            })
+            .await?;
         run_blocking(context, move || {
             let existed = path.exists();
             crate::store::write_atomic_keeping_mode(&path, input.content.as_bytes()).map_err(
