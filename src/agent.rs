@@ -5,6 +5,7 @@
 
 mod artifact_loop;
 mod artifact_store;
+mod code_loop;
 mod events;
 mod jobs;
 mod manager;

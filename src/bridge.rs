@@ -27,6 +27,8 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         options.loopr_home,
         Arc::new(event_sender),
         options.provider_factory,
+        // Neovim cannot start code loops yet (no `run` request), so nothing asks.
+        Arc::new(crate::tools::AcceptAll),
     );
     let handler = handler::RpcHandler::new(manager.clone(), options.test_hooks);
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)

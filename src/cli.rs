@@ -11,6 +11,35 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
+use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision};
+use tokio_util::sync::CancellationToken;
+
+/// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
+/// model reads (and the loop reports).
+pub struct HeadlessRefusal;
+
+#[async_trait::async_trait]
+impl Approver for HeadlessRefusal {
+    async fn decide(
+        &self,
+        _request: ApprovalRequest,
+        _cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        Some(Decision::Reject(
+            "changes cannot be approved in a headless run; the user must rerun with --yes"
+                .to_owned(),
+        ))
+    }
+}
+
+/// The approver for a headless run: everything with `--yes`, nothing without.
+pub fn headless_approver(yes: bool) -> Arc<dyn Approver> {
+    if yes {
+        Arc::new(AcceptAll)
+    } else {
+        Arc::new(HeadlessRefusal)
+    }
+}
 
 pub struct PlanOptions {
     pub root: PathBuf,
@@ -27,7 +56,13 @@ pub async fn run_plan(
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory);
+    // Plans only read the project.
+    let manager = LoopManager::new(
+        loopr_home,
+        Arc::new(sender),
+        provider_factory,
+        Arc::new(AcceptAll),
+    );
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
@@ -52,15 +87,42 @@ pub async fn resume(
     provider_factory: ProviderFactory,
     root: PathBuf,
     approve_all: bool,
+    approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory);
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, approver);
     let active = manager.resume(&root).context("opening the project")?;
     eprintln!("loopr: {active} unfinished loop(s)");
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager.status(&root)?.into_iter().rev().collect())
     };
     settle(&manager, &root, approve_all, &mut events, &select).await?;
+    summarize(&select(&manager)?)
+}
+
+/// Implements a phase with a code loop until its validation passes; returns whether it did.
+pub async fn run_code(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    root: PathBuf,
+    phase: &str,
+    settings: LoopSettings,
+    approver: Arc<dyn Approver>,
+) -> anyhow::Result<bool> {
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, approver);
+    let code_id = manager
+        .start_code(&root, phase, settings)
+        .context("starting the code loop")?;
+    eprintln!("loopr: code loop {code_id} started for phase {phase}");
+    let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
+        Ok(manager
+            .status(&root)?
+            .into_iter()
+            .filter(|record| record.id == code_id)
+            .collect())
+    };
+    settle(&manager, &root, false, &mut events, &select).await?;
     summarize(&select(&manager)?)
 }
 
@@ -140,6 +202,20 @@ fn report(event: &LoopEvent) {
             None => eprintln!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
         LoopEvent::Progress { loop_id, message } => eprintln!("loopr: {loop_id}: {message}"),
+        LoopEvent::ValidationFinished {
+            loop_id,
+            iteration,
+            passed,
+            command,
+            output,
+            ..
+        } => {
+            let verdict = if *passed { "passed" } else { "failed" };
+            eprintln!("loopr: {loop_id}: iteration {iteration}: `{command}` {verdict}");
+            if !passed {
+                eprintln!("{output}");
+            }
+        }
         LoopEvent::ArtifactCreated {
             loop_id,
             kind,

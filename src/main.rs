@@ -44,12 +44,30 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Implement a phase without Neovim: a code loop edits the project and runs the phase's
+    /// validation command until it passes. Exits 0 when it does.
+    Run {
+        /// The phase name (or phase loop id), as `loopr status` lists it.
+        phase: String,
+        /// Accept every write, edit and command without asking (nobody can be asked here).
+        #[arg(long)]
+        yes: bool,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        /// Settings as JSON, as for `loopr plan`.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
     /// Resume the unfinished loops of a project (after a crash) without Neovim, until nothing
     /// can move. Exits 0 when every loop of the project completed.
     Resume {
         /// Approve every artifact that waits for review.
         #[arg(long)]
         approve_all: bool,
+        /// Accept every change resumed code loops make.
+        #[arg(long)]
+        yes: bool,
         /// The project root (default: the current directory).
         #[arg(long, default_value = ".")]
         root: PathBuf,
@@ -86,7 +104,17 @@ fn main() -> ExitCode {
             log_file,
             log_level,
         } => run_plan(task, approve_all, root, &settings, log_file, &log_level),
-        Command::Resume { approve_all, root } => run_resume(root, approve_all),
+        Command::Resume {
+            approve_all,
+            yes,
+            root,
+        } => run_resume(root, approve_all, yes),
+        Command::Run {
+            phase,
+            yes,
+            root,
+            settings,
+        } => run_code(&phase, yes, root, &settings),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
         }
@@ -133,8 +161,7 @@ fn run_plan(
     let _log_guard = log_file
         .map(|file| loopr::logging::init(&file, log_level))
         .transpose()?;
-    let settings: LoopSettings = serde_json::from_str(settings)
-        .context("--settings must be a JSON object of setup options, e.g. '{\"max_turns\": 10}'")?;
+    let settings = parse_settings(settings)?;
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::run_plan(
         loopr_home()?,
@@ -150,16 +177,43 @@ fn run_plan(
     require_all_complete(all_complete)
 }
 
-fn run_resume(root: PathBuf, approve_all: bool) -> anyhow::Result<()> {
+fn run_resume(root: PathBuf, approve_all: bool, yes: bool) -> anyhow::Result<()> {
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::resume(
         loopr_home()?,
         anthropic_from_env(),
         root,
         approve_all,
+        loopr::cli::headless_approver(yes),
     ))?;
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     require_all_complete(all_complete)
+}
+
+fn run_code(phase: &str, yes: bool, root: PathBuf, settings: &str) -> anyhow::Result<()> {
+    if !yes {
+        anyhow::bail!(
+            "loopr run changes files and runs commands, and nobody can approve them here; pass \
+             --yes to accept every change, or use :LooprRun in Neovim to review them"
+        );
+    }
+    let settings = parse_settings(settings)?;
+    let runtime = runtime()?;
+    let passed = runtime.block_on(loopr::cli::run_code(
+        loopr_home()?,
+        anthropic_from_env(),
+        root,
+        phase,
+        settings,
+        loopr::cli::headless_approver(yes),
+    ))?;
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    require_all_complete(passed)
+}
+
+fn parse_settings(settings: &str) -> anyhow::Result<LoopSettings> {
+    serde_json::from_str(settings)
+        .context("--settings must be a JSON object of setup options, e.g. '{\"max_turns\": 10}'")
 }
 
 fn require_all_complete(all_complete: bool) -> anyhow::Result<()> {

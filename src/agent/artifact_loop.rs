@@ -21,7 +21,9 @@ use crate::artifacts::{
 };
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
-use crate::tools::{AcceptAll, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry};
+use crate::tools::{
+    AcceptAll, Approver, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
@@ -40,6 +42,13 @@ pub enum LoopError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the validation command `{command}` still fails after {iterations} iterations; see the \
+         validation list, raise code_max_iterations or revise the phase"
+    )]
+    ValidationFailing { command: String, iterations: u32 },
+    #[error("the validation command could not run: {0}")]
+    Validation(String),
     #[error(transparent)]
     Job(#[from] JobError),
     #[error(transparent)]
@@ -65,10 +74,12 @@ pub struct LoopContext {
     pub settings: LoopSettings,
     pub events: Arc<dyn EventSink>,
     pub cancel: CancellationToken,
+    /// Asks before changes (code loops only; planning tools never change anything).
+    pub approver: Arc<dyn Approver>,
 }
 
 impl LoopContext {
-    fn progress(&self, message: impl Into<String>) {
+    pub(super) fn progress(&self, message: impl Into<String>) {
         self.events.emit(LoopEvent::Progress {
             loop_id: self.record.id.clone(),
             message: message.into(),

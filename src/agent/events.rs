@@ -23,6 +23,16 @@ pub enum LoopEvent {
         json_path: PathBuf,
         iteration: u32,
     },
+    /// A code loop ran its phase's validation command.
+    ValidationFinished {
+        loop_id: LoopId,
+        phase: String,
+        iteration: u32,
+        passed: bool,
+        command: String,
+        /// stdout then stderr, for parsing with an errorformat.
+        output: String,
+    },
 }
 
 pub trait EventSink: Send + Sync {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
+use super::code_loop::{run_code_loop, runnable_phase};
 use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
 use super::settings::LoopSettings;
@@ -16,7 +17,7 @@ use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
     host_is_alive,
 };
-use crate::tools::ProjectRoot;
+use crate::tools::{Approver, ProjectRoot};
 
 /// Builds the model client for a loop from its settings.
 pub type ProviderFactory =
@@ -64,8 +65,19 @@ pub enum ManagerError {
         status: &'static str,
         hint: &'static str,
     },
+    #[error(
+        "no current phase named {0:?} with a phase.md in this project; see :LooprStatus (phases \
+         that are invalidated or not yet written cannot run)"
+    )]
+    UnknownPhase(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]
     StoredArtifact { id: String, message: String },
+}
+
+enum LoopOutcome {
+    Artifact(ArtifactOutcome),
+    /// The iteration whose validation passed.
+    Code(u32),
 }
 
 /// Starts, schedules, tracks and cancels loops. Cheap to clone; all clones share state.
@@ -77,6 +89,8 @@ pub struct LoopManager {
 struct Shared {
     loopr_home: PathBuf,
     host_pid: u32,
+    /// Asks the user (or policy) before code loops change anything.
+    approver: Arc<dyn Approver>,
     events: Arc<dyn EventSink>,
     provider_factory: ProviderFactory,
     projects: Mutex<HashMap<PathBuf, Project>>,
@@ -102,6 +116,7 @@ impl LoopManager {
         loopr_home: PathBuf,
         events: Arc<dyn EventSink>,
         provider_factory: ProviderFactory,
+        approver: Arc<dyn Approver>,
     ) -> LoopManager {
         let host_pid = std::process::id();
         let host_lock = match HostLock::acquire(&loopr_home, host_pid) {
@@ -115,6 +130,7 @@ impl LoopManager {
             shared: Arc::new(Shared {
                 loopr_home,
                 host_pid,
+                approver,
                 events,
                 provider_factory,
                 projects: Mutex::new(HashMap::new()),
@@ -146,6 +162,55 @@ impl LoopManager {
         let record = LoopRecord::new_pending(LoopType::Plan, task, settings.to_json());
         project.db.insert(&record, self.shared.host_pid)?;
         tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop created");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Starts a code loop that implements phase `phase` (a phase name or a phase loop id) and
+    /// returns its id at once.
+    pub fn start_code(
+        &self,
+        root: &Path,
+        phase: &str,
+        settings: LoopSettings,
+    ) -> Result<LoopId, ManagerError> {
+        settings.check().map_err(ManagerError::Settings)?;
+        (self.shared.provider_factory)(&settings)?;
+        let project = self.project(root)?;
+        let records = project.db.list()?;
+        let phase_record = records
+            .iter()
+            .find(|record| {
+                record.loop_type == LoopType::Phase
+                    && (record.id.as_str() == phase || record.name.as_deref() == Some(phase))
+                    && runnable_phase(record.status, record.iteration)
+            })
+            .ok_or_else(|| ManagerError::UnknownPhase(phase.to_owned()))?;
+        if let Some(active) = records.iter().find(|record| {
+            record.loop_type == LoopType::Code
+                && record.parent.as_ref() == Some(&phase_record.id)
+                && record.status.is_active()
+        }) {
+            return Err(ManagerError::WrongState {
+                id: active.id.to_string(),
+                status: active.status.as_str(),
+                hint: "this phase already has a code loop; cancel it first",
+            });
+        }
+        let record = LoopRecord {
+            parent: Some(phase_record.id.clone()),
+            name: phase_record.name.clone(),
+            triggered_by: Some(
+                ProjectLayout::iteration_relative(phase_record.iteration)
+                    .join("artifacts/phase.json")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ..LoopRecord::new_pending(LoopType::Code, &phase_record.task, settings.to_json())
+        };
+        project.db.insert(&record, self.shared.host_pid)?;
+        tracing::info!(loop_id = %record.id, phase, "code loop created");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);
         Ok(record.id)
@@ -415,11 +480,17 @@ impl LoopManager {
             settings: settings.clone(),
             events: self.shared.events.clone(),
             cancel: cancel.clone(),
+            approver: self.shared.approver.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the
         // supervising task records the outcome either way.
-        let run = tokio::spawn(async move { run_artifact_loop(&context).await });
+        let run = tokio::spawn(async move {
+            match context.record.loop_type {
+                LoopType::Code => run_code_loop(&context).await.map(LoopOutcome::Code),
+                _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),
+            }
+        });
         let manager = self.clone();
         let project = project.clone();
         tokio::spawn(async move {
@@ -430,7 +501,13 @@ impl LoopManager {
                 Ok(Ok(_)) if cancel.is_cancelled() => {
                     manager.record_end(&project, &record, LoopStatus::Cancelled, None);
                 }
-                Ok(Ok(outcome)) => manager.on_artifact(&project, &record, &settings, outcome),
+                Ok(Ok(LoopOutcome::Artifact(outcome))) => {
+                    manager.on_artifact(&project, &record, &settings, outcome);
+                }
+                Ok(Ok(LoopOutcome::Code(iteration))) => {
+                    tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
+                    manager.record_end(&project, &record, LoopStatus::Complete, None);
+                }
                 Ok(Err(LoopError::Cancelled)) => {
                     manager.record_end(&project, &record, LoopStatus::Cancelled, None);
                 }

@@ -46,6 +46,49 @@ the user to review.
     )
 }
 
+pub fn code_system_prompt(project_name: &str, tool_names: &[&str]) -> String {
+    format!(
+        "You are the code stage of Loopr, working inside the project \"{project_name}\": you \
+implement one phase of an approved spec, in the user's editor.
+
+How to work:
+- Read what you need first ({tools}); paths are relative to the project root.
+- Change files with edit_file (exact, unique replacements) or write_file (new files), and run \
+commands with run_command. The user may review and reject a change; a rejection comes back \
+with their reason: take it into account.
+- Keep to the phase's tasks; do not touch unrelated files.
+- When the tasks are done, call complete_phase. The host runs the phase's validation command; \
+if it fails you get its output: fix the cause and call complete_phase again.",
+        tools = tool_names.join(", ")
+    )
+}
+
+pub fn code_task_message(
+    phase_markdown: &str,
+    spec: Option<&SpecArtifact>,
+    plan: Option<&PlanArtifact>,
+) -> String {
+    let mut message = String::from("Implement this phase.\n\n");
+    message.push_str(phase_markdown.trim());
+    message.push_str("\n");
+    if let Some(spec) = spec {
+        message.push_str(&format!(
+            "\nIt belongs to the spec \"{}\": {}\n\n{}\n",
+            spec.name,
+            spec.title,
+            spec.overview.trim()
+        ));
+    }
+    if let Some(plan) = plan {
+        message.push_str(&format!(
+            "\nThe plan: {}\n\n{}\n",
+            plan.title,
+            plan.overview.trim()
+        ));
+    }
+    message
+}
+
 pub fn plan_task_message(task: &str) -> String {
     format!("Plan this change:\n\n{}", task.trim())
 }

@@ -23,6 +23,10 @@ pub struct LoopSettings {
     pub plan_review_passes: u32,
     /// Whether a spec gets one judged review before it counts as ready.
     pub spec_review: bool,
+    /// Validation runs a code loop may use before it fails.
+    pub code_max_iterations: u32,
+    /// How long a phase's validation command may run.
+    pub validation_timeout_secs: u64,
 }
 
 impl Default for LoopSettings {
@@ -38,6 +42,8 @@ impl Default for LoopSettings {
             max_concurrent_loops: 4,
             plan_review_passes: 5,
             spec_review: true,
+            code_max_iterations: 5,
+            validation_timeout_secs: 600,
         }
     }
 }
@@ -56,6 +62,8 @@ impl LoopSettings {
             ("request_timeout_ms", self.request_timeout_ms),
             ("stream_idle_timeout_ms", self.stream_idle_timeout_ms),
             ("max_concurrent_loops", u64::from(self.max_concurrent_loops)),
+            ("code_max_iterations", u64::from(self.code_max_iterations)),
+            ("validation_timeout_secs", self.validation_timeout_secs),
         ] {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
@@ -78,6 +86,10 @@ impl LoopSettings {
 
     pub fn gates(&self, level: &str) -> bool {
         self.review_gates.iter().any(|gate| gate == level)
+    }
+
+    pub fn validation_timeout(&self) -> Duration {
+        Duration::from_secs(self.validation_timeout_secs)
     }
 
     pub fn request_timeout(&self) -> Duration {

@@ -247,6 +247,14 @@ pub enum EventMessage {
         json_path: String,
         iteration: u32,
     },
+    Validation {
+        loop_id: String,
+        phase: String,
+        iteration: u32,
+        passed: bool,
+        command: String,
+        output: String,
+    },
 }
 
 impl From<LoopEvent> for EventMessage {
@@ -279,6 +287,21 @@ impl From<LoopEvent> for EventMessage {
                 path: markdown_path.to_string_lossy().into_owned(),
                 json_path: json_path.to_string_lossy().into_owned(),
                 iteration,
+            },
+            LoopEvent::ValidationFinished {
+                loop_id,
+                phase,
+                iteration,
+                passed,
+                command,
+                output,
+            } => EventMessage::Validation {
+                loop_id: loop_id.to_string(),
+                phase,
+                iteration,
+                passed,
+                command,
+                output,
             },
         }
     }

@@ -1,0 +1,340 @@
+//! The code loop: implements one phase with the changing tools, then runs the phase's
+//! validation command; on failure the output goes back to the model and the loop iterates,
+//! up to a limit. Each iteration's conversation and validation output are stored under
+//! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::artifact_loop::{LoopContext, LoopError};
+use super::events::LoopEvent;
+use super::jobs;
+use super::progress::{describe_provider_event, describe_tool_call};
+use super::prompts;
+use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec, Usage};
+use crate::schema::input_schema_for;
+use crate::store::{LoopStatus, write_atomic};
+use crate::tools::{ToolContext, ToolError, ToolPolicy, ToolRegistry, parse_input, run_shell};
+
+pub const COMPLETE_PHASE: &str = "complete_phase";
+/// Bytes of validation output the model sees (the end, where failures are reported).
+const VALIDATION_TAIL: usize = 16 * 1024;
+
+/// Say the phase is implemented; the host then runs its validation command.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CompletePhaseInput {
+    /// What was changed and why, in a few sentences.
+    summary: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CodeRunState {
+    iteration: u32,
+    messages: Vec<Message>,
+}
+
+/// Implements the phase; returns the iteration whose validation passed.
+pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
+    let record = &context.record;
+    let phase = phase_of(context)?;
+    let tools = ToolRegistry::for_loop(record.loop_type);
+    let mut tool_specs = tools.specs();
+    tool_specs.push(ToolSpec {
+        name: COMPLETE_PHASE.to_owned(),
+        description: format!(
+            "Call when the phase's tasks are done. The host then runs the validation command \
+             `{}`; if it fails you get its output and continue.",
+            phase.validation_command
+        ),
+        input_schema: input_schema_for::<CompletePhaseInput>(),
+    });
+    let mut state = load_or_start(context, &phase)?;
+    let project_name = context
+        .root
+        .path()
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut request = ChatRequest {
+        model: context.settings.model.clone(),
+        max_tokens: context.settings.max_tokens,
+        system: prompts::code_system_prompt(&project_name, &tools.names()),
+        messages: std::mem::take(&mut state.messages),
+        tools: tool_specs,
+    };
+    let tool_context = ToolContext {
+        root: context.root.clone(),
+        cancel: context.cancel.clone(),
+        policy: Arc::new(ToolPolicy::default()),
+        approver: context.approver.clone(),
+    };
+    let mut usage = Usage {
+        input_tokens: record.tokens_in,
+        output_tokens: record.tokens_out,
+    };
+    let max_iterations = context.settings.code_max_iterations;
+    let max_turns = context.settings.max_turns;
+    let on_provider_event = |event| context.progress(describe_provider_event(&event));
+    let mut turns_this_iteration = 0;
+
+    while state.iteration <= max_iterations {
+        if turns_this_iteration >= max_turns {
+            return Err(LoopError::TurnLimit {
+                tool: COMPLETE_PHASE,
+                max_turns,
+            });
+        }
+        turns_this_iteration += 1;
+        context.progress(format!(
+            "iteration {}/{max_iterations}: waiting for the model (turn {turns_this_iteration}/{max_turns})",
+            state.iteration
+        ));
+        let turn = context
+            .provider
+            .complete(&request, &on_provider_event, &context.cancel)
+            .await?;
+        usage.input_tokens += turn.usage.input_tokens;
+        usage.output_tokens += turn.usage.output_tokens;
+        context
+            .db
+            .set_tokens(&record.id, usage.input_tokens, usage.output_tokens)?;
+        let calls: Vec<(String, String, Value)> = turn
+            .tool_calls()
+            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            .collect();
+        request.messages.push(Message {
+            role: Role::Assistant,
+            content: if turn.content.is_empty() {
+                vec![ContentBlock::Text {
+                    text: "(no content)".to_owned(),
+                }]
+            } else {
+                turn.content.clone()
+            },
+        });
+        let mut reply = Vec::new();
+        let mut passed = false;
+        let mut validated = false;
+        for (call_id, name, input) in calls {
+            let (content, is_error) = if name == COMPLETE_PHASE && !validated {
+                match parse_input::<CompletePhaseInput>(COMPLETE_PHASE, input) {
+                    Err(err) => (err.to_string(), true),
+                    Ok(done) => {
+                        validated = true;
+                        tracing::info!(loop_id = %record.id, summary = %done.summary, "phase reported done");
+                        let outcome =
+                            validate(context, &phase, state.iteration, &request.messages).await?;
+                        passed = outcome.0;
+                        (outcome.1, !passed)
+                    }
+                }
+            } else if name == COMPLETE_PHASE {
+                (
+                    "the validation already ran for this answer".to_owned(),
+                    true,
+                )
+            } else {
+                context.progress(describe_tool_call(&name, &input));
+                match tools.get(&name) {
+                    None => (
+                        format!(
+                            "there is no tool named {name:?}; the available tools are {}, {COMPLETE_PHASE}",
+                            tools.names().join(", ")
+                        ),
+                        true,
+                    ),
+                    Some(tool) => match tool.call(input, &tool_context).await {
+                        Ok(content) => (content, false),
+                        Err(ToolError::Cancelled) => return Err(LoopError::Cancelled),
+                        Err(err) => (format!("{name} failed: {err}"), true),
+                    },
+                }
+            };
+            reply.push(ContentBlock::ToolResult {
+                tool_use_id: call_id,
+                content,
+                is_error,
+            });
+        }
+        if passed {
+            save_state(context, &state, &request.messages)?;
+            return Ok(state.iteration);
+        }
+        if validated {
+            state.iteration += 1;
+            turns_this_iteration = 0;
+        } else if !turn.truncated_tool_calls.is_empty() {
+            reply.push(ContentBlock::Text {
+                text: prompts::truncated_tool_call_note(
+                    &turn.truncated_tool_calls,
+                    context.settings.max_tokens,
+                ),
+            });
+        } else if reply.is_empty() {
+            reply.push(ContentBlock::Text {
+                text: prompts::nudge_to_call_artifact_tool(COMPLETE_PHASE),
+            });
+        }
+        request.messages.push(Message {
+            role: Role::User,
+            content: reply,
+        });
+        save_state(context, &state, &request.messages)?;
+    }
+    Err(LoopError::ValidationFailing {
+        command: phase.validation_command.clone(),
+        iterations: max_iterations,
+    })
+}
+
+/// Runs the validation command for `iteration`, stores its output and the conversation, and
+/// returns whether it passed with the text for the model.
+async fn validate(
+    context: &LoopContext,
+    phase: &PhaseArtifact,
+    iteration: u32,
+    conversation: &[Message],
+) -> Result<(bool, String), LoopError> {
+    let command = &phase.validation_command;
+    context.progress(format!("iteration {iteration}: running {command}"));
+    let output = run_shell(
+        command,
+        context.root.path(),
+        context.settings.validation_timeout(),
+        &context.cancel,
+    )
+    .await
+    .map_err(|err| match err {
+        ToolError::Cancelled => LoopError::Cancelled,
+        other => LoopError::Validation(other.to_string()),
+    })?;
+    let passed = output.succeeded();
+    let log = format!("$ {command}\n{output}");
+    let dir = context.layout.iteration_dir(&context.record.id, iteration);
+    let store_error = |source| LoopError::Artifact {
+        kind: "validation log",
+        source,
+    };
+    write_atomic(&dir.join("validation.log"), log.as_bytes()).map_err(store_error)?;
+    let conversation =
+        serde_json::to_vec(conversation).map_err(|err| store_error(std::io::Error::other(err)))?;
+    write_atomic(&dir.join("conversation.json"), &conversation).map_err(store_error)?;
+    context.db.set_iteration(&context.record.id, iteration)?;
+    context.events.emit(LoopEvent::ValidationFinished {
+        loop_id: context.record.id.clone(),
+        phase: phase.name.clone(),
+        iteration,
+        passed,
+        command: command.clone(),
+        output: format!("{}{}", output.stdout, output.stderr),
+    });
+    context.progress(format!(
+        "iteration {iteration}: validation {}",
+        if passed { "passed" } else { "failed" }
+    ));
+    let text = if passed {
+        format!(
+            "Validation passed: `{command}` ({}). The phase is complete.",
+            output.status
+        )
+    } else {
+        format!(
+            "Validation failed: `{command}` ({}). Fix the failures and call {COMPLETE_PHASE} again.\n{}",
+            output.status,
+            tail(&output.to_string(), VALIDATION_TAIL)
+        )
+    };
+    Ok((passed, text))
+}
+
+fn tail(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max_bytes;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[... {start} bytes left out ...]\n{}", &text[start..])
+}
+
+/// The phase this loop implements, from the phase loop's stored artifact.
+fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
+    let (_, phase) = jobs::parent_artifact::<PhaseArtifact>(&context.record, &context.layout)?;
+    Ok(phase)
+}
+
+fn load_or_start(context: &LoopContext, phase: &PhaseArtifact) -> Result<CodeRunState, LoopError> {
+    let path = context.layout.run_state(&context.record.id);
+    let stored = std::fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<CodeRunState>(&bytes).ok())
+        .filter(|state| {
+            state
+                .messages
+                .last()
+                .is_some_and(|message| message.role == Role::User)
+        });
+    if let Some(state) = stored {
+        context.progress("resuming the code conversation");
+        return Ok(state);
+    }
+    let state = CodeRunState {
+        iteration: 1,
+        messages: vec![Message::user_text(first_message(context, phase))],
+    };
+    save_state(context, &state, &state.messages)?;
+    Ok(state)
+}
+
+/// The phase in full, with its spec and plan for context, as far as they can be read.
+fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
+    let phase_record = context
+        .record
+        .parent
+        .as_ref()
+        .and_then(|parent| context.db.get(parent).ok().flatten());
+    let spec = phase_record
+        .as_ref()
+        .and_then(|record| jobs::parent_artifact::<SpecArtifact>(record, &context.layout).ok())
+        .map(|(_, spec)| spec);
+    let spec_record = phase_record
+        .as_ref()
+        .and_then(|record| record.parent.as_ref())
+        .and_then(|parent| context.db.get(parent).ok().flatten());
+    let plan = spec_record
+        .as_ref()
+        .and_then(|record| jobs::parent_artifact::<PlanArtifact>(record, &context.layout).ok())
+        .map(|(_, plan)| plan);
+    prompts::code_task_message(&render_phase_markdown(phase), spec.as_ref(), plan.as_ref())
+}
+
+fn save_state(
+    context: &LoopContext,
+    state: &CodeRunState,
+    messages: &[Message],
+) -> Result<(), LoopError> {
+    let snapshot = CodeRunState {
+        iteration: state.iteration,
+        messages: messages.to_vec(),
+    };
+    let json = serde_json::to_vec(&snapshot).map_err(|err| LoopError::Artifact {
+        kind: "run state",
+        source: std::io::Error::other(err),
+    })?;
+    write_atomic(&context.layout.run_state(&context.record.id), &json).map_err(|source| {
+        LoopError::Artifact {
+            kind: "run state",
+            source,
+        }
+    })
+}
+
+/// Whether a phase may get a code loop: its artifact exists and it is current.
+pub fn runnable_phase(status: LoopStatus, iteration: u32) -> bool {
+    iteration > 0 && matches!(status, LoopStatus::Complete | LoopStatus::AwaitingApproval)
+}
