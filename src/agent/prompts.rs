@@ -70,7 +70,7 @@ pub fn code_task_message(
 ) -> String {
     let mut message = String::from("Implement this phase.\n\n");
     message.push_str(phase_markdown.trim());
-    message.push_str("\n");
+    message.push('\n');
     if let Some(spec) = spec {
         message.push_str(&format!(
             "\nIt belongs to the spec \"{}\": {}\n\n{}\n",
