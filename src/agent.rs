@@ -3,6 +3,7 @@
 //! the store; it reports what happens as `LoopEvent`s to whatever shell listens (the Neovim
 //! bridge, or the command line).
 
+mod approvals;
 mod artifact_loop;
 mod artifact_store;
 mod code_loop;
@@ -14,6 +15,7 @@ mod prompts;
 mod settings;
 mod tasks;
 
+pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use artifact_loop::LoopError;
 pub use events::{EventSink, LoopEvent};
 pub use manager::{LoopManager, ManagerError, ProviderFactory, anthropic_from_env};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::agent::{LoopManager, ProviderFactory};
+use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory};
 
 pub struct HostOptions {
     pub loopr_home: PathBuf,
@@ -23,14 +23,15 @@ pub struct HostOptions {
 /// next host resumes them.
 pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
     let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
+    let events: Arc<dyn crate::agent::EventSink> = Arc::new(event_sender);
+    let approvals = Arc::new(InteractiveApprover::new(events.clone()));
     let manager = LoopManager::new(
         options.loopr_home,
-        Arc::new(event_sender),
+        events,
         options.provider_factory,
-        // Neovim cannot start code loops yet (no `run` request), so nothing asks.
-        Arc::new(crate::tools::AcceptAll),
+        approvals.clone(),
     );
-    let handler = handler::RpcHandler::new(manager.clone(), options.test_hooks);
+    let handler = handler::RpcHandler::new(manager.clone(), approvals, options.test_hooks);
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;

@@ -202,6 +202,13 @@ fn report(event: &LoopEvent) {
             None => eprintln!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
         LoopEvent::Progress { loop_id, message } => eprintln!("loopr: {loop_id}: {message}"),
+        LoopEvent::ApprovalRequested { request, .. } => eprintln!(
+            "loopr: {}: {} {} needs approval",
+            request.loop_id,
+            request.kind.as_str(),
+            request.subject
+        ),
+        LoopEvent::ApprovalClosed { .. } => {}
         LoopEvent::ValidationFinished {
             loop_id,
             iteration,

@@ -39,13 +39,16 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     pub policy: Arc<ToolPolicy>,
     pub approver: Arc<dyn Approver>,
+    /// The loop the tools work for, named in approval requests.
+    pub loop_id: String,
 }
 
 impl ToolContext {
     /// Asks before a change; a rejection becomes the tool's error, with the user's reason.
-    async fn approve(&self, request: ApprovalRequest) -> Result<(), ToolError> {
+    async fn approve(&self, mut request: ApprovalRequest) -> Result<(), ToolError> {
+        request.loop_id.clone_from(&self.loop_id);
         match self.approver.decide(request, &self.cancel).await {
-            Some(Decision::Accept) => Ok(()),
+            Some(Decision::Accept | Decision::AcceptAllOfKind) => Ok(()),
             Some(Decision::Reject(reason)) => Err(ToolError::Rejected(reason)),
             None => Err(ToolError::Cancelled),
         }

@@ -76,6 +76,8 @@ pub struct LoopContext {
     pub cancel: CancellationToken,
     /// Asks before changes (code loops only; planning tools never change anything).
     pub approver: Arc<dyn Approver>,
+    /// What tools may never do (secret files, denied commands).
+    pub policy: Arc<ToolPolicy>,
 }
 
 impl LoopContext {
@@ -189,9 +191,10 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let tool_context = ToolContext {
         root: context.root.clone(),
         cancel: context.cancel.clone(),
-        policy: Arc::new(ToolPolicy::default()),
+        policy: context.policy.clone(),
         // Planning tools only read; nothing to approve.
         approver: Arc::new(AcceptAll),
+        loop_id: context.record.id.to_string(),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

@@ -3,8 +3,6 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -17,7 +15,7 @@ use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_m
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec, Usage};
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
-use crate::tools::{ToolContext, ToolError, ToolPolicy, ToolRegistry, parse_input, run_shell};
+use crate::tools::{ToolContext, ToolError, ToolRegistry, parse_input, run_shell};
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
 /// Bytes of validation output the model sees (the end, where failures are reported).
@@ -69,8 +67,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let tool_context = ToolContext {
         root: context.root.clone(),
         cancel: context.cancel.clone(),
-        policy: Arc::new(ToolPolicy::default()),
+        policy: context.policy.clone(),
         approver: context.approver.clone(),
+        loop_id: record.id.to_string(),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use crate::artifacts::ArtifactKind;
 use crate::store::{LoopId, LoopStatus, LoopType};
+use crate::tools::ApprovalRequest;
 
 /// Everything a shell needs to show a loop's life.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +24,10 @@ pub enum LoopEvent {
         json_path: PathBuf,
         iteration: u32,
     },
+    /// A change waits for the user's decision (`InteractiveApprover::resolve`).
+    ApprovalRequested { id: u64, request: ApprovalRequest },
+    /// The request was answered or its loop stopped waiting; any prompt for it can close.
+    ApprovalClosed { id: u64 },
     /// A code loop ran its phase's validation command.
     ValidationFinished {
         loop_id: LoopId,

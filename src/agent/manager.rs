@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
+use super::approvals::PolicyApprover;
 use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
 use super::code_loop::{run_code_loop, runnable_phase};
 use super::events::{EventSink, LoopEvent};
@@ -467,6 +468,26 @@ impl LoopManager {
                 return;
             }
         };
+        let policies = settings.tool_policy().and_then(|policy| {
+            PolicyApprover::new(
+                settings.approvals.clone(),
+                &settings.allow_commands,
+                self.shared.approver.clone(),
+            )
+            .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))
+        });
+        let (policy, approver) = match policies {
+            Ok(policies) => policies,
+            Err(err) => {
+                self.record_end(
+                    project,
+                    &record,
+                    LoopStatus::Failed,
+                    Some(format!("invalid setting: {err}")),
+                );
+                return;
+            }
+        };
         let cancel = CancellationToken::new();
         lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
         tracing::info!(loop_id = %record.id, loop_type = record.loop_type.as_str(), "loop running");
@@ -480,7 +501,8 @@ impl LoopManager {
             settings: settings.clone(),
             events: self.shared.events.clone(),
             cancel: cancel.clone(),
-            approver: self.shared.approver.clone(),
+            approver,
+            policy: Arc::new(policy),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the

@@ -1,6 +1,11 @@
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use super::approvals::{ApprovalSettings, PolicyApprover};
+use crate::tools::{AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 
 /// Per-request settings from the user's configuration; every field has a default so a shell
 /// may send only what the user changed. A loop keeps the settings it started with (they are
@@ -27,6 +32,16 @@ pub struct LoopSettings {
     pub code_max_iterations: u32,
     /// How long a phase's validation command may run.
     pub validation_timeout_secs: u64,
+    /// Per kind of change (write, edit, command): "ask" the user or accept ("auto").
+    pub approvals: ApprovalSettings,
+    /// Regular expressions; a matching command runs without asking.
+    pub allow_commands: Vec<String>,
+    /// Regular expressions; a matching command never runs, whatever is approved.
+    pub deny_commands: Vec<String>,
+    /// Globs on file names; matching files are never read or written by tools.
+    pub secret_patterns: Vec<String>,
+    /// How long a `run_command` may run unless the model asks for less.
+    pub command_timeout_secs: u64,
 }
 
 impl Default for LoopSettings {
@@ -44,6 +59,17 @@ impl Default for LoopSettings {
             spec_review: true,
             code_max_iterations: 5,
             validation_timeout_secs: 600,
+            approvals: ApprovalSettings::default(),
+            allow_commands: Vec::new(),
+            deny_commands: DEFAULT_DENIED_COMMANDS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+            secret_patterns: DEFAULT_SECRET_PATTERNS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+            command_timeout_secs: 120,
         }
     }
 }
@@ -64,11 +90,18 @@ impl LoopSettings {
             ("max_concurrent_loops", u64::from(self.max_concurrent_loops)),
             ("code_max_iterations", u64::from(self.code_max_iterations)),
             ("validation_timeout_secs", self.validation_timeout_secs),
+            ("command_timeout_secs", self.command_timeout_secs),
         ] {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
         }
+        self.tool_policy()?;
+        PolicyApprover::new(
+            self.approvals.clone(),
+            &self.allow_commands,
+            Arc::new(AcceptAll),
+        )?;
         if self.plan_review_passes > 5 {
             return Err("plan_review_passes must be between 0 and 5".to_owned());
         }
@@ -86,6 +119,15 @@ impl LoopSettings {
 
     pub fn gates(&self, level: &str) -> bool {
         self.review_gates.iter().any(|gate| gate == level)
+    }
+
+    /// What tools may never do under these settings.
+    pub fn tool_policy(&self) -> Result<ToolPolicy, String> {
+        ToolPolicy::new(
+            &self.secret_patterns,
+            &self.deny_commands,
+            Duration::from_secs(self.command_timeout_secs),
+        )
     }
 
     pub fn validation_timeout(&self) -> Duration {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, LoopSettings, PhaseSelector, PhaseTasks};
 use crate::store::{LoopRecord, LoopStatus};
+use crate::tools::Decision;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +31,44 @@ pub struct CancelParams {
     pub root: PathBuf,
     #[serde(default)]
     pub id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    pub root: PathBuf,
+    /// A phase name or a phase loop id.
+    pub phase: String,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalParams {
+    pub id: u64,
+    /// "accept", "accept_all" or "reject".
+    pub decision: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl ApprovalParams {
+    pub fn decision(&self) -> Result<Decision, String> {
+        match self.decision.as_str() {
+            "accept" => Ok(Decision::Accept),
+            "accept_all" => Ok(Decision::AcceptAllOfKind),
+            "reject" => Ok(Decision::Reject(
+                self.reason
+                    .clone()
+                    .filter(|reason| !reason.trim().is_empty())
+                    .unwrap_or_else(|| "the user rejected it without giving a reason".to_owned()),
+            )),
+            other => Err(format!(
+                "loopr: decision {other:?} is not one of \"accept\", \"accept_all\", \"reject\""
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -247,6 +286,17 @@ pub enum EventMessage {
         json_path: String,
         iteration: u32,
     },
+    ApprovalRequested {
+        id: u64,
+        loop_id: String,
+        kind: &'static str,
+        tool: &'static str,
+        subject: String,
+        detail: String,
+    },
+    ApprovalClosed {
+        id: u64,
+    },
     Validation {
         loop_id: String,
         phase: String,
@@ -288,6 +338,15 @@ impl From<LoopEvent> for EventMessage {
                 json_path: json_path.to_string_lossy().into_owned(),
                 iteration,
             },
+            LoopEvent::ApprovalRequested { id, request } => EventMessage::ApprovalRequested {
+                id,
+                loop_id: request.loop_id,
+                kind: request.kind.as_str(),
+                tool: request.tool,
+                subject: request.subject,
+                detail: request.detail,
+            },
+            LoopEvent::ApprovalClosed { id } => EventMessage::ApprovalClosed { id },
             LoopEvent::ValidationFinished {
                 loop_id,
                 phase,

@@ -3,23 +3,31 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams, ReviseParams,
-    RootParams, TasksParams, TasksReply, params, to_value,
+    ApprovalParams, CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams,
+    ReviseParams, RootParams, RunParams, TasksParams, TasksReply, params, to_value,
 };
-use crate::agent::LoopManager;
+use std::sync::Arc;
+
+use crate::agent::{InteractiveApprover, LoopManager};
 
 type Writer = Compat<tokio::fs::File>;
 
 #[derive(Clone)]
 pub struct RpcHandler {
     manager: LoopManager,
+    approvals: Arc<InteractiveApprover>,
     test_hooks: bool,
 }
 
 impl RpcHandler {
-    pub fn new(manager: LoopManager, test_hooks: bool) -> RpcHandler {
+    pub fn new(
+        manager: LoopManager,
+        approvals: Arc<InteractiveApprover>,
+        test_hooks: bool,
+    ) -> RpcHandler {
         RpcHandler {
             manager,
+            approvals,
             test_hooks,
         }
     }
@@ -77,6 +85,21 @@ impl RpcHandler {
                     .collect();
                 to_value(&ids)
             }
+            "run" => {
+                let params: RunParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .start_code(&params.root, &params.phase, params.settings)
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "approval" => {
+                let params: ApprovalParams = params(method, args)?;
+                let answered = self.approvals.resolve(params.id, params.decision()?);
+                Ok(Value::from(answered))
+            }
             "approve" => {
                 let params: CancelParams = params(method, args)?;
                 let id = self
@@ -108,9 +131,9 @@ impl RpcHandler {
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
-                "loopr: unknown request {other:?}; the host understands plan, status, cancel, \
-                 approve, revise, resume, tasks, loop_ids and version (is the plugin newer than the \
-                 binary? rebuild it)"
+                "loopr: unknown request {other:?}; the host understands plan, run, approval, \
+                 status, cancel, approve, revise, resume, tasks, loop_ids and version (is the \
+                 plugin newer than the binary? rebuild it)"
             )),
         }
     }

@@ -24,6 +24,8 @@ impl ChangeKind {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApprovalRequest {
+    /// The loop asking (filled in by the tool context).
+    pub loop_id: String,
     pub kind: ChangeKind,
     pub tool: &'static str,
     /// What is changed: the file (relative to the root) or the command.
@@ -35,6 +37,8 @@ pub struct ApprovalRequest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     Accept,
+    /// Accept this change and every later one of the same kind in the same loop.
+    AcceptAllOfKind,
     /// Rejected, with the user's reason, which goes back to the model.
     Reject(String),
 }

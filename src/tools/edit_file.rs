@@ -66,6 +66,7 @@ impl Tool for EditFileTool {
             replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
         context
             .approve(ApprovalRequest {
+                loop_id: String::new(),
                 kind: ChangeKind::Edit,
                 tool: "edit_file",
                 subject: shown.clone(),

@@ -74,6 +74,7 @@ impl Tool for RunCommandTool {
             .unwrap_or(context.policy.command_timeout);
         context
             .approve(ApprovalRequest {
+                loop_id: String::new(),
                 kind: ChangeKind::Command,
                 tool: "run_command",
                 subject: input.command.clone(),

@@ -34,6 +34,7 @@ fn project() -> Project {
         cancel: CancellationToken::new(),
         policy: Arc::new(ToolPolicy::default()),
         approver: Arc::new(AcceptAll),
+        loop_id: "test-loop".to_owned(),
     };
     Project { _dir: dir, context }
 }

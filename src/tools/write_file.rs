@@ -44,6 +44,7 @@ impl Tool for WriteFileTool {
         let current = std::fs::read_to_string(&path).unwrap_or_default();
         context
             .approve(ApprovalRequest {
+                loop_id: String::new(),
                 kind: ChangeKind::Write,
                 tool: "write_file",
                 subject: shown.clone(),

@@ -1,0 +1,274 @@
+//! Who approves a code loop's changes. `PolicyApprover` applies the user's settings (ask or
+//! accept automatically per kind of change, commands on the allow-list, "accept all of this
+//! kind" for the rest of the loop) and asks the rest of an `InteractiveApprover`, which any
+//! shell answers: it announces each request as an event and waits for `resolve`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{EventSink, LoopEvent};
+use crate::tools::{ApprovalRequest, Approver, ChangeKind, Decision};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    Ask,
+    Auto,
+}
+
+/// Per kind of change: ask the user, or accept without asking.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalSettings {
+    pub write: ApprovalMode,
+    pub edit: ApprovalMode,
+    pub command: ApprovalMode,
+}
+
+impl Default for ApprovalSettings {
+    fn default() -> ApprovalSettings {
+        ApprovalSettings {
+            write: ApprovalMode::Ask,
+            edit: ApprovalMode::Ask,
+            command: ApprovalMode::Ask,
+        }
+    }
+}
+
+impl ApprovalSettings {
+    fn mode(&self, kind: ChangeKind) -> ApprovalMode {
+        match kind {
+            ChangeKind::Write => self.write,
+            ChangeKind::Edit => self.edit,
+            ChangeKind::Command => self.command,
+        }
+    }
+}
+
+/// One loop's approvals.
+pub struct PolicyApprover {
+    settings: ApprovalSettings,
+    allowed_commands: Vec<Regex>,
+    accepted_kinds: Mutex<HashSet<ChangeKind>>,
+    asker: Arc<dyn Approver>,
+}
+
+impl PolicyApprover {
+    /// `allow_commands` are regular expressions; a command matching one runs without asking.
+    pub fn new(
+        settings: ApprovalSettings,
+        allow_commands: &[String],
+        asker: Arc<dyn Approver>,
+    ) -> Result<PolicyApprover, String> {
+        let allowed_commands = allow_commands
+            .iter()
+            .map(|pattern| {
+                Regex::new(pattern)
+                    .map_err(|err| format!("allow_commands pattern {pattern:?}: {err}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PolicyApprover {
+            settings,
+            allowed_commands,
+            accepted_kinds: Mutex::new(HashSet::new()),
+            asker,
+        })
+    }
+
+    fn accepted_without_asking(&self, request: &ApprovalRequest) -> bool {
+        if self.settings.mode(request.kind) == ApprovalMode::Auto {
+            return true;
+        }
+        if request.kind == ChangeKind::Command
+            && self
+                .allowed_commands
+                .iter()
+                .any(|pattern| pattern.is_match(&request.subject))
+        {
+            return true;
+        }
+        self.accepted_kinds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(&request.kind)
+    }
+}
+
+#[async_trait]
+impl Approver for PolicyApprover {
+    async fn decide(
+        &self,
+        request: ApprovalRequest,
+        cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        if self.accepted_without_asking(&request) {
+            return Some(Decision::Accept);
+        }
+        let kind = request.kind;
+        let decision = self.asker.decide(request, cancel).await?;
+        if decision == Decision::AcceptAllOfKind {
+            self.accepted_kinds
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(kind);
+        }
+        Some(decision)
+    }
+}
+
+/// Asks through events; a shell shows the request and calls `resolve` with the answer.
+pub struct InteractiveApprover {
+    events: Arc<dyn EventSink>,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Decision>>>,
+}
+
+impl InteractiveApprover {
+    pub fn new(events: Arc<dyn EventSink>) -> InteractiveApprover {
+        InteractiveApprover {
+            events,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Answers request `id`; false if it is no longer waiting (answered, or its loop was
+    /// cancelled).
+    pub fn resolve(&self, id: u64, decision: Decision) -> bool {
+        let sender = self
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&id);
+        sender.is_some_and(|sender| sender.send(decision).is_ok())
+    }
+}
+
+#[async_trait]
+impl Approver for InteractiveApprover {
+    async fn decide(
+        &self,
+        request: ApprovalRequest,
+        cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(id, sender);
+        self.events
+            .emit(LoopEvent::ApprovalRequested { id, request });
+        let decision = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            decision = receiver => decision.ok(),
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&id);
+        self.events.emit(LoopEvent::ApprovalClosed { id });
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(kind: ChangeKind, subject: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            loop_id: "l-1".to_owned(),
+            kind,
+            tool: "run_command",
+            subject: subject.to_owned(),
+            detail: String::new(),
+        }
+    }
+
+    struct Collect(Mutex<Vec<LoopEvent>>);
+
+    impl EventSink for Collect {
+        fn emit(&self, event: LoopEvent) {
+            self.0.lock().expect("lock").push(event);
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_are_announced_answered_and_closed() {
+        let events = Arc::new(Collect(Mutex::new(Vec::new())));
+        let asker = Arc::new(InteractiveApprover::new(events.clone()));
+        let policy = PolicyApprover::new(
+            ApprovalSettings::default(),
+            &["^cargo test\\b".to_owned()],
+            asker.clone(),
+        )
+        .expect("policy");
+        let cancel = CancellationToken::new();
+
+        // Allow-listed commands and auto kinds never ask.
+        assert_eq!(
+            policy
+                .decide(request(ChangeKind::Command, "cargo test -q"), &cancel)
+                .await,
+            Some(Decision::Accept)
+        );
+        assert!(events.0.lock().expect("lock").is_empty());
+
+        // Others are announced; "accept all edits" answers this one and the next edits.
+        let answer = async {
+            loop {
+                let id = events
+                    .0
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .find_map(|event| match event {
+                        LoopEvent::ApprovalRequested { id, .. } => Some(*id),
+                        _ => None,
+                    });
+                if let Some(id) = id {
+                    assert!(asker.resolve(id, Decision::AcceptAllOfKind));
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        let (decision, ()) = tokio::join!(
+            policy.decide(request(ChangeKind::Edit, "src/a.rs"), &cancel),
+            answer
+        );
+        assert_eq!(decision, Some(Decision::AcceptAllOfKind));
+        assert_eq!(
+            policy
+                .decide(request(ChangeKind::Edit, "src/b.rs"), &cancel)
+                .await,
+            Some(Decision::Accept)
+        );
+        assert!(matches!(
+            events.0.lock().expect("lock").last(),
+            Some(LoopEvent::ApprovalClosed { id: 1 })
+        ));
+
+        // A cancel ends the wait and closes the request.
+        cancel.cancel();
+        assert_eq!(
+            policy
+                .decide(request(ChangeKind::Write, "src/c.rs"), &cancel)
+                .await,
+            None
+        );
+        assert!(
+            !asker.resolve(2, Decision::Accept),
+            "nothing waits any more"
+        );
+    }
+}
