@@ -6,6 +6,7 @@
 mod approvals;
 mod artifact_loop;
 mod artifact_store;
+mod baseline;
 mod code_loop;
 mod events;
 mod jobs;
@@ -17,6 +18,7 @@ mod tasks;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use artifact_loop::LoopError;
+pub use baseline::{ChangeStatus, ChangedHunk};
 pub use events::{EventSink, LoopEvent};
 pub use manager::{LoopManager, ManagerError, ProviderFactory, anthropic_from_env};
 pub use settings::LoopSettings;

@@ -23,7 +23,7 @@ pub use approval::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, f
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
-pub use list_files::ListFilesTool;
+pub use list_files::{ListFilesTool, project_walker};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell};

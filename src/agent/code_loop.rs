@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::artifact_loop::{LoopContext, LoopError};
+use super::baseline::Baseline;
 use super::events::LoopEvent;
 use super::jobs;
 use super::progress::{describe_provider_event, describe_tool_call};
@@ -50,6 +51,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         ),
         input_schema: input_schema_for::<CompletePhaseInput>(),
     });
+    record_baseline(context).await?;
     let mut state = load_or_start(context, &phase)?;
     let project_name = context
         .root
@@ -188,6 +190,24 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         command: phase.validation_command.clone(),
         iterations: max_iterations,
     })
+}
+
+/// The project as it is before the loop changes anything; kept across resumes.
+async fn record_baseline(context: &LoopContext) -> Result<(), LoopError> {
+    let baseline = Baseline::at(&context.layout.loop_dir(&context.record.id));
+    if baseline.exists() {
+        return Ok(());
+    }
+    context.progress("recording the baseline of the project");
+    let root = context.root.clone();
+    let policy = context.policy.clone();
+    tokio::task::spawn_blocking(move || baseline.record(&root, &policy))
+        .await
+        .map_err(|err| LoopError::Validation(format!("recording the baseline crashed: {err}")))?
+        .map_err(|err| LoopError::Artifact {
+            kind: "baseline",
+            source: std::io::Error::other(err.to_string()),
+        })
 }
 
 /// Runs the validation command for `iteration`, stores its output and the conversation, and

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approvals::PolicyApprover;
 use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
+use super::baseline::{Baseline, ChangedHunk};
 use super::code_loop::{run_code_loop, runnable_phase};
 use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
@@ -71,6 +72,10 @@ pub enum ManagerError {
          that are invalidated or not yet written cannot run)"
     )]
     UnknownPhase(String),
+    #[error("no code loop has run for phase {0:?}; start one with :LooprRun {0}")]
+    NoCodeLoop(String),
+    #[error("{0}")]
+    Baseline(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]
     StoredArtifact { id: String, message: String },
 }
@@ -215,6 +220,45 @@ impl LoopManager {
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);
         Ok(record.id)
+    }
+
+    /// Every hunk the newest code loop of `phase` changed since it started.
+    pub fn changes(
+        &self,
+        root: &Path,
+        phase: &str,
+    ) -> Result<(LoopId, Vec<ChangedHunk>), ManagerError> {
+        let project = self.project(root)?;
+        let code = newest_code_loop(&project, phase)?;
+        let policy = LoopSettings::from_stored(&code.settings)
+            .tool_policy()
+            .map_err(ManagerError::Settings)?;
+        let hunks = Baseline::at(&project.layout.loop_dir(&code.id))
+            .changes(&project.root, &policy)
+            .map_err(|err| ManagerError::Baseline(err.to_string()))?;
+        Ok((code.id, hunks))
+    }
+
+    /// Restores the files the newest code loop of `phase` changed to how they were when it
+    /// started; returns the files it touched.
+    pub fn undo(&self, root: &Path, phase: &str) -> Result<Vec<PathBuf>, ManagerError> {
+        let project = self.project(root)?;
+        let code = newest_code_loop(&project, phase)?;
+        if code.status.is_active() {
+            return Err(ManagerError::WrongState {
+                id: code.id.to_string(),
+                status: code.status.as_str(),
+                hint: "its code loop still runs; cancel it first",
+            });
+        }
+        let policy = LoopSettings::from_stored(&code.settings)
+            .tool_policy()
+            .map_err(ManagerError::Settings)?;
+        let touched = Baseline::at(&project.layout.loop_dir(&code.id))
+            .restore(&project.root, &policy)
+            .map_err(|err| ManagerError::Baseline(err.to_string()))?;
+        tracing::info!(loop_id = %code.id, files = touched.len(), "restored the baseline");
+        Ok(touched)
     }
 
     /// Approves loop `id` (or the newest loop awaiting approval): it completes and its
@@ -772,6 +816,23 @@ impl LoopManager {
         self.schedule(&project);
         Ok(project)
     }
+}
+
+/// The newest code loop for a phase name or phase loop id.
+fn newest_code_loop(project: &Project, phase: &str) -> Result<LoopRecord, ManagerError> {
+    let records = project.db.list()?;
+    records
+        .iter()
+        .find(|record| {
+            record.loop_type == LoopType::Code
+                && (record.name.as_deref() == Some(phase)
+                    || record
+                        .parent
+                        .as_ref()
+                        .is_some_and(|parent| parent.as_str() == phase))
+        })
+        .cloned()
+        .ok_or_else(|| ManagerError::NoCodeLoop(phase.to_owned()))
 }
 
 /// A spec may start once the specs it depends on (its siblings from the same parent

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use nvim_rs::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{LoopEvent, LoopSettings, PhaseSelector, PhaseTasks};
+use crate::agent::{ChangedHunk, LoopEvent, LoopSettings, PhaseSelector, PhaseTasks};
 use crate::store::{LoopRecord, LoopStatus};
 use crate::tools::Decision;
 
@@ -41,6 +41,44 @@ pub struct RunParams {
     pub phase: String,
     #[serde(default)]
     pub settings: LoopSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseParams {
+    pub root: PathBuf,
+    /// A phase name or a phase loop id.
+    pub phase: String,
+}
+
+/// `:LooprChanges` data: one LSP `Location` per changed hunk.
+#[derive(Debug, Serialize)]
+pub struct ChangesReply {
+    pub loop_id: String,
+    pub items: Vec<ChangeItemReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChangeItemReply {
+    pub location: lsp_types::Location,
+    pub text: String,
+    pub status: &'static str,
+}
+
+impl ChangesReply {
+    pub fn new(loop_id: String, hunks: Vec<ChangedHunk>) -> Result<ChangesReply, String> {
+        let items = hunks
+            .into_iter()
+            .map(|hunk| {
+                Ok(ChangeItemReply {
+                    location: location(&hunk.path, hunk.line)?,
+                    text: format!("{}: {}", hunk.status.as_str(), hunk.summary),
+                    status: hunk.status.as_str(),
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(ChangesReply { loop_id, items })
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -3,8 +3,9 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    ApprovalParams, CancelParams, LoopIdReply, LoopIdsParams, LoopRecordReply, PlanParams,
-    ReviseParams, RootParams, RunParams, TasksParams, TasksReply, params, to_value,
+    ApprovalParams, CancelParams, ChangesReply, LoopIdReply, LoopIdsParams, LoopRecordReply,
+    PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams, TasksReply, params,
+    to_value,
 };
 use std::sync::Arc;
 
@@ -95,6 +96,25 @@ impl RpcHandler {
                     loop_id: id.to_string(),
                 })
             }
+            "changes" => {
+                let params: PhaseParams = params(method, args)?;
+                let (loop_id, hunks) = self
+                    .manager
+                    .changes(&params.root, &params.phase)
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&ChangesReply::new(loop_id.to_string(), hunks)?)
+            }
+            "undo" => {
+                let params: PhaseParams = params(method, args)?;
+                let files: Vec<String> = self
+                    .manager
+                    .undo(&params.root, &params.phase)
+                    .map_err(|err| format!("loopr: {err}"))?
+                    .into_iter()
+                    .map(|path| path.to_string_lossy().into_owned())
+                    .collect();
+                to_value(&files)
+            }
             "approval" => {
                 let params: ApprovalParams = params(method, args)?;
                 let answered = self.approvals.resolve(params.id, params.decision()?);
@@ -132,8 +152,8 @@ impl RpcHandler {
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "loopr: unknown request {other:?}; the host understands plan, run, approval, \
-                 status, cancel, approve, revise, resume, tasks, loop_ids and version (is the \
-                 plugin newer than the binary? rebuild it)"
+                 changes, undo, status, cancel, approve, revise, resume, tasks, loop_ids and \
+                 version (is the plugin newer than the binary? rebuild it)"
             )),
         }
     }
