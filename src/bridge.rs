@@ -1,6 +1,7 @@
 //! The Neovim shell: msgpack-RPC over stdio with nvim-rs. The only module that knows Neovim
 //! or msgpack exists. Requests are answered at once; loop events are pushed to Lua.
 
+mod buffers;
 mod dto;
 mod event_pump;
 mod handler;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory};
+use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory, ShellServices};
 
 pub struct HostOptions {
     pub loopr_home: PathBuf,
@@ -25,16 +26,21 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
     let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
     let events: Arc<dyn crate::agent::EventSink> = Arc::new(event_sender);
     let approvals = Arc::new(InteractiveApprover::new(events.clone()));
+    let buffers = buffers::NeovimBuffers::default();
     let manager = LoopManager::new(
         options.loopr_home,
         events,
         options.provider_factory,
-        approvals.clone(),
+        ShellServices {
+            approver: approvals.clone(),
+            buffers: Arc::new(buffers.clone()),
+        },
     );
     let handler = handler::RpcHandler::new(manager.clone(), approvals, options.test_hooks);
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;
+    buffers.connect(neovim.clone());
     let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
     let io_result = io_handle.await;
     manager.shut_down();

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory};
+use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
-use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision};
+use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
@@ -41,6 +41,13 @@ pub fn headless_approver(yes: bool) -> Arc<dyn Approver> {
     }
 }
 
+fn headless_shell(approver: Arc<dyn Approver>) -> ShellServices {
+    ShellServices {
+        approver,
+        buffers: Arc::new(NoBuffers),
+    }
+}
+
 pub struct PlanOptions {
     pub root: PathBuf,
     pub task: String,
@@ -61,7 +68,7 @@ pub async fn run_plan(
         loopr_home,
         Arc::new(sender),
         provider_factory,
-        Arc::new(AcceptAll),
+        headless_shell(Arc::new(AcceptAll)),
     );
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
@@ -90,7 +97,12 @@ pub async fn resume(
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, approver);
+    let manager = LoopManager::new(
+        loopr_home,
+        Arc::new(sender),
+        provider_factory,
+        headless_shell(approver),
+    );
     let active = manager.resume(&root).context("opening the project")?;
     eprintln!("loopr: {active} unfinished loop(s)");
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
@@ -110,7 +122,12 @@ pub async fn run_code(
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, approver);
+    let manager = LoopManager::new(
+        loopr_home,
+        Arc::new(sender),
+        provider_factory,
+        headless_shell(approver),
+    );
     let code_id = manager
         .start_code(&root, phase, settings)
         .context("starting the code loop")?;

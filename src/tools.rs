@@ -2,6 +2,7 @@
 //! caps its output; the registry hands each loop type its own tool set in a stable order.
 
 mod approval;
+mod buffers;
 mod confine;
 mod edit_file;
 mod grep;
@@ -20,6 +21,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use approval::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, file_diff};
+pub use buffers::{BufferEdit, NoBuffers, OpenBuffers, line_replacement};
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
@@ -41,6 +43,8 @@ pub struct ToolContext {
     pub approver: Arc<dyn Approver>,
     /// The loop the tools work for, named in approval requests.
     pub loop_id: String,
+    /// Where open files are edited (the editor's buffers), if anywhere.
+    pub buffers: Arc<dyn OpenBuffers>,
 }
 
 impl ToolContext {
@@ -130,6 +134,38 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|tool| tool.name()).collect()
+    }
+}
+
+/// Writes `new` to `path`: into the editor's buffer when the file is open there, else
+/// atomically on disk. An open buffer with unsaved changes of the user's is left alone and
+/// the write fails, so nothing the user typed is lost.
+async fn write_through_buffers(
+    context: &ToolContext,
+    path: std::path::PathBuf,
+    shown: String,
+    old: &str,
+    new: String,
+) -> Result<(), ToolError> {
+    match context.buffers.apply(&path, old, &new).await {
+        BufferEdit::Applied => Ok(()),
+        BufferEdit::UnsavedChanges => Err(ToolError::File {
+            path: shown,
+            message: "is open in the editor with unsaved changes; nothing was changed. Tell the \
+                      user to save or discard them, or change other files first"
+                .to_owned(),
+        }),
+        BufferEdit::NotLoaded => {
+            run_blocking(context, move || {
+                crate::store::write_atomic_keeping_mode(&path, new.as_bytes()).map_err(|err| {
+                    ToolError::File {
+                        path: shown,
+                        message: err.to_string(),
+                    }
+                })
+            })
+            .await
+        }
     }
 }
 

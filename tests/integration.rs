@@ -10,6 +10,7 @@ mod scenario;
 
 mod integration {
     mod cancel_and_restart;
+    mod code;
     mod editor;
     mod hierarchy;
     mod plan_flow;

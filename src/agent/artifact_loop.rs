@@ -22,7 +22,7 @@ use crate::artifacts::{
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{
-    AcceptAll, Approver, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
+    AcceptAll, Approver, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +78,7 @@ pub struct LoopContext {
     pub approver: Arc<dyn Approver>,
     /// What tools may never do (secret files, denied commands).
     pub policy: Arc<ToolPolicy>,
+    pub buffers: Arc<dyn OpenBuffers>,
 }
 
 impl LoopContext {
@@ -195,6 +196,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         // Planning tools only read; nothing to approve.
         approver: Arc::new(AcceptAll),
         loop_id: context.record.id.to_string(),
+        buffers: context.buffers.clone(),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

@@ -72,6 +72,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         policy: context.policy.clone(),
         approver: context.approver.clone(),
         loop_id: record.id.to_string(),
+        buffers: context.buffers.clone(),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

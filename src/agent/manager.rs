@@ -19,7 +19,7 @@ use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
     host_is_alive,
 };
-use crate::tools::{Approver, ProjectRoot};
+use crate::tools::{Approver, OpenBuffers, ProjectRoot};
 
 /// Builds the model client for a loop from its settings.
 pub type ProviderFactory =
@@ -80,6 +80,14 @@ pub enum ManagerError {
     StoredArtifact { id: String, message: String },
 }
 
+/// What the shell running the manager lends its loops.
+pub struct ShellServices {
+    /// Who is asked before a code loop changes something.
+    pub approver: Arc<dyn Approver>,
+    /// Where files open in the editor are edited.
+    pub buffers: Arc<dyn OpenBuffers>,
+}
+
 enum LoopOutcome {
     Artifact(ArtifactOutcome),
     /// The iteration whose validation passed.
@@ -97,6 +105,7 @@ struct Shared {
     host_pid: u32,
     /// Asks the user (or policy) before code loops change anything.
     approver: Arc<dyn Approver>,
+    buffers: Arc<dyn OpenBuffers>,
     events: Arc<dyn EventSink>,
     provider_factory: ProviderFactory,
     projects: Mutex<HashMap<PathBuf, Project>>,
@@ -122,7 +131,7 @@ impl LoopManager {
         loopr_home: PathBuf,
         events: Arc<dyn EventSink>,
         provider_factory: ProviderFactory,
-        approver: Arc<dyn Approver>,
+        shell: ShellServices,
     ) -> LoopManager {
         let host_pid = std::process::id();
         let host_lock = match HostLock::acquire(&loopr_home, host_pid) {
@@ -136,7 +145,8 @@ impl LoopManager {
             shared: Arc::new(Shared {
                 loopr_home,
                 host_pid,
-                approver,
+                approver: shell.approver,
+                buffers: shell.buffers,
                 events,
                 provider_factory,
                 projects: Mutex::new(HashMap::new()),
@@ -547,6 +557,7 @@ impl LoopManager {
             cancel: cancel.clone(),
             approver,
             policy: Arc::new(policy),
+            buffers: self.shared.buffers.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the

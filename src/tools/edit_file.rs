@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{
     ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    refuse_secret, run_blocking,
+    refuse_secret, write_through_buffers,
 };
 use crate::schema::input_schema_for;
 
@@ -73,16 +73,8 @@ impl Tool for EditFileTool {
                 detail: file_diff(&shown, &text, &edited),
             })
             .await?;
-        run_blocking(context, move || {
-            crate::store::write_atomic_keeping_mode(&path, edited.as_bytes()).map_err(|err| {
-                ToolError::File {
-                    path: shown.clone(),
-                    message: err.to_string(),
-                }
-            })?;
-            Ok(format!("edited {shown}"))
-        })
-        .await
+        write_through_buffers(context, path, shown.clone(), &text, edited).await?;
+        Ok(format!("edited {shown}"))
     }
 }
 

@@ -35,6 +35,7 @@ fn project() -> Project {
         policy: Arc::new(ToolPolicy::default()),
         approver: Arc::new(AcceptAll),
         loop_id: "test-loop".to_owned(),
+        buffers: Arc::new(NoBuffers),
     };
     Project { _dir: dir, context }
 }

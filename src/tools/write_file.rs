@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{
     ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    refuse_secret, run_blocking,
+    refuse_secret, write_through_buffers,
 };
 use crate::schema::input_schema_for;
 
@@ -51,20 +51,12 @@ impl Tool for WriteFileTool {
                 detail: file_diff(&shown, &current, &input.content),
             })
             .await?;
-        run_blocking(context, move || {
-            let existed = path.exists();
-            crate::store::write_atomic_keeping_mode(&path, input.content.as_bytes()).map_err(
-                |err| ToolError::File {
-                    path: shown.clone(),
-                    message: err.to_string(),
-                },
-            )?;
-            Ok(format!(
-                "{} {shown} ({} bytes)",
-                if existed { "replaced" } else { "created" },
-                input.content.len()
-            ))
-        })
-        .await
+        let existed = path.exists();
+        let length = input.content.len();
+        write_through_buffers(context, path, shown.clone(), &current, input.content).await?;
+        Ok(format!(
+            "{} {shown} ({length} bytes)",
+            if existed { "replaced" } else { "created" }
+        ))
     }
 }

@@ -1,0 +1,336 @@
+use serde_json::{Value, json};
+
+use crate::fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    phase_input, phase_route, plan_route, spec_input, spec_route, start_editor, tool_results,
+    tool_turn, valid_plan,
+};
+
+const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
+
+fn code_route(phase: &str) -> String {
+    format!("Implement this phase.\n\n# Phase: Phase {phase}")
+}
+
+/// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
+/// `validation`; returns when every loop is complete.
+async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> TestNvim {
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    );
+    for phase in PHASES {
+        let mut input = phase_input(phase);
+        if phase == "print-version" {
+            input["validation_command"] = json!(validation);
+        }
+        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
+    }
+    let mut editor = start_editor(fake, setup).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("LooprApprove").await, None);
+    loop {
+        let records = editor.status_records().await;
+        if records.len() == 5 && records.iter().all(|r| r["status"] == "complete") {
+            return editor;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+async fn code_loop_id(editor: &mut TestNvim) -> String {
+    let running = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "running"
+        })
+        .await;
+    running["id"].as_str().expect("id").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_passes() {
+    let fake = FakeAnthropic::start().await;
+    let validation = "grep -q CARGO_PKG_VERSION src/main.rs || { echo 'src/main.rs:2:5: error: the version is not printed'; exit 1; }";
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        validation,
+    )
+    .await;
+    let step = |id: &str, old: &str, new: &str| {
+        TurnBuilder::new()
+            .tool_use(
+                id,
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": old, "new_string": new}),
+            )
+            .tool_use(
+                &format!("{id}-done"),
+                "complete_phase",
+                json!({"summary": "prints the version"}),
+            )
+            .reply()
+    };
+    fake.push_routed(
+        &code_route("print-version"),
+        step("e1", "\"hello\"", "\"version\""),
+    );
+    fake.push_routed(
+        &code_route("print-version"),
+        step(
+            "e2",
+            "println!(\"version\");",
+            "println!(\"{}\", env!(\"CARGO_PKG_VERSION\"));",
+        ),
+    );
+
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let failed = editor
+        .wait_event("LooprValidation", |data| data["passed"] == false)
+        .await;
+    assert_eq!(failed["iteration"], 1);
+    assert_eq!(failed["phase"], "print-version");
+    let list: Value = editor
+        .lua(
+            "local list = vim.fn.getqflist({ title = 1, items = 1 })
+             local items = {}
+             for _, item in ipairs(list.items) do
+               if item.valid == 1 then
+                 table.insert(items, { file = vim.api.nvim_buf_get_name(item.bufnr), lnum = item.lnum, col = item.col, text = item.text })
+               end
+             end
+             return { title = list.title, items = items }",
+        )
+        .await;
+    assert_eq!(list["title"], "Loopr: print-version validation");
+    let project = editor.dirs.project.display().to_string();
+    assert_eq!(
+        list["items"],
+        json!([{"file": format!("{project}/src/main.rs"), "lnum": 2, "col": 5, "text": " error: the version is not printed"}]),
+        "parsed with Neovim's errorformat"
+    );
+    let passed = editor
+        .wait_event("LooprValidation", |data| data["passed"] == true)
+        .await;
+    assert_eq!(passed["iteration"], 2);
+    editor.wait_status(&code_id, "complete").await;
+    let main = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs");
+    assert!(main.contains("env!(\"CARGO_PKG_VERSION\")"), "{main}");
+    let records = editor.status_records().await;
+    let code = records
+        .iter()
+        .find(|r| r["type"] == "code")
+        .expect("code loop");
+    assert_eq!(
+        (code["iteration"].clone(), code["name"].clone()),
+        (json!(2), json!("print-version"))
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(&fake, "{}", "true").await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use(
+                "e1",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .reply(),
+    );
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn(
+            "done",
+            "complete_phase",
+            json!({"summary": "left main.rs alone as asked"}),
+        ),
+    );
+
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
+    assert_eq!(
+        (asked["kind"].clone(), asked["subject"].clone()),
+        (json!("edit"), json!("src/main.rs"))
+    );
+    let shown: Value = editor
+        .lua(&format!(
+            "local name = 'loopr://approval/{}'
+             for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+               if vim.api.nvim_buf_get_name(buf) == name then
+                 return {{ ft = vim.bo[buf].filetype, text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\\n') }}
+               end
+             end
+             return vim.NIL",
+            asked["id"]
+        ))
+        .await;
+    assert_eq!(shown["ft"], "diff", "{shown}");
+    assert!(
+        shown["text"]
+            .as_str()
+            .expect("text")
+            .contains("+    println!(\"bye\");"),
+        "{shown}"
+    );
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'reject', 'keep the greeting, print the version elsewhere')",
+            asked["id"]
+        ))
+        .await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
+        .collect();
+    let results = tool_results(&requests[1].body);
+    assert_eq!(results[0]["is_error"], true);
+    assert_eq!(
+        results[0]["content"],
+        "edit_file failed: the user rejected this change: keep the greeting, print the version elsewhere"
+    );
+    let main = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs");
+    assert!(main.contains("\"hello\""), "nothing was written: {main}");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        "true",
+    )
+    .await;
+    let main = editor.dirs.project.join("src/main.rs");
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
+        .await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use(
+                "e1",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .tool_use(
+                "done",
+                "complete_phase",
+                json!({"summary": "greets differently"}),
+            )
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let line: String = editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 1, 2, false)[1]")
+        .await;
+    assert_eq!(line, "    println!(\"bye\");", "the buffer shows the edit");
+    assert!(
+        std::fs::read_to_string(&main)
+            .expect("read")
+            .contains("\"bye\""),
+        "and it was saved"
+    );
+    assert_eq!(editor.command("normal! u").await, None);
+    let undone: String = editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 1, 2, false)[1]")
+        .await;
+    assert_eq!(
+        undone, "    println!(\"hello\");",
+        "u undoes the model's edit"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        "true",
+    )
+    .await;
+    let main = editor.dirs.project.join("src/main.rs");
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
+        .await;
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
+        .await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use(
+                "e1",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .reply(),
+    );
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn(
+            "done",
+            "complete_phase",
+            json!({"summary": "could not edit"}),
+        ),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
+        .collect();
+    let result = &tool_results(&requests[1].body)[0];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .expect("text")
+            .contains("unsaved changes"),
+        "{result}"
+    );
+    let lines: Vec<String> = editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 0, 3, false)")
+        .await;
+    assert_eq!(
+        lines,
+        vec![
+            "// my unsaved note",
+            "fn main() {",
+            "    println!(\"hello\");"
+        ]
+    );
+    assert!(
+        std::fs::read_to_string(&main)
+            .expect("read")
+            .contains("\"hello\""),
+        "the file was not written behind the buffer"
+    );
+    editor.quit().await;
+}
