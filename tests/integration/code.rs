@@ -334,3 +334,54 @@ async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_changes_list_has_one_entry_per_hunk_and_undo_restores_the_baseline() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        "true",
+    )
+    .await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
+            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
+            .reply(),
+    );
+    let before = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("read");
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    let list: Value = editor
+        .lua(
+            "local list = vim.fn.getqflist({ title = 1, items = 1 })
+             local items = {}
+             for _, item in ipairs(list.items) do
+               table.insert(items, { file = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'), lnum = item.lnum, text = item.text })
+             end
+             return { title = list.title, items = items }",
+        )
+        .await;
+    assert_eq!(list["title"], "Loopr: print-version changes");
+    assert_eq!(
+        list["items"],
+        json!([
+            {"file": "src/main.rs", "lnum": 2, "text": "modified: @@ -2,1 +2,1 @@ println!(\"bye\");"},
+            {"file": "src/version.rs", "lnum": 1, "text": "added: pub const VERSION: &str = \"0.3.1\";"}
+        ])
+    );
+
+    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(
+        std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("read"),
+        before
+    );
+    assert!(!editor.dirs.project.join("src/version.rs").exists());
+    editor.quit().await;
+}
