@@ -58,6 +58,36 @@ end, {
   end,
 })
 
+command('LooprRun', function(args)
+  require('loopr').run(args.args)
+end, {
+  nargs = '?',
+  desc = 'Loopr: implement a phase with a code loop (default: this phase)',
+  complete = function(arglead)
+    return require('loopr').complete_phase_names(arglead)
+  end,
+})
+
+command('LooprChanges', function(args)
+  require('loopr').changes(args.args)
+end, {
+  nargs = '?',
+  desc = "Loopr: quickfix list of a code loop's changes, one entry per hunk",
+  complete = function(arglead)
+    return require('loopr').complete_phase_names(arglead)
+  end,
+})
+
+command('LooprUndo', function(args)
+  require('loopr').undo(args.args)
+end, {
+  nargs = '?',
+  desc = 'Loopr: restore the files a code loop changed to how they were before it',
+  complete = function(arglead)
+    return require('loopr').complete_phase_names(arglead)
+  end,
+})
+
 vim.api.nvim_create_autocmd('VimEnter', {
   group = vim.api.nvim_create_augroup('loopr_resume', { clear = true }),
   desc = 'Loopr: resume loops a previous host left unfinished',

@@ -3,6 +3,12 @@
 ---@alias loopr.Layout "vsplit"|"split"|"tab"
 ---@alias loopr.LogLevel "error"|"warn"|"info"|"debug"|"trace"
 ---@alias loopr.Level "plan"|"spec"|"phase"
+---@alias loopr.ApprovalMode "ask"|"auto"
+
+---@class loopr.Approvals
+---@field write loopr.ApprovalMode Creating or overwriting a file.
+---@field edit loopr.ApprovalMode Replacing text in a file.
+---@field command loopr.ApprovalMode Running a shell command.
 
 ---@class loopr.Config
 ---@field bin string|nil Path to the host binary; nil means auto-detect.
@@ -22,6 +28,13 @@
 ---@field plan_review_passes integer
 ---@field spec_review boolean
 ---@field resume boolean
+---@field code_max_iterations integer
+---@field validation_timeout_secs integer
+---@field command_timeout_secs integer
+---@field approvals loopr.Approvals
+---@field allow_commands string[]
+---@field deny_commands string[]|nil nil: the host's default list.
+---@field secret_patterns string[]|nil nil: the host's default list.
 
 ---@class loopr.Opts
 ---@field bin? string
@@ -41,6 +54,13 @@
 ---@field plan_review_passes? integer
 ---@field spec_review? boolean
 ---@field resume? boolean
+---@field code_max_iterations? integer
+---@field validation_timeout_secs? integer
+---@field command_timeout_secs? integer
+---@field approvals? {write?: loopr.ApprovalMode, edit?: loopr.ApprovalMode, command?: loopr.ApprovalMode}
+---@field allow_commands? string[]
+---@field deny_commands? string[]
+---@field secret_patterns? string[]
 
 local M = {}
 
@@ -49,6 +69,7 @@ local M = {}
 ---@field expect string Human readable description of the accepted values.
 ---@field check fun(v: any): boolean
 ---@field default fun(): any
+---@field merge? boolean A table value is merged into the default table (keys not given keep theirs).
 
 ---@param min integer
 ---@return fun(v: any): boolean
@@ -90,6 +111,23 @@ local function list_of(check)
     end
     for _, item in ipairs(v) do
       if not check(item) then
+        return false
+      end
+    end
+    return true
+  end
+end
+
+---@param keys string[]
+---@param check fun(v: any): boolean
+---@return fun(v: any): boolean
+local function map_of(keys, check)
+  return function(v)
+    if type(v) ~= 'table' then
+      return false
+    end
+    for key, item in pairs(v) do
+      if not vim.tbl_contains(keys, key) or not check(item) then
         return false
       end
     end
@@ -148,6 +186,19 @@ local spec = {
   plan_review_passes = { expect = 'an integer from 0 to 5', check = integer_between(0, 5), default = const(5) },
   spec_review = { expect = 'a boolean', check = boolean, default = const(true) },
   resume = { expect = 'a boolean', check = boolean, default = const(true) },
+  code_max_iterations = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(5) },
+  validation_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600) },
+  command_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(120) },
+  approvals = {
+    expect = 'a table with keys "write", "edit", "command", each "ask" or "auto"',
+    check = map_of({ 'write', 'edit', 'command' }, one_of({ 'ask', 'auto' })),
+    default = const({ write = 'ask', edit = 'ask', command = 'ask' }),
+    merge = true,
+  },
+  allow_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const({}) },
+  -- nil: the host's defaults apply (they are not repeated here).
+  deny_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const(nil) },
+  secret_patterns = { expect = 'a list of globs', check = list_of(nonempty_string), default = const(nil) },
 }
 
 ---@type loopr.Opts
@@ -237,16 +288,21 @@ function M.get()
     local v = user_opts[key]
     if v == nil then
       v = s.default()
+    elseif s.merge then
+      v = vim.tbl_extend('force', s.default(), v)
     end
     cfg[key] = vim.deepcopy(v)
   end
   return cfg
 end
 
----Settings forwarded to the host with each `plan` request.
----@return table<string, string|integer|string[]>
+---Settings forwarded to the host with each `plan` and `run` request. Left out where the
+---host's default applies: unset `deny_commands` and `secret_patterns`, and `approvals` equal
+---to the default (the same as the host's).
+---@return table<string, any>
 function M.settings()
   local c = M.get()
+  local approvals = not vim.deep_equal(c.approvals, spec.approvals.default()) and c.approvals or nil
   return {
     model = c.model,
     max_tokens = c.max_tokens,
@@ -258,6 +314,13 @@ function M.settings()
     max_concurrent_loops = c.max_concurrent_loops,
     plan_review_passes = c.plan_review_passes,
     spec_review = c.spec_review,
+    code_max_iterations = c.code_max_iterations,
+    validation_timeout_secs = c.validation_timeout_secs,
+    command_timeout_secs = c.command_timeout_secs,
+    approvals = approvals,
+    allow_commands = c.allow_commands,
+    deny_commands = c.deny_commands,
+    secret_patterns = c.secret_patterns,
   }
 end
 

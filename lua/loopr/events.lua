@@ -4,7 +4,7 @@
 local M = {}
 
 ---@class loopr.Event
----@field event "loop_updated"|"progress"|"artifact_created"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"
 
 ---@class loopr.LoopUpdatedEvent: loopr.Event
 ---@field id string
@@ -22,6 +22,25 @@ local M = {}
 ---@field path string
 ---@field json_path string
 ---@field iteration integer
+
+---@class loopr.ApprovalRequestedEvent: loopr.Event
+---@field id integer
+---@field loop_id string
+---@field kind "write"|"edit"|"command"
+---@field tool "write_file"|"edit_file"|"run_command"
+---@field subject string
+---@field detail string
+
+---@class loopr.ApprovalClosedEvent: loopr.Event
+---@field id integer
+
+---@class loopr.ValidationEvent: loopr.Event
+---@field loop_id string
+---@field phase string
+---@field iteration integer
+---@field passed boolean
+---@field command string
+---@field output string
 
 ---Statuses of loops that do not run (now); their progress message goes.
 local IDLE = {
@@ -137,6 +156,43 @@ function handlers.artifact_created(ev)
     json_path = ev.json_path,
     iteration = ev.iteration,
   })
+end
+
+---@param ev loopr.ApprovalRequestedEvent
+function handlers.approval_requested(ev)
+  local req = require('loopr.approvals').request(ev)
+  fire('LooprApprovalRequested', {
+    id = req.id,
+    loop_id = req.loop_id,
+    kind = req.kind,
+    tool = req.tool,
+    subject = req.subject,
+  })
+end
+
+---@param ev loopr.ApprovalClosedEvent
+function handlers.approval_closed(ev)
+  require('loopr.approvals').close(tonumber(ev.id) or -1)
+end
+
+---@param ev loopr.ValidationEvent
+function handlers.validation(ev)
+  local phase = str(ev.phase) or ev.loop_id
+  -- Parsed like `:make` output; the list is not opened, so nothing takes focus.
+  require('loopr.qf').set({
+    title = ('Loopr: %s validation'):format(phase),
+    lines = vim.split(type(ev.output) == 'string' and ev.output or '', '\n', { trimempty = true }),
+    efm = vim.o.errorformat,
+  })
+  if ev.passed == true then
+    vim.notify(('Loopr: %s validation passed (iteration %s)'):format(phase, ev.iteration), vim.log.levels.INFO)
+  else
+    vim.notify(
+      ('Loopr: %s validation failed (iteration %s); see :copen'):format(phase, ev.iteration),
+      vim.log.levels.WARN
+    )
+  end
+  fire('LooprValidation', { loop_id = ev.loop_id, phase = phase, iteration = ev.iteration, passed = ev.passed })
 end
 
 ---Entry point for host notifications; returns at once and handles the event later.

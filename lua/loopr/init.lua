@@ -175,6 +175,82 @@ function M.tasks(phase)
   return require('loopr.tasks').open(trimmed(phase), config.root())
 end
 
+---Implement a phase with a code loop (|:LooprRun|): phase `phase` (a name or a phase loop
+---id), else the phase whose `phase.md` is in the current buffer. Changes wait for approval
+---per the `approvals` option.
+---@param phase string|nil
+---@return string|nil loop_id The code loop, nil on error (already notified).
+function M.run(phase)
+  local root = config.root()
+  local target, label = trimmed(phase), trimmed(phase)
+  if not target then
+    local here = require('loopr.paths').buf_artifact()
+    if here and here.kind == 'phase' then
+      local r = record_of(root, here.loop_id)
+      target, label = here.loop_id, (r and type(r.name) == 'string') and r.name or here.loop_id
+    end
+  end
+  if not target then
+    notify('LooprRun needs a phase: :LooprRun {phase} (see :LooprStatus)')
+    return nil
+  end
+  if (vim.env.ANTHROPIC_API_KEY or '') == '' then
+    notify('ANTHROPIC_API_KEY is not set; export it before starting Neovim')
+    return nil
+  end
+  local result, err = require('loopr.host').request('run', {
+    root = root,
+    phase = target,
+    settings = config.settings(),
+  })
+  if err then
+    notify(err)
+    return nil
+  end
+  local id = type(result) == 'table' and result.loop_id or nil
+  if type(id) ~= 'string' then
+    notify('Loopr: unexpected reply to run: ' .. vim.inspect(result))
+    return nil
+  end
+  notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
+  return id
+end
+
+---The phase a command is about: the argument, else the phase.md in the current buffer.
+---@param phase string|nil
+---@param command string For the error message.
+---@return string|nil phase
+local function phase_argument(phase, command)
+  local target = trimmed(phase)
+  if not target then
+    local here = require('loopr.paths').buf_artifact()
+    if here and here.kind == 'phase' then
+      target = here.loop_id
+    end
+  end
+  if not target then
+    notify(('%s needs a phase: :%s {phase} (see :LooprStatus)'):format(command, command))
+  end
+  return target
+end
+
+---Show what the newest code loop of `phase` changed, one quickfix entry per hunk
+---(`:LooprChanges`).
+---@param phase string|nil Phase name; default: the phase of the current phase.md buffer.
+---@return integer|nil qf_id
+function M.changes(phase)
+  local target = phase_argument(phase, 'LooprChanges')
+  return target and require('loopr.changes').open(target, config.root()) or nil
+end
+
+---Restore the files the newest code loop of `phase` changed (`:LooprUndo`).
+---@param phase string|nil Phase name; default: the phase of the current phase.md buffer.
+---@return string[]|nil files
+function M.undo(phase)
+  local target = phase_argument(phase, 'LooprUndo')
+  return target and require('loopr.changes').undo(target, config.root()) or nil
+end
+
 ---Ask the host to resume loops left unfinished by a host that died, when this project has
 ---Loopr state (`$LOOPR_HOME/<project>/loopr.db`). Silent when there is nothing to resume;
 ---without state, the host is not started.
@@ -241,7 +317,7 @@ function M.complete_awaiting_ids(arglead)
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
 end
 
----Complete names of current (not invalidated) phases (for `:LooprTasks`).
+---Complete names of current (not invalidated) phases (for `:LooprTasks` and `:LooprRun`).
 ---@param arglead string
 ---@return string[]
 function M.complete_phase_names(arglead)

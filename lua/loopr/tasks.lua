@@ -60,31 +60,13 @@ function M.convert(reply, single)
   return items, title
 end
 
----The id of the quickfix list titled `title`, anywhere in the stack, or nil.
----@param title string
----@return integer|nil
-local function find(title)
-  for nr = 1, vim.fn.getqflist({ nr = '$' }).nr do
-    local qf = vim.fn.getqflist({ nr = nr, id = 0, title = 0 })
-    if qf.title == title then
-      return qf.id
-    end
-  end
-end
-
 ---Replace the list titled `title` in place (the current list stays current), else push
 ---a new list after the current one so `:colder` returns to the previous list.
 ---@param items vim.quickfix.entry[]
 ---@param title string
 ---@return integer qf_id
 function M.apply(items, title)
-  local id = find(title)
-  if id then
-    vim.fn.setqflist({}, 'r', { id = id, items = items, title = title })
-    return id
-  end
-  vim.fn.setqflist({}, ' ', { title = title, items = items })
-  return vim.fn.getqflist({ id = 0 }).id
+  return require('loopr.qf').set({ title = title, items = items })
 end
 
 ---Fetch tasks from the host and show them in the quickfix window.

@@ -2,10 +2,12 @@
 
 local M = {}
 
+---Whether the user is typing (insert, replace, terminal or command-line mode): windows then
+---open without taking focus.
 ---@return boolean
-local function typing()
+function M.typing()
   local mode = vim.api.nvim_get_mode().mode
-  return mode:find('^[iRt]') ~= nil
+  return mode:find('^[iRtc]') ~= nil
 end
 
 ---Load `path` as a listed file buffer, reloading it if it was loaded already.
@@ -80,7 +82,7 @@ end
 
 ---Open an artifact for review in a split (or tab) per `layout`; a window of the current tab
 ---that shows an older, unmodified artifact of the same loop shows it instead. While the user
----types (insert, replace, terminal mode) the window opens without focus; a tab
+---types (insert, replace, terminal, command-line mode) the window opens without focus; a tab
 ---waits until the user is back in normal mode.
 ---@param path string Absolute path of the artifact (.md).
 ---@param layout loopr.Layout|nil Defaults to the `layout` option.
@@ -93,7 +95,7 @@ function M.open_artifact(path, layout)
   if win then
     return win
   end
-  local busy = typing()
+  local busy = M.typing()
   local older = predecessor(path, busy)
   if older then
     vim.api.nvim_win_set_buf(older, buf)

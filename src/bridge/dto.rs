@@ -412,7 +412,45 @@ pub fn params<T: for<'de> Deserialize<'de>>(method: &str, args: Vec<Value>) -> R
         Some(Value::Array(items)) if items.is_empty() => Value::Map(Vec::new()),
         Some(value) => value,
     };
-    rmpv::ext::from_value(value).map_err(|err| format!("loopr: bad parameters for {method}: {err}"))
+    // Through JSON: rmpv's own deserializer cannot read unit enum variants from strings.
+    serde_json::from_value(msgpack_to_json(value))
+        .map_err(|err| format!("loopr: bad parameters for {method}: {err}"))
+}
+
+fn msgpack_to_json(value: Value) -> serde_json::Value {
+    match value {
+        Value::Nil => serde_json::Value::Null,
+        Value::Boolean(flag) => serde_json::Value::Bool(flag),
+        Value::Integer(integer) => integer
+            .as_i64()
+            .map(serde_json::Value::from)
+            .or_else(|| integer.as_u64().map(serde_json::Value::from))
+            .unwrap_or(serde_json::Value::Null),
+        Value::F32(number) => serde_json::Value::from(f64::from(number)),
+        Value::F64(number) => serde_json::Value::from(number),
+        Value::String(text) => serde_json::Value::String(text.into_str().unwrap_or_default()),
+        Value::Binary(bytes) => {
+            serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(msgpack_to_json).collect())
+        }
+        Value::Map(pairs) => serde_json::Value::Object(
+            pairs
+                .into_iter()
+                .map(|(key, value)| {
+                    let key = match key {
+                        Value::String(text) => text.into_str().unwrap_or_default(),
+                        other => other.to_string(),
+                    };
+                    (key, msgpack_to_json(value))
+                })
+                .collect(),
+        ),
+        Value::Ext(_, bytes) => {
+            serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    }
 }
 
 /// Encodes a reply as msgpack with structs as maps. (rmpv's own serializer writes structs as
@@ -536,6 +574,30 @@ mod tests {
         assert_eq!(
             item["user_data"],
             serde_json::json!({"loop_id": "l-1", "phase": "parse-flag", "task_index": 1, "action": "modify"})
+        );
+    }
+
+    #[test]
+    fn approval_modes_arrive_as_strings() {
+        let args = vec![map(vec![
+            ("task", Value::from("x")),
+            ("root", Value::from("/tmp")),
+            (
+                "settings",
+                map(vec![(
+                    "approvals",
+                    map(vec![("edit", Value::from("auto"))]),
+                )]),
+            ),
+        ])];
+        let parsed: PlanParams = params("plan", args).expect("params");
+        assert_eq!(
+            parsed.settings.approvals.edit,
+            crate::agent::ApprovalMode::Auto
+        );
+        assert_eq!(
+            parsed.settings.approvals.write,
+            crate::agent::ApprovalMode::Ask
         );
     }
 

@@ -1,0 +1,245 @@
+-- Reviewing the changes code loops ask to make: one `loopr://approval/<id>` buffer at a
+-- time, the other requests queued behind it.
+
+local M = {}
+
+local MAX_HEIGHT = 15
+local CLOSED = 'closed without a decision'
+local SUBJECT_WIDTH = 60
+
+---@alias loopr.ApprovalKind "write"|"edit"|"command"
+---@alias loopr.Decision "accept"|"accept_all"|"reject"
+
+---@class loopr.ApprovalRequest
+---@field id integer
+---@field loop_id string
+---@field kind loopr.ApprovalKind
+---@field tool string "write_file", "edit_file" or "run_command".
+---@field subject string File path relative to the project root, or the command.
+---@field detail string Unified diff, or "$ <command>\n(in <dir>)".
+
+---@class loopr.PendingApproval
+---@field id integer
+---@field kind loopr.ApprovalKind
+---@field subject string
+
+---@class loopr.ShownApproval
+---@field request loopr.ApprovalRequest
+---@field buf integer
+---@field origin integer|nil The window to return to; nil when focus was not taken.
+
+---@type loopr.ShownApproval|nil
+local shown = nil
+---@type loopr.ApprovalRequest[]
+local queue = {}
+
+local DECISIONS = { accept = true, accept_all = true, reject = true }
+local PLURAL = { write = 'writes', edit = 'edits', command = 'commands' }
+
+---@param s string
+---@return string
+local function one_line(s)
+  return (s:gsub('%s*\n%s*', ' '))
+end
+
+---@param s string
+---@return string
+local function short(s)
+  s = one_line(s)
+  if vim.fn.strchars(s) <= SUBJECT_WIDTH then
+    return s
+  end
+  return vim.fn.strcharpart(s, 0, SUBJECT_WIDTH - 1) .. '…'
+end
+
+---@param req loopr.ApprovalRequest
+---@return string[]
+local function render(req)
+  local header = req.kind == 'command' and ('Loopr wants to run: %s'):format(one_line(req.subject))
+    or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
+  local lines = { header, '' }
+  vim.list_extend(lines, vim.split(req.detail, '\n', { trimempty = true }))
+  table.insert(lines, '')
+  table.insert(
+    lines,
+    ('a accept · A accept all %s of this loop · r reject with a reason · q reject'):format(
+      PLURAL[req.kind] or 'changes'
+    )
+  )
+  return lines
+end
+
+---@param id integer
+---@return string
+local function name_of(id)
+  return ('loopr://approval/%d'):format(id)
+end
+
+---@param buf integer
+---@param req loopr.ApprovalRequest
+local function keymaps(buf, req)
+  ---@param lhs string
+  ---@param desc string
+  ---@param fn fun()
+  local function map(lhs, desc, fn)
+    vim.keymap.set('n', lhs, fn, { buffer = buf, nowait = true, desc = desc })
+  end
+  map('a', 'Loopr: accept this change', function()
+    M.answer(req.id, 'accept')
+  end)
+  map('A', ('Loopr: accept all %s of this loop'):format(PLURAL[req.kind] or 'changes'), function()
+    M.answer(req.id, 'accept_all')
+  end)
+  map('r', 'Loopr: reject this change with a reason', function()
+    vim.ui.input({ prompt = 'Loopr: reason for rejecting (for the model): ' }, function(reason)
+      -- Cancelling the prompt (nil) leaves the request open; an empty reason rejects.
+      if reason ~= nil then
+        M.answer(req.id, 'reject', reason)
+      end
+    end)
+  end)
+  map('q', 'Loopr: reject this change (closed without a decision)', function()
+    M.answer(req.id, 'reject', CLOSED)
+  end)
+end
+
+---@param req loopr.ApprovalRequest
+---@return integer buf
+local function create(req)
+  local name = name_of(req.id)
+  for _, stale in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_get_name(stale) == name then
+      vim.api.nvim_buf_delete(stale, { force = true })
+    end
+  end
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_name(buf, name)
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].swapfile = false
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, render(req))
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].filetype = req.kind == 'command' and 'sh' or 'diff'
+  keymaps(buf, req)
+  vim.api.nvim_create_autocmd('BufWipeout', {
+    buffer = buf,
+    once = true,
+    desc = 'Loopr: a review buffer closed by other means rejects its request',
+    callback = function()
+      vim.schedule(function()
+        if shown and shown.buf == buf then
+          M.answer(req.id, 'reject', CLOSED)
+        end
+      end)
+    end,
+  })
+  return buf
+end
+
+---Show `req` in a split below; focus moves there only when the user is not typing.
+---@param req loopr.ApprovalRequest
+local function show(req)
+  local buf = create(req)
+  local enter = not require('loopr.ui').typing()
+  local origin = vim.api.nvim_get_current_win()
+  local height = math.min(vim.api.nvim_buf_line_count(buf), MAX_HEIGHT)
+  shown = { request = req, buf = buf, origin = enter and origin or nil }
+  local ok, win = pcall(vim.api.nvim_open_win, buf, enter, { split = 'below', win = -1, height = height })
+  if ok then
+    vim.wo[win].winfixheight = true
+    vim.wo[win].wrap = false
+  else
+    vim.notify(('Loopr: cannot open %s (%s); use :sbuffer'):format(name_of(req.id), win), vim.log.levels.WARN)
+  end
+  vim.notify(
+    ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(req.kind, short(req.subject)),
+    vim.log.levels.INFO
+  )
+end
+
+local function show_next()
+  if not shown and #queue > 0 then
+    show(table.remove(queue, 1))
+  end
+end
+
+---Close the review UI of request `id` (shown or queued); the next request shows.
+---@param id integer
+function M.close(id)
+  for i, req in ipairs(queue) do
+    if req.id == id then
+      table.remove(queue, i)
+      return
+    end
+  end
+  if not (shown and shown.request.id == id) then
+    return
+  end
+  local current = shown
+  shown = nil
+  if vim.api.nvim_buf_is_valid(current.buf) then
+    local origin = current.origin
+    if vim.api.nvim_get_current_buf() == current.buf and origin and vim.api.nvim_win_is_valid(origin) then
+      vim.api.nvim_set_current_win(origin)
+    end
+    vim.api.nvim_buf_delete(current.buf, { force = true })
+  end
+  show_next()
+end
+
+---A code loop asks to make a change: show it, or queue it behind the one shown.
+---@param ev table The `approval_requested` event.
+---@return loopr.ApprovalRequest req
+function M.request(ev)
+  ---@type loopr.ApprovalRequest
+  local req = {
+    id = assert(tonumber(ev.id), 'approval_requested without an id'),
+    loop_id = tostring(ev.loop_id or '?'),
+    kind = ev.kind,
+    tool = tostring(ev.tool or ''),
+    subject = tostring(ev.subject or ''),
+    detail = type(ev.detail) == 'string' and ev.detail or '',
+  }
+  for _, p in ipairs(M.pending()) do
+    if p.id == req.id then
+      return req
+    end
+  end
+  if shown then
+    table.insert(queue, req)
+  else
+    show(req)
+  end
+  return req
+end
+
+---Answer request `id` and close its review buffer (the next request shows).
+---@param id integer
+---@param decision loopr.Decision
+---@param reason? string For "reject": why, for the model.
+---@return boolean|nil answered false when the request no longer waited; nil on error (notified).
+function M.answer(id, decision, reason)
+  if not DECISIONS[decision] then
+    vim.notify(('Loopr: unknown decision %s'):format(vim.inspect(decision)), vim.log.levels.ERROR)
+    return nil
+  end
+  local result, err = require('loopr.host').request('approval', { id = id, decision = decision, reason = reason })
+  M.close(id)
+  if err then
+    vim.notify(err, vim.log.levels.ERROR)
+    return nil
+  end
+  return result == true
+end
+
+---Requests awaiting an answer: the one shown first, then the queued ones.
+---@return loopr.PendingApproval[]
+function M.pending()
+  local list = {}
+  for _, req in ipairs(shown and vim.list_extend({ shown.request }, queue) or queue) do
+    table.insert(list, { id = req.id, kind = req.kind, subject = req.subject })
+  end
+  return list
+end
+
+return M
