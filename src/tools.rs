@@ -11,6 +11,7 @@ mod output;
 mod policy;
 mod read_file;
 mod run_command;
+mod web_fetch;
 mod write_file;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use list_files::{ListFilesTool, project_walker};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell};
+pub use web_fetch::WebFetchTool;
 pub use write_file::WriteFileTool;
 
 use crate::llm::ToolSpec;
@@ -93,6 +95,55 @@ pub trait Tool: Send + Sync {
     }
 }
 
+/// A tool made from a closure, for small tools that need no type of their own.
+pub struct FnTool<F> {
+    name: &'static str,
+    description: &'static str,
+    input_schema: Value,
+    run: F,
+}
+
+/// Builds a tool from a name, a description, the JSON schema of its input and a closure that
+/// answers a call (synchronously; blocking work belongs in a `Tool` of its own).
+pub fn fn_tool<F>(
+    name: &'static str,
+    description: &'static str,
+    input_schema: Value,
+    run: F,
+) -> Arc<dyn Tool>
+where
+    F: Fn(Value, &ToolContext) -> Result<String, ToolError> + Send + Sync + 'static,
+{
+    Arc::new(FnTool {
+        name,
+        description,
+        input_schema,
+        run,
+    })
+}
+
+#[async_trait]
+impl<F> Tool for FnTool<F>
+where
+    F: Fn(Value, &ToolContext) -> Result<String, ToolError> + Send + Sync + 'static,
+{
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn description(&self) -> &'static str {
+        self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.input_schema.clone()
+    }
+
+    async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
+        (self.run)(input, context)
+    }
+}
+
 /// Parses a tool's input into its typed form, turning serde's complaint into advice.
 pub fn parse_input<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, ToolError> {
     serde_json::from_value(input).map_err(|err| {
@@ -109,8 +160,8 @@ pub struct ToolRegistry {
 
 impl ToolRegistry {
     /// The tools a loop of this type may use. Planning levels only read; the code loop also
-    /// writes, edits and runs commands.
-    pub fn for_loop(loop_type: LoopType) -> ToolRegistry {
+    /// writes, edits and runs commands. `web_fetch` only when the user enabled it.
+    pub fn for_loop(loop_type: LoopType, web_fetch: bool) -> ToolRegistry {
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(ReadFileTool),
             Arc::new(ListFilesTool),
@@ -121,6 +172,14 @@ impl ToolRegistry {
             tools.push(Arc::new(EditFileTool));
             tools.push(Arc::new(RunCommandTool));
         }
+        if web_fetch {
+            tools.push(Arc::new(WebFetchTool::new()));
+        }
+        ToolRegistry { tools }
+    }
+
+    /// A registry of exactly these tools, in this order.
+    pub fn of(tools: Vec<Arc<dyn Tool>>) -> ToolRegistry {
         ToolRegistry { tools }
     }
 

@@ -27,6 +27,7 @@
 ---@field max_concurrent_loops integer
 ---@field plan_review_passes integer
 ---@field spec_review boolean
+---@field web_fetch boolean
 ---@field resume boolean
 ---@field code_max_iterations integer
 ---@field validation_timeout_secs integer
@@ -53,6 +54,7 @@
 ---@field max_concurrent_loops? integer
 ---@field plan_review_passes? integer
 ---@field spec_review? boolean
+---@field web_fetch? boolean
 ---@field resume? boolean
 ---@field code_max_iterations? integer
 ---@field validation_timeout_secs? integer
@@ -185,6 +187,7 @@ local spec = {
   max_concurrent_loops = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(4) },
   plan_review_passes = { expect = 'an integer from 0 to 5', check = integer_between(0, 5), default = const(5) },
   spec_review = { expect = 'a boolean', check = boolean, default = const(true) },
+  web_fetch = { expect = 'a boolean', check = boolean, default = const(false) },
   resume = { expect = 'a boolean', check = boolean, default = const(true) },
   code_max_iterations = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(5) },
   validation_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600) },
@@ -314,6 +317,7 @@ function M.settings()
     max_concurrent_loops = c.max_concurrent_loops,
     plan_review_passes = c.plan_review_passes,
     spec_review = c.spec_review,
+    web_fetch = c.web_fetch,
     code_max_iterations = c.code_max_iterations,
     validation_timeout_secs = c.validation_timeout_secs,
     command_timeout_secs = c.command_timeout_secs,

@@ -170,7 +170,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     if state.stage == Stage::Done {
         return finish(context, kind, &state);
     }
-    let tools = ToolRegistry::for_loop(record.loop_type);
+    let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
     let mut tool_specs = tools.specs();
     tool_specs.push(jobs::artifact_tool(kind));
     if !reviews.is_empty() {

@@ -40,7 +40,7 @@ struct CodeRunState {
 pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let record = &context.record;
     let phase = phase_of(context)?;
-    let tools = ToolRegistry::for_loop(record.loop_type);
+    let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
     let mut tool_specs = tools.specs();
     tool_specs.push(ToolSpec {
         name: COMPLETE_PHASE.to_owned(),

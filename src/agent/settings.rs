@@ -42,6 +42,8 @@ pub struct LoopSettings {
     pub secret_patterns: Vec<String>,
     /// How long a `run_command` may run unless the model asks for less.
     pub command_timeout_secs: u64,
+    /// Whether loops may fetch web pages (`web_fetch`); off unless enabled.
+    pub web_fetch: bool,
 }
 
 impl Default for LoopSettings {
@@ -70,6 +72,7 @@ impl Default for LoopSettings {
                 .map(|p| (*p).to_owned())
                 .collect(),
             command_timeout_secs: 120,
+            web_fetch: false,
         }
     }
 }

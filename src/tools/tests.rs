@@ -41,7 +41,7 @@ fn project() -> Project {
 }
 
 async fn call(project: &Project, name: &str, input: Value) -> Result<String, ToolError> {
-    let registry = ToolRegistry::for_loop(LoopType::Code);
+    let registry = ToolRegistry::for_loop(LoopType::Code, true);
     let tool = registry.get(name).expect("tool exists");
     tool.call(input, &project.context).await
 }
@@ -178,7 +178,7 @@ async fn grep_finds_matches_with_locations_and_reports_bad_patterns() {
 
 #[test]
 fn every_tool_offers_an_object_schema_with_descriptions() {
-    let registry = ToolRegistry::for_loop(LoopType::Plan);
+    let registry = ToolRegistry::for_loop(LoopType::Plan, false);
     assert_eq!(registry.names(), vec!["read_file", "list_files", "grep"]);
     for spec in registry.specs() {
         assert_eq!(spec.input_schema["type"], "object", "{}", spec.name);
@@ -567,5 +567,112 @@ async fn a_rejected_change_returns_the_users_reason_and_changes_nothing() {
     assert_eq!(
         (asked[1].kind, asked[1].subject.as_str()),
         (ChangeKind::Command, "touch ran")
+    );
+}
+
+#[tokio::test]
+async fn a_tool_from_a_closure_is_offered_and_called_like_any_other() {
+    let project = project();
+    let shout = fn_tool(
+        "shout",
+        "Upper-cases a word.",
+        json!({"type": "object", "properties": {"word": {"type": "string", "description": "The word."}}, "required": ["word"]}),
+        |input, _context| {
+            let word = input["word"]
+                .as_str()
+                .ok_or_else(|| ToolError::InvalidInput("word must be a string".to_owned()))?;
+            Ok(word.to_uppercase())
+        },
+    );
+    let registry = ToolRegistry::of(vec![shout, Arc::new(ReadFileTool)]);
+    assert_eq!(registry.names(), vec!["shout", "read_file"]);
+    assert_eq!(
+        registry.specs()[0].input_schema["required"],
+        json!(["word"])
+    );
+    let tool = registry.get("shout").expect("tool");
+    assert_eq!(
+        tool.call(json!({"word": "loop"}), &project.context)
+            .await
+            .expect("call"),
+        "LOOP"
+    );
+    assert!(matches!(
+        tool.call(json!({"word": 3}), &project.context).await,
+        Err(ToolError::InvalidInput(_))
+    ));
+}
+
+/// Serves one HTTP response per connection on loopback.
+async fn serve_once(content_type: &'static str, status: &'static str, body: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        if let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    format!("http://{address}/page")
+}
+
+#[tokio::test]
+async fn web_fetch_reduces_html_to_text_and_refuses_what_is_not_a_web_page() {
+    let project = project();
+    let page = serve_once(
+        "text/html; charset=utf-8",
+        "200 OK",
+        "<html><head><style>p{}</style></head><body><h1>Release notes</h1><p>Version <b>0.3.1</b> adds --version.</p></body></html>".to_owned(),
+    )
+    .await;
+    let text = call(&project, "web_fetch", json!({"url": page}))
+        .await
+        .expect("fetch");
+    assert!(text.contains("Release notes"), "{text}");
+    assert!(text.contains("Version 0.3.1 adds --version."), "{text}");
+    assert!(!text.contains("<p>") && !text.contains("p{}"), "{text}");
+
+    for url in ["file:///etc/passwd", "ftp://example.com/x", "not a url"] {
+        let err = call(&project, "web_fetch", json!({"url": url}))
+            .await
+            .expect_err(url);
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{url}: {err}");
+    }
+    let missing = serve_once("text/html", "404 Not Found", "gone".to_owned()).await;
+    let err = call(&project, "web_fetch", json!({"url": missing}))
+        .await
+        .expect_err("404");
+    assert!(err.to_string().contains("HTTP 404"), "{err}");
+    let binary = serve_once(
+        "application/octet-stream",
+        "200 OK",
+        "\u{1}\u{2}".to_owned(),
+    )
+    .await;
+    let err = call(&project, "web_fetch", json!({"url": binary}))
+        .await
+        .expect_err("binary");
+    assert!(err.to_string().contains("not text"), "{err}");
+}
+
+#[test]
+fn web_fetch_is_offered_only_when_enabled() {
+    assert!(
+        !ToolRegistry::for_loop(LoopType::Code, false)
+            .names()
+            .contains(&"web_fetch")
+    );
+    assert!(
+        ToolRegistry::for_loop(LoopType::Plan, true)
+            .names()
+            .contains(&"web_fetch")
     );
 }
