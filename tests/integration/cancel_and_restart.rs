@@ -1,5 +1,3 @@
-use std::time::Duration;
-
 use crate::fake_anthropic::{FakeAnthropic, rate_limited};
 use crate::nvim::WAIT;
 use crate::scenario::{create_plan_turn, list_files_turn, stalled_turn, start_editor, valid_plan};
@@ -115,31 +113,12 @@ async fn a_killed_host_is_restarted_on_the_next_command() {
 
     // Closing Neovim ends the host too.
     editor.quit().await;
-    wait_for_exit(second_pid).await;
+    crate::nvim::wait_for_exit(second_pid).await;
 }
 
 async fn kill_and_reap(pid: i32) {
     // SAFETY: sending SIGKILL to the host process this test started.
     let result = unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(result, 0, "kill {pid}");
-    wait_for_exit(pid).await;
-}
-
-/// Waits until process `pid` (not our child) has exited, through a pidfd: no polling.
-async fn wait_for_exit(pid: i32) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        // The process is already gone.
-        return;
-    }
-    let fd = i32::try_from(fd).expect("fd");
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
-    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
-    let _exited = tokio::time::timeout(Duration::from_secs(30), async_fd.readable())
-        .await
-        .expect("the host exits")
-        .expect("pidfd readable");
+    crate::nvim::wait_for_exit(pid).await;
 }

@@ -31,6 +31,7 @@ async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> 
         fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
     }
     let mut editor = start_editor(fake, setup).await;
+    commit_everything(&editor.dirs.project);
     let plan_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&plan_id, "awaiting_approval").await;
     assert_eq!(editor.command("LooprApprove").await, None);
@@ -42,6 +43,30 @@ async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> 
         editor
             .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
             .await;
+    }
+}
+
+/// Makes the project a real git repository with one commit.
+fn commit_everything(project: &std::path::Path) {
+    for args in [
+        vec!["init", "-q"],
+        vec!["add", "-A"],
+        vec![
+            "-c",
+            "user.name=Loopr Test",
+            "-c",
+            "user.email=test@loopr.invalid",
+            "commit",
+            "-qm",
+            "initial",
+        ],
+    ] {
+        let status = std::process::Command::new("git")
+            .args(&args)
+            .current_dir(project)
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
     }
 }
 
@@ -383,5 +408,95 @@ async fn the_changes_list_has_one_entry_per_hunk_and_undo_restores_the_baseline(
         before
     );
     assert!(!editor.dirs.project.join("src/version.rs").exists());
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_started() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        "true",
+    )
+    .await;
+    // The command says through a FIFO when its child runs, so the test cancels at that moment.
+    let fifo = editor.dirs.project.join("ready.fifo");
+    let fifo_name = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+    // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
+    assert_eq!(unsafe { libc::mkfifo(fifo_name.as_ptr(), 0o600) }, 0);
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn(
+            "slow",
+            "run_command",
+            json!({"command": "sleep 1000 & echo $! > child.pid; echo go > ready.fifo; wait"}),
+        ),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let ready =
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).expect("read fifo"));
+    assert_eq!(
+        tokio::time::timeout(crate::nvim::WAIT, ready)
+            .await
+            .expect("the command ran")
+            .expect("join"),
+        "go\n"
+    );
+
+    assert_eq!(
+        editor.command(&format!("LooprCancel {code_id}")).await,
+        None
+    );
+    editor.wait_status(&code_id, "cancelled").await;
+    let pid: i32 = std::fs::read_to_string(editor.dirs.project.join("child.pid"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("number");
+    crate::nvim::wait_for_exit(pid).await;
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_while_a_change_waits_for_approval_closes_the_prompt_and_writes_nothing() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(&fake, "{}", "true").await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use(
+                "w1",
+                "write_file",
+                json!({"path": "src/new.rs", "content": "pub fn new() {}\n"}),
+            )
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
+    assert_eq!(
+        (asked["kind"].clone(), asked["subject"].clone()),
+        (json!("write"), json!("src/new.rs"))
+    );
+
+    assert_eq!(
+        editor.command(&format!("LooprCancel {code_id}")).await,
+        None
+    );
+    editor.wait_status(&code_id, "cancelled").await;
+    let pending: Value = editor
+        .lua("return require('loopr.approvals').pending()")
+        .await;
+    assert_eq!(pending, json!([]), "the prompt is gone");
+    let open = format!("loopr://approval/{}", asked["id"]);
+    let still_open: bool = editor
+        .lua(&format!(
+            "for _, buf in ipairs(vim.api.nvim_list_bufs()) do if vim.api.nvim_buf_get_name(buf) == {open:?} then return true end end return false"
+        ))
+        .await;
+    assert!(!still_open);
+    assert!(!editor.dirs.project.join("src/new.rs").exists());
     editor.quit().await;
 }

@@ -337,3 +337,22 @@ impl TestNvim {
         self.dirs
     }
 }
+
+/// Waits until process `pid` (not our child) has exited, through a pidfd: no polling.
+pub async fn wait_for_exit(pid: i32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // The process is already gone.
+        return;
+    }
+    let fd = i32::try_from(fd).expect("fd");
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
+    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
+    let _exited = tokio::time::timeout(Duration::from_secs(30), async_fd.readable())
+        .await
+        .expect("the host exits")
+        .expect("pidfd readable");
+}
