@@ -215,7 +215,45 @@ async fn an_unknown_phase_is_reported() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("no current phase named \"no-such-phase\""),
+        stderr.contains("no approved phase named \"no-such-phase\""),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phase_still_waiting_for_review_cannot_run() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    );
+    for phase in PHASES {
+        fake.push_routed(
+            &phase_route(phase),
+            tool_turn(phase, "create_phase", phase_input(phase)),
+        );
+    }
+    let gated = r#"{"plan_review_passes": 0, "spec_review": false, "review_gates": ["phase"]}"#;
+    let planned = loopr(
+        &dirs,
+        &fake,
+        &["plan", "Add a --version flag", "--settings", gated],
+    )
+    .await;
+    let table = String::from_utf8_lossy(&planned.stdout);
+    assert_eq!(table.matches("awaiting_approval").count(), 3, "{table}");
+
+    let output = loopr(
+        &dirs,
+        &fake,
+        &["run", "print-version", "--yes", "--settings", SETTINGS],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("wait for review"), "{stderr}");
 }

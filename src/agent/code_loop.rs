@@ -354,7 +354,8 @@ fn save_state(
     })
 }
 
-/// Whether a phase may get a code loop: its artifact exists and it is current.
+/// Whether a phase may get a code loop: its artifact exists and is approved (a phase that
+/// waits for review, or was invalidated, may not run).
 pub fn runnable_phase(status: LoopStatus, iteration: u32) -> bool {
-    iteration > 0 && matches!(status, LoopStatus::Complete | LoopStatus::AwaitingApproval)
+    iteration > 0 && status == LoopStatus::Complete
 }

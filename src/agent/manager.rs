@@ -68,8 +68,8 @@ pub enum ManagerError {
         hint: &'static str,
     },
     #[error(
-        "no current phase named {0:?} with a phase.md in this project; see :LooprStatus (phases \
-         that are invalidated or not yet written cannot run)"
+        "no approved phase named {0:?} in this project; see :LooprStatus (phases that are not yet \
+         written, wait for review or were invalidated cannot run)"
     )]
     UnknownPhase(String),
     #[error("no code loop has run for phase {0:?}; start one with :LooprRun {0}")]
