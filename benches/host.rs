@@ -109,9 +109,9 @@ async fn run() {
         ms(request_latencies[198])
     );
 
-    let plan = json!({"title": "Bench", "overview": "Bench plan.", "specs": [
-        {"name": "one", "title": "One", "description": "First.", "dependencies": []},
-        {"name": "two", "title": "Two", "description": "Second.", "dependencies": ["one"]}
+    let plan = json!({"title": "Bench", "overview": "Measure the host: a plan with two specs, the second depending on the first, detailed enough to pass the sparseness rule of the plan artifact.", "specs": [
+        {"name": "one", "title": "One", "description": "The first spec: read the project layout and settle where the change goes.", "dependencies": []},
+        {"name": "two", "title": "Two", "description": "The second spec: make the change and cover it with tests.", "dependencies": ["one"]}
     ]});
     let mut reply_latencies = Vec::new();
     let mut loop_latencies = Vec::new();
@@ -137,6 +137,10 @@ async fn run() {
             vec![map(vec![
                 ("task", Value::from("Bench the host")),
                 ("root", root.clone()),
+                (
+                    "settings",
+                    map(vec![("plan_review_passes", Value::from(0))]),
+                ),
             ])],
         )
         .await
@@ -148,8 +152,12 @@ async fn run() {
                 .await
                 .expect("event in time")
                 .expect("event");
-            if event["event"] == "loop_updated" && event["status"] != "running" {
-                assert_eq!(event["status"], "complete", "{event}");
+            let settled = event["event"] == "loop_updated"
+                && event["status"] != "running"
+                && event["status"] != "pending";
+            if settled {
+                // Plans wait for review by default: that is the end of the loop's work.
+                assert_eq!(event["status"], "awaiting_approval", "{event}");
                 break;
             }
         }
