@@ -20,6 +20,6 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use artifact_loop::LoopError;
 pub use baseline::{ChangeStatus, ChangedHunk};
 pub use events::{EventSink, LoopEvent};
-pub use manager::{LoopManager, ManagerError, ProviderFactory, ShellServices, anthropic_from_env};
+pub use manager::{LoopManager, ManagerError, ProviderFactory, ShellServices, anthropic_provider};
 pub use settings::LoopSettings;
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};

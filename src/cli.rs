@@ -63,12 +63,13 @@ pub async fn run_plan(
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    // Plans only read the project.
+    // Plans only read the project; a code loop of a crashed host that this run resumes gets
+    // no approvals.
     let manager = LoopManager::new(
         loopr_home,
         Arc::new(sender),
         provider_factory,
-        headless_shell(Arc::new(AcceptAll)),
+        headless_shell(Arc::new(HeadlessRefusal)),
     );
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use loopr::agent::{LoopSettings, anthropic_from_env};
+use loopr::agent::{LoopSettings, anthropic_provider};
 use loopr::bridge::{HostOptions, serve_neovim};
+use loopr::llm::anthropic::AnthropicCredentials;
 use loopr::store::loopr_home_from_env;
 
 #[derive(Parser)]
@@ -90,12 +91,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: no other thread exists yet.
+    let credentials = unsafe { AnthropicCredentials::take_from_env() };
+    keep_environment_private();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Rpc {
             log_file,
             log_level,
-        } => run_rpc(&log_file, &log_level),
+        } => run_rpc(credentials, &log_file, &log_level),
         Command::Plan {
             task,
             approve_all,
@@ -103,18 +107,26 @@ fn main() -> ExitCode {
             settings,
             log_file,
             log_level,
-        } => run_plan(task, approve_all, root, &settings, log_file, &log_level),
+        } => run_plan(
+            credentials,
+            task,
+            approve_all,
+            root,
+            &settings,
+            log_file,
+            &log_level,
+        ),
         Command::Resume {
             approve_all,
             yes,
             root,
-        } => run_resume(root, approve_all, yes),
+        } => run_resume(credentials, root, approve_all, yes),
         Command::Run {
             phase,
             yes,
             root,
             settings,
-        } => run_code(&phase, yes, root, &settings),
+        } => run_code(credentials, &phase, yes, root, &settings),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
         }
@@ -130,7 +142,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_rpc(log_file: &std::path::Path, log_level: &str) -> anyhow::Result<()> {
+fn run_rpc(
+    credentials: AnthropicCredentials,
+    log_file: &std::path::Path,
+    log_level: &str,
+) -> anyhow::Result<()> {
     let _log_guard = loopr::logging::init(log_file, log_level)?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -141,7 +157,7 @@ fn run_rpc(log_file: &std::path::Path, log_level: &str) -> anyhow::Result<()> {
     let runtime = runtime()?;
     runtime.block_on(serve_neovim(HostOptions {
         loopr_home,
-        provider_factory: anthropic_from_env(),
+        provider_factory: anthropic_provider(credentials),
         test_hooks: std::env::var_os("LOOPR_TEST_HOOKS").is_some_and(|value| value == "1"),
     }))?;
     // Loops were cancelled when the channel closed; don't wait for in-flight HTTP to unwind.
@@ -151,6 +167,7 @@ fn run_rpc(log_file: &std::path::Path, log_level: &str) -> anyhow::Result<()> {
 }
 
 fn run_plan(
+    credentials: AnthropicCredentials,
     task: String,
     approve_all: bool,
     root: PathBuf,
@@ -165,7 +182,7 @@ fn run_plan(
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::run_plan(
         loopr_home()?,
-        anthropic_from_env(),
+        anthropic_provider(credentials),
         loopr::cli::PlanOptions {
             root,
             task,
@@ -177,11 +194,16 @@ fn run_plan(
     require_all_complete(all_complete)
 }
 
-fn run_resume(root: PathBuf, approve_all: bool, yes: bool) -> anyhow::Result<()> {
+fn run_resume(
+    credentials: AnthropicCredentials,
+    root: PathBuf,
+    approve_all: bool,
+    yes: bool,
+) -> anyhow::Result<()> {
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::resume(
         loopr_home()?,
-        anthropic_from_env(),
+        anthropic_provider(credentials),
         root,
         approve_all,
         loopr::cli::headless_approver(yes),
@@ -190,7 +212,13 @@ fn run_resume(root: PathBuf, approve_all: bool, yes: bool) -> anyhow::Result<()>
     require_all_complete(all_complete)
 }
 
-fn run_code(phase: &str, yes: bool, root: PathBuf, settings: &str) -> anyhow::Result<()> {
+fn run_code(
+    credentials: AnthropicCredentials,
+    phase: &str,
+    yes: bool,
+    root: PathBuf,
+    settings: &str,
+) -> anyhow::Result<()> {
     if !yes {
         anyhow::bail!(
             "loopr run changes files and runs commands, and nobody can approve them here; pass \
@@ -201,7 +229,7 @@ fn run_code(phase: &str, yes: bool, root: PathBuf, settings: &str) -> anyhow::Re
     let runtime = runtime()?;
     let passed = runtime.block_on(loopr::cli::run_code(
         loopr_home()?,
-        anthropic_from_env(),
+        anthropic_provider(credentials),
         root,
         phase,
         settings,
@@ -227,6 +255,17 @@ fn require_all_complete(all_complete: bool) -> anyhow::Result<()> {
 fn loopr_home() -> anyhow::Result<PathBuf> {
     loopr_home_from_env()
         .context("neither LOOPR_HOME nor HOME is set; set LOOPR_HOME to a writable directory")
+}
+
+/// The key left the environment, but the environment the process started with stays readable
+/// in /proc/<pid>/environ to any process of the user, such as a command a loop runs. Not
+/// dumpable, it is readable by root only.
+fn keep_environment_private() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_DUMPABLE with 0 only changes who may inspect this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

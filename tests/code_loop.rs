@@ -39,6 +39,15 @@ const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false}"#;
 
 /// A planned project whose phase `print-version` is validated by grepping src/main.rs.
 async fn planned(fake: &FakeAnthropic, dirs: &TestDirs) {
+    planned_with(
+        fake,
+        dirs,
+        "grep -q 'env!(\"CARGO_PKG_VERSION\")' src/main.rs",
+    )
+    .await;
+}
+
+async fn planned_with(fake: &FakeAnthropic, dirs: &TestDirs, validation: &str) {
     let mut plan = valid_plan();
     plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
@@ -49,8 +58,7 @@ async fn planned(fake: &FakeAnthropic, dirs: &TestDirs) {
     for phase in PHASES {
         let mut input = phase_input(phase);
         if phase == "print-version" {
-            input["validation_command"] =
-                json!("grep -q 'env!(\"CARGO_PKG_VERSION\")' src/main.rs");
+            input["validation_command"] = json!(validation);
         }
         fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
     }
@@ -256,4 +264,32 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("wait for review"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_command_on_the_deny_list_never_runs() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_with(&fake, &dirs, "sudo touch ran").await;
+    fake.push_routed(
+        code_route(),
+        tool_turn(
+            "done",
+            "complete_phase",
+            json!({"summary": "nothing to do"}),
+        ),
+    );
+    let output = loopr(
+        &dirs,
+        &fake,
+        &["run", "print-version", "--yes", "--settings", SETTINGS],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("failed") && stdout.contains("deny-list"),
+        "{stdout}"
+    );
+    assert!(!dirs.project.join("ran").exists());
 }

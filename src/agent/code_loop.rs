@@ -16,7 +16,10 @@ use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_m
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec, Usage};
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
-use crate::tools::{ToolContext, ToolError, ToolRegistry, parse_input, run_shell};
+use crate::tools::{
+    ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolRegistry, parse_input,
+    run_shell,
+};
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
 /// Bytes of validation output the model sees (the end, where failures are reported).
@@ -34,6 +37,9 @@ struct CompletePhaseInput {
 struct CodeRunState {
     iteration: u32,
     messages: Vec<Message>,
+    /// The validation of `iteration` passed: the loop is done.
+    #[serde(default)]
+    passed: bool,
 }
 
 /// Implements the phase; returns the iteration whose validation passed.
@@ -53,6 +59,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     });
     record_baseline(context).await?;
     let mut state = load_or_start(context, &phase)?;
+    if state.passed {
+        return Ok(state.iteration);
+    }
     let project_name = context
         .root
         .path()
@@ -104,10 +113,13 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         context
             .db
             .set_tokens(&record.id, usage.input_tokens, usage.output_tokens)?;
-        let calls: Vec<(String, String, Value)> = turn
+        let mut calls: Vec<(String, String, Value)> = turn
             .tool_calls()
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
             .collect();
+        // complete_phase goes last, so the validation sees every change of the turn. (The
+        // results keep the calls' order by id; the API pairs them by id.)
+        calls.sort_by_key(|(_, name, _)| name == COMPLETE_PHASE);
         request.messages.push(Message {
             role: Role::Assistant,
             content: if turn.content.is_empty() {
@@ -163,6 +175,11 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             });
         }
         if passed {
+            request.messages.push(Message {
+                role: Role::User,
+                content: reply,
+            });
+            state.passed = true;
             save_state(context, &state, &request.messages)?;
             return Ok(state.iteration);
         }
@@ -220,6 +237,28 @@ async fn validate(
     conversation: &[Message],
 ) -> Result<(bool, String), LoopError> {
     let command = &phase.validation_command;
+    if let Some(pattern) = context.policy.denied_by(command) {
+        return Err(LoopError::Validation(format!(
+            "`{command}` matches the deny-list pattern {pattern:?}; revise the phase's validation command"
+        )));
+    }
+    // The model wrote this command (in the phase), so it is approved like any other.
+    let request = ApprovalRequest {
+        loop_id: context.record.id.to_string(),
+        kind: ChangeKind::Command,
+        tool: "validation",
+        subject: command.clone(),
+        detail: format!("$ {command}\n(the phase's validation command, in the project root)"),
+    };
+    match context.approver.decide(request, &context.cancel).await {
+        Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
+        Some(Decision::Reject(reason)) => {
+            return Err(LoopError::Validation(format!(
+                "the user rejected the validation command `{command}`: {reason}"
+            )));
+        }
+        None => return Err(LoopError::Cancelled),
+    }
     context.progress(format!("iteration {iteration}: running {command}"));
     let output = run_shell(
         command,
@@ -306,6 +345,7 @@ fn load_or_start(context: &LoopContext, phase: &PhaseArtifact) -> Result<CodeRun
     let state = CodeRunState {
         iteration: 1,
         messages: vec![Message::user_text(first_message(context, phase))],
+        passed: false,
     };
     save_state(context, &state, &state.messages)?;
     Ok(state)
@@ -341,6 +381,7 @@ fn save_state(
     let snapshot = CodeRunState {
         iteration: state.iteration,
         messages: messages.to_vec(),
+        passed: state.passed,
     };
     let json = serde_json::to_vec(&snapshot).map_err(|err| LoopError::Artifact {
         kind: "run state",

@@ -13,7 +13,7 @@ use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
 use super::settings::LoopSettings;
 use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
-use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
+use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, AnthropicCredentials};
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
@@ -25,10 +25,11 @@ use crate::tools::{Approver, OpenBuffers, ProjectRoot};
 pub type ProviderFactory =
     Arc<dyn Fn(&LoopSettings) -> Result<Arc<dyn LlmProvider>, LlmError> + Send + Sync>;
 
-/// The production provider: Anthropic, configured from the environment.
-pub fn anthropic_from_env() -> ProviderFactory {
-    Arc::new(|settings: &LoopSettings| {
-        let config = AnthropicConfig::from_env(
+/// The production provider: Anthropic, with the credentials read when the host started.
+pub fn anthropic_provider(credentials: AnthropicCredentials) -> ProviderFactory {
+    Arc::new(move |settings: &LoopSettings| {
+        let config = AnthropicConfig::new(
+            &credentials,
             settings.max_retries,
             settings.request_timeout(),
             settings.stream_idle_timeout(),

@@ -5,5 +5,7 @@ mod retry;
 mod stream;
 mod wire;
 
-pub use client::{AnthropicClient, AnthropicConfig, ApiKey, DEFAULT_BASE_URL};
+pub use client::{
+    AnthropicClient, AnthropicConfig, AnthropicCredentials, ApiKey, DEFAULT_BASE_URL,
+};
 pub use stream::{StreamFailure, read_turn};

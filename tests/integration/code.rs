@@ -217,6 +217,17 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
             asked["id"]
         ))
         .await;
+    // The validation command the model wrote is approved like any command.
+    let validation = editor
+        .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
+        .await;
+    assert_eq!(validation["subject"], "true");
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'accept')",
+            validation["id"]
+        ))
+        .await;
     editor.wait_status(&code_id, "complete").await;
 
     let requests: Vec<_> = fake

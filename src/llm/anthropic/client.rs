@@ -51,27 +51,52 @@ pub struct AnthropicConfig {
 }
 
 impl AnthropicConfig {
-    /// Reads `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`).
-    pub fn from_env(
+    pub fn new(
+        credentials: &AnthropicCredentials,
         max_retries: u32,
         request_timeout: Duration,
         stream_idle_timeout: Duration,
     ) -> Result<AnthropicConfig, LlmError> {
-        let api_key = std::env::var("ANTHROPIC_API_KEY")
-            .ok()
-            .filter(|key| !key.trim().is_empty())
+        let api_key = credentials
+            .api_key
+            .clone()
             .ok_or(LlmError::MissingEnv("ANTHROPIC_API_KEY"))?;
-        let base_url = std::env::var("ANTHROPIC_BASE_URL")
-            .ok()
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(AnthropicConfig {
-            base_url,
-            api_key: ApiKey::new(api_key),
+            base_url: credentials.base_url.clone(),
+            api_key,
             max_retries,
             request_timeout,
             stream_idle_timeout,
         })
+    }
+}
+
+/// The API key and endpoint, read once when the host starts.
+#[derive(Clone, Debug)]
+pub struct AnthropicCredentials {
+    api_key: Option<ApiKey>,
+    base_url: String,
+}
+
+impl AnthropicCredentials {
+    /// Reads `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`)
+    /// and removes the key from this process's environment, so no command the host starts
+    /// inherits it.
+    ///
+    /// # Safety
+    /// Changes the process environment: call it before any other thread exists.
+    pub unsafe fn take_from_env() -> AnthropicCredentials {
+        let api_key = std::env::var("ANTHROPIC_API_KEY")
+            .ok()
+            .filter(|key| !key.trim().is_empty())
+            .map(ApiKey::new);
+        // SAFETY: the caller guarantees no other thread reads or writes the environment.
+        unsafe { std::env::remove_var("ANTHROPIC_API_KEY") };
+        let base_url = std::env::var("ANTHROPIC_BASE_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        AnthropicCredentials { api_key, base_url }
     }
 }
 
