@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use approval::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, file_diff};
-pub use buffers::{BufferEdit, NoBuffers, OpenBuffers, line_replacement};
+pub use buffers::{BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement};
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
@@ -47,6 +47,8 @@ pub struct ToolContext {
     pub loop_id: String,
     /// Where open files are edited (the editor's buffers), if anywhere.
     pub buffers: Arc<dyn OpenBuffers>,
+    /// Told about every file a tool creates.
+    pub journal: Arc<dyn ChangeJournal>,
 }
 
 impl ToolContext {
@@ -198,34 +200,78 @@ impl ToolRegistry {
 
 /// Writes `new` to `path`: into the editor's buffer when the file is open there, else
 /// atomically on disk. An open buffer with unsaved changes of the user's is left alone and
-/// the write fails, so nothing the user typed is lost.
+/// the write fails, so nothing the user typed is lost. `requested` is resolved again and the
+/// file compared with `old` first: the approval wait may have been long, and what was
+/// approved must be what is changed.
 async fn write_through_buffers(
     context: &ToolContext,
-    path: std::path::PathBuf,
+    requested: &str,
     shown: String,
     old: &str,
     new: String,
 ) -> Result<(), ToolError> {
+    let path = context.root.resolve_for_write(requested)?;
+    if read_existing(&path, &shown)?.unwrap_or_default() != old {
+        return Err(ToolError::File {
+            path: shown,
+            message: "changed while the change waited for approval; nothing was written. Read \
+                      it again and redo the change"
+                .to_owned(),
+        });
+    }
     match context.buffers.apply(&path, old, &new).await {
         BufferEdit::Applied => Ok(()),
         BufferEdit::UnsavedChanges => Err(ToolError::File {
             path: shown,
-            message: "is open in the editor with unsaved changes; nothing was changed. Tell the \
-                      user to save or discard them, or change other files first"
+            message: "is open in the editor with unsaved changes (or with other content than \
+                      the file); nothing was changed. Tell the user to save or discard them, \
+                      or change other files first"
                 .to_owned(),
         }),
         BufferEdit::NotLoaded => {
+            let journal = context.journal.clone();
             run_blocking(context, move || {
+                let created = !path.exists();
                 crate::store::write_atomic_keeping_mode(&path, new.as_bytes()).map_err(|err| {
                     ToolError::File {
                         path: shown,
                         message: err.to_string(),
                     }
-                })
+                })?;
+                if created {
+                    journal.created(&path);
+                }
+                Ok(())
             })
             .await
         }
     }
+}
+
+/// Larger files are not read whole to be edited or diffed.
+const MAX_EDITABLE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The text of the file at `path`, `None` if it does not exist; an error if it cannot be
+/// read as text or is too large to edit.
+fn read_existing(path: &std::path::Path, shown: &str) -> Result<Option<String>, ToolError> {
+    let file_error = |message: String| ToolError::File {
+        path: shown.to_owned(),
+        message,
+    };
+    match std::fs::metadata(path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(file_error(err.to_string())),
+        Ok(metadata) if metadata.len() > MAX_EDITABLE_BYTES => {
+            return Err(file_error(format!(
+                "is {} bytes, larger than the {MAX_EDITABLE_BYTES}-byte limit for edits",
+                metadata.len()
+            )));
+        }
+        Ok(_) => {}
+    }
+    std::fs::read_to_string(path)
+        .map(Some)
+        .map_err(|err| file_error(format!("cannot be edited as text: {err}")))
 }
 
 /// Secret files are never read or written, whatever the tool.

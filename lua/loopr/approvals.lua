@@ -187,6 +187,16 @@ function M.close(id)
   show_next()
 end
 
+---Forget every request: the host that asked has exited, and a new host numbers its own.
+function M.reset()
+  queue = {}
+  local current = shown
+  shown = nil
+  if current and vim.api.nvim_buf_is_valid(current.buf) then
+    vim.api.nvim_buf_delete(current.buf, { force = true })
+  end
+end
+
 ---A code loop asks to make a change: show it, or queue it behind the one shown.
 ---@param ev table The `approval_requested` event.
 ---@return loopr.ApprovalRequest req

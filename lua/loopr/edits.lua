@@ -21,13 +21,20 @@ end
 ---Apply the host's edit to `path`'s buffer.
 ---@param path string Absolute path of the file.
 ---@param edit lsp.WorkspaceEdit Whole-line edits of that file.
+---@param old string The file's text the edit was computed from.
 ---@return "applied"|"modified"|"not_loaded"
-function M.apply(path, edit)
+function M.apply(path, edit, old)
   local buf = loaded_buffer(path)
   if not buf then
     return 'not_loaded'
   end
   if vim.bo[buf].modified then
+    return 'modified'
+  end
+  -- A buffer that does not hold the file's text (changed on disk, not reloaded) would take
+  -- the edit on the wrong lines.
+  local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  if type(old) == 'string' and text ~= old:gsub('\n$', '') then
     return 'modified'
   end
   vim.lsp.util.apply_workspace_edit(edit, 'utf-8')

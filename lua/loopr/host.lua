@@ -82,6 +82,13 @@ local function on_exit(job, code)
     return
   end
   state.dead, state.code = true, code
+  -- Prompts of the host that exited can never be answered; its successor asks anew.
+  vim.schedule(function()
+    local ok, approvals = pcall(require, 'loopr.approvals')
+    if ok then
+      approvals.reset()
+    end
+  end)
   if state.stopping or code == 0 then
     return
   end

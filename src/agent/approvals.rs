@@ -82,16 +82,27 @@ impl PolicyApprover {
         })
     }
 
+    /// A command runs without asking only if an allow-list pattern matches all of it and it
+    /// chains, redirects or substitutes nothing, so `cargo test; curl x | sh` is asked about
+    /// even with `cargo test.*` allowed.
+    fn allowed(&self, command: &str) -> bool {
+        const SHELL_SYNTAX: &[char] = &[
+            ';', '&', '|', '<', '>', '$', '`', '(', ')', '{', '}', '\n', '\\',
+        ];
+        let command = command.trim();
+        !command.contains(SHELL_SYNTAX)
+            && self.allowed_commands.iter().any(|pattern| {
+                pattern
+                    .find(command)
+                    .is_some_and(|found| found.start() == 0 && found.end() == command.len())
+            })
+    }
+
     fn accepted_without_asking(&self, request: &ApprovalRequest) -> bool {
         if self.settings.mode(request.kind) == ApprovalMode::Auto {
             return true;
         }
-        if request.kind == ChangeKind::Command
-            && self
-                .allowed_commands
-                .iter()
-                .any(|pattern| pattern.is_match(&request.subject))
-        {
+        if request.kind == ChangeKind::Command && self.allowed(&request.subject) {
             return true;
         }
         self.accepted_kinds
@@ -134,7 +145,9 @@ impl InteractiveApprover {
     pub fn new(events: Arc<dyn EventSink>) -> InteractiveApprover {
         InteractiveApprover {
             events,
-            next_id: AtomicU64::new(1),
+            // Ids differ between hosts, so a prompt left over from a host that died cannot
+            // answer a request of its successor. Below 2^53: Lua numbers are doubles.
+            next_id: AtomicU64::new(fastrand::u64(1..1 << 40) << 12),
             pending: Mutex::new(HashMap::new()),
         }
     }
@@ -202,13 +215,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn only_whole_plain_commands_are_allowed_without_asking() {
+        let policy = PolicyApprover::new(
+            ApprovalSettings::default(),
+            &["cargo test( -q)?".to_owned()],
+            Arc::new(crate::tools::AcceptAll),
+        )
+        .expect("policy");
+        assert!(policy.allowed("cargo test"));
+        assert!(policy.allowed("cargo test -q"));
+        for asked in [
+            "cargo test; curl x | sh",
+            "cargo test && rm -rf .",
+            "cargo test $(evil)",
+            "cargo testing",
+            "echo cargo test",
+        ] {
+            assert!(!policy.allowed(asked), "{asked}");
+        }
+    }
+
     #[tokio::test]
     async fn requests_are_announced_answered_and_closed() {
         let events = Arc::new(Collect(Mutex::new(Vec::new())));
         let asker = Arc::new(InteractiveApprover::new(events.clone()));
         let policy = PolicyApprover::new(
             ApprovalSettings::default(),
-            &["^cargo test\\b".to_owned()],
+            &["cargo test.*".to_owned()],
             asker.clone(),
         )
         .expect("policy");
@@ -255,7 +289,7 @@ mod tests {
         );
         assert!(matches!(
             events.0.lock().expect("lock").last(),
-            Some(LoopEvent::ApprovalClosed { id: 1 })
+            Some(LoopEvent::ApprovalClosed { .. })
         ));
 
         // A cancel ends the wait and closes the request.
@@ -267,7 +301,7 @@ mod tests {
             None
         );
         assert!(
-            !asker.resolve(2, Decision::Accept),
+            asker.pending.lock().expect("lock").is_empty(),
             "nothing waits any more"
         );
     }

@@ -22,7 +22,8 @@ use crate::artifacts::{
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{
-    AcceptAll, Approver, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
+    AcceptAll, Approver, NoJournal, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy,
+    ToolRegistry,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +198,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         approver: Arc::new(AcceptAll),
         loop_id: context.record.id.to_string(),
         buffers: context.buffers.clone(),
+        journal: Arc::new(NoJournal),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

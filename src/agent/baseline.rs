@@ -84,6 +84,8 @@ impl Baseline {
                 continue;
             }
             let Ok(bytes) = std::fs::read(&path) else {
+                // Present but unreadable: listed, so undo leaves it alone, not restorable.
+                manifest.files.insert(relative, None);
                 continue;
             };
             let hash = hash_of(&bytes);
@@ -143,25 +145,37 @@ impl Baseline {
         Ok(hunks)
     }
 
-    /// Puts every file back as it was: changed and deleted files are restored, added ones
-    /// removed. Returns the paths it touched.
-    pub fn restore(
-        &self,
-        root: &ProjectRoot,
-        policy: &ToolPolicy,
-    ) -> Result<Vec<PathBuf>, BaselineError> {
+    /// Puts every file back as it was: changed and deleted files are restored, and files the
+    /// loop's tools created are removed (files that commands or the user created are kept).
+    /// Every path is confined to the root as tools' writes are. Returns the paths it touched.
+    pub fn restore(&self, root: &ProjectRoot) -> Result<Vec<PathBuf>, BaselineError> {
         let manifest = self.manifest()?;
-        let current: BTreeMap<String, PathBuf> = project_files(root, policy)?.into_iter().collect();
         let mut touched = Vec::new();
-        for (relative, path) in &current {
-            if !manifest.files.contains_key(relative) {
-                std::fs::remove_file(path).map_err(|err| self.io_error(path, err))?;
-                touched.push(path.clone());
+        for path in self.created_files() {
+            let Some(relative) = path
+                .strip_prefix(root.path())
+                .ok()
+                .map(|p| p.to_string_lossy().replace('\\', "/"))
+            else {
+                continue;
+            };
+            if manifest.files.contains_key(&relative) {
+                continue;
+            }
+            let Ok(confined) = root.resolve_for_write(&relative) else {
+                continue;
+            };
+            if confined.is_file() {
+                std::fs::remove_file(&confined).map_err(|err| self.io_error(&confined, err))?;
+                touched.push(confined);
             }
         }
         for (relative, hash) in &manifest.files {
             let Some(hash) = hash else { continue };
-            let path = root.path().join(relative);
+            let Ok(path) = root.resolve_for_write(relative) else {
+                // Now behind a symlink leading out, or otherwise unwritable: leave it.
+                continue;
+            };
             let unchanged = std::fs::read(&path).is_ok_and(|now| hash_of(&now) == *hash);
             if unchanged {
                 continue;
@@ -174,6 +188,13 @@ impl Baseline {
         Ok(touched)
     }
 
+    fn created_files(&self) -> Vec<PathBuf> {
+        std::fs::read(self.dir.join("created.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
     fn manifest(&self) -> Result<Manifest, BaselineError> {
         let path = self.dir.join("manifest.json");
         let bytes = std::fs::read(&path).map_err(|_| BaselineError::Missing)?;
@@ -184,6 +205,22 @@ impl Baseline {
         BaselineError::Io {
             path: path.to_path_buf(),
             message: err.to_string(),
+        }
+    }
+}
+
+impl crate::tools::ChangeJournal for Baseline {
+    fn created(&self, path: &Path) {
+        // Tools of one loop run one at a time, so read-modify-write does not race.
+        let mut created = self.created_files();
+        if !created.iter().any(|known| known == path) {
+            created.push(path.to_path_buf());
+        }
+        let written = serde_json::to_vec(&created)
+            .map_err(std::io::Error::other)
+            .and_then(|json| write_atomic(&self.dir.join("created.json"), &json));
+        if let Err(err) = written {
+            tracing::warn!(error = %err, path = %path.display(), "recording a created file for undo");
         }
     }
 }
@@ -287,6 +324,15 @@ mod tests {
             "fn main() {\n    A();\n    b();\n    c();\n    d();\n    E();\n}\n",
         );
         write("src/new.rs", "pub fn new() {}\n");
+        crate::tools::ChangeJournal::created(
+            &baseline,
+            &project
+                .path()
+                .canonicalize()
+                .expect("canonical")
+                .join("src/new.rs"),
+        );
+        write("notes.txt", "the user's own new file\n");
         write(".env", "SECRET=2\n");
         std::fs::remove_file(project.path().join("gone.txt")).expect("remove");
         let hunks = baseline.changes(&root, &policy).expect("changes");
@@ -304,15 +350,20 @@ mod tests {
             listed,
             vec![
                 ("gone.txt".to_owned(), "deleted", 0),
+                ("notes.txt".to_owned(), "added", 0),
                 ("src/main.rs".to_owned(), "modified", 1),
                 ("src/main.rs".to_owned(), "modified", 5),
                 ("src/new.rs".to_owned(), "added", 0),
             ]
         );
-        assert_eq!(hunks[1].summary, "@@ -2,1 +2,1 @@ A();");
+        assert_eq!(hunks[2].summary, "@@ -2,1 +2,1 @@ A();");
 
-        let touched = baseline.restore(&root, &policy).expect("restore");
+        let touched = baseline.restore(&root).expect("restore");
         assert_eq!(touched.len(), 3);
+        assert!(
+            project.path().join("notes.txt").exists(),
+            "a file the loop did not create stays"
+        );
         assert_eq!(
             std::fs::read_to_string(project.path().join("src/main.rs")).expect("read"),
             "fn main() {\n    a();\n    b();\n    c();\n    d();\n    e();\n}\n"
@@ -327,11 +378,34 @@ mod tests {
             "SECRET=2\n",
             "secrets are not touched"
         );
+        let left: Vec<String> = baseline
+            .changes(&root, &policy)
+            .expect("changes")
+            .iter()
+            .map(|hunk| root.relative_display(&hunk.path))
+            .collect();
+        assert_eq!(left, vec!["notes.txt".to_owned()]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn undo_never_writes_through_a_symlink_that_leads_out() {
+        let project = tempfile::tempdir().expect("project");
+        let outside = tempfile::tempdir().expect("outside");
+        let state = tempfile::tempdir().expect("state");
+        std::fs::create_dir_all(project.path().join("src")).expect("mkdir");
+        std::fs::write(project.path().join("src/main.rs"), "fn main() {}\n").expect("write");
+        let root = ProjectRoot::new(project.path()).expect("root");
+        let baseline = Baseline::at(state.path());
+        baseline
+            .record(&root, &ToolPolicy::default())
+            .expect("record");
+        std::fs::remove_dir_all(project.path().join("src")).expect("remove");
+        std::os::unix::fs::symlink(outside.path(), project.path().join("src")).expect("link");
+        baseline.restore(&root).expect("restore");
         assert!(
-            baseline
-                .changes(&root, &policy)
-                .expect("changes")
-                .is_empty()
+            !outside.path().join("main.rs").exists(),
+            "nothing written outside the root"
         );
     }
 }

@@ -3,6 +3,8 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -82,6 +84,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         approver: context.approver.clone(),
         loop_id: record.id.to_string(),
         buffers: context.buffers.clone(),
+        journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
     };
     let mut usage = Usage {
         input_tokens: record.tokens_in,

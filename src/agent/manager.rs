@@ -262,11 +262,8 @@ impl LoopManager {
                 hint: "its code loop still runs; cancel it first",
             });
         }
-        let policy = LoopSettings::from_stored(&code.settings)
-            .tool_policy()
-            .map_err(ManagerError::Settings)?;
         let touched = Baseline::at(&project.layout.loop_dir(&code.id))
-            .restore(&project.root, &policy)
+            .restore(&project.root)
             .map_err(|err| ManagerError::Baseline(err.to_string()))?;
         tracing::info!(loop_id = %code.id, files = touched.len(), "restored the baseline");
         Ok(touched)

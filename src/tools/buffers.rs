@@ -31,6 +31,19 @@ impl OpenBuffers for NoBuffers {
     }
 }
 
+/// Remembers the files tools create, so undoing a loop removes exactly those (and never a
+/// file the user or a command made meanwhile).
+pub trait ChangeJournal: Send + Sync {
+    fn created(&self, path: &Path);
+}
+
+/// Nothing to remember (planning loops never write).
+pub struct NoJournal;
+
+impl ChangeJournal for NoJournal {
+    fn created(&self, _path: &Path) {}
+}
+
 /// The smallest whole-line replacement turning `old` into `new`: the zero-based line range
 /// `[start, end)` of `old` and the text that replaces it.
 pub fn line_replacement(old: &str, new: &str) -> (usize, usize, String) {

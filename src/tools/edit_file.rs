@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{
     ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    refuse_secret, write_through_buffers,
+    read_existing, refuse_secret, write_through_buffers,
 };
 use crate::schema::input_schema_for;
 
@@ -55,13 +55,8 @@ impl Tool for EditFileTool {
             path: shown.clone(),
             message,
         };
-        let text = std::fs::read_to_string(&path).map_err(|err| {
-            if err.kind() == std::io::ErrorKind::NotFound {
-                file_error("does not exist; create it with write_file".to_owned())
-            } else {
-                file_error(err.to_string())
-            }
-        })?;
+        let text = read_existing(&path, &shown)?
+            .ok_or_else(|| file_error("does not exist; create it with write_file".to_owned()))?;
         let edited =
             replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
         context
@@ -73,7 +68,7 @@ impl Tool for EditFileTool {
                 detail: file_diff(&shown, &text, &edited),
             })
             .await?;
-        write_through_buffers(context, path, shown.clone(), &text, edited).await?;
+        write_through_buffers(context, &input.path, shown.clone(), &text, edited).await?;
         Ok(format!("edited {shown}"))
     }
 }

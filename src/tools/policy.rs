@@ -11,7 +11,7 @@ pub const DEFAULT_SECRET_PATTERNS: [&str; 3] = [".env*", "*.pem", "id_*"];
 
 /// `rm` aimed at the root or the home directory, `git push`, and `sudo`.
 pub const DEFAULT_DENIED_COMMANDS: [&str; 3] = [
-    r"\brm\s+(?:-\S+\s+)*(?:/\*?|~/?|\$HOME/?)(?:[\s;&|)]|$)",
+    r"\brm\s+(?:-\S+\s+)*(?:/\.?\*?|~/?\*?|\$\{?HOME\}?/?\*?)(?:[\s;&|)]|$)",
     r"\bgit\s+(?:-\S+(?:\s+[^-\s]\S*)?\s+)*push\b",
     r"\bsudo\b",
 ];
@@ -90,7 +90,14 @@ impl ToolPolicy {
 
     /// The deny pattern `command` matches, if any.
     pub fn denied_by(&self, command: &str) -> Option<&str> {
-        let collapsed = command.split_whitespace().collect::<Vec<_>>().join(" ");
+        // Quotes and backslashes dropped, `"git" push` and `s\udo` read as what the shell
+        // runs. Best effort: a shell can be talked into more than patterns foresee, which is
+        // why commands are also approved.
+        let unquoted: String = command
+            .chars()
+            .filter(|c| !matches!(c, '"' | '\'' | '\\'))
+            .collect();
+        let collapsed = unquoted.split_whitespace().collect::<Vec<_>>().join(" ");
         self.denied_commands
             .iter()
             .find(|pattern| pattern.is_match(&collapsed))
@@ -135,6 +142,12 @@ mod tests {
             "git -C . push --force",
             "sudo apt-get install x",
             "echo ok; sudo  reboot",
+            "\"git\" push",
+            "g''it push",
+            "s\\udo true",
+            "rm -rf /.",
+            "rm -rf \"$HOME\"",
+            "rm -rf ~/*",
         ] {
             assert!(policy.denied_by(denied).is_some(), "{denied}");
         }

@@ -36,6 +36,7 @@ fn project() -> Project {
         approver: Arc::new(AcceptAll),
         loop_id: "test-loop".to_owned(),
         buffers: Arc::new(NoBuffers),
+        journal: Arc::new(NoJournal),
     };
     Project { _dir: dir, context }
 }
@@ -674,5 +675,63 @@ fn web_fetch_is_offered_only_when_enabled() {
         ToolRegistry::for_loop(LoopType::Plan, true)
             .names()
             .contains(&"web_fetch")
+    );
+}
+
+/// Approves after changing the file behind the tool's back, as a user saving meanwhile would.
+struct ChangesFileWhileAsking(std::path::PathBuf);
+
+#[async_trait::async_trait]
+impl Approver for ChangesFileWhileAsking {
+    async fn decide(
+        &self,
+        _request: ApprovalRequest,
+        _cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        std::fs::write(&self.0, "fn main() { /* the user's newer version */ }\n").expect("write");
+        Some(Decision::Accept)
+    }
+}
+
+#[tokio::test]
+async fn a_file_changed_while_its_change_waited_for_approval_is_not_overwritten() {
+    let mut project = project();
+    let main = project.context.root.path().join("src/main.rs");
+    project.context.approver = Arc::new(ChangesFileWhileAsking(main.clone()));
+    let err = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
+    )
+    .await
+    .expect_err("stale");
+    assert!(
+        err.to_string()
+            .contains("changed while the change waited for approval"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&main).expect("read"),
+        "fn main() { /* the user's newer version */ }\n"
+    );
+}
+
+#[tokio::test]
+async fn files_that_are_not_text_are_not_overwritten_blindly() {
+    let project = project();
+    let err = call(
+        &project,
+        "write_file",
+        json!({"path": "image.bin", "content": "text"}),
+    )
+    .await
+    .expect_err("binary");
+    assert!(
+        err.to_string().contains("cannot be edited as text"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(project.context.root.path().join("image.bin")).expect("read"),
+        vec![0u8, 159, 146, 150]
     );
 }

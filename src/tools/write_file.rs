@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{
     ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    refuse_secret, write_through_buffers,
+    read_existing, refuse_secret, write_through_buffers,
 };
 use crate::schema::input_schema_for;
 
@@ -41,7 +41,7 @@ impl Tool for WriteFileTool {
         let path = context.root.resolve_for_write(&input.path)?;
         refuse_secret(context, &path)?;
         let shown = context.root.relative_display(&path);
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        let current = read_existing(&path, &shown)?.unwrap_or_default();
         context
             .approve(ApprovalRequest {
                 loop_id: String::new(),
@@ -53,7 +53,7 @@ impl Tool for WriteFileTool {
             .await?;
         let existed = path.exists();
         let length = input.content.len();
-        write_through_buffers(context, path, shown.clone(), &current, input.content).await?;
+        write_through_buffers(context, &input.path, shown.clone(), &current, input.content).await?;
         Ok(format!(
             "{} {shown} ({length} bytes)",
             if existed { "replaced" } else { "created" }
