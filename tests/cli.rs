@@ -8,31 +8,14 @@ mod nvim;
 #[path = "support/scenario.rs"]
 mod scenario;
 
-use std::process::Output;
-
 use serde_json::{Value, json};
 
 use fake_anthropic::{FakeAnthropic, RecordedRequest, first_user_text};
-use nvim::{API_KEY, TestDirs};
+use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, spec_input, spec_route, tool_results,
-    tool_turn, valid_plan,
+    files_ending_with, phase_input, phase_route, plan_route, run_loopr, spec_input, spec_route,
+    tool_results, tool_turn, valid_plan,
 };
-
-async fn loopr(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
-        .args(args)
-        .current_dir(&dirs.project)
-        .env_clear()
-        .env("HOME", &dirs.home)
-        .env("LOOPR_HOME", &dirs.loopr_home)
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run loopr")
-}
 
 /// One rule break per loop: the model's first answer breaks it, the second is correct.
 struct Case {
@@ -154,7 +137,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
         );
     }
 
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &[
@@ -245,7 +228,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
 
     // `loopr status` reads the same records without running anything.
     let requests_before = fake.requests().len();
-    let status = loopr(&dirs, &fake, &["status"]).await;
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
     assert!(status.status.success());
     let table = String::from_utf8_lossy(&status.stdout);
     assert_eq!(table.lines().count(), 11, "{table}");
@@ -265,7 +248,7 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
     fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &[
@@ -300,7 +283,7 @@ async fn a_spec_waiting_for_review_stops_the_run_instead_of_hanging_it() {
     let settings = r#"{"review_gates": ["spec"], "plan_review_passes": 0, "spec_review": false}"#;
     let output = tokio::time::timeout(
         std::time::Duration::from_secs(30),
-        loopr(
+        run_loopr(
             &dirs,
             &fake,
             &["plan", "Add a --version flag", "--settings", settings],
@@ -330,7 +313,7 @@ async fn a_spec_waiting_for_review_stops_the_run_instead_of_hanging_it() {
 async fn bad_settings_are_reported_with_the_fix() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &["plan", "x", "--settings", r#"{"max_turn": 3}"#],
@@ -402,7 +385,7 @@ async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
         );
     }
 
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &[

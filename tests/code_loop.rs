@@ -8,31 +8,14 @@ mod nvim;
 #[path = "support/scenario.rs"]
 mod scenario;
 
-use std::process::Output;
-
 use serde_json::{Value, json};
 
 use fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
-use nvim::{API_KEY, TestDirs};
+use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, spec_input, spec_route, tool_results,
-    tool_turn, valid_plan,
+    files_ending_with, phase_input, phase_route, plan_route, run_loopr, spec_input, spec_route,
+    tool_results, tool_turn, valid_plan,
 };
-
-async fn loopr(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
-        .args(args)
-        .current_dir(&dirs.project)
-        .env_clear()
-        .env("HOME", &dirs.home)
-        .env("LOOPR_HOME", &dirs.loopr_home)
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run loopr")
-}
 
 const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
 const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false}"#;
@@ -62,7 +45,7 @@ async fn planned_with(fake: &FakeAnthropic, dirs: &TestDirs, validation: &str) {
         }
         fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
     }
-    let output = loopr(
+    let output = run_loopr(
         dirs,
         fake,
         &[
@@ -120,7 +103,7 @@ async fn a_failing_validation_goes_back_to_the_model_and_the_second_attempt_pass
     );
     let requests_before = fake.requests().len();
 
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &["run", "print-version", "--yes", "--settings", SETTINGS],
@@ -199,7 +182,7 @@ async fn a_failing_validation_goes_back_to_the_model_and_the_second_attempt_pass
 async fn run_refuses_without_yes_and_names_the_alternatives() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
-    let output = loopr(&dirs, &fake, &["run", "print-version"]).await;
+    let output = run_loopr(&dirs, &fake, &["run", "print-version"]).await;
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -214,7 +197,7 @@ async fn an_unknown_phase_is_reported() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
     planned(&fake, &dirs).await;
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &["run", "no-such-phase", "--yes", "--settings", SETTINGS],
@@ -246,7 +229,7 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
         );
     }
     let gated = r#"{"plan_review_passes": 0, "spec_review": false, "review_gates": ["phase"]}"#;
-    let planned = loopr(
+    let planned = run_loopr(
         &dirs,
         &fake,
         &["plan", "Add a --version flag", "--settings", gated],
@@ -255,7 +238,7 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
     let table = String::from_utf8_lossy(&planned.stdout);
     assert_eq!(table.matches("awaiting_approval").count(), 3, "{table}");
 
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &["run", "print-version", "--yes", "--settings", SETTINGS],
@@ -279,7 +262,7 @@ async fn a_validation_command_on_the_deny_list_never_runs() {
             json!({"summary": "nothing to do"}),
         ),
     );
-    let output = loopr(
+    let output = run_loopr(
         &dirs,
         &fake,
         &["run", "print-version", "--yes", "--settings", SETTINGS],

@@ -17,10 +17,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use fake_anthropic::FakeAnthropic;
-use nvim::{API_KEY, TestDirs};
+use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, spec_input, spec_route, tool_turn,
-    valid_plan,
+    files_ending_with, loopr_command, phase_input, phase_route, plan_route, spec_input, spec_route,
+    tool_turn, valid_plan,
 };
 
 const SETTINGS: &str =
@@ -31,17 +31,8 @@ const SPECS: [(&str, [&str; 3]); 2] = [
 ];
 
 fn command(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
-    command
-        .args(args)
-        .current_dir(&dirs.project)
-        .env_clear()
-        .env("HOME", &dirs.home)
-        .env("LOOPR_HOME", &dirs.loopr_home)
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .env("LOOPR_TEST_HOOKS", "1")
-        .kill_on_drop(true);
+    let mut command = loopr_command(dirs, fake, args);
+    command.env("LOOPR_TEST_HOOKS", "1");
     command
 }
 

@@ -19,7 +19,7 @@ use crate::artifacts::{
     ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
-use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Usage};
+use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Turn, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{
     AcceptAll, Approver, NoJournal, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy,
@@ -211,31 +211,8 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         context.progress(format!(
             "waiting for the model (turn {turn_number}/{max_turns})"
         ));
-        let turn = context
-            .provider
-            .complete(&request, &on_provider_event, &context.cancel)
-            .await?;
-        usage.input_tokens += turn.usage.input_tokens;
-        usage.output_tokens += turn.usage.output_tokens;
-        context
-            .db
-            .set_tokens(&record.id, usage.input_tokens, usage.output_tokens)?;
-
-        let calls: Vec<(String, String, Value)> = turn
-            .tool_calls()
-            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-            .collect();
-        request.messages.push(Message {
-            role: Role::Assistant,
-            content: if turn.content.is_empty() {
-                // The API refuses empty assistant messages; an empty turn still happened.
-                vec![ContentBlock::Text {
-                    text: "(no content)".to_owned(),
-                }]
-            } else {
-                turn.content.clone()
-            },
-        });
+        let (turn, calls) =
+            model_turn(context, &mut request, &mut usage, &on_provider_event).await?;
 
         let mut reply = Vec::new();
         let mut follow_ups = Vec::new();
@@ -307,6 +284,44 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         },
         max_turns,
     })
+}
+
+/// A tool call as the model made it: id, tool name, input.
+pub(super) type ToolCall = (String, String, Value);
+
+/// One model turn: asks, adds the turn's tokens to the loop's count, appends the answer to
+/// the conversation, and returns the turn with its tool calls.
+pub(super) async fn model_turn(
+    context: &LoopContext,
+    request: &mut ChatRequest,
+    usage: &mut Usage,
+    on_provider_event: &(dyn Fn(crate::llm::ProviderEvent) + Send + Sync),
+) -> Result<(Turn, Vec<ToolCall>), LoopError> {
+    let turn = context
+        .provider
+        .complete(request, on_provider_event, &context.cancel)
+        .await?;
+    usage.input_tokens += turn.usage.input_tokens;
+    usage.output_tokens += turn.usage.output_tokens;
+    context
+        .db
+        .set_tokens(&context.record.id, usage.input_tokens, usage.output_tokens)?;
+    let calls = turn
+        .tool_calls()
+        .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+        .collect();
+    request.messages.push(Message {
+        role: Role::Assistant,
+        content: if turn.content.is_empty() {
+            // The API refuses empty assistant messages; an empty turn still happened.
+            vec![ContentBlock::Text {
+                text: "(no content)".to_owned(),
+            }]
+        } else {
+            turn.content.clone()
+        },
+    });
+    Ok((turn, calls))
 }
 
 /// A call of the artifact tool: validated, stored as the next iteration, then on to the next

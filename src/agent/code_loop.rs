@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::artifact_loop::{LoopContext, LoopError};
+use super::artifact_loop::{LoopContext, LoopError, model_turn};
 use super::baseline::Baseline;
 use super::events::LoopEvent;
 use super::jobs;
@@ -107,32 +106,11 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             "iteration {}/{max_iterations}: waiting for the model (turn {turns_this_iteration}/{max_turns})",
             state.iteration
         ));
-        let turn = context
-            .provider
-            .complete(&request, &on_provider_event, &context.cancel)
-            .await?;
-        usage.input_tokens += turn.usage.input_tokens;
-        usage.output_tokens += turn.usage.output_tokens;
-        context
-            .db
-            .set_tokens(&record.id, usage.input_tokens, usage.output_tokens)?;
-        let mut calls: Vec<(String, String, Value)> = turn
-            .tool_calls()
-            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-            .collect();
+        let (turn, mut calls) =
+            model_turn(context, &mut request, &mut usage, &on_provider_event).await?;
         // complete_phase goes last, so the validation sees every change of the turn. (The
-        // results keep the calls' order by id; the API pairs them by id.)
+        // results may come in another order than the calls; the API pairs them by id.)
         calls.sort_by_key(|(_, name, _)| name == COMPLETE_PHASE);
-        request.messages.push(Message {
-            role: Role::Assistant,
-            content: if turn.content.is_empty() {
-                vec![ContentBlock::Text {
-                    text: "(no content)".to_owned(),
-                }]
-            } else {
-                turn.content.clone()
-            },
-        });
         let mut reply = Vec::new();
         let mut passed = false;
         let mut validated = false;

@@ -154,3 +154,34 @@ pub fn files_ending_with(dir: &std::path::Path, suffix: &str) -> Vec<std::path::
     found.sort();
     found
 }
+
+/// `loopr <args>` without Neovim, in the project, against the fake server; waits for it.
+pub async fn run_loopr(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeAnthropic,
+    args: &[&str],
+) -> std::process::Output {
+    loopr_command(dirs, fake, args)
+        .output()
+        .await
+        .expect("run loopr")
+}
+
+/// The `loopr <args>` command `run_loopr` runs, to adjust before spawning it.
+pub fn loopr_command(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeAnthropic,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+    command
+        .args(args)
+        .current_dir(&dirs.project)
+        .env_clear()
+        .env("HOME", &dirs.home)
+        .env("LOOPR_HOME", &dirs.loopr_home)
+        .env("ANTHROPIC_API_KEY", crate::nvim::API_KEY)
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .kill_on_drop(true);
+    command
+}
