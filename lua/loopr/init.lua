@@ -10,6 +10,24 @@ local function notify(msg, level)
   vim.notify(msg, level or vim.log.levels.ERROR)
 end
 
+---Send a request whose reply names a loop; notify and return nil on any error.
+---@param method string
+---@param params table
+---@return string|nil loop_id
+local function request_loop_id(method, params)
+  local result, err = require('loopr.host').request(method, params)
+  if err then
+    notify(err)
+    return nil
+  end
+  local id = type(result) == 'table' and result.loop_id or nil
+  if type(id) ~= 'string' then
+    notify(('Loopr: unexpected reply to %s: %s'):format(method, vim.inspect(result)))
+    return nil
+  end
+  return id
+end
+
 ---Configure Loopr. Raises a Lua error naming the offending option.
 ---@param opts loopr.Opts|nil
 function M.setup(opts)
@@ -35,18 +53,12 @@ function M.plan(task)
     notify('ANTHROPIC_API_KEY is not set; export it before starting Neovim')
     return nil
   end
-  local result, err = require('loopr.host').request('plan', {
+  local id = request_loop_id('plan', {
     task = task,
     root = config.root(),
     settings = config.settings(),
   })
-  if err then
-    notify(err)
-    return nil
-  end
-  local id = type(result) == 'table' and result.loop_id or nil
-  if type(id) ~= 'string' then
-    notify('Loopr: unexpected reply to plan: ' .. vim.inspect(result))
+  if not id then
     return nil
   end
   notify(('Loopr: planning (loop %s)'):format(id), vim.log.levels.INFO)
@@ -117,14 +129,8 @@ function M.approve(id, opts)
     local r = here and record_of(root, here.loop_id)
     id = (r and r.status == 'awaiting_approval') and r.id or nil
   end
-  local result, err = require('loopr.host').request('approve', { root = root, id = id })
-  if err then
-    notify(err)
-    return nil
-  end
-  local approved = type(result) == 'table' and result.loop_id or id
-  if type(approved) ~= 'string' then
-    notify('Loopr: unexpected reply to approve: ' .. vim.inspect(result))
+  local approved = request_loop_id('approve', { root = root, id = id })
+  if not approved then
     return nil
   end
   local r = record_of(root, approved)
@@ -198,18 +204,12 @@ function M.run(phase)
     notify('ANTHROPIC_API_KEY is not set; export it before starting Neovim')
     return nil
   end
-  local result, err = require('loopr.host').request('run', {
+  local id = request_loop_id('run', {
     root = root,
     phase = target,
     settings = config.settings(),
   })
-  if err then
-    notify(err)
-    return nil
-  end
-  local id = type(result) == 'table' and result.loop_id or nil
-  if type(id) ~= 'string' then
-    notify('Loopr: unexpected reply to run: ' .. vim.inspect(result))
+  if not id then
     return nil
   end
   notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
