@@ -103,15 +103,13 @@ end
 ---@return string|nil loop_id The cancelled loop, nil on error (already notified).
 function M.cancel(id, opts)
   id = trimmed(id)
-  local result, err = require('loopr.host').request('cancel', {
+  local cancelled = request_loop_id('cancel', {
     root = (opts and opts.root) or config.root(),
     id = id,
   })
-  if err then
-    notify(err)
+  if not cancelled then
     return nil
   end
-  local cancelled = type(result) == 'table' and result.loop_id or id
   notify(('Loopr: cancelling loop %s'):format(cancelled), vim.log.levels.INFO)
   return cancelled
 end
@@ -159,16 +157,14 @@ function M.revise(feedback, opts)
     notify('LooprRevise needs feedback, e.g. :LooprRevise Split the second spec in two')
     return nil
   end
-  local result, err = require('loopr.host').request('revise', {
+  local revised = request_loop_id('revise', {
     root = opts.root or config.root(),
     id = id,
     feedback = feedback,
   })
-  if err then
-    notify(err)
+  if not revised then
     return nil
   end
-  local revised = type(result) == 'table' and result.loop_id or id
   notify(('Loopr: revising loop %s'):format(revised), vim.log.levels.INFO)
   return revised
 end

@@ -215,6 +215,7 @@ fn task_issue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::validation::assert_has_issue;
     use serde_json::json;
 
     fn probe(path: &str) -> FileState {
@@ -244,12 +245,7 @@ mod tests {
         let issues = validate_phase(&input, "parse-flag", &probe)
             .expect_err("rejected")
             .issues;
-        assert!(
-            issues
-                .iter()
-                .any(|issue| issue.location == location && issue.message.contains(needle)),
-            "expected {location} ~ {needle:?}, got {issues:#?}"
-        );
+        assert_has_issue(&issues, location, needle);
     }
 
     #[test]

@@ -193,6 +193,7 @@ fn visit<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::validation::assert_has_issue;
     use serde_json::json;
 
     fn valid_input() -> Value {
@@ -215,13 +216,7 @@ mod tests {
     }
 
     fn assert_issue(input: Value, location: &str, needle: &str) {
-        let issues = issues_of(input);
-        assert!(
-            issues
-                .iter()
-                .any(|issue| issue.location == location && issue.message.contains(needle)),
-            "expected an issue at {location} containing {needle:?}, got {issues:#?}"
-        );
+        assert_has_issue(&issues_of(input), location, needle);
     }
 
     #[test]

@@ -117,6 +117,7 @@ pub fn validate_spec(input: &Value, expected_name: &str) -> Result<SpecArtifact,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::validation::assert_has_issue;
     use serde_json::json;
 
     fn valid_spec() -> Value {
@@ -143,12 +144,7 @@ mod tests {
         let issues = validate_spec(&input, "version-flag")
             .expect_err("rejected")
             .issues;
-        assert!(
-            issues
-                .iter()
-                .any(|issue| issue.location == location && issue.message.contains(needle)),
-            "expected {location} ~ {needle:?}, got {issues:#?}"
-        );
+        assert_has_issue(&issues, location, needle);
     }
 
     #[test]

@@ -133,3 +133,14 @@ pub fn sparseness_issue(kind: &str, markdown: &str, minimum: usize) -> Option<In
         )
     })
 }
+
+/// Test helper: `issues` has one at `location` whose message contains `needle`.
+#[cfg(test)]
+pub fn assert_has_issue(issues: &[InputIssue], location: &str, needle: &str) {
+    assert!(
+        issues
+            .iter()
+            .any(|issue| issue.location == location && issue.message.contains(needle)),
+        "expected an issue at {location} containing {needle:?}, got {issues:#?}"
+    );
+}
