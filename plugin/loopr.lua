@@ -88,6 +88,16 @@ end, {
   end,
 })
 
+command('LooprRetry', function(args)
+  require('loopr').retry(args.args)
+end, {
+  nargs = '?',
+  desc = 'Loopr: run a failed, cancelled or interrupted loop again (default: this artifact, else the newest)',
+  complete = function(arglead)
+    return require('loopr').complete_retryable_ids(arglead)
+  end,
+})
+
 vim.api.nvim_create_autocmd('VimEnter', {
   group = vim.api.nvim_create_augroup('loopr_resume', { clear = true }),
   desc = 'Loopr: resume loops a previous host left unfinished',

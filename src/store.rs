@@ -8,7 +8,7 @@ mod layout;
 mod records;
 
 pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode};
-pub use db::{LoopDb, StoreError};
+pub use db::{CancelledTree, LoopDb, StoreError};
 pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};

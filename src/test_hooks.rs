@@ -1,18 +1,19 @@
 //! Points where a test can freeze the process, to kill it there and prove that a restart
-//! loses nothing. Inert unless `LOOPR_TEST_HOOKS=1` and `LOOPR_TEST_PAUSE_AT` names the point.
+//! loses nothing, or hold one thread to widen a race window. Inert unless
+//! `LOOPR_TEST_HOOKS=1` and `LOOPR_TEST_PAUSE_AT` / `LOOPR_TEST_HOLD_AT` names the point.
 
 use std::sync::OnceLock;
 
 fn requested_point() -> Option<&'static str> {
     static POINT: OnceLock<Option<String>> = OnceLock::new();
     POINT
-        .get_or_init(|| {
-            let enabled = std::env::var_os("LOOPR_TEST_HOOKS").is_some_and(|value| value == "1");
-            enabled
-                .then(|| std::env::var("LOOPR_TEST_PAUSE_AT").ok())
-                .flatten()
-        })
+        .get_or_init(|| hook_variable("LOOPR_TEST_PAUSE_AT"))
         .as_deref()
+}
+
+fn hook_variable(name: &str) -> Option<String> {
+    let enabled = std::env::var_os("LOOPR_TEST_HOOKS").is_some_and(|value| value == "1");
+    enabled.then(|| std::env::var(name).ok()).flatten()
 }
 
 /// Freezes the whole process for good when `point` is the requested one, after saying so on
@@ -26,4 +27,35 @@ pub fn pause_point(point: &str) {
     loop {
         std::thread::park();
     }
+}
+
+/// Holds the calling thread, the n-th time a thread reaches `point`, until the test lets it
+/// go. `LOOPR_TEST_HOLD_AT` names the point (`name` or `name#n`, n counting from 1) and
+/// `LOOPR_TEST_HOLD_DIR` a directory with two FIFOs
+/// the test made: opening `arrived` for writing tells the test the thread is here (the open
+/// waits for the test's reader), and opening `release` for reading waits for the test's
+/// writer. No polling on either side.
+pub fn hold_point(point: &str) {
+    static HOLD: OnceLock<Option<(String, std::path::PathBuf)>> = OnceLock::new();
+    static ARRIVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let hold = HOLD.get_or_init(|| {
+        Some((
+            hook_variable("LOOPR_TEST_HOLD_AT")?,
+            hook_variable("LOOPR_TEST_HOLD_DIR")?.into(),
+        ))
+    });
+    let Some((wanted, dir)) = hold else { return };
+    let (name, nth) = match wanted.split_once('#') {
+        Some((name, nth)) => (name, nth.parse::<usize>().unwrap_or(1)),
+        None => (wanted.as_str(), 1),
+    };
+    if name != point || ARRIVALS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 != nth {
+        return;
+    }
+    tracing::warn!(point, "test hook: holding");
+    let _arrived = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("arrived"));
+    let _released = std::fs::File::open(dir.join("release"));
+    tracing::warn!(point, "test hook: released");
 }

@@ -169,6 +169,25 @@ function M.revise(feedback, opts)
   return revised
 end
 
+---Run a loop that failed, was cancelled or was interrupted again (|:LooprRetry|): loop `id`,
+---else the loop of the current artifact buffer, else the newest such loop.
+---@param id string|nil
+---@param opts? loopr.TargetOpts
+---@return string|nil loop_id The loop retried, nil on error (already notified).
+function M.retry(id, opts)
+  id = trimmed(id)
+  if not id then
+    local here = require('loopr.paths').buf_artifact()
+    id = here and here.loop_id or nil
+  end
+  local retried = request_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id })
+  if not retried then
+    return nil
+  end
+  notify(('Loopr: retrying loop %s'):format(retried), vim.log.levels.INFO)
+  return retried
+end
+
 ---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),
 ---else of the current buffer's phase artifact, else of every current phase.
 ---@param phase string|nil
@@ -313,20 +332,28 @@ function M.complete_awaiting_ids(arglead)
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
 end
 
----Complete names of current (not invalidated) phases (for `:LooprTasks` and `:LooprRun`).
+---Complete names of current (not invalidated) phases (for `:LooprTasks`, `:LooprRun`,
+---`:LooprChanges`, `:LooprUndo`), as the host names them: `spec/phase` where two specs have a
+---phase of the same name.
 ---@param arglead string
 ---@return string[]
 function M.complete_phase_names(arglead)
+  local names = require('loopr.host').request('phase_names', { root = config.root() })
+  return starting_with(type(names) == 'table' and names or {}, arglead)
+end
+
+---Complete ids of loops that can be retried (for `:LooprRetry`).
+---@param arglead string
+---@return string[]
+function M.complete_retryable_ids(arglead)
   local rows = require('loopr.host').request('status', { root = config.root() })
-  local names, seen = {}, {}
+  local ids = {}
   for _, r in ipairs(type(rows) == 'table' and rows or {}) do
-    if r.type == 'phase' and r.status ~= 'invalidated' and type(r.name) == 'string' and not seen[r.name] then
-      seen[r.name] = true
-      table.insert(names, r.name)
+    if r.status == 'failed' or r.status == 'cancelled' or r.status == 'interrupted' then
+      table.insert(ids, r.id)
     end
   end
-  table.sort(names)
-  return starting_with(names, arglead)
+  return starting_with(ids, arglead)
 end
 
 return M

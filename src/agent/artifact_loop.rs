@@ -33,10 +33,16 @@ pub enum LoopError {
     #[error("model request failed: {0}")]
     Llm(LlmError),
     #[error(
-        "no valid {tool} call after {max_turns} model turns (the turn limit); raise max_turns \
-         or make the task more specific"
+        "no valid {tool} call after {max_turns} model turns (the turn limit){}; raise max_turns, \
+         make the task more specific, or :LooprRetry",
+        last_problem_note(.last_problem.as_deref())
     )]
-    TurnLimit { tool: &'static str, max_turns: u32 },
+    TurnLimit {
+        tool: &'static str,
+        max_turns: u32,
+        /// What the model was last told was wrong, the likely reason it never got there.
+        last_problem: Option<String>,
+    },
     #[error("saving the {kind} artifact: {source}")]
     Artifact {
         kind: &'static str,
@@ -54,6 +60,21 @@ pub enum LoopError {
     Job(#[from] JobError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Characters of the last problem kept in a failure message; the whole text is in the log.
+const LAST_PROBLEM_CHARS: usize = 300;
+
+fn last_problem_note(problem: Option<&str>) -> String {
+    let Some(problem) = problem.map(str::trim).filter(|problem| !problem.is_empty()) else {
+        return String::new();
+    };
+    let flat = problem.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = flat.chars().take(LAST_PROBLEM_CHARS).collect();
+    if shown.len() < flat.len() {
+        shown.push('…');
+    }
+    format!("; the last problem the model was told: {shown}")
 }
 
 impl From<LlmError> for LoopError {
@@ -120,6 +141,9 @@ struct RunState {
     stage: Stage,
     passes_done: u32,
     messages: Vec<Message>,
+    /// The last error a call of this run got back, for the failure message.
+    #[serde(default)]
+    last_problem: Option<String>,
 }
 
 /// The answer to one tool call, before it becomes a `tool_result` block.
@@ -238,6 +262,9 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
                 tool_call(context, kind, &tools, &tool_context, &name, input).await?
             };
             follow_ups.extend(result.follow_up);
+            if result.is_error {
+                state.last_problem = Some(result.content.clone());
+            }
             reply.push(ContentBlock::ToolResult {
                 tool_use_id: call_id,
                 content: result.content,
@@ -283,6 +310,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
             _ => kind.tool_name(),
         },
         max_turns,
+        last_problem: state.last_problem,
     })
 }
 
@@ -338,7 +366,12 @@ fn create_call(
         Ok(accepted) => accepted,
         Err(report) => {
             let problems = report.issues.len();
-            tracing::info!(loop_id = %context.record.id, problems, "artifact input rejected");
+            tracing::info!(
+                loop_id = %context.record.id,
+                problems,
+                report = %report,
+                "artifact input rejected"
+            );
             context.progress(format!(
                 "the {} had {problems} problem{}; asking the model to fix {}",
                 kind.as_str(),
@@ -545,6 +578,7 @@ fn load_or_start(context: &LoopContext, kind: ArtifactKind) -> Result<RunState, 
         stored_iteration: record.iteration,
         stage: Stage::Drafting,
         passes_done: 0,
+        last_problem: None,
         messages: vec![Message::user_text(jobs::first_message(
             record,
             &context.layout,

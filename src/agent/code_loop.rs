@@ -41,6 +41,21 @@ struct CodeRunState {
     /// The validation of `iteration` passed: the loop is done.
     #[serde(default)]
     passed: bool,
+    /// The iteration the current allowance of `code_max_iterations` counts from; a retry or
+    /// a revision starts a new allowance.
+    #[serde(default = "first_iteration")]
+    allowance_from: u32,
+}
+
+fn first_iteration() -> u32 {
+    1
+}
+
+impl CodeRunState {
+    fn last_allowed_iteration(&self, max_iterations: u32) -> u32 {
+        self.allowance_from
+            .saturating_add(max_iterations.saturating_sub(1))
+    }
 }
 
 /// Implements the phase; returns the iteration whose validation passed.
@@ -60,8 +75,14 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     });
     record_baseline(context).await?;
     let mut state = load_or_start(context, &phase)?;
-    if state.passed {
+    let max_iterations = context.settings.code_max_iterations;
+    if let Some(feedback) = context.record.feedback.as_deref() {
+        take_feedback(context, &mut state, feedback)?;
+    } else if state.passed {
         return Ok(state.iteration);
+    } else if state.iteration > state.last_allowed_iteration(max_iterations) {
+        // It gave up before and the user asked for another go.
+        state.allowance_from = state.iteration;
     }
     let project_name = context
         .root
@@ -89,22 +110,24 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         input_tokens: record.tokens_in,
         output_tokens: record.tokens_out,
     };
-    let max_iterations = context.settings.code_max_iterations;
     let max_turns = context.settings.max_turns;
     let on_provider_event = |event| context.progress(describe_provider_event(&event));
     let mut turns_this_iteration = 0;
+    let mut last_problem: Option<String> = None;
 
-    while state.iteration <= max_iterations {
+    while state.iteration <= state.last_allowed_iteration(max_iterations) {
         if turns_this_iteration >= max_turns {
             return Err(LoopError::TurnLimit {
                 tool: COMPLETE_PHASE,
                 max_turns,
+                last_problem,
             });
         }
         turns_this_iteration += 1;
         context.progress(format!(
-            "iteration {}/{max_iterations}: waiting for the model (turn {turns_this_iteration}/{max_turns})",
-            state.iteration
+            "iteration {}/{}: waiting for the model (turn {turns_this_iteration}/{max_turns})",
+            state.iteration,
+            state.last_allowed_iteration(max_iterations)
         ));
         let (turn, mut calls) =
             model_turn(context, &mut request, &mut usage, &on_provider_event).await?;
@@ -149,6 +172,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
                     },
                 }
             };
+            if is_error {
+                last_problem = Some(content.clone());
+            }
             reply.push(ContentBlock::ToolResult {
                 tool_use_id: call_id,
                 content,
@@ -302,6 +328,38 @@ fn tail(text: &str, max_bytes: usize) -> String {
     format!("[... {start} bytes left out ...]\n{}", &text[start..])
 }
 
+/// A revision of the code loop: the user's feedback opens a new iteration (with a fresh
+/// allowance) of the same conversation. Stored before the feedback is used up, so a crash in
+/// between repeats the feedback rather than losing it.
+fn take_feedback(
+    context: &LoopContext,
+    state: &mut CodeRunState,
+    feedback: &str,
+) -> Result<(), LoopError> {
+    let text = prompts::code_revision_request(feedback, COMPLETE_PHASE);
+    // The stored conversation always ends with our message; the feedback joins it, as two
+    // user messages in a row are refused by the API.
+    match state.messages.last_mut() {
+        Some(message) if message.role == Role::User => {
+            message.content.push(ContentBlock::Text { text });
+        }
+        _ => state.messages.push(Message::user_text(text)),
+    }
+    // The iteration after the last validated one; an iteration under way goes on.
+    state.iteration = state
+        .iteration
+        .max(context.record.iteration.saturating_add(1));
+    state.passed = false;
+    state.allowance_from = state.iteration;
+    save_state(context, state, &state.messages)?;
+    context.db.clear_feedback(&context.record.id)?;
+    context.progress(format!(
+        "iteration {}: revising with your feedback",
+        state.iteration
+    ));
+    Ok(())
+}
+
 /// The phase this loop implements, from the phase loop's stored artifact.
 fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
     let (_, phase) = jobs::parent_artifact::<PhaseArtifact>(&context.record, &context.layout)?;
@@ -327,6 +385,7 @@ fn load_or_start(context: &LoopContext, phase: &PhaseArtifact) -> Result<CodeRun
         iteration: 1,
         messages: vec![Message::user_text(first_message(context, phase))],
         passed: false,
+        allowance_from: 1,
     };
     save_state(context, &state, &state.messages)?;
     Ok(state)
@@ -363,6 +422,7 @@ fn save_state(
         iteration: state.iteration,
         messages: messages.to_vec(),
         passed: state.passed,
+        allowance_from: state.allowance_from,
     };
     let json = serde_json::to_vec(&snapshot).map_err(|err| LoopError::Artifact {
         kind: "run state",

@@ -11,6 +11,7 @@ use super::baseline::{Baseline, ChangedHunk};
 use super::code_loop::{run_code_loop, runnable_phase};
 use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
+use super::phases::{PhaseLookupError, phase_selectors, resolve_phase};
 use super::settings::LoopSettings;
 use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
 use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, AnthropicCredentials};
@@ -75,6 +76,8 @@ pub enum ManagerError {
     UnknownPhase(String),
     #[error("no code loop has run for phase {0:?}; start one with :LooprRun {0}")]
     NoCodeLoop(String),
+    #[error(transparent)]
+    Phase(#[from] PhaseLookupError),
     #[error("{0}")]
     Baseline(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]
@@ -196,14 +199,13 @@ impl LoopManager {
         (self.shared.provider_factory)(&settings)?;
         let project = self.project(root)?;
         let records = project.db.list()?;
-        let phase_record = records
-            .iter()
-            .find(|record| {
-                record.loop_type == LoopType::Phase
-                    && (record.id.as_str() == phase || record.name.as_deref() == Some(phase))
-                    && runnable_phase(record.status, record.iteration)
-            })
-            .ok_or_else(|| ManagerError::UnknownPhase(phase.to_owned()))?;
+        let phase_record = resolve_phase(&records, phase, |record| {
+            runnable_phase(record.status, record.iteration)
+        })
+        .map_err(|err| match err {
+            PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
+            ambiguous => ManagerError::Phase(ambiguous),
+        })?;
         if let Some(active) = records.iter().find(|record| {
             record.loop_type == LoopType::Code
                 && record.parent.as_ref() == Some(&phase_record.id)
@@ -282,11 +284,18 @@ impl LoopManager {
                 .find(|record| record.status == LoopStatus::AwaitingApproval)
                 .ok_or(ManagerError::NothingTo("awaiting approval"))?,
         };
-        if record.status != LoopStatus::AwaitingApproval {
+        // A loop whose revision (or review) failed keeps its last good iteration, which the
+        // user may still approve.
+        let approvable = record.status == LoopStatus::AwaitingApproval
+            || (record.status == LoopStatus::Failed
+                && record.iteration > 0
+                && record.loop_type != LoopType::Code);
+        if !approvable {
             return Err(ManagerError::WrongState {
                 id: record.id.to_string(),
                 status: record.status.as_str(),
-                hint: "only loops awaiting approval can be approved",
+                hint: "only loops awaiting approval (or failed loops with an artifact) can be \
+                       approved",
             });
         }
         let kind = jobs::artifact_kind(record.loop_type)?;
@@ -301,49 +310,87 @@ impl LoopManager {
                 id: record.id.to_string(),
                 message: format!("{} is missing or invalid", path.display()),
             })?;
-        self.complete_with_children(&project, &record, record.iteration, &accepted.children)?;
-        tracing::info!(loop_id = %record.id, "approved");
+        self.complete_with_children_from(
+            &project,
+            &record,
+            &[LoopStatus::AwaitingApproval, LoopStatus::Failed],
+            record.iteration,
+            &accepted.children,
+        )?;
+        tracing::info!(loop_id = %record.id, iteration = record.iteration, "approved");
         self.schedule(&project);
         Ok(record.id)
     }
 
     /// Runs loop `id` again with the user's feedback. Its children, spawned from the old
-    /// artifact, are cancelled and invalidated; their artifacts stay on disk.
+    /// artifact, are cancelled and invalidated; their artifacts stay on disk. A code loop
+    /// starts a new iteration that gets the feedback.
     pub fn revise(&self, root: &Path, id: &str, feedback: &str) -> Result<LoopId, ManagerError> {
         if feedback.trim().is_empty() {
             return Err(ManagerError::EmptyFeedback);
         }
         let project = self.project(root)?;
         let record = self.record(&project, id)?;
-        if matches!(
+        let revisable = !matches!(
             record.status,
             LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
-        ) || record.iteration == 0
-        {
-            return Err(ManagerError::WrongState {
-                id: record.id.to_string(),
-                status: record.status.as_str(),
-                hint: "only a current loop that has produced its artifact and is not running \
-                       can be revised (an invalidated loop's parent was revised: revise the \
-                       parent's new children instead)",
-            });
+        ) && (record.iteration > 0 || record.loop_type == LoopType::Code);
+        let wrong_state = |status: LoopStatus| ManagerError::WrongState {
+            id: record.id.to_string(),
+            status: status.as_str(),
+            hint: "only a current loop that has produced its artifact and is not running \
+                   can be revised (an invalidated loop's parent was revised: revise the \
+                   parent's new children instead)",
+        };
+        if !revisable {
+            return Err(wrong_state(record.status));
         }
-        let invalidated = project.db.revise(&record.id, feedback.trim())?;
+        let Some(invalidated) =
+            project
+                .db
+                .revise(&record.id, feedback.trim(), self.shared.host_pid)?
+        else {
+            let now = self.record(&project, id)?;
+            return Err(wrong_state(now.status));
+        };
         // After the transaction, so a descendant started in between is stopped too; its
         // supervisor finds it invalidated and leaves that be.
-        for child in &invalidated {
+        for (child, loop_type) in &invalidated {
             if let Some(token) = lock(&self.shared.running).get(child) {
                 token.cancel();
             }
-        }
-        for child in &invalidated {
-            let loop_type = project
-                .db
-                .get(child)?
-                .map_or(LoopType::Spec, |record| record.loop_type);
-            self.emit_status(child, loop_type, LoopStatus::Invalidated, None);
+            self.emit_status(child, *loop_type, LoopStatus::Invalidated, None);
         }
         tracing::info!(loop_id = %record.id, invalidated = invalidated.len(), "revising");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Runs a loop that failed, was cancelled or was interrupted again, from where it stood:
+    /// an artifact loop resumes its stored conversation (or starts over if it had none), a
+    /// code loop gets a fresh allowance of iterations.
+    pub fn retry(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+        let project = self.project(root)?;
+        let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.record(&project, id)?,
+            None => project
+                .db
+                .list()?
+                .into_iter()
+                .find(|record| retryable(record.status))
+                .ok_or(ManagerError::NothingTo("failed or cancelled"))?,
+        };
+        let current = record.status != LoopStatus::Invalidated;
+        if !current || !project.db.retry(&record.id, self.shared.host_pid)? {
+            let now = self.record(&project, record.id.as_str())?;
+            return Err(ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: now.status.as_str(),
+                hint: "only a loop that failed, was cancelled or was interrupted can be retried",
+            });
+        }
+        tracing::info!(loop_id = %record.id, "retrying");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);
         Ok(record.id)
@@ -362,27 +409,23 @@ impl LoopManager {
                 .find(|record| record.status.is_active())
                 .ok_or(ManagerError::NothingTo("running"))?,
         };
-        let mut tree = vec![target.clone()];
-        tree.extend(project.db.descendants(&target.id)?);
-        if !tree.iter().any(|record| record.status.is_active()) {
+        let tree = project.db.cancel_tree(&target.id)?;
+        if tree.is_empty() {
             return Err(ManagerError::WrongState {
                 id: target.id.to_string(),
                 status: target.status.as_str(),
                 hint: "neither it nor any loop below it is active; nothing to cancel",
             });
         }
-        for record in tree.iter().filter(|record| record.status.is_active()) {
-            // Not running: cancel it in the store, unless the scheduler started it meanwhile,
-            // in which case its task is stopped like any running one.
-            if lock(&self.shared.running).get(&record.id).is_none()
-                && project.db.cancel_idle(&record.id)?
-            {
-                self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
-                self.fail_dependents(&project, record, LoopStatus::Cancelled);
-                continue;
-            }
-            if let Some(token) = lock(&self.shared.running).get(&record.id) {
-                // The loop's supervisor records the cancellation when the task stops.
+        for record in &tree.cancelled {
+            self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
+            self.fail_dependents(&project, record, LoopStatus::Cancelled);
+        }
+        for id in &tree.running {
+            // Registered before its claim, so a loop the scheduler is starting right now is
+            // found here too; its supervisor records the cancellation when the task stops.
+            // (A loop another host runs is stopped by that host.)
+            if let Some(token) = lock(&self.shared.running).get(id) {
                 token.cancel();
             }
         }
@@ -427,12 +470,26 @@ impl LoopManager {
     ) -> Result<Vec<PhaseTasks>, ManagerError> {
         let project = self.project(root)?;
         let records = project.db.list()?;
+        let selector = match selector {
+            PhaseSelector::Named(name) => {
+                let phase = resolve_phase(&records, name, |record| {
+                    record.status != LoopStatus::Invalidated && record.iteration > 0
+                })?;
+                PhaseSelector::Loop(phase.id.to_string())
+            }
+            other => other.clone(),
+        };
         Ok(phase_tasks(
             &records,
-            selector,
+            &selector,
             &project.root,
             &project.layout,
         ))
+    }
+
+    /// The names to complete a phase argument with (`spec/phase` where a name is shared).
+    pub fn phase_selectors(&self, root: &Path) -> Result<Vec<String>, ManagerError> {
+        Ok(phase_selectors(&self.project(root)?.db.list()?))
     }
 
     /// Opens the project so this host resumes its unfinished loops; returns how many loops of
@@ -504,18 +561,37 @@ impl LoopManager {
                     continue;
                 }
             }
+            // The token exists before the claim: a cancel that comes between the claim and
+            // the launch finds it, and the loop stops as soon as it starts.
+            let cancel = CancellationToken::new();
+            lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
             match project.db.claim(&record.id, self.shared.host_pid) {
-                Ok(true) => self.launch(project, record, settings),
-                Ok(false) => {}
-                Err(err) => tracing::error!(loop_id = %record.id, error = %err, "claiming a loop"),
+                Ok(true) => {
+                    crate::test_hooks::hold_point("after_claim");
+                    self.launch(project, record, settings, cancel);
+                }
+                Ok(false) => {
+                    lock(&self.shared.running).remove(&record.id);
+                }
+                Err(err) => {
+                    lock(&self.shared.running).remove(&record.id);
+                    tracing::error!(loop_id = %record.id, error = %err, "claiming a loop");
+                }
             }
         }
     }
 
-    fn launch(&self, project: &Project, record: LoopRecord, settings: LoopSettings) {
+    fn launch(
+        &self,
+        project: &Project,
+        record: LoopRecord,
+        settings: LoopSettings,
+        cancel: CancellationToken,
+    ) {
         let provider = match (self.shared.provider_factory)(&settings) {
             Ok(provider) => provider,
             Err(err) => {
+                lock(&self.shared.running).remove(&record.id);
                 self.record_end(project, &record, LoopStatus::Failed, Some(err.to_string()));
                 return;
             }
@@ -531,6 +607,7 @@ impl LoopManager {
         let (policy, approver) = match policies {
             Ok(policies) => policies,
             Err(err) => {
+                lock(&self.shared.running).remove(&record.id);
                 self.record_end(
                     project,
                     &record,
@@ -540,8 +617,6 @@ impl LoopManager {
                 return;
             }
         };
-        let cancel = CancellationToken::new();
-        lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
         tracing::info!(loop_id = %record.id, loop_type = record.loop_type.as_str(), "loop running");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Running, None);
         let context = LoopContext {
@@ -673,6 +748,23 @@ impl LoopManager {
         iteration: u32,
         children: &[ChildLoop],
     ) -> Result<(), ManagerError> {
+        self.complete_with_children_from(
+            project,
+            record,
+            &[LoopStatus::Running, LoopStatus::AwaitingApproval],
+            iteration,
+            children,
+        )
+    }
+
+    fn complete_with_children_from(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        from: &[LoopStatus],
+        iteration: u32,
+        children: &[ChildLoop],
+    ) -> Result<(), ManagerError> {
         let kind = jobs::artifact_kind(record.loop_type)?;
         let triggered_by = ProjectLayout::iteration_relative(iteration)
             .join("artifacts")
@@ -689,8 +781,9 @@ impl LoopManager {
                 ..LoopRecord::new_pending(child.loop_type, &child.task, record.settings.clone())
             })
             .collect();
-        project.db.finish_with_children(
+        project.db.finish_with_children_from(
             &record.id,
+            from,
             LoopStatus::Complete,
             &child_records,
             self.shared.host_pid,
@@ -827,21 +920,41 @@ impl LoopManager {
     }
 }
 
-/// The newest code loop for a phase name or phase loop id.
+/// The newest code loop of the phase `phase` names (a phase name, `spec/phase`, a phase
+/// loop id) or the code loop with id `phase`. Only phases that had a code loop compete for a
+/// name.
 fn newest_code_loop(project: &Project, phase: &str) -> Result<LoopRecord, ManagerError> {
     let records = project.db.list()?;
-    records
+    let newest_code_loop_of = |phase_id: &LoopId| {
+        records
+            .iter()
+            .find(|record| {
+                record.loop_type == LoopType::Code && record.parent.as_ref() == Some(phase_id)
+            })
+            .cloned()
+    };
+    if let Some(code) = records
         .iter()
-        .find(|record| {
-            record.loop_type == LoopType::Code
-                && (record.name.as_deref() == Some(phase)
-                    || record
-                        .parent
-                        .as_ref()
-                        .is_some_and(|parent| parent.as_str() == phase))
-        })
-        .cloned()
-        .ok_or_else(|| ManagerError::NoCodeLoop(phase.to_owned()))
+        .find(|record| record.loop_type == LoopType::Code && record.id.as_str() == phase.trim())
+    {
+        return Ok(code.clone());
+    }
+    let phase_record = resolve_phase(&records, phase, |record| {
+        newest_code_loop_of(&record.id).is_some()
+    })
+    .map_err(|err| match err {
+        PhaseLookupError::NotFound(_) => ManagerError::NoCodeLoop(phase.to_owned()),
+        ambiguous => ManagerError::Phase(ambiguous),
+    })?;
+    newest_code_loop_of(&phase_record.id).ok_or_else(|| ManagerError::NoCodeLoop(phase.to_owned()))
+}
+
+/// Loops `:LooprRetry` can run again.
+fn retryable(status: LoopStatus) -> bool {
+    matches!(
+        status,
+        LoopStatus::Failed | LoopStatus::Cancelled | LoopStatus::Interrupted
+    )
 }
 
 /// A spec may start once the specs it depends on (its siblings from the same parent

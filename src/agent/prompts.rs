@@ -206,6 +206,14 @@ pub fn review_request(
     )
 }
 
+/// The user's feedback on a code loop's work, which starts a new iteration.
+pub fn code_revision_request(feedback: &str, complete_tool: &str) -> String {
+    format!(
+        "The user reviewed the changes so far and asks for more work:\n\n{feedback}\n\nMake \
+         these changes, then call {complete_tool} again."
+    )
+}
+
 pub fn nudge_to_call_artifact_tool(tool: &str) -> String {
     format!(
         "You have not called {tool} yet. The task is only done when {tool} succeeds: keep \

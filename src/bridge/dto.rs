@@ -228,11 +228,11 @@ impl TasksReply {
 
 fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, String> {
     let url = url::Url::from_file_path(path)
-        .map_err(|()| format!("loopr: {} is not an absolute path", path.display()))?;
+        .map_err(|()| format!("Loopr: {} is not an absolute path", path.display()))?;
     let uri: lsp_types::Uri = url
         .as_str()
         .parse()
-        .map_err(|err| format!("loopr: {url} is not a valid URI: {err}"))?;
+        .map_err(|err| format!("Loopr: {url} is not a valid URI: {err}"))?;
     let position = lsp_types::Position { line, character: 0 };
     Ok(lsp_types::Location {
         uri,
@@ -414,7 +414,7 @@ pub fn params<T: for<'de> Deserialize<'de>>(method: &str, args: Vec<Value>) -> R
     };
     // Through JSON: rmpv's own deserializer cannot read unit enum variants from strings.
     serde_json::from_value(msgpack_to_json(value))
-        .map_err(|err| format!("loopr: bad parameters for {method}: {err}"))
+        .map_err(|err| format!("Loopr: bad parameters for {method}: {err}"))
 }
 
 fn msgpack_to_json(value: Value) -> serde_json::Value {
@@ -457,7 +457,7 @@ fn msgpack_to_json(value: Value) -> serde_json::Value {
 /// arrays, which Lua would see as lists.)
 pub fn to_value<T: Serialize>(reply: &T) -> Result<Value, String> {
     let json =
-        serde_json::to_value(reply).map_err(|err| format!("loopr: encoding the reply: {err}"))?;
+        serde_json::to_value(reply).map_err(|err| format!("Loopr: encoding the reply: {err}"))?;
     Ok(json_to_msgpack(json))
 }
 

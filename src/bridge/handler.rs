@@ -40,7 +40,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .start_plan(&params.root, &params.task, params.settings)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -50,7 +50,7 @@ impl RpcHandler {
                 let records: Vec<LoopRecordReply> = self
                     .manager
                     .status_with_artifacts(&params.root)
-                    .map_err(|err| format!("loopr: {err}"))?
+                    .map_err(|err| format!("Loopr: {err}"))?
                     .into_iter()
                     .map(|(record, artifact)| LoopRecordReply::new(record, artifact))
                     .collect();
@@ -61,7 +61,7 @@ impl RpcHandler {
                 let phases = self
                     .manager
                     .tasks(&params.root, &params.selector())
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&TasksReply::new(phases)?)
             }
             "cancel" => {
@@ -69,7 +69,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .cancel(&params.root, params.id.as_deref())
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -79,7 +79,7 @@ impl RpcHandler {
                 let ids: Vec<String> = self
                     .manager
                     .status(&params.root)
-                    .map_err(|err| format!("loopr: {err}"))?
+                    .map_err(|err| format!("Loopr: {err}"))?
                     .into_iter()
                     .filter(|record| params.matches(record.status))
                     .map(|record| record.id.to_string())
@@ -91,7 +91,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .start_code(&params.root, &params.phase, params.settings)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -101,7 +101,7 @@ impl RpcHandler {
                 let (loop_id, hunks) = self
                     .manager
                     .changes(&params.root, &params.phase)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&ChangesReply::new(loop_id.to_string(), hunks)?)
             }
             "undo" => {
@@ -109,7 +109,7 @@ impl RpcHandler {
                 let files: Vec<String> = self
                     .manager
                     .undo(&params.root, &params.phase)
-                    .map_err(|err| format!("loopr: {err}"))?
+                    .map_err(|err| format!("Loopr: {err}"))?
                     .into_iter()
                     .map(|path| path.to_string_lossy().into_owned())
                     .collect();
@@ -125,7 +125,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .approve(&params.root, params.id.as_deref())
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -135,7 +135,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .revise(&params.root, &params.id, &params.feedback)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -145,15 +145,33 @@ impl RpcHandler {
                 let active = self
                     .manager
                     .resume(&params.root)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                    .map_err(|err| format!("Loopr: {err}"))?;
                 Ok(Value::from(active))
+            }
+            "retry" => {
+                let params: CancelParams = params(method, args)?;
+                let id = self
+                    .manager
+                    .retry(&params.root, params.id.as_deref())
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                to_value(&LoopIdReply {
+                    loop_id: id.to_string(),
+                })
+            }
+            "phase_names" => {
+                let params: RootParams = params(method, args)?;
+                let names = self
+                    .manager
+                    .phase_selectors(&params.root)
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                to_value(&names)
             }
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
-                "loopr: unknown request {other:?}; the host understands plan, run, approval, \
-                 changes, undo, status, cancel, approve, revise, resume, tasks, loop_ids and \
-                 version (is the plugin newer than the binary? rebuild it)"
+                "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
+                 changes, undo, status, cancel, approve, revise, retry, resume, tasks, loop_ids, \
+                 phase_names and version (is the plugin newer than the binary? rebuild it)"
             )),
         }
     }
@@ -173,8 +191,10 @@ impl Handler for RpcHandler {
         let handler = self.clone();
         let method = name.clone();
         // The work runs in its own task so that a panic becomes an error reply instead of a
-        // request Neovim waits on forever.
-        let outcome = tokio::spawn(async move { handler.dispatch(&method, args) }).await;
+        // request Neovim waits on forever; on the blocking pool, because requests read and
+        // write SQLite (with fsync) and walk files, which must not hold up the async workers
+        // that stream model answers.
+        let outcome = tokio::task::spawn_blocking(move || handler.dispatch(&method, args)).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => {
@@ -184,7 +204,7 @@ impl Handler for RpcHandler {
             Err(join_error) => {
                 tracing::error!(method = %name, error = %join_error, "request handler panicked");
                 Err(Value::from(format!(
-                    "loopr: internal error while handling {name}; details are in the log (:LooprLog)"
+                    "Loopr: internal error while handling {name}; details are in the log (:LooprLog)"
                 )))
             }
         }

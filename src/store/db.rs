@@ -54,9 +54,7 @@ impl LoopDb {
         connection
             .busy_timeout(Duration::from_secs(5))
             .map_err(sqlite_error)?;
-        connection
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(sqlite_error)?;
+        use_write_ahead_log(&connection).map_err(sqlite_error)?;
         connection
             .pragma_update(None, "synchronous", "FULL")
             .map_err(sqlite_error)?;
@@ -179,10 +177,32 @@ impl LoopDb {
         children: &[LoopRecord],
         host_pid: u32,
     ) -> Result<(), StoreError> {
+        self.finish_with_children_from(
+            id,
+            &[LoopStatus::Running, LoopStatus::AwaitingApproval],
+            status,
+            children,
+            host_pid,
+        )
+    }
+
+    /// `finish_with_children` for a loop in one of the statuses `from`; approving the last
+    /// good iteration of a loop whose revision failed starts from `failed`.
+    pub fn finish_with_children_from(
+        &self,
+        id: &LoopId,
+        from: &[LoopStatus],
+        status: LoopStatus,
+        children: &[LoopRecord],
+        host_pid: u32,
+    ) -> Result<(), StoreError> {
+        let from = status_list(from);
         self.with_transaction(|transaction| {
             let changed = transaction.execute(
-                "UPDATE loops SET status = ?2, error = NULL, updated_at = ?3
-                 WHERE id = ?1 AND status IN ('running', 'awaiting_approval')",
+                &format!(
+                    "UPDATE loops SET status = ?2, error = NULL, updated_at = ?3
+                     WHERE id = ?1 AND status IN ({from})"
+                ),
                 params![id.as_str(), status.as_str(), now_rfc3339()],
             )?;
             if changed == 0 {
@@ -197,32 +217,104 @@ impl LoopDb {
     }
 
     /// Prepares a loop for another iteration with the user's feedback: it becomes pending,
-    /// and every active descendant becomes invalidated, in one transaction. Returns the
-    /// descendants it invalidated.
-    pub fn revise(&self, id: &LoopId, feedback: &str) -> Result<Vec<LoopId>, StoreError> {
-        let descendants = self.descendants(id)?;
-        let invalidated: Vec<LoopId> = descendants
-            .iter()
-            .filter(|record| record.status != LoopStatus::Invalidated)
-            .map(|record| record.id.clone())
-            .collect();
+    /// owned by `host_pid` (the host that will run it, which need not be the one that ran it
+    /// before), and every descendant not yet invalidated becomes invalidated. One
+    /// transaction, descendants read inside it, so a child a sibling inserts at the same
+    /// moment cannot escape. `None` (and nothing changed) when the loop is running, pending
+    /// or invalidated by then. Returns the descendants it invalidated.
+    pub fn revise(
+        &self,
+        id: &LoopId,
+        feedback: &str,
+        host_pid: u32,
+    ) -> Result<Option<Vec<(LoopId, LoopType)>>, StoreError> {
+        let path = self.path.clone();
         self.with_transaction(|transaction| {
             let now = now_rfc3339();
             let changed = transaction.execute(
-                "UPDATE loops SET status = 'pending', feedback = ?2, error = NULL, updated_at = ?3
-                 WHERE id = ?1",
-                params![id.as_str(), feedback, now],
+                "UPDATE loops SET status = 'pending', feedback = ?2, error = NULL, updated_at = ?3,
+                                  host_pid = ?4
+                 WHERE id = ?1 AND status NOT IN ('pending', 'running', 'invalidated')",
+                params![id.as_str(), feedback, now, host_pid],
             )?;
-            for child in &invalidated {
+            if changed == 0 {
+                return Ok(None);
+            }
+            let invalidated: Vec<(LoopId, LoopType)> = descendants_in(transaction, id, &path)?
+                .into_iter()
+                .filter(|record| record.status != LoopStatus::Invalidated)
+                .map(|record| (record.id, record.loop_type))
+                .collect();
+            for (child, _) in &invalidated {
                 transaction.execute(
                     "UPDATE loops SET status = 'invalidated', updated_at = ?2 WHERE id = ?1",
                     params![child.as_str(), now],
                 )?;
             }
-            Ok(changed)
+            Ok(Some(invalidated))
         })
-        .and_then(|changed| self.require_changed(changed, id))?;
-        Ok(invalidated)
+    }
+
+    /// Cancels loop `id` and every loop below it, in one transaction: loops no task runs
+    /// (pending, awaiting approval) become cancelled here; running ones are returned for
+    /// their host to stop (their supervisor records the end).
+    pub fn cancel_tree(&self, id: &LoopId) -> Result<CancelledTree, StoreError> {
+        let path = self.path.clone();
+        self.with_transaction(|transaction| {
+            let target = transaction
+                .query_row(
+                    &format!("{SELECT_RECORD} WHERE id = ?1"),
+                    params![id.as_str()],
+                    RawRecord::from_row,
+                )
+                .optional()?;
+            let Some(target) = target else {
+                return Ok(CancelledTree::default());
+            };
+            let target = target.into_record(&path).map_err(store_to_sqlite)?;
+            let mut tree = vec![target];
+            tree.extend(descendants_in(transaction, id, &path)?);
+            let now = now_rfc3339();
+            let mut outcome = CancelledTree::default();
+            for record in tree {
+                match record.status {
+                    LoopStatus::Pending | LoopStatus::AwaitingApproval => {
+                        transaction.execute(
+                            "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
+                            params![record.id.as_str(), now],
+                        )?;
+                        outcome.cancelled.push(record);
+                    }
+                    LoopStatus::Running => outcome.running.push(record.id),
+                    _ => {}
+                }
+            }
+            Ok(outcome)
+        })
+    }
+
+    /// Makes a loop that ended without success (failed, cancelled, interrupted) pending
+    /// again, owned by `host_pid`; false if it is in any other state.
+    pub fn retry(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2, updated_at = ?3
+                 WHERE id = ?1 AND status IN ('failed', 'cancelled', 'interrupted')",
+                params![id.as_str(), host_pid, now_rfc3339()],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
+    /// Uses up the user's feedback of a loop that took it into its run.
+    pub fn clear_feedback(&self, id: &LoopId) -> Result<(), StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET feedback = NULL, updated_at = ?2 WHERE id = ?1",
+                params![id.as_str(), now_rfc3339()],
+            )
+        })?;
+        self.require_changed(changed, id)
     }
 
     pub fn get(&self, id: &LoopId) -> Result<Option<LoopRecord>, StoreError> {
@@ -256,15 +348,8 @@ impl LoopDb {
 
     /// Every loop below `id`, parents before children.
     pub fn descendants(&self, id: &LoopId) -> Result<Vec<LoopRecord>, StoreError> {
-        let mut found = Vec::new();
-        let mut frontier = vec![id.clone()];
-        while let Some(parent) = frontier.pop() {
-            for child in self.children(&parent)? {
-                frontier.push(child.id.clone());
-                found.push(child);
-            }
-        }
-        Ok(found)
+        let path = self.path.clone();
+        self.with_connection(|connection| descendants_in(connection, id, &path))
     }
 
     /// Loops left pending or running by a host that no longer runs them become pending and
@@ -373,6 +458,57 @@ impl LoopDb {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// What `cancel_tree` did.
+#[derive(Debug, Default)]
+pub struct CancelledTree {
+    /// Loops it cancelled (they were pending or awaiting approval), as they were before.
+    pub cancelled: Vec<LoopRecord>,
+    /// Running loops, for their host to stop.
+    pub running: Vec<LoopId>,
+}
+
+impl CancelledTree {
+    pub fn is_empty(&self) -> bool {
+        self.cancelled.is_empty() && self.running.is_empty()
+    }
+}
+
+/// Every loop below `id`, parents before children, read through `connection` (inside a
+/// caller's transaction when it has one).
+fn descendants_in(
+    connection: &Connection,
+    id: &LoopId,
+    path: &Path,
+) -> rusqlite::Result<Vec<LoopRecord>> {
+    let mut statement = connection.prepare(&format!(
+        "WITH RECURSIVE tree(id, depth) AS (
+             SELECT id, 1 FROM loops WHERE parent = ?1
+             UNION ALL
+             SELECT loops.id, tree.depth + 1 FROM loops JOIN tree ON loops.parent = tree.id
+         )
+         {SELECT_RECORD} JOIN tree USING (id) ORDER BY tree.depth, created_at, rowid"
+    ))?;
+    let rows = statement
+        .query_map(params![id.as_str()], RawRecord::from_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|raw| raw.into_record(path).map_err(store_to_sqlite))
+        .collect()
+}
+
+/// A bad row met inside a transaction aborts it like any SQLite error would.
+fn store_to_sqlite(err: StoreError) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(err.to_string())))
+}
+
+fn status_list(statuses: &[LoopStatus]) -> String {
+    statuses
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> rusqlite::Result<()> {
@@ -496,6 +632,31 @@ impl RawRecord {
     }
 }
 
+/// Puts the database in WAL mode, which lasts in the file. Switching takes a lock that SQLite
+/// does not wait for (the busy handler is not called), so hosts that open a new database at
+/// the same moment retry briefly instead of failing.
+fn use_write_ahead_log(connection: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let mode: String = connection.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+        if mode.eq_ignore_ascii_case("wal") {
+            return Ok(());
+        }
+        match connection.pragma_update(None, "journal_mode", "WAL") {
+            Ok(()) => return Ok(()),
+            Err(err)
+                if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
 fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if version >= SCHEMA_VERSION {
@@ -503,6 +664,12 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
     }
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
+    // Another host may have migrated between the read above and taking the lock: only the
+    // version read under the lock says what is left to do.
+    let version: i64 = transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version >= SCHEMA_VERSION {
+        return Ok(());
+    }
     if version < 1 {
         transaction.execute_batch(
             "CREATE TABLE IF NOT EXISTS loops (
@@ -619,15 +786,33 @@ mod tests {
     fn revising_invalidates_every_descendant_and_makes_the_loop_pending() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = open(&dir);
-        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
-            .expect("insert");
+        db.insert(
+            &LoopRecord {
+                status: LoopStatus::AwaitingApproval,
+                ..record("plan-1", "2026-01-01T00:00:00Z")
+            },
+            1,
+        )
+        .expect("insert");
         db.insert(&child("spec-1", "plan-1", "s"), 1)
             .expect("insert");
         db.insert(&child("phase-1", "spec-1", "p"), 1)
             .expect("insert");
         let plan = LoopId::parse("plan-1").expect("id");
-        let invalidated = db.revise(&plan, "split it differently").expect("revise");
+        let invalidated = db
+            .revise(&plan, "split it differently", 7)
+            .expect("revise")
+            .expect("revisable");
         assert_eq!(invalidated.len(), 2);
+        assert_eq!(
+            db.pending_for_host(7).expect("pending").len(),
+            1,
+            "the revising host runs the revision"
+        );
+        assert!(
+            db.revise(&plan, "again", 7).expect("revise").is_none(),
+            "a pending loop is not revised twice"
+        );
         let records = db.list().expect("list");
         for record in &records {
             let expected = if record.id == plan {
@@ -719,6 +904,31 @@ mod tests {
         assert_eq!(old.len(), 1);
         assert_eq!(old[0].task, "Old task");
         assert!(old[0].depends_on.is_empty());
+    }
+
+    #[test]
+    fn hosts_opening_a_new_project_at_once_all_succeed() {
+        // Every round is a fresh database that several hosts open at the same instant, as
+        // Neovims started together in one project do.
+        for round in 0..20 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join(format!("p{round}/loopr.db"));
+            let start = Arc::new(std::sync::Barrier::new(6));
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    let path = path.clone();
+                    let start = start.clone();
+                    std::thread::spawn(move || {
+                        start.wait();
+                        LoopDb::open(&path).map(|_| ())
+                    })
+                })
+                .collect();
+            for opener in openers {
+                let opened = opener.join().expect("thread");
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
     }
 
     #[test]
