@@ -153,6 +153,20 @@ async fn kill_at(point: &str) {
             assert!(parsed.is_ok(), "{point}: {} does not parse", file.display());
         }
     }
+    // Nothing the killed host was writing is left behind, nor its lock file.
+    for dir in [&dirs.loopr_home, &dirs.project] {
+        let leftovers: Vec<_> = files_ending_with(dir, "")
+            .into_iter()
+            .filter(|file| {
+                file.file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.starts_with(".loopr-"))
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "{point}: {leftovers:?}");
+    }
+    let locks = files_ending_with(&dirs.loopr_home.join("hosts"), ".lock");
+    assert!(locks.is_empty(), "{point}: {locks:?}");
     for file in files_ending_with(&dirs.loopr_home, ".md") {
         let text = std::fs::read_to_string(&file).expect("read");
         assert!(
@@ -186,4 +200,9 @@ async fn killed_during_a_phase_artifact_write_then_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_after_the_plan_was_written_before_its_gate_then_resumed() {
     kill_at("after_artifact_write:plan").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_in_the_middle_of_an_atomic_write_then_resumed() {
+    kill_at("atomic_write:run.json").await;
 }

@@ -18,9 +18,9 @@ use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, AnthropicCredentia
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
-    host_is_alive,
+    host_is_alive, remove_if_leftover, sweep_state_dir,
 };
-use crate::tools::{Approver, OpenBuffers, ProjectRoot};
+use crate::tools::{Approver, OpenBuffers, ProjectRoot, project_walker};
 
 /// Builds the model client for a loop from its settings.
 pub type ProviderFactory =
@@ -894,6 +894,7 @@ impl LoopManager {
             projects.insert(project.root.path().to_path_buf(), project.clone());
             project
         };
+        self.remove_leftovers(&project);
         let adopted = project
             .db
             .adopt_orphans(self.shared.host_pid, |owner, id, status| {
@@ -917,6 +918,39 @@ impl LoopManager {
         }
         self.schedule(&project);
         Ok(project)
+    }
+}
+
+impl LoopManager {
+    /// Removes the temporary files hosts that were killed left in the project's state (now:
+    /// it is small) and in the project itself (in the background: a tree walk, which a shell
+    /// waiting for quiet waits for).
+    fn remove_leftovers(&self, project: &Project) {
+        let home = self.shared.loopr_home.clone();
+        let removed = sweep_state_dir(project.layout.project_dir(), &home);
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed temporary files of killed hosts from the state"
+            );
+        }
+        let root = project.root.clone();
+        self.shared.busy.send_modify(|busy| *busy += 1);
+        let manager = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("loopr-leftovers".to_owned())
+            .spawn(move || {
+                if let Ok(walker) = project_walker(&root, root.path(), None) {
+                    for entry in walker.flatten() {
+                        remove_if_leftover(entry.path(), &home);
+                    }
+                }
+                manager.shared.busy.send_modify(|busy| *busy -= 1);
+            });
+        if let Err(err) = spawned {
+            tracing::warn!(error = %err, "starting the leftover sweep");
+            self.shared.busy.send_modify(|busy| *busy -= 1);
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use super::leftovers::{LINK_PREFIX, TEMP_PREFIX};
+
 /// Writes `bytes` to `path` so that readers see either the old file or the whole new one:
 /// a temporary file in the same directory is written, fsynced and renamed over the target,
 /// then the directory is fsynced so the rename itself survives a crash. New files are
@@ -37,14 +39,18 @@ fn write_atomic_with(
 ) -> io::Result<()> {
     let dir = parent_dir(path)?;
     std::fs::create_dir_all(dir)?;
+    // The pid in the name lets the next host remove what a killed one left.
     let mut temp = tempfile::Builder::new()
-        .prefix(".loopr-tmp-")
+        .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
         .tempfile_in(dir)?;
     if let Some(permissions) = permissions {
         temp.as_file().set_permissions(permissions)?;
     }
     temp.write_all(bytes)?;
     temp.as_file().sync_all()?;
+    if let Some(name) = path.file_name().and_then(|name| name.to_str()) {
+        crate::test_hooks::pause_point(&format!("atomic_write:{name}"));
+    }
     temp.persist(path).map_err(|err| err.error)?;
     sync_dir(dir)
 }
@@ -55,7 +61,7 @@ pub fn replace_symlink(target: &Path, link: &Path) -> io::Result<()> {
     let dir = parent_dir(link)?;
     std::fs::create_dir_all(dir)?;
     let temp_link = dir.join(format!(
-        ".loopr-link-{}-{:08x}",
+        "{LINK_PREFIX}{}-{:08x}",
         std::process::id(),
         fastrand::u32(..)
     ));

@@ -932,6 +932,67 @@ mod tests {
     }
 
     #[test]
+    fn children_a_finishing_loop_inserts_during_a_revision_are_invalidated_with_it() {
+        // Two hosts on one database: one revises the plan while the other's spec finishes
+        // and inserts its phases. Whatever the interleaving, nothing below the revised plan
+        // may stay able to run.
+        for round in 0..100 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("loopr.db");
+            let revising_host = LoopDb::open(&path).expect("open");
+            let finishing_host = LoopDb::open(&path).expect("open");
+            revising_host
+                .insert(
+                    &LoopRecord {
+                        status: LoopStatus::Complete,
+                        ..record("plan-1", "2026-01-01T00:00:00Z")
+                    },
+                    1,
+                )
+                .expect("plan");
+            revising_host
+                .insert(
+                    &LoopRecord {
+                        status: LoopStatus::Running,
+                        ..child("spec-1", "plan-1", "s")
+                    },
+                    2,
+                )
+                .expect("spec");
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let finishing = {
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    let phase = child("phase-1", "spec-1", "p");
+                    // Refused when the revision came first: the spec is invalidated.
+                    let _ = finishing_host.finish_with_children(
+                        &LoopId::parse("spec-1").expect("id"),
+                        LoopStatus::Complete,
+                        &[phase],
+                        2,
+                    );
+                })
+            };
+            start.wait();
+            let plan = LoopId::parse("plan-1").expect("id");
+            revising_host
+                .revise(&plan, "again", 1)
+                .expect("revise")
+                .expect("revisable");
+            finishing.join().expect("thread");
+            for below in revising_host.descendants(&plan).expect("descendants") {
+                assert_eq!(
+                    below.status,
+                    LoopStatus::Invalidated,
+                    "round {round}: {} escaped the revision",
+                    below.id
+                );
+            }
+        }
+    }
+
+    #[test]
     fn updating_an_unknown_loop_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = open(&dir);
