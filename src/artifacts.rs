@@ -14,7 +14,9 @@ pub use phase::{
     CREATE_PHASE, FileState, PhaseArtifact, TaskAction, TaskItem, create_phase_spec, validate_phase,
 };
 pub use plan::{CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, validate_plan};
-pub use render::{render_phase_markdown, render_plan_markdown, render_spec_markdown};
+pub use render::{
+    RenderedPhase, render_phase, render_phase_markdown, render_plan_markdown, render_spec_markdown,
+};
 pub use review::{
     REVIEW_FOCI, ReviewInput, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,

@@ -12,10 +12,13 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory, ShellServices};
+use crate::llm::anthropic::SharedCredentials;
 
 pub struct HostOptions {
     pub loopr_home: PathBuf,
     pub provider_factory: ProviderFactory,
+    /// What `provider_factory` reads; the `credentials` request replaces them.
+    pub credentials: SharedCredentials,
     /// Enables requests that exist only for tests (`__panic`).
     pub test_hooks: bool,
 }
@@ -36,7 +39,12 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
             buffers: Arc::new(buffers.clone()),
         },
     );
-    let handler = handler::RpcHandler::new(manager.clone(), approvals, options.test_hooks);
+    let handler = handler::RpcHandler::new(
+        manager.clone(),
+        approvals,
+        options.credentials,
+        options.test_hooks,
+    );
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 use loopr::agent::{LoopSettings, anthropic_provider};
 use loopr::bridge::{HostOptions, serve_neovim};
-use loopr::llm::anthropic::AnthropicCredentials;
+use loopr::llm::anthropic::{AnthropicCredentials, SharedCredentials};
 use loopr::store::loopr_home_from_env;
 
 #[derive(Parser)]
@@ -92,7 +92,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // SAFETY: no other thread exists yet.
-    let credentials = unsafe { AnthropicCredentials::take_from_env() };
+    let credentials = SharedCredentials::new(unsafe { AnthropicCredentials::take_from_env() });
     keep_environment_private();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -143,7 +143,7 @@ fn main() -> ExitCode {
 }
 
 fn run_rpc(
-    credentials: AnthropicCredentials,
+    credentials: SharedCredentials,
     log_file: &std::path::Path,
     log_level: &str,
 ) -> anyhow::Result<()> {
@@ -157,7 +157,8 @@ fn run_rpc(
     let runtime = runtime()?;
     runtime.block_on(serve_neovim(HostOptions {
         loopr_home,
-        provider_factory: anthropic_provider(credentials),
+        provider_factory: anthropic_provider(credentials.clone()),
+        credentials,
         test_hooks: std::env::var_os("LOOPR_TEST_HOOKS").is_some_and(|value| value == "1"),
     }))?;
     // Loops were cancelled when the channel closed; don't wait for in-flight HTTP to unwind.
@@ -167,7 +168,7 @@ fn run_rpc(
 }
 
 fn run_plan(
-    credentials: AnthropicCredentials,
+    credentials: SharedCredentials,
     task: String,
     approve_all: bool,
     root: PathBuf,
@@ -195,7 +196,7 @@ fn run_plan(
 }
 
 fn run_resume(
-    credentials: AnthropicCredentials,
+    credentials: SharedCredentials,
     root: PathBuf,
     approve_all: bool,
     yes: bool,
@@ -213,7 +214,7 @@ fn run_resume(
 }
 
 fn run_code(
-    credentials: AnthropicCredentials,
+    credentials: SharedCredentials,
     phase: &str,
     yes: bool,
     root: PathBuf,

@@ -14,6 +14,7 @@ mod integration {
     mod editor;
     mod hierarchy;
     mod lifecycle;
+    mod model_api;
     mod plan_flow;
     mod retries;
 }

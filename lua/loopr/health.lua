@@ -50,7 +50,10 @@ local function check_env()
   if (vim.env.ANTHROPIC_API_KEY or '') ~= '' then
     health.ok('ANTHROPIC_API_KEY is set')
   else
-    health.warn('ANTHROPIC_API_KEY is not set', { 'export ANTHROPIC_API_KEY before starting Neovim' })
+    health.warn('ANTHROPIC_API_KEY is not set', {
+      'export ANTHROPIC_API_KEY before starting Neovim',
+      "or set it in Neovim: :let $ANTHROPIC_API_KEY = '<key>' (the next Loopr command passes it to the host)",
+    })
   end
   local base = vim.env.ANTHROPIC_BASE_URL
   if base and base ~= '' then

@@ -14,7 +14,46 @@ local STDERR_KEEP = 50
 ---@field stderr string[] Last lines of the host's stderr.
 ---@field partial string Unterminated stderr line.
 ---@field log_file string|nil Log file the running host writes to.
+---@field credentials loopr.Credentials|nil What the running host has: Neovim's environment when it started, then what was last sent.
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
+
+---@class loopr.Credentials
+---@field key_sha256 string|nil Fingerprint of `$ANTHROPIC_API_KEY`, so this table holds no copy of the key.
+---@field base_url string|nil `$ANTHROPIC_BASE_URL`.
+
+---@param value string|nil
+---@return string|nil
+local function nonblank(value)
+  return (value and vim.trim(value) ~= '') and value or nil
+end
+
+---The key and base URL in Neovim's environment now (`:let $ANTHROPIC_API_KEY = ...` changes it
+---after the host started, which the host's own environment never sees).
+---@return loopr.Credentials
+local function env_credentials()
+  local key = nonblank(vim.env.ANTHROPIC_API_KEY)
+  return { key_sha256 = key and vim.fn.sha256(key), base_url = nonblank(vim.env.ANTHROPIC_BASE_URL) }
+end
+
+---Pass the key and base URL to the host on `chan` when they changed since it got them.
+---@param chan integer
+---@return boolean ok
+---@return any err The rpcrequest error when not ok.
+local function send_changed_credentials(chan)
+  local current = env_credentials()
+  local known = state.credentials
+  if known and known.key_sha256 == current.key_sha256 and known.base_url == current.base_url then
+    return true
+  end
+  local params = vim.empty_dict()
+  params.api_key = nonblank(vim.env.ANTHROPIC_API_KEY)
+  params.base_url = current.base_url
+  local ok, err = pcall(vim.rpcrequest, chan, 'credentials', params)
+  if ok then
+    state.credentials = current
+  end
+  return ok, err
+end
 
 ---Directory holding `plugin/`, `lua/` and `target/` (two levels above this file's directory).
 ---@return string
@@ -121,6 +160,8 @@ local function start()
   local log_file = vim.fs.normalize(cfg.log_file)
   pcall(vim.fn.mkdir, vim.fs.dirname(log_file), 'p')
   state.stderr, state.partial, state.stopping = {}, '', false
+  -- The job inherits Neovim's environment as it is now.
+  local credentials = env_credentials()
   local ok, job = pcall(vim.fn.jobstart, { bin, 'rpc', '--log-file', log_file, '--log-level', cfg.log_level }, {
     rpc = true,
     on_exit = function(id, code)
@@ -134,6 +175,7 @@ local function start()
     return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
   end
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
+  state.credentials = credentials
 end
 
 ---Whether the host process of `state.chan` is still running.
@@ -210,7 +252,8 @@ local function channel_gone(chan, err)
 end
 
 ---Send a request the host answers at once. A host that died since the last request is
----restarted (with a warning) and the request sent once more.
+---restarted (with a warning) and the request sent once more. A key or base URL set in Neovim
+---since the host got them is passed to it first, so the request's loops use them.
 ---@param method string
 ---@param params table|nil One table of named parameters.
 ---@return any result
@@ -224,7 +267,10 @@ function M.request(method, params)
     if not chan then
       return nil, err
     end
-    local ok, result = pcall(vim.rpcrequest, chan, method, params)
+    local ok, result = send_changed_credentials(chan)
+    if ok then
+      ok, result = pcall(vim.rpcrequest, chan, method, params)
+    end
     if ok then
       return result
     end

@@ -49,10 +49,6 @@ function M.plan(task)
     notify('LooprPlan needs a task, e.g. :LooprPlan Add a --version flag')
     return nil
   end
-  if (vim.env.ANTHROPIC_API_KEY or '') == '' then
-    notify('ANTHROPIC_API_KEY is not set; export it before starting Neovim')
-    return nil
-  end
   local id = request_loop_id('plan', {
     task = task,
     root = config.root(),
@@ -213,10 +209,6 @@ function M.run(phase)
   end
   if not target then
     notify('LooprRun needs a phase: :LooprRun {phase} (see :LooprStatus)')
-    return nil
-  end
-  if (vim.env.ANTHROPIC_API_KEY or '') == '' then
-    notify('ANTHROPIC_API_KEY is not set; export it before starting Neovim')
     return nil
   end
   local id = request_loop_id('run', {

@@ -14,7 +14,7 @@ use super::jobs::{self, ChildLoop, JobError};
 use super::phases::{PhaseLookupError, phase_selectors, resolve_phase};
 use super::settings::LoopSettings;
 use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
-use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, AnthropicCredentials};
+use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, SharedCredentials};
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
@@ -26,11 +26,11 @@ use crate::tools::{Approver, OpenBuffers, ProjectRoot, project_walker};
 pub type ProviderFactory =
     Arc<dyn Fn(&LoopSettings) -> Result<Arc<dyn LlmProvider>, LlmError> + Send + Sync>;
 
-/// The production provider: Anthropic, with the credentials read when the host started.
-pub fn anthropic_provider(credentials: AnthropicCredentials) -> ProviderFactory {
+/// The production provider: Anthropic, with the credentials current when a loop starts.
+pub fn anthropic_provider(credentials: SharedCredentials) -> ProviderFactory {
     Arc::new(move |settings: &LoopSettings| {
         let config = AnthropicConfig::new(
-            &credentials,
+            &credentials.current(),
             settings.max_retries,
             settings.request_timeout(),
             settings.stream_idle_timeout(),

@@ -1,8 +1,15 @@
 //! The tasks of phase artifacts, as places in the project: what `:LooprTasks` lists.
+//!
+//! A task without a file points at its line in phase.md. That line comes from rendering
+//! phase.json again, not from reading phase.md: phase.md is written by the same renderer from
+//! the same JSON, so the lines agree, and no text the model wrote (an objective with a
+//! "## Tasks" heading, a description that reads like a numbered list) can be mistaken for a
+//! task. Re-rendering also needs no second file per artifact and works for artifacts stored
+//! before the renderer reported lines.
 
 use std::path::PathBuf;
 
-use crate::artifacts::{PhaseArtifact, TaskAction};
+use crate::artifacts::{PhaseArtifact, TaskAction, render_phase};
 use crate::store::{LoopRecord, LoopStatus, LoopType, ProjectLayout};
 use crate::tools::ProjectRoot;
 
@@ -61,7 +68,7 @@ pub fn phase_tasks(
             let markdown_path = artifacts.join("phase.md");
             let bytes = std::fs::read(artifacts.join("phase.json")).ok()?;
             let phase: PhaseArtifact = serde_json::from_slice(&bytes).ok()?;
-            let markdown = std::fs::read_to_string(&markdown_path).unwrap_or_default();
+            let task_lines = render_phase(&phase).task_lines;
             let tasks = phase
                 .tasks
                 .iter()
@@ -73,7 +80,10 @@ pub fn phase_tasks(
                     };
                     let (path, line) = match &task.file {
                         Some(file) => (root.path().join(file), 0),
-                        None => (markdown_path.clone(), task_line(&markdown, index + 1)),
+                        None => (
+                            markdown_path.clone(),
+                            task_lines.get(index).copied().unwrap_or(0),
+                        ),
                     };
                     TaskPlace {
                         path,
@@ -95,30 +105,63 @@ pub fn phase_tasks(
         .collect()
 }
 
-/// The zero-based line of task `number` in the rendered phase.md (`N. ...` under `## Tasks`).
-fn task_line(markdown: &str, number: usize) -> u32 {
-    let prefix = format!("{number}. ");
-    let mut in_tasks = false;
-    for (index, line) in markdown.lines().enumerate() {
-        if line.starts_with("## ") {
-            in_tasks = line == "## Tasks";
-        } else if in_tasks && line.starts_with(&prefix) {
-            return u32::try_from(index).unwrap_or(0);
-        }
-    }
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::LoopRecord;
+
+    /// A phase whose objective and descriptions look like the task list: nothing but the
+    /// renderer can say where the tasks are.
+    fn tricky_phase() -> serde_json::Value {
+        serde_json::json!({
+            "name": "tricky",
+            "title": "Tricky",
+            "objective": "Steps so far:\n\n## Tasks\n\n1. an old step\n2. another\n3. and one more",
+            "tasks": [
+                {"description": "Explain the flag\n\n## Tasks\n3. in two lines"},
+                {"description": "Edit main", "file": "src/main.rs", "action": "modify"},
+                {"description": "Describe\nthe result"}
+            ],
+            "validation_command": "true",
+            "success_criteria": ["done"]
+        })
+    }
 
     #[test]
-    fn task_lines_are_found_under_the_tasks_heading() {
-        let markdown =
-            "# Phase: X\n\n## Objective\n\n1. not a task\n\n## Tasks\n\n1. first\n2. second\n";
-        assert_eq!(task_line(markdown, 1), 8);
-        assert_eq!(task_line(markdown, 2), 9);
-        assert_eq!(task_line(markdown, 3), 0);
+    fn tasks_without_a_file_point_at_their_line_in_phase_md() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let project = temp.path().join("project");
+        std::fs::create_dir_all(&project).expect("project");
+        let root = ProjectRoot::new(&project).expect("root");
+        let layout = ProjectLayout::new(&temp.path().join("home"), root.path());
+        let mut record = LoopRecord::new_pending(LoopType::Phase, "t", "{}".to_owned());
+        record.iteration = 1;
+        record.status = LoopStatus::Complete;
+        let phase: PhaseArtifact = serde_json::from_value(tricky_phase()).expect("phase");
+        let artifacts = layout.artifacts_dir(&record.id, 1);
+        std::fs::create_dir_all(&artifacts).expect("artifacts");
+        std::fs::write(
+            artifacts.join("phase.json"),
+            serde_json::to_vec(&phase).expect("json"),
+        )
+        .expect("phase.json");
+        let markdown = crate::artifacts::render_phase_markdown(&phase);
+        std::fs::write(artifacts.join("phase.md"), &markdown).expect("phase.md");
+
+        let phases = phase_tasks(&[record], &PhaseSelector::All, &root, &layout);
+
+        let tasks = &phases[0].tasks;
+        let markdown_lines: Vec<&str> = markdown.lines().collect();
+        let line_text = |place: &TaskPlace| markdown_lines[place.line as usize];
+        assert_eq!(tasks[0].path, artifacts.join("phase.md"));
+        assert_eq!(
+            line_text(&tasks[0]),
+            "1. Explain the flag ## Tasks 3. in two lines"
+        );
+        assert_eq!(
+            (tasks[1].path.clone(), tasks[1].line),
+            (root.path().join("src/main.rs"), 0)
+        );
+        assert_eq!(line_text(&tasks[2]), "3. Describe the result");
     }
 }

@@ -76,19 +76,35 @@ pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
     finish(md)
 }
 
+/// phase.md and where each task landed in it, so a shell can point at a task without
+/// reading the markdown back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedPhase {
+    pub markdown: String,
+    /// The zero-based line of each task, in task order.
+    pub task_lines: Vec<u32>,
+}
+
 /// phase.md, rendered from the structured phase.
 pub fn render_phase_markdown(phase: &PhaseArtifact) -> String {
+    render_phase(phase).markdown
+}
+
+/// phase.md with the line of each task.
+pub fn render_phase(phase: &PhaseArtifact) -> RenderedPhase {
     let mut md = String::new();
     let _ = writeln!(md, "# Phase: {}\n", one_line(&phase.title));
     let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
     let _ = writeln!(md, "## Objective\n\n{}\n", phase.objective.trim());
     let _ = writeln!(md, "## Tasks\n");
+    let mut task_lines = Vec::with_capacity(phase.tasks.len());
     for (index, task) in phase.tasks.iter().enumerate() {
         let target = match (&task.file, task.action) {
             (Some(file), Some(action)) => format!(" (`{}`, {})", one_line(file), action.as_str()),
             (Some(file), None) => format!(" (`{}`)", one_line(file)),
             _ => String::new(),
         };
+        task_lines.push(line_count(&md));
         let _ = writeln!(md, "{}. {}{target}", index + 1, one_line(&task.description));
     }
     md.push('\n');
@@ -105,7 +121,17 @@ pub fn render_phase_markdown(phase: &PhaseArtifact) -> String {
         "## Validation Command\n\n{fence}sh\n{}\n{fence}\n",
         phase.validation_command.trim()
     );
-    finish(md)
+    RenderedPhase {
+        markdown: finish(md),
+        task_lines,
+    }
+}
+
+/// The number of complete lines in `text`, which is the zero-based line the next write starts
+/// on. Only `\n` counts, as in Neovim: a lone `\r` stays inside its line.
+fn line_count(text: &str) -> u32 {
+    let newlines = text.bytes().filter(|byte| *byte == b'\n').count();
+    u32::try_from(newlines).unwrap_or(u32::MAX)
 }
 
 /// A backtick fence longer than any run of backticks in `text`, so the text cannot close it.
@@ -219,5 +245,40 @@ mod tests {
             md.ends_with("the man page.\n\n**Depends on:** `cli-flag`\n"),
             "{md:?}"
         );
+    }
+
+    #[test]
+    fn task_lines_point_at_the_tasks_whatever_the_objective_and_descriptions_contain() {
+        let phase: PhaseArtifact = serde_json::from_value(serde_json::json!({
+            "name": "tricky",
+            "title": "Tricky\ntitle",
+            "objective": "Looks like a list:\n\n## Tasks\n\n1. not a task\n2. nor this\r\n\n## Notes",
+            "tasks": [
+                {"description": "First line\n2. still the first task\n\n## Tasks", "file": "src/a.rs", "action": "modify"},
+                {"description": "Second"},
+                {"description": "Third\nacross lines"}
+            ],
+            "validation_command": "true",
+            "success_criteria": []
+        }))
+        .expect("phase");
+        let rendered = render_phase(&phase);
+        let lines: Vec<&str> = rendered.markdown.split('\n').collect();
+        let found: Vec<&str> = rendered
+            .task_lines
+            .iter()
+            .map(|line| lines[*line as usize])
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "1. First line 2. still the first task ## Tasks (`src/a.rs`, modify)",
+                "2. Second",
+                "3. Third across lines",
+            ],
+            "{}",
+            rendered.markdown
+        );
+        assert_eq!(render_phase_markdown(&phase), rendered.markdown);
     }
 }

@@ -51,6 +51,28 @@ pub struct PhaseParams {
     pub phase: String,
 }
 
+/// The API key and base URL as Neovim's environment has them now; nil or blank means unset.
+/// Not `Debug`, and parse errors never quote the input: the key must not reach a log or an
+/// error message.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsParams {
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub base_url: Option<String>,
+}
+
+impl CredentialsParams {
+    pub fn from_args(args: Vec<Value>) -> Result<CredentialsParams, String> {
+        params("credentials", args).map_err(|_| {
+            "Loopr: bad parameters for credentials: expected { api_key = string or nil, \
+             base_url = string or nil }"
+                .to_owned()
+        })
+    }
+}
+
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.
 #[derive(Debug, Serialize)]
 pub struct ChangesReply {
@@ -103,7 +125,7 @@ impl ApprovalParams {
                     .unwrap_or_else(|| "the user rejected it without giving a reason".to_owned()),
             )),
             other => Err(format!(
-                "loopr: decision {other:?} is not one of \"accept\", \"accept_all\", \"reject\""
+                "Loopr: decision {other:?} is not one of \"accept\", \"accept_all\", \"reject\""
             )),
         }
     }
@@ -607,5 +629,32 @@ mod tests {
         struct Nothing {}
         assert!(params::<Nothing>("version", vec![Value::Array(vec![])]).is_ok());
         assert!(params::<Nothing>("version", vec![]).is_ok());
+    }
+
+    #[test]
+    fn credentials_errors_never_quote_the_key() {
+        let key = "sk-ant-do-not-echo";
+        let wrong_shapes = [
+            vec![Value::from(key)],
+            vec![map(vec![("api_key", Value::from(vec![Value::from(key)]))])],
+            vec![map(vec![("apikey", Value::from(key))])],
+            vec![map(vec![(key, Value::from(key))])],
+        ];
+        for args in wrong_shapes {
+            let Err(err) = CredentialsParams::from_args(args) else {
+                panic!("a wrong shape is rejected");
+            };
+            assert!(!err.contains(key), "{err}");
+            assert!(err.contains("api_key = string or nil"), "{err}");
+        }
+        let parsed = CredentialsParams::from_args(vec![map(vec![
+            ("api_key", Value::from(key)),
+            ("base_url", Value::Nil),
+        ])])
+        .expect("params");
+        assert_eq!(parsed.api_key.as_deref(), Some(key));
+        assert_eq!(parsed.base_url, None);
+        let unset = CredentialsParams::from_args(vec![Value::Array(Vec::new())]).expect("empty");
+        assert!(unset.api_key.is_none() && unset.base_url.is_none());
     }
 }

@@ -3,13 +3,14 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    ApprovalParams, CancelParams, ChangesReply, LoopIdReply, LoopIdsParams, LoopRecordReply,
-    PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams, TasksReply, params,
-    to_value,
+    ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
+    LoopRecordReply, PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams,
+    TasksReply, params, to_value,
 };
 use std::sync::Arc;
 
 use crate::agent::{InteractiveApprover, LoopManager};
+use crate::llm::anthropic::{AnthropicCredentials, SharedCredentials};
 
 type Writer = Compat<tokio::fs::File>;
 
@@ -17,6 +18,7 @@ type Writer = Compat<tokio::fs::File>;
 pub struct RpcHandler {
     manager: LoopManager,
     approvals: Arc<InteractiveApprover>,
+    credentials: SharedCredentials,
     test_hooks: bool,
 }
 
@@ -24,11 +26,13 @@ impl RpcHandler {
     pub fn new(
         manager: LoopManager,
         approvals: Arc<InteractiveApprover>,
+        credentials: SharedCredentials,
         test_hooks: bool,
     ) -> RpcHandler {
         RpcHandler {
             manager,
             approvals,
+            credentials,
             test_hooks,
         }
     }
@@ -166,12 +170,24 @@ impl RpcHandler {
                     .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&names)
             }
+            "credentials" => {
+                let params = CredentialsParams::from_args(args)?;
+                let credentials = AnthropicCredentials::new(params.api_key, params.base_url);
+                // Whether a key is set, never the key.
+                tracing::info!(
+                    api_key_set = credentials.has_api_key(),
+                    "credentials from Neovim for loops started from now on"
+                );
+                self.credentials.replace(credentials);
+                Ok(Value::Nil)
+            }
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
                  changes, undo, status, cancel, approve, revise, retry, resume, tasks, loop_ids, \
-                 phase_names and version (is the plugin newer than the binary? rebuild it)"
+                 phase_names, credentials and version (is the plugin newer than the binary? \
+                 rebuild it)"
             )),
         }
     }

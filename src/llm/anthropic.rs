@@ -7,5 +7,6 @@ mod wire;
 
 pub use client::{
     AnthropicClient, AnthropicConfig, AnthropicCredentials, ApiKey, DEFAULT_BASE_URL,
+    SharedCredentials,
 };
 pub use stream::{StreamFailure, read_turn};

@@ -4,7 +4,7 @@ use std::time::Duration;
 pub enum LlmError {
     #[error("cancelled")]
     Cancelled,
-    #[error("{0} is not set; export it before starting Neovim")]
+    #[error("{0} is not set; export it in the shell, or in Neovim run :let ${0} = '<value>'")]
     MissingEnv(&'static str),
     #[error("invalid {name}: {message}")]
     InvalidConfig { name: &'static str, message: String },
@@ -13,6 +13,14 @@ pub enum LlmError {
         status: u16,
         error_type: String,
         message: String,
+        attempts: u32,
+    },
+    /// No connection could be made (refused, unresolvable host, TLS): the base URL is what
+    /// the user can check.
+    #[error("cannot reach the model API at {base_url} (ANTHROPIC_BASE_URL): {cause}{}", attempts_note(*attempts))]
+    Unreachable {
+        base_url: String,
+        cause: String,
         attempts: u32,
     },
     #[error("connection to the model API failed: {message}{}", attempts_note(*attempts))]

@@ -1,0 +1,154 @@
+//! Reaching the model API: a key or base URL set inside Neovim after the host started, and a
+//! base URL nothing answers at.
+
+use std::path::{Path, PathBuf};
+
+use crate::fake_anthropic::FakeAnthropic;
+use crate::nvim::{StartOptions, TestDirs, TestNvim};
+use crate::scenario::{create_plan_turn, valid_plan};
+
+const KEY_SET_IN_NEOVIM: &str = "sk-ant-set-inside-neovim-7d2e91c4";
+const MISSING_KEY: &str = "ANTHROPIC_API_KEY is not set; export it in the shell, or in Neovim \
+                           run :let $ANTHROPIC_API_KEY = '<value>'";
+
+async fn start(base_url: String, setup: &str, extra_env: Vec<(String, String)>) -> TestNvim {
+    TestNvim::start(
+        TestDirs::new(),
+        StartOptions {
+            base_url,
+            setup: format!(
+                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {setup})"
+            ),
+            extra_env,
+        },
+    )
+    .await
+}
+
+async fn messages(editor: &TestNvim) -> String {
+    editor.lua("return vim.fn.execute('messages')").await
+}
+
+async fn host_pid(editor: &TestNvim) -> i64 {
+    let pid: Option<i64> = editor.lua("return require('loopr.host').pid()").await;
+    pid.expect("the host runs")
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(path);
+            } else if std::fs::read(&path).is_ok_and(|bytes| {
+                bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            }) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_set_inside_neovim_reaches_the_running_host_and_nothing_stores_it() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    // Neovim starts without a key: blank in its environment, then removed altogether.
+    let mut editor = start(
+        fake.base_url(),
+        "{}",
+        vec![("ANTHROPIC_API_KEY".to_owned(), String::new())],
+    )
+    .await;
+    editor.exec("vim.env.ANTHROPIC_API_KEY = nil").await;
+    let version: String = editor
+        .lua("return require('loopr.host').request('version')")
+        .await;
+    assert!(!version.is_empty());
+    let pid = host_pid(&editor).await;
+
+    let refused = editor.command("LooprPlan Add a --version flag").await;
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|err| err.contains(MISSING_KEY)),
+        "{refused:?}"
+    );
+
+    let set = format!("let $ANTHROPIC_API_KEY = '{KEY_SET_IN_NEOVIM}'");
+    assert_eq!(editor.command(&set).await, None);
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY_SET_IN_NEOVIM));
+    assert_eq!(
+        host_pid(&editor).await,
+        pid,
+        "the running host took the key; it was not restarted"
+    );
+
+    // Unset in Neovim, unset for the host too.
+    assert_eq!(editor.command("unlet $ANTHROPIC_API_KEY").await, None);
+    let refused = editor.command("LooprPlan Add a --version flag").await;
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|err| err.contains(MISSING_KEY)),
+        "{refused:?}"
+    );
+    assert_eq!(fake.requests().len(), 1);
+
+    // Quitting stops the host, which flushes its log.
+    let dirs = editor.quit().await;
+    assert!(
+        std::fs::read_to_string(&dirs.log_file).is_ok_and(|log| log.contains("credentials")),
+        "the host logged that it got credentials"
+    );
+    assert_eq!(
+        files_containing(dirs.temp.path(), KEY_SET_IN_NEOVIM),
+        Vec::<PathBuf>::new(),
+        "the key reaches no log, state or project file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_model_api_is_named_by_its_base_url_until_one_set_in_neovim_answers() {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let mut editor = start(
+        format!("http://127.0.0.1:{closed_port}/"),
+        "{ max_retries = 0 }",
+        Vec::new(),
+    )
+    .await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "failed").await;
+    let expected = format!(
+        "model request failed: cannot reach the model API at http://127.0.0.1:{closed_port} \
+         (ANTHROPIC_BASE_URL): connection refused"
+    );
+    let records = editor.status_records().await;
+    assert_eq!(records[0]["error"], expected.as_str(), "{records:#?}");
+    let shown = messages(&editor).await;
+    assert!(shown.contains(&expected), "{shown}");
+
+    let fake = FakeAnthropic::start().await;
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let set = format!("let $ANTHROPIC_BASE_URL = '{}'", fake.base_url());
+    assert_eq!(editor.command(&set).await, None);
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    assert_eq!(fake.requests().len(), 1);
+    editor.quit().await;
+}
