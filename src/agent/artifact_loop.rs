@@ -104,6 +104,38 @@ pub struct LoopContext {
 }
 
 impl LoopContext {
+    /// Runs store work (SQLite writes, atomic file writes: each ends in an fsync) on the
+    /// blocking pool, so the async workers that stream model answers never wait behind a
+    /// disk. A panic in `work` goes on unwinding in the loop's task, whose supervisor reports
+    /// it.
+    pub(super) async fn store<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&LoopDb, &ProjectLayout) -> Result<T, LoopError> + Send + 'static,
+    ) -> Result<T, LoopError> {
+        let db = self.db.clone();
+        let layout = self.layout.clone();
+        match tokio::task::spawn_blocking(move || work(&db, &layout)).await {
+            Ok(result) => result,
+            Err(join_error) if join_error.is_panic() => {
+                std::panic::resume_unwind(join_error.into_panic())
+            }
+            Err(_) => Err(LoopError::Cancelled),
+        }
+    }
+
+    /// Writes `bytes` to `path` atomically, off the async threads.
+    pub(super) async fn write_file(
+        &self,
+        kind: &'static str,
+        path: std::path::PathBuf,
+        bytes: Vec<u8>,
+    ) -> Result<(), LoopError> {
+        self.store(move |_, _| {
+            write_atomic(&path, &bytes).map_err(|source| LoopError::Artifact { kind, source })
+        })
+        .await
+    }
+
     pub(super) fn progress(&self, message: impl Into<String>) {
         self.events.emit(LoopEvent::Progress {
             loop_id: self.record.id.clone(),
@@ -191,7 +223,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let record = &context.record;
     let kind = jobs::artifact_kind(record.loop_type)?;
     let reviews = review_schedule(kind, &context.settings);
-    let mut state = load_or_start(context, kind)?;
+    let mut state = load_or_start(context, kind).await?;
     if state.stage == Stage::Done {
         return finish(context, kind, &state);
     }
@@ -255,9 +287,10 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
                     &mut state,
                     &input,
                     &request.messages,
-                )?
+                )
+                .await?
             } else if name == review_tool_name(kind) && !reviews.is_empty() {
-                review_call(context, kind, &reviews, &mut state, &input)?
+                review_call(context, kind, &reviews, &mut state, &input).await?
             } else {
                 tool_call(context, kind, &tools, &tool_context, &name, input).await?
             };
@@ -274,7 +307,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
 
         if state.stage == Stage::Done {
             state.messages = request.messages;
-            save_state(context, &state)?;
+            save_state(context, &state).await?;
             return finish(context, kind, &state);
         }
 
@@ -302,7 +335,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
             content: reply,
         });
         state.messages = request.messages.clone();
-        save_state(context, &state)?;
+        save_state(context, &state).await?;
     }
     Err(LoopError::TurnLimit {
         tool: match state.stage {
@@ -331,9 +364,14 @@ pub(super) async fn model_turn(
         .await?;
     usage.input_tokens += turn.usage.input_tokens;
     usage.output_tokens += turn.usage.output_tokens;
+    let (id, tokens_in, tokens_out) = (
+        context.record.id.clone(),
+        usage.input_tokens,
+        usage.output_tokens,
+    );
     context
-        .db
-        .set_tokens(&context.record.id, usage.input_tokens, usage.output_tokens)?;
+        .store(move |db, _| Ok(db.set_tokens(&id, tokens_in, tokens_out)?))
+        .await?;
     let calls = turn
         .tool_calls()
         .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
@@ -354,7 +392,7 @@ pub(super) async fn model_turn(
 
 /// A call of the artifact tool: validated, stored as the next iteration, then on to the next
 /// review pass or done.
-fn create_call(
+async fn create_call(
     context: &LoopContext,
     kind: ArtifactKind,
     reviews: &[(&'static str, &'static str)],
@@ -383,20 +421,31 @@ fn create_call(
     };
     let iteration = state.stored_iteration + 1;
     crate::test_hooks::pause_point(&format!("before_artifact_write:{}", kind.as_str()));
-    let stored = store_artifact(
-        &context.layout,
-        &context.record.id,
-        iteration,
-        kind,
-        &accepted.json,
-        &accepted.markdown,
-        Some(conversation),
-    )
-    .map_err(|source| LoopError::Artifact {
-        kind: kind.as_str(),
-        source,
-    })?;
-    context.db.set_iteration(&context.record.id, iteration)?;
+    let (id, json, markdown, conversation) = (
+        context.record.id.clone(),
+        accepted.json.clone(),
+        accepted.markdown.clone(),
+        conversation.to_vec(),
+    );
+    let stored = context
+        .store(move |db, layout| {
+            let stored = store_artifact(
+                layout,
+                &id,
+                iteration,
+                kind,
+                &json,
+                &markdown,
+                Some(&conversation),
+            )
+            .map_err(|source| LoopError::Artifact {
+                kind: kind.as_str(),
+                source,
+            })?;
+            db.set_iteration(&id, iteration)?;
+            Ok(stored)
+        })
+        .await?;
     state.stored_iteration = iteration;
     tracing::info!(loop_id = %context.record.id, iteration, path = %stored.markdown_path.display(), "artifact stored");
     // A revision (asked for or not) settles the pass under way.
@@ -404,9 +453,7 @@ fn create_call(
         Stage::Drafting | Stage::Done => 0,
         Stage::Reviewing { pass } | Stage::Revising { pass } => {
             state.passes_done = u32::try_from(pass + 1).unwrap_or(u32::MAX);
-            context
-                .db
-                .set_review_passes(&context.record.id, state.passes_done)?;
+            set_review_passes(context, state.passes_done).await?;
             pass + 1
         }
     };
@@ -420,7 +467,14 @@ fn create_call(
     Ok(result)
 }
 
-fn review_call(
+async fn set_review_passes(context: &LoopContext, passes: u32) -> Result<(), LoopError> {
+    let id = context.record.id.clone();
+    context
+        .store(move |db, _| Ok(db.set_review_passes(&id, passes)?))
+        .await
+}
+
+async fn review_call(
     context: &LoopContext,
     kind: ArtifactKind,
     reviews: &[(&'static str, &'static str)],
@@ -449,9 +503,7 @@ fn review_call(
     match review.verdict {
         Verdict::Approve => {
             state.passes_done = u32::try_from(pass + 1).unwrap_or(u32::MAX);
-            context
-                .db
-                .set_review_passes(&context.record.id, state.passes_done)?;
+            set_review_passes(context, state.passes_done).await?;
             context.progress(format!("{label}: approved"));
             let mut result = CallResult::ok(format!("Recorded: {label} approved."));
             if pass + 1 < reviews.len() {
@@ -557,7 +609,7 @@ fn finish(
 
 /// The run state to continue from: the stored one after a crash, or a fresh one (first run,
 /// or a revision asked for with feedback).
-fn load_or_start(context: &LoopContext, kind: ArtifactKind) -> Result<RunState, LoopError> {
+async fn load_or_start(context: &LoopContext, kind: ArtifactKind) -> Result<RunState, LoopError> {
     let record = &context.record;
     let path = context.layout.run_state(&record.id);
     if record.feedback.is_none() {
@@ -585,8 +637,8 @@ fn load_or_start(context: &LoopContext, kind: ArtifactKind) -> Result<RunState, 
             previous.as_ref(),
         )?)],
     };
-    context.db.set_review_passes(&record.id, 0)?;
-    save_state(context, &state)?;
+    set_review_passes(context, 0).await?;
+    save_state(context, &state).await?;
     Ok(state)
 }
 
@@ -609,11 +661,16 @@ fn previous_artifact(context: &LoopContext, kind: ArtifactKind) -> Option<Value>
     jobs::read_json(&path).ok()
 }
 
-fn save_state(context: &LoopContext, state: &RunState) -> Result<(), LoopError> {
-    let state_error = |source| LoopError::Artifact {
+async fn save_state(context: &LoopContext, state: &RunState) -> Result<(), LoopError> {
+    let json = serde_json::to_vec(state).map_err(|err| LoopError::Artifact {
         kind: "run state",
-        source,
-    };
-    let json = serde_json::to_vec(state).map_err(|err| state_error(std::io::Error::other(err)))?;
-    write_atomic(&context.layout.run_state(&context.record.id), &json).map_err(state_error)
+        source: std::io::Error::other(err),
+    })?;
+    context
+        .write_file(
+            "run state",
+            context.layout.run_state(&context.record.id),
+            json,
+        )
+        .await
 }

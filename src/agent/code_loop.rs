@@ -74,10 +74,10 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         input_schema: input_schema_for::<CompletePhaseInput>(),
     });
     record_baseline(context).await?;
-    let mut state = load_or_start(context, &phase)?;
+    let mut state = load_or_start(context, &phase).await?;
     let max_iterations = context.settings.code_max_iterations;
     if let Some(feedback) = context.record.feedback.as_deref() {
-        take_feedback(context, &mut state, feedback)?;
+        take_feedback(context, &mut state, feedback).await?;
     } else if state.passed {
         return Ok(state.iteration);
     } else if state.iteration > state.last_allowed_iteration(max_iterations) {
@@ -187,7 +187,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
                 content: reply,
             });
             state.passed = true;
-            save_state(context, &state, &request.messages)?;
+            save_state(context, &state, &request.messages).await?;
             return Ok(state.iteration);
         }
         if validated {
@@ -209,7 +209,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             role: Role::User,
             content: reply,
         });
-        save_state(context, &state, &request.messages)?;
+        save_state(context, &state, &request.messages).await?;
     }
     Err(LoopError::ValidationFailing {
         command: phase.validation_command.clone(),
@@ -285,11 +285,16 @@ async fn validate(
         kind: "validation log",
         source,
     };
-    write_atomic(&dir.join("validation.log"), log.as_bytes()).map_err(store_error)?;
     let conversation =
         serde_json::to_vec(conversation).map_err(|err| store_error(std::io::Error::other(err)))?;
-    write_atomic(&dir.join("conversation.json"), &conversation).map_err(store_error)?;
-    context.db.set_iteration(&context.record.id, iteration)?;
+    let id = context.record.id.clone();
+    context
+        .store(move |db, _| {
+            write_atomic(&dir.join("validation.log"), log.as_bytes()).map_err(store_error)?;
+            write_atomic(&dir.join("conversation.json"), &conversation).map_err(store_error)?;
+            Ok(db.set_iteration(&id, iteration)?)
+        })
+        .await?;
     context.events.emit(LoopEvent::ValidationFinished {
         loop_id: context.record.id.clone(),
         phase: phase.name.clone(),
@@ -331,7 +336,7 @@ fn tail(text: &str, max_bytes: usize) -> String {
 /// A revision of the code loop: the user's feedback opens a new iteration (with a fresh
 /// allowance) of the same conversation. Stored before the feedback is used up, so a crash in
 /// between repeats the feedback rather than losing it.
-fn take_feedback(
+async fn take_feedback(
     context: &LoopContext,
     state: &mut CodeRunState,
     feedback: &str,
@@ -351,8 +356,11 @@ fn take_feedback(
         .max(context.record.iteration.saturating_add(1));
     state.passed = false;
     state.allowance_from = state.iteration;
-    save_state(context, state, &state.messages)?;
-    context.db.clear_feedback(&context.record.id)?;
+    save_state(context, state, &state.messages).await?;
+    let id = context.record.id.clone();
+    context
+        .store(move |db, _| Ok(db.clear_feedback(&id)?))
+        .await?;
     context.progress(format!(
         "iteration {}: revising with your feedback",
         state.iteration
@@ -366,7 +374,10 @@ fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
     Ok(phase)
 }
 
-fn load_or_start(context: &LoopContext, phase: &PhaseArtifact) -> Result<CodeRunState, LoopError> {
+async fn load_or_start(
+    context: &LoopContext,
+    phase: &PhaseArtifact,
+) -> Result<CodeRunState, LoopError> {
     let path = context.layout.run_state(&context.record.id);
     let stored = std::fs::read(&path)
         .ok()
@@ -387,7 +398,7 @@ fn load_or_start(context: &LoopContext, phase: &PhaseArtifact) -> Result<CodeRun
         passed: false,
         allowance_from: 1,
     };
-    save_state(context, &state, &state.messages)?;
+    save_state(context, &state, &state.messages).await?;
     Ok(state)
 }
 
@@ -413,27 +424,37 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
     prompts::code_task_message(&render_phase_markdown(phase), spec.as_ref(), plan.as_ref())
 }
 
-fn save_state(
+/// `CodeRunState` as stored, borrowing the conversation rather than copying it.
+#[derive(Serialize)]
+struct StoredCodeRun<'a> {
+    iteration: u32,
+    messages: &'a [Message],
+    passed: bool,
+    allowance_from: u32,
+}
+
+async fn save_state(
     context: &LoopContext,
     state: &CodeRunState,
     messages: &[Message],
 ) -> Result<(), LoopError> {
-    let snapshot = CodeRunState {
+    let json = serde_json::to_vec(&StoredCodeRun {
         iteration: state.iteration,
-        messages: messages.to_vec(),
+        messages,
         passed: state.passed,
         allowance_from: state.allowance_from,
-    };
-    let json = serde_json::to_vec(&snapshot).map_err(|err| LoopError::Artifact {
+    })
+    .map_err(|err| LoopError::Artifact {
         kind: "run state",
         source: std::io::Error::other(err),
     })?;
-    write_atomic(&context.layout.run_state(&context.record.id), &json).map_err(|source| {
-        LoopError::Artifact {
-            kind: "run state",
-            source,
-        }
-    })
+    context
+        .write_file(
+            "run state",
+            context.layout.run_state(&context.record.id),
+            json,
+        )
+        .await
 }
 
 /// Whether a phase may get a code loop: its artifact exists and is approved (a phase that

@@ -643,43 +643,60 @@ impl LoopManager {
         });
         let manager = self.clone();
         let project = project.clone();
+        let busy = self.shared.busy.clone();
         tokio::spawn(async move {
             let result = run.await;
-            lock(&manager.shared.running).remove(&record.id);
-            match result {
-                // A cancel that came while the last answer was being stored still wins.
-                Ok(Ok(_)) if cancel.is_cancelled() => {
-                    manager.record_end(&project, &record, LoopStatus::Cancelled, None);
-                }
-                Ok(Ok(LoopOutcome::Artifact(outcome))) => {
-                    manager.on_artifact(&project, &record, &settings, outcome);
-                }
-                Ok(Ok(LoopOutcome::Code(iteration))) => {
-                    tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
-                    manager.record_end(&project, &record, LoopStatus::Complete, None);
-                }
-                Ok(Err(LoopError::Cancelled)) => {
-                    manager.record_end(&project, &record, LoopStatus::Cancelled, None);
-                }
-                Ok(Err(err)) => {
-                    tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
-                    manager.record_end(
-                        &project,
-                        &record,
-                        LoopStatus::Failed,
-                        Some(err.to_string()),
-                    );
-                }
-                Err(join_error) => {
-                    tracing::error!(loop_id = %record.id, error = %join_error, "loop crashed");
-                    let message =
-                        format!("internal error: the loop crashed ({join_error}); see :LooprLog");
-                    manager.record_end(&project, &record, LoopStatus::Failed, Some(message));
-                }
+            // Recording the end and scheduling what follows are SQLite transactions: the
+            // blocking pool's work, not the async workers'.
+            let finished = tokio::task::spawn_blocking(move || {
+                manager.after_loop(&project, &record, &settings, &cancel, result);
+            })
+            .await;
+            if let Err(err) = finished {
+                tracing::error!(error = %err, "recording a loop's end crashed");
             }
-            manager.schedule(&project);
-            manager.shared.busy.send_modify(|busy| *busy -= 1);
+            // Whatever happened above, a shell waiting for quiet must not wait forever.
+            busy.send_modify(|busy| *busy -= 1);
         });
+    }
+
+    /// Records how a loop task ended and starts what may run now.
+    fn after_loop(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        settings: &LoopSettings,
+        cancel: &CancellationToken,
+        result: Result<Result<LoopOutcome, LoopError>, tokio::task::JoinError>,
+    ) {
+        lock(&self.shared.running).remove(&record.id);
+        match result {
+            // A cancel that came while the last answer was being stored still wins.
+            Ok(Ok(_)) if cancel.is_cancelled() => {
+                self.record_end(project, record, LoopStatus::Cancelled, None);
+            }
+            Ok(Ok(LoopOutcome::Artifact(outcome))) => {
+                self.on_artifact(project, record, settings, outcome);
+            }
+            Ok(Ok(LoopOutcome::Code(iteration))) => {
+                tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
+                self.record_end(project, record, LoopStatus::Complete, None);
+            }
+            Ok(Err(LoopError::Cancelled)) => {
+                self.record_end(project, record, LoopStatus::Cancelled, None);
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
+                self.record_end(project, record, LoopStatus::Failed, Some(err.to_string()));
+            }
+            Err(join_error) => {
+                tracing::error!(loop_id = %record.id, error = %join_error, "loop crashed");
+                let message =
+                    format!("internal error: the loop crashed ({join_error}); see :LooprLog");
+                self.record_end(project, record, LoopStatus::Failed, Some(message));
+            }
+        }
+        self.schedule(project);
     }
 
     fn on_artifact(
