@@ -329,6 +329,47 @@ async fn bad_settings_are_reported_with_the_fix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_started_together_on_a_new_project_all_plan() {
+    // Several loopr processes open the project's new database at the same moment (its
+    // migration and WAL switch race) and create loops at once (their ids must not collide).
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    const HOSTS: usize = 6;
+    for index in 0..HOSTS {
+        fake.push(tool_turn(
+            &format!("plan{index}"),
+            "create_plan",
+            valid_plan(),
+        ));
+    }
+    let runs: Vec<_> = (0..HOSTS)
+        .map(|index| {
+            scenario::loopr_command(
+                &dirs,
+                &fake,
+                &[
+                    "plan",
+                    &format!("Change number {index}"),
+                    "--settings",
+                    r#"{"plan_review_passes": 0}"#,
+                ],
+            )
+            .output()
+        })
+        .collect();
+    for output in futures::future::join_all(runs).await {
+        let output = output.expect("run loopr");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("duplicate column"), "{stderr}");
+        assert!(!stderr.contains("database is locked"), "{stderr}");
+        assert!(stderr.contains("awaiting_approval"), "{stderr}");
+    }
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(table.matches("awaiting_approval").count(), HOSTS, "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
