@@ -4,8 +4,8 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, LoopIdReply, LoopIdsParams, LoopRecordReply,
-    PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams, TasksReply, params,
-    to_value,
+    PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams, TasksReply,
+    UndoParams, UndoReply, params, to_value,
 };
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ impl RpcHandler {
         }
     }
 
-    fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
+    async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
         match method {
             "plan" => {
                 let params: PlanParams = params(method, args)?;
@@ -98,22 +98,24 @@ impl RpcHandler {
             }
             "changes" => {
                 let params: PhaseParams = params(method, args)?;
-                let (loop_id, hunks) = self
-                    .manager
-                    .changes(&params.root, &params.phase)
-                    .map_err(|err| format!("loopr: {err}"))?;
+                let manager = self.manager.clone();
+                // Reads and diffs files: off the async threads.
+                let (loop_id, hunks) = tokio::task::spawn_blocking(move || {
+                    manager.changes(&params.root, &params.phase)
+                })
+                .await
+                .map_err(|err| format!("loopr: listing the changes crashed: {err}"))?
+                .map_err(|err| format!("loopr: {err}"))?;
                 to_value(&ChangesReply::new(loop_id.to_string(), hunks)?)
             }
             "undo" => {
-                let params: PhaseParams = params(method, args)?;
-                let files: Vec<String> = self
+                let params: UndoParams = params(method, args)?;
+                let (loop_id, report) = self
                     .manager
-                    .undo(&params.root, &params.phase)
-                    .map_err(|err| format!("loopr: {err}"))?
-                    .into_iter()
-                    .map(|path| path.to_string_lossy().into_owned())
-                    .collect();
-                to_value(&files)
+                    .undo(&params.root, &params.phase, params.force)
+                    .await
+                    .map_err(|err| format!("loopr: {err}"))?;
+                to_value(&UndoReply::new(loop_id.to_string(), report))
             }
             "approval" => {
                 let params: ApprovalParams = params(method, args)?;
@@ -174,7 +176,7 @@ impl Handler for RpcHandler {
         let method = name.clone();
         // The work runs in its own task so that a panic becomes an error reply instead of a
         // request Neovim waits on forever.
-        let outcome = tokio::spawn(async move { handler.dispatch(&method, args) }).await;
+        let outcome = tokio::spawn(async move { handler.dispatch(&method, args).await }).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => {
