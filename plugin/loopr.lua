@@ -79,10 +79,11 @@ end, {
 })
 
 command('LooprUndo', function(args)
-  require('loopr').undo(args.args)
+  require('loopr').undo(args.args, args.bang)
 end, {
   nargs = '?',
-  desc = 'Loopr: restore the files a code loop changed to how they were before it',
+  bang = true,
+  desc = 'Loopr: undo what a code loop changed (! also files changed since)',
   complete = function(arglead)
     return require('loopr').complete_phase_names(arglead)
   end,

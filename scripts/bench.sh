@@ -3,4 +3,4 @@
 # host's memory. Figures only; nothing here passes or fails on time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo bench --locked --bench anthropic_stream --bench host
+cargo bench --locked --bench anthropic_stream --bench host --bench edits

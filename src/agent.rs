@@ -19,8 +19,8 @@ mod tasks;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use artifact_loop::LoopError;
-pub use baseline::{ChangeStatus, ChangedHunk};
-pub use events::{EventSink, LoopEvent};
+pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
+pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use manager::{LoopManager, ManagerError, ProviderFactory, ShellServices, anthropic_provider};
 pub use phases::PhaseLookupError;
 pub use settings::LoopSettings;

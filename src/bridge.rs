@@ -6,6 +6,10 @@ mod dto;
 mod event_pump;
 mod handler;
 
+// For the contract tests, which call Lua exactly as the host does.
+pub use buffers::{apply_edit, check_buffer};
+pub use event_pump::{Delivery, deliver_event};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -227,6 +227,11 @@ fn report(event: &LoopEvent) {
             request.subject
         ),
         LoopEvent::ApprovalClosed { .. } => {}
+        LoopEvent::Notice {
+            loop_id,
+            level,
+            message,
+        } => eprintln!("loopr: {loop_id}: {}: {message}", level.as_str()),
         LoopEvent::ValidationFinished {
             loop_id,
             iteration,

@@ -11,6 +11,7 @@ mod output;
 mod policy;
 mod read_file;
 mod run_command;
+mod tree_watch;
 mod web_fetch;
 mod write_file;
 
@@ -21,8 +22,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use approval::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, file_diff};
-pub use buffers::{BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement};
+pub use approval::{
+    AcceptAll, ApprovalRequest, Approver, ChangeKind, DIFF_TIMEOUT, Decision, bounded_line_diff,
+    file_diff,
+};
+pub use buffers::{
+    BufferCheck, BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement,
+};
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
@@ -30,6 +36,7 @@ pub use list_files::{ListFilesTool, project_walker};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell};
+pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use web_fetch::WebFetchTool;
 pub use write_file::WriteFileTool;
 
@@ -198,7 +205,92 @@ impl ToolRegistry {
     }
 }
 
-/// Writes `new` to `path`: into the editor's buffer when the file is open there, else
+/// What `change_file` did.
+struct FileChanged {
+    shown: String,
+    created: bool,
+    length: usize,
+}
+
+/// Changes one file for `write_file` or `edit_file`: reads it, computes its new text with
+/// `edit` (given the current text, `None` if the file does not exist), makes sure an open
+/// buffer could take the change, asks for approval, writes (into the editor's buffer when
+/// the file is open there), and records the change for the changes list and undo. Reading,
+/// diffing and writing run off the async threads. A change that fails after it was
+/// accepted is reported to the approver, so the user hears of it too.
+async fn change_file<F>(
+    context: &ToolContext,
+    kind: ChangeKind,
+    tool: &'static str,
+    requested: &str,
+    edit: F,
+) -> Result<FileChanged, ToolError>
+where
+    F: FnOnce(Option<&str>, &str) -> Result<String, ToolError> + Send + 'static,
+{
+    let path = context.root.resolve_for_write(requested)?;
+    refuse_secret(context, &path)?;
+    let shown = context.root.relative_display(&path);
+    let (before, after, diff) = {
+        let path = path.clone();
+        let shown = shown.clone();
+        run_blocking(context, move || {
+            let before = read_existing(&path, &shown)?;
+            let after = edit(before.as_deref(), &shown)?;
+            let diff = file_diff(&shown, before.as_deref().unwrap_or_default(), &after);
+            Ok((before, after, diff))
+        })
+        .await?
+    };
+    // Refused before asking: the user is not asked to approve what cannot happen.
+    if context.buffers.check(&path).await == BufferCheck::UnsavedChanges {
+        return Err(unsaved_changes_error(shown));
+    }
+    let mut request = ApprovalRequest {
+        loop_id: context.loop_id.clone(),
+        kind,
+        tool,
+        subject: shown.clone(),
+        detail: diff,
+    };
+    context.approve(request.clone()).await?;
+    let length = after.len();
+    let created = before.is_none();
+    match write_through_buffers(context, requested, shown.clone(), before, after).await {
+        Ok(()) => Ok(FileChanged {
+            shown,
+            created,
+            length,
+        }),
+        Err(WriteFailure {
+            for_model,
+            for_user,
+        }) => {
+            if !matches!(for_model, ToolError::Cancelled) {
+                request.detail = String::new();
+                context.approver.change_failed(&request, &for_user);
+            }
+            Err(for_model)
+        }
+    }
+}
+
+fn unsaved_changes_error(shown: String) -> ToolError {
+    ToolError::File {
+        path: shown,
+        message: "is open in the editor with unsaved changes; nothing was changed. Tell the \
+                  user to save or discard them, or change other files first"
+            .to_owned(),
+    }
+}
+
+/// Why an accepted change was not made: what the model is told, and what the user is.
+struct WriteFailure {
+    for_model: ToolError,
+    for_user: String,
+}
+
+/// Writes `new` to `requested`: into the editor's buffer when the file is open there, else
 /// atomically on disk. An open buffer with unsaved changes of the user's is left alone and
 /// the write fails, so nothing the user typed is lost. `requested` is resolved again and the
 /// file compared with `old` first: the approval wait may have been long, and what was
@@ -207,69 +299,166 @@ async fn write_through_buffers(
     context: &ToolContext,
     requested: &str,
     shown: String,
-    old: &str,
+    old: Option<String>,
     new: String,
-) -> Result<(), ToolError> {
-    let path = context.root.resolve_for_write(requested)?;
-    if read_existing(&path, &shown)?.unwrap_or_default() != old {
-        return Err(ToolError::File {
-            path: shown,
-            message: "changed while the change waited for approval; nothing was written. Read \
-                      it again and redo the change"
-                .to_owned(),
-        });
-    }
-    match context.buffers.apply(&path, old, &new).await {
-        BufferEdit::Applied => Ok(()),
-        BufferEdit::UnsavedChanges => Err(ToolError::File {
-            path: shown,
-            message: "is open in the editor with unsaved changes (or with other content than \
-                      the file); nothing was changed. Tell the user to save or discard them, \
-                      or change other files first"
-                .to_owned(),
-        }),
-        BufferEdit::NotLoaded => {
-            let journal = context.journal.clone();
-            run_blocking(context, move || {
-                let created = !path.exists();
-                crate::store::write_atomic_keeping_mode(&path, new.as_bytes()).map_err(|err| {
-                    ToolError::File {
-                        path: shown,
-                        message: err.to_string(),
-                    }
-                })?;
-                if created {
-                    journal.created(&path);
-                }
-                Ok(())
-            })
+) -> Result<(), WriteFailure> {
+    let failure = |for_model: ToolError, advice: &str| WriteFailure {
+        for_user: format!(
+            "the accepted change of {shown} was not made: {advice}; the model was told"
+        ),
+        for_model,
+    };
+    let path = context
+        .root
+        .resolve_for_write(requested)
+        .map_err(|err| failure(err.into(), "its path is no longer writable"))?;
+    let now = {
+        let path = path.clone();
+        let shown = shown.clone();
+        run_blocking(context, move || read_existing(&path, &shown))
             .await
+            .map_err(|err| failure(err, "it can no longer be read"))?
+    };
+    if now != old {
+        return Err(failure(
+            ToolError::File {
+                path: shown.clone(),
+                message: "changed while the change waited for approval; nothing was written. \
+                          Read it again and redo the change"
+                    .to_owned(),
+            },
+            "it changed while the change waited for approval",
+        ));
+    }
+    let old_text = old.as_deref().unwrap_or_default();
+    let written_on_disk = match context.buffers.apply(&path, old_text, &new).await {
+        BufferEdit::Applied => false,
+        BufferEdit::UnsavedChanges => {
+            return Err(failure(
+                unsaved_changes_error(shown.clone()),
+                "its buffer has unsaved changes. Save (:w) or discard (:e!) them",
+            ));
         }
+        BufferEdit::NotLoaded => true,
+    };
+    let journal = context.journal.clone();
+    let relative = shown.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        if written_on_disk {
+            crate::store::write_atomic_keeping_mode(&path, new.as_bytes())?;
+        }
+        // What the buffer saved may differ in line endings from `new`; the journal keeps
+        // what is on disk, to recognise later whether the user changed it since.
+        let after = if written_on_disk {
+            new.into_bytes()
+        } else {
+            std::fs::read(&path)?
+        };
+        journal.tool_changed(&relative, old.as_deref().map(str::as_bytes), &after);
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+    match written {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(failure(
+            ToolError::File {
+                path: shown.clone(),
+                message: err.to_string(),
+            },
+            &format!("writing it failed ({err})"),
+        )),
+        Err(err) => Err(failure(
+            ToolError::File {
+                path: shown.clone(),
+                message: format!("the write crashed: {err}"),
+            },
+            "writing it crashed",
+        )),
     }
 }
 
 /// Larger files are not read whole to be edited or diffed.
 const MAX_EDITABLE_BYTES: u64 = 8 * 1024 * 1024;
 
+/// Why a file's bytes could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("does not exist")]
+    NotFound,
+    #[error("is {0}, not a regular file; only regular files can be read or changed")]
+    NotRegular(&'static str),
+    #[error("is {0} bytes, larger than the limit")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+/// The bytes of the regular file at `path`, at most `limit` of them. The file is opened
+/// non-blocking and checked on the opened handle: a FIFO or a device would block a read
+/// forever, and a check of the path before opening could be raced. Blocking.
+pub fn read_regular(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path).map_err(|err| match err.kind() {
+        std::io::ErrorKind::NotFound => ReadError::NotFound,
+        _ => ReadError::Io(err),
+    })?;
+    let metadata = file.metadata().map_err(ReadError::Io)?;
+    if !metadata.is_file() {
+        return Err(ReadError::NotRegular(file_kind(&metadata.file_type())));
+    }
+    if metadata.len() > limit {
+        return Err(ReadError::TooLarge(metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    // The file may grow between the check and the read; the limit holds regardless.
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    Ok(bytes)
+}
+
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        return "a directory";
+    }
+    "a special file"
+}
+
 /// The text of the file at `path`, `None` if it does not exist; an error if it cannot be
-/// read as text or is too large to edit.
+/// read as text, is not a regular file or is too large to edit. Blocking.
 fn read_existing(path: &std::path::Path, shown: &str) -> Result<Option<String>, ToolError> {
     let file_error = |message: String| ToolError::File {
         path: shown.to_owned(),
         message,
     };
-    match std::fs::metadata(path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(file_error(err.to_string())),
-        Ok(metadata) if metadata.len() > MAX_EDITABLE_BYTES => {
+    let bytes = match read_regular(path, MAX_EDITABLE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(ReadError::NotFound) => return Ok(None),
+        Err(ReadError::TooLarge(size)) => {
             return Err(file_error(format!(
-                "is {} bytes, larger than the {MAX_EDITABLE_BYTES}-byte limit for edits",
-                metadata.len()
+                "is {size} bytes, larger than the {MAX_EDITABLE_BYTES}-byte limit for edits"
             )));
         }
-        Ok(_) => {}
-    }
-    std::fs::read_to_string(path)
+        Err(err) => return Err(file_error(err.to_string())),
+    };
+    String::from_utf8(bytes)
         .map(Some)
         .map_err(|err| file_error(format!("cannot be edited as text: {err}")))
 }

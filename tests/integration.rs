@@ -11,6 +11,7 @@ mod scenario;
 mod integration {
     mod cancel_and_restart;
     mod code;
+    mod contract;
     mod editor;
     mod hierarchy;
     mod lifecycle;

@@ -50,28 +50,51 @@ function M.open(phase, root)
   return id
 end
 
----Restore every file `phase`'s newest code loop changed; open buffers are reloaded unless
----they hold unsaved changes.
+---@class loopr.UndoSkipped
+---@field path string
+---@field reason "changed_since"|"unsaved_buffer"|"unrestorable"
+---@field message string
+
+---@class loopr.UndoReply
+---@field loop_id string
+---@field restored string[]
+---@field skipped loopr.UndoSkipped[]
+
+---Undo what `phase`'s newest code loop changed: only the files its tools and commands
+---changed go back to what they held before. A file changed since the loop changed it is
+---left alone (and named) unless `force`; a buffer with unsaved changes always is. Open
+---buffers take the restored text (and `u` undoes it).
 ---@param phase string Phase name or phase loop id.
 ---@param root string Project root.
----@return string[]|nil files The files restored.
-function M.undo(phase, root)
-  local files, err = require('loopr.host').request('undo', { root = root, phase = phase })
+---@param force? boolean Also restore files changed since the loop changed them (`:LooprUndo!`).
+---@return loopr.UndoReply|nil
+function M.undo(phase, root, force)
+  local reply, err = require('loopr.host').request('undo', { root = root, phase = phase, force = force == true })
   if err then
     vim.notify(err, vim.log.levels.ERROR)
     return nil
   end
-  files = type(files) == 'table' and files or {}
-  for _, file in ipairs(files) do
-    local buf = vim.fn.bufnr(vim.fn.fnameescape(file))
-    if buf > 0 and vim.api.nvim_buf_is_loaded(buf) and not vim.bo[buf].modified then
-      vim.api.nvim_buf_call(buf, function()
-        vim.cmd('silent! edit')
-      end)
-    end
+  reply = type(reply) == 'table' and reply or {}
+  local restored = type(reply.restored) == 'table' and reply.restored or {}
+  local skipped = type(reply.skipped) == 'table' and reply.skipped or {}
+  local relative = function(path)
+    return vim.fn.fnamemodify(path, ':.')
   end
-  vim.notify(('Loopr: restored %d file(s) changed by %s'):format(#files, phase), vim.log.levels.INFO)
-  return files
+  if #skipped == 0 then
+    vim.notify(('Loopr: restored %d file(s) changed by %s'):format(#restored, phase), vim.log.levels.INFO)
+    return reply
+  end
+  local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
+  local changed_since = false
+  for _, file in ipairs(skipped) do
+    table.insert(lines, ('  %s: %s'):format(relative(file.path), file.message))
+    changed_since = changed_since or file.reason == 'changed_since'
+  end
+  if changed_since then
+    table.insert(lines, ('Review them; :LooprUndo! %s overwrites the files changed since.'):format(phase))
+  end
+  vim.notify(table.concat(lines, '\n'), vim.log.levels.WARN)
+  return reply
 end
 
 return M

@@ -1,5 +1,10 @@
 -- Edits from the host to files the user has open: applied to the buffer (so they show at once
--- and `u` undoes them) and saved, unless the buffer holds unsaved changes of the user's.
+-- and `u` undoes them) and saved. A buffer with unsaved changes of the user's is never
+-- touched. A buffer behind its file (changed on disk by a formatter, `sed -i`, a checkout) is
+-- reloaded first, so the edit lands on the right lines and saving raises no "file changed"
+-- prompt: nothing here may ever wait for the user.
+--
+-- The host calls `apply(path, edit, old)` and `check(path)` (src/bridge/buffers.rs).
 
 local M = {}
 
@@ -18,12 +23,61 @@ local function loaded_buffer(path)
   end
 end
 
----Apply the host's edit to `path`'s buffer.
+---Whether the buffer holds `text`, a file's content, as Neovim would read it.
+---@param buf integer
+---@param text string
+---@return boolean
+local function holds(buf, text)
+  if vim.bo[buf].bomb then
+    text = text:gsub('^\239\187\191', '')
+  end
+  if vim.bo[buf].fileformat == 'dos' then
+    text = text:gsub('\r\n', '\n')
+  end
+  text = text:gsub('\n$', '')
+  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n') == text
+end
+
+---Reload an unmodified buffer whose file changed since it was read, without the W11 prompt:
+---`:checktime` with 'autoread' on reloads silently (and refreshes the buffer's idea of the
+---file's time, so the next `:write` does not ask either).
+---@param buf integer
+local function refresh(buf)
+  local local_autoread = vim.bo[buf].autoread
+  vim.api.nvim_buf_call(buf, function()
+    vim.bo[buf].autoread = true
+    local ok, err = pcall(vim.cmd, ('silent checktime %d'):format(buf))
+    if local_autoread == nil then
+      vim.cmd('set autoread<')
+    else
+      vim.bo[buf].autoread = local_autoread
+    end
+    if not ok then
+      error(err, 0)
+    end
+  end)
+end
+
+---Whether an edit of `path` could go into its buffer; changes nothing.
+---@param path string Absolute path of the file.
+---@return "not_loaded"|"ready"|"modified"
+function M.check(path)
+  local buf = loaded_buffer(path)
+  if not buf then
+    return 'not_loaded'
+  end
+  return vim.bo[buf].modified and 'modified' or 'ready'
+end
+
+---Apply the host's edit to `path`'s buffer and save it.
 ---@param path string Absolute path of the file.
 ---@param edit lsp.WorkspaceEdit Whole-line edits of that file.
----@param old string The file's text the edit was computed from.
----@return "applied"|"modified"|"not_loaded"
+---@param old string The file's text the edit was computed from (the file as it is now).
+---@return "applied"|"not_loaded"|"modified"|"stale" # `stale`: the buffer could not be brought up to date with the file; nothing was done.
 function M.apply(path, edit, old)
+  if type(path) ~= 'string' or type(edit) ~= 'table' or type(old) ~= 'string' then
+    error('Loopr: edits.apply(path, edit, old) takes a path, a WorkspaceEdit and the file text', 0)
+  end
   local buf = loaded_buffer(path)
   if not buf then
     return 'not_loaded'
@@ -31,17 +85,31 @@ function M.apply(path, edit, old)
   if vim.bo[buf].modified then
     return 'modified'
   end
-  -- A buffer that does not hold the file's text (changed on disk, not reloaded) would take
-  -- the edit on the wrong lines.
-  local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
-  if type(old) == 'string' and text ~= old:gsub('\n$', '') then
+  refresh(buf)
+  if vim.bo[buf].modified then
     return 'modified'
   end
-  vim.lsp.util.apply_workspace_edit(edit, 'utf-8')
+  -- A buffer that does not hold the file's text would take the edit on the wrong lines.
+  if not holds(buf, old) then
+    return 'stale'
+  end
+  local text_edits = {}
+  for _, edits in pairs(edit.changes or {}) do
+    vim.list_extend(text_edits, edits)
+  end
+  -- Into this buffer, not one `apply_workspace_edit` might open for another spelling of the path.
+  vim.lsp.util.apply_text_edits(text_edits, buf, 'utf-8')
   -- Saved without autocommands, so what lands on disk is exactly the model's change.
-  vim.api.nvim_buf_call(buf, function()
+  local ok, err = pcall(vim.api.nvim_buf_call, buf, function()
     vim.cmd('silent keepalt noautocmd write')
   end)
+  if not ok then
+    -- Not saved: take the edit back out, so the buffer is as the user left it.
+    vim.api.nvim_buf_call(buf, function()
+      vim.cmd('silent undo')
+    end)
+    error(('Loopr: could not save %s: %s'):format(path, err), 0)
+  end
   return 'applied'
 end
 

@@ -4,7 +4,7 @@
 local M = {}
 
 ---@class loopr.Event
----@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"
 
 ---@class loopr.LoopUpdatedEvent: loopr.Event
 ---@field id string
@@ -41,6 +41,11 @@ local M = {}
 ---@field passed boolean
 ---@field command string
 ---@field output string
+
+---@class loopr.NoticeEvent: loopr.Event
+---@field loop_id string
+---@field level "info"|"warn"|"error"
+---@field message string
 
 ---Statuses of loops that do not run (now); their progress message goes.
 local IDLE = {
@@ -115,7 +120,8 @@ function handlers.loop_updated(ev)
     -- Visible in statuslines before the loop's first progress message.
     progress.touch(ev.id, ('%s running'):format(ev.type or 'loop'))
   end
-  if ev.status == 'failed' then
+  -- An undone loop keeps its status; its note says so, and `:LooprUndo` reported it already.
+  if ev.status == 'failed' and not (str(ev.error) or ''):match('^undone:') then
     vim.notify(
       ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
       vim.log.levels.ERROR
@@ -193,6 +199,14 @@ function handlers.validation(ev)
     )
   end
   fire('LooprValidation', { loop_id = ev.loop_id, phase = phase, iteration = ev.iteration, passed = ev.passed })
+end
+
+---@param ev loopr.NoticeEvent
+function handlers.notice(ev)
+  local levels = { info = vim.log.levels.INFO, warn = vim.log.levels.WARN, error = vim.log.levels.ERROR }
+  local message = 'Loopr: ' .. (str(ev.message) or '')
+  vim.notify(message, levels[ev.level] or vim.log.levels.WARN)
+  fire('LooprNotice', { loop_id = ev.loop_id, level = ev.level, message = message })
 end
 
 ---Entry point for host notifications; returns at once and handles the event later.

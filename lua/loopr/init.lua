@@ -250,12 +250,13 @@ function M.changes(phase)
   return target and require('loopr.changes').open(target, config.root()) or nil
 end
 
----Restore the files the newest code loop of `phase` changed (`:LooprUndo`).
+---Undo what the newest code loop of `phase` changed (`:LooprUndo`, `:LooprUndo!`).
 ---@param phase string|nil Phase name; default: the phase of the current phase.md buffer.
----@return string[]|nil files
-function M.undo(phase)
+---@param force? boolean Also restore files changed since the loop changed them.
+---@return loopr.UndoReply|nil
+function M.undo(phase, force)
   local target = phase_argument(phase, 'LooprUndo')
-  return target and require('loopr.changes').undo(target, config.root()) or nil
+  return target and require('loopr.changes').undo(target, config.root(), force) or nil
 end
 
 ---Ask the host to resume loops left unfinished by a host that died, when this project has

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{EventSink, LoopEvent};
+use super::events::{EventSink, LoopEvent, NoticeLevel};
 use crate::tools::{ApprovalRequest, Approver, ChangeKind, Decision};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +132,11 @@ impl Approver for PolicyApprover {
         }
         Some(decision)
     }
+
+    fn change_failed(&self, request: &ApprovalRequest, message: &str) {
+        // Also when the settings accepted it without asking: the user still expects it done.
+        self.asker.change_failed(request, message);
+    }
 }
 
 /// Asks through events; a shell shows the request and calls `resolve` with the answer.
@@ -190,6 +195,14 @@ impl Approver for InteractiveApprover {
             .remove(&id);
         self.events.emit(LoopEvent::ApprovalClosed { id });
         decision
+    }
+
+    fn change_failed(&self, request: &ApprovalRequest, message: &str) {
+        self.events.emit(LoopEvent::Notice {
+            loop_id: request.loop_id.clone(),
+            level: NoticeLevel::Warn,
+            message: message.to_owned(),
+        });
     }
 }
 

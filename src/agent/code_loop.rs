@@ -19,7 +19,7 @@ use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
     ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolRegistry, parse_input,
-    run_shell,
+    run_recorded,
 };
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
@@ -144,8 +144,14 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
                     Ok(done) => {
                         validated = true;
                         tracing::info!(loop_id = %record.id, summary = %done.summary, "phase reported done");
-                        let outcome =
-                            validate(context, &phase, state.iteration, &request.messages).await?;
+                        let outcome = validate(
+                            context,
+                            &tool_context,
+                            &phase,
+                            state.iteration,
+                            &request.messages,
+                        )
+                        .await?;
                         passed = outcome.0;
                         (outcome.1, !passed)
                     }
@@ -239,6 +245,7 @@ async fn record_baseline(context: &LoopContext) -> Result<(), LoopError> {
 /// returns whether it passed with the text for the model.
 async fn validate(
     context: &LoopContext,
+    tool_context: &ToolContext,
     phase: &PhaseArtifact,
     iteration: u32,
     conversation: &[Message],
@@ -267,11 +274,12 @@ async fn validate(
         None => return Err(LoopError::Cancelled),
     }
     context.progress(format!("iteration {iteration}: running {command}"));
-    let output = run_shell(
+    // Recorded like a tool's changes: a formatter in the validation changes files too.
+    let output = run_recorded(
+        tool_context,
         command,
         context.root.path(),
         context.settings.validation_timeout(),
-        &context.cancel,
     )
     .await
     .map_err(|err| match err {

@@ -38,6 +38,30 @@ pub enum LoopEvent {
         /// stdout then stderr, for parsing with an errorformat.
         output: String,
     },
+    /// Something the user should know that no other event says, e.g. an accepted change
+    /// that could not be made.
+    Notice {
+        loop_id: String,
+        level: NoticeLevel,
+        message: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeLevel {
+    Info,
+    Warn,
+    Error,
+}
+
+impl NoticeLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeLevel::Info => "info",
+            NoticeLevel::Warn => "warn",
+            NoticeLevel::Error => "error",
+        }
+    }
 }
 
 pub trait EventSink: Send + Sync {

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approvals::PolicyApprover;
 use super::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
-use super::baseline::{Baseline, ChangedHunk};
+use super::baseline::{Baseline, ChangedHunk, UndoReport};
 use super::code_loop::{run_code_loop, runnable_phase};
 use super::events::{EventSink, LoopEvent};
 use super::jobs::{self, ChildLoop, JobError};
@@ -235,7 +235,8 @@ impl LoopManager {
         Ok(record.id)
     }
 
-    /// Every hunk the newest code loop of `phase` changed since it started.
+    /// What the newest code loop of `phase` changed, one entry per hunk. Blocking (it reads
+    /// and diffs files): call it off the async threads.
     pub fn changes(
         &self,
         root: &Path,
@@ -243,18 +244,22 @@ impl LoopManager {
     ) -> Result<(LoopId, Vec<ChangedHunk>), ManagerError> {
         let project = self.project(root)?;
         let code = newest_code_loop(&project, phase)?;
-        let policy = LoopSettings::from_stored(&code.settings)
-            .tool_policy()
-            .map_err(ManagerError::Settings)?;
         let hunks = Baseline::at(&project.layout.loop_dir(&code.id))
-            .changes(&project.root, &policy)
+            .changes(&project.root)
             .map_err(|err| ManagerError::Baseline(err.to_string()))?;
         Ok((code.id, hunks))
     }
 
-    /// Restores the files the newest code loop of `phase` changed to how they were when it
-    /// started; returns the files it touched.
-    pub fn undo(&self, root: &Path, phase: &str) -> Result<Vec<PathBuf>, ManagerError> {
+    /// Undoes what the newest code loop of `phase` changed: the files its tools and commands
+    /// changed go back to what they held before (through open buffers), except files
+    /// changed since, which only `force` restores, and files open with unsaved changes.
+    /// The loop's record and status event say it was undone.
+    pub async fn undo(
+        &self,
+        root: &Path,
+        phase: &str,
+        force: bool,
+    ) -> Result<(LoopId, UndoReport), ManagerError> {
         let project = self.project(root)?;
         let code = newest_code_loop(&project, phase)?;
         if code.status.is_active() {
@@ -264,11 +269,34 @@ impl LoopManager {
                 hint: "its code loop still runs; cancel it first",
             });
         }
-        let touched = Baseline::at(&project.layout.loop_dir(&code.id))
-            .restore(&project.root)
+        let report = Baseline::at(&project.layout.loop_dir(&code.id))
+            .undo(&project.root, self.shared.buffers.as_ref(), force)
+            .await
             .map_err(|err| ManagerError::Baseline(err.to_string()))?;
-        tracing::info!(loop_id = %code.id, files = touched.len(), "restored the baseline");
-        Ok(touched)
+        tracing::info!(
+            loop_id = %code.id,
+            restored = report.restored.len(),
+            skipped = report.skipped.len(),
+            "undid a code loop's changes"
+        );
+        if !report.restored.is_empty() {
+            let mut note = format!("undone: {} file(s) restored", report.restored.len());
+            if !report.skipped.is_empty() {
+                note.push_str(&format!("; {} not restored", report.skipped.len()));
+            }
+            if let Some(ended) = code.error.as_deref().filter(|e| !e.starts_with("undone:")) {
+                note.push_str(&format!("; it had ended with: {ended}"));
+            }
+            let db = project.db.clone();
+            let (id, status, stored_note) = (code.id.clone(), code.status, note.clone());
+            tokio::task::spawn_blocking(move || db.set_status(&id, status, Some(&stored_note)))
+                .await
+                .map_err(|err| {
+                    ManagerError::Baseline(format!("recording the undo crashed: {err}"))
+                })??;
+            self.emit_status(&code.id, code.loop_type, code.status, Some(note));
+        }
+        Ok((code.id, report))
     }
 
     /// Approves loop `id` (or the newest loop awaiting approval): it completes and its

@@ -1,20 +1,23 @@
 //! Edits to files open in Neovim go into their buffers as an LSP `WorkspaceEdit`, applied by
-//! `vim.lsp.util.apply_workspace_edit`: they show at once and `u` undoes them.
+//! `require('loopr.edits')`: they show at once and `u` undoes them. The functions here are
+//! generic over the channel's writer so the tests call Lua exactly as the host does.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::io::AsyncWrite;
 use nvim_rs::Neovim;
 use nvim_rs::compat::tokio::Compat;
 
 use super::dto::to_value;
-use crate::tools::{BufferEdit, OpenBuffers, line_replacement};
+use crate::tools::{BufferCheck, BufferEdit, OpenBuffers, line_replacement};
 
 type Writer = Compat<tokio::fs::File>;
 
 const APPLY: &str = "return require('loopr.edits').apply(...)";
+const CHECK: &str = "return require('loopr.edits').check(...)";
 /// Neovim answers at once unless it is blocked (a prompt); then the edit waits no longer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,35 +36,82 @@ impl NeovimBuffers {
 #[async_trait]
 impl OpenBuffers for NeovimBuffers {
     async fn apply(&self, path: &Path, old: &str, new: &str) -> BufferEdit {
-        let Some(neovim) = self.neovim.get() else {
-            return BufferEdit::NotLoaded;
-        };
-        let Some(edit) = workspace_edit(path, old, new) else {
-            return BufferEdit::NotLoaded;
-        };
-        let Ok(edit) = to_value(&edit) else {
-            return BufferEdit::NotLoaded;
-        };
-        let path_value = nvim_rs::Value::from(path.to_string_lossy().into_owned());
-        let answer =
-            tokio::time::timeout(TIMEOUT, neovim.exec_lua(APPLY, vec![path_value, edit])).await;
-        match answer {
-            Ok(Ok(value)) => match value.as_str() {
-                Some("applied") => BufferEdit::Applied,
-                Some("modified") => BufferEdit::UnsavedChanges,
-                _ => BufferEdit::NotLoaded,
-            },
-            Ok(Err(err)) => {
-                tracing::warn!(error = %err, path = %path.display(), "applying an edit in Neovim");
-                // Not knowing whether the buffer took it, do not write behind its back.
-                BufferEdit::UnsavedChanges
-            }
-            Err(_) => {
-                tracing::warn!(path = %path.display(), "Neovim did not answer an edit in time");
-                BufferEdit::UnsavedChanges
-            }
+        match self.neovim.get() {
+            Some(neovim) => apply_edit(neovim, path, old, new).await,
+            None => BufferEdit::NotLoaded,
         }
     }
+
+    async fn check(&self, path: &Path) -> BufferCheck {
+        match self.neovim.get() {
+            Some(neovim) => check_buffer(neovim, path).await,
+            None => BufferCheck::NotLoaded,
+        }
+    }
+}
+
+/// Calls `require('loopr.edits').apply(path, edit, old)`: the buffer showing `path` (if any)
+/// takes the change from `old`, the file's text now, to `new`, and is saved.
+pub async fn apply_edit<W>(neovim: &Neovim<W>, path: &Path, old: &str, new: &str) -> BufferEdit
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(edit) = workspace_edit(path, old, new) else {
+        return BufferEdit::NotLoaded;
+    };
+    let Ok(edit) = to_value(&edit) else {
+        return BufferEdit::NotLoaded;
+    };
+    let args = vec![path_value(path), edit, nvim_rs::Value::from(old)];
+    match tokio::time::timeout(TIMEOUT, neovim.exec_lua(APPLY, args)).await {
+        Ok(Ok(value)) => match value.as_str() {
+            Some("applied") => BufferEdit::Applied,
+            Some("not_loaded") => BufferEdit::NotLoaded,
+            // Unsaved changes, or a buffer that could not be brought up to date with its file.
+            Some("modified" | "stale") => BufferEdit::UnsavedChanges,
+            other => {
+                tracing::warn!(answer = ?other, path = %path.display(), "unexpected answer to an edit");
+                BufferEdit::UnsavedChanges
+            }
+        },
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, path = %path.display(), "applying an edit in Neovim");
+            // Not knowing whether the buffer took it, do not write behind its back.
+            BufferEdit::UnsavedChanges
+        }
+        Err(_) => {
+            tracing::warn!(path = %path.display(), "Neovim did not answer an edit in time");
+            BufferEdit::UnsavedChanges
+        }
+    }
+}
+
+/// Calls `require('loopr.edits').check(path)`: whether the buffer showing `path` could take
+/// an edit. Changes nothing.
+pub async fn check_buffer<W>(neovim: &Neovim<W>, path: &Path) -> BufferCheck
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let args = vec![path_value(path)];
+    match tokio::time::timeout(TIMEOUT, neovim.exec_lua(CHECK, args)).await {
+        Ok(Ok(value)) => match value.as_str() {
+            Some("not_loaded") => BufferCheck::NotLoaded,
+            Some("ready") => BufferCheck::Ready,
+            _ => BufferCheck::UnsavedChanges,
+        },
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, path = %path.display(), "checking a buffer in Neovim");
+            BufferCheck::UnsavedChanges
+        }
+        Err(_) => {
+            tracing::warn!(path = %path.display(), "Neovim did not answer a buffer check in time");
+            BufferCheck::UnsavedChanges
+        }
+    }
+}
+
+fn path_value(path: &Path) -> nvim_rs::Value {
+    nvim_rs::Value::from(path.to_string_lossy().into_owned())
 }
 
 /// One whole-line `TextEdit` on `path`: positions at column 0, so the offset encoding does

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use nvim_rs::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{ChangedHunk, LoopEvent, LoopSettings, PhaseSelector, PhaseTasks};
+use crate::agent::{ChangedHunk, LoopEvent, LoopSettings, PhaseSelector, PhaseTasks, UndoReport};
 use crate::store::{LoopRecord, LoopStatus};
 use crate::tools::Decision;
 
@@ -100,6 +100,50 @@ impl ChangesReply {
             })
             .collect::<Result<_, String>>()?;
         Ok(ChangesReply { loop_id, items })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UndoParams {
+    pub root: PathBuf,
+    pub phase: String,
+    /// Also restore files changed since the loop changed them.
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct UndoReply {
+    pub loop_id: String,
+    pub restored: Vec<String>,
+    pub skipped: Vec<SkippedFileReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SkippedFileReply {
+    pub path: String,
+    /// "changed_since", "unsaved_buffer" or "unrestorable".
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl UndoReply {
+    pub fn new(loop_id: String, report: UndoReport) -> UndoReply {
+        let text = |path: &std::path::Path| path.to_string_lossy().into_owned();
+        UndoReply {
+            loop_id,
+            restored: report.restored.iter().map(|path| text(path)).collect(),
+            skipped: report
+                .skipped
+                .iter()
+                .map(|(path, reason)| SkippedFileReply {
+                    path: text(path),
+                    reason: reason.as_str(),
+                    message: reason.describe(),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -365,6 +409,11 @@ pub enum EventMessage {
         command: String,
         output: String,
     },
+    Notice {
+        loop_id: String,
+        level: &'static str,
+        message: String,
+    },
 }
 
 impl From<LoopEvent> for EventMessage {
@@ -421,6 +470,15 @@ impl From<LoopEvent> for EventMessage {
                 passed,
                 command,
                 output,
+            },
+            LoopEvent::Notice {
+                loop_id,
+                level,
+                message,
+            } => EventMessage::Notice {
+                loop_id,
+                level: level.as_str(),
+                message,
             },
         }
     }

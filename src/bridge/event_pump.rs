@@ -1,7 +1,9 @@
 use std::time::Duration;
 
+use futures::io::AsyncWrite;
 use nvim_rs::Neovim;
 use nvim_rs::compat::tokio::Compat;
+use nvim_rs::error::CallError;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::dto::{EventMessage, to_value};
@@ -17,19 +19,33 @@ type Writer = Compat<tokio::fs::File>;
 /// Delivers loop events to Lua in order, one at a time, until Neovim goes away.
 pub async fn forward_events(neovim: Neovim<Writer>, mut events: UnboundedReceiver<LoopEvent>) {
     while let Some(event) = events.recv().await {
-        let message = EventMessage::from(event);
-        let value = match to_value(&message) {
-            Ok(value) => value,
-            Err(err) => {
-                tracing::error!(error = %err, ?message, "encoding an event");
-                continue;
-            }
-        };
-        match tokio::time::timeout(DELIVERY_TIMEOUT, neovim.exec_lua(DISPATCH, vec![value])).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) if err.is_channel_closed() => break,
-            Ok(Err(err)) => tracing::warn!(error = %err, "Neovim rejected an event"),
-            Err(_) => tracing::warn!(?message, "Neovim did not take an event within 10s; dropped"),
+        match deliver_event(&neovim, event).await {
+            Ok(()) => {}
+            Err(Delivery::ChannelClosed) => break,
+            Err(failure) => tracing::warn!(?failure, "delivering an event to Neovim"),
         }
+    }
+}
+
+#[derive(Debug)]
+pub enum Delivery {
+    Encoding(String),
+    ChannelClosed,
+    Rejected(Box<CallError>),
+    TimedOut,
+}
+
+/// Calls `require('loopr.events').dispatch(event)` with the event as the host sends it.
+pub async fn deliver_event<W>(neovim: &Neovim<W>, event: LoopEvent) -> Result<(), Delivery>
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let message = EventMessage::from(event);
+    let value = to_value(&message).map_err(Delivery::Encoding)?;
+    match tokio::time::timeout(DELIVERY_TIMEOUT, neovim.exec_lua(DISPATCH, vec![value])).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) if err.is_channel_closed() => Err(Delivery::ChannelClosed),
+        Ok(Err(err)) => Err(Delivery::Rejected(err)),
+        Err(_) => Err(Delivery::TimedOut),
     }
 }

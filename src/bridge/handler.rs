@@ -5,7 +5,7 @@ use nvim_rs::{Handler, Neovim, Value};
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
     LoopRecordReply, PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams,
-    TasksReply, params, to_value,
+    TasksReply, UndoParams, UndoReply, params, to_value,
 };
 use std::sync::Arc;
 
@@ -37,7 +37,36 @@ impl RpcHandler {
         }
     }
 
-    fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
+    async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
+        match method {
+            "undo" => {
+                let params: UndoParams = params(method, args)?;
+                let (loop_id, report) = self
+                    .manager
+                    .undo(&params.root, &params.phase, params.force)
+                    .await
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                to_value(&UndoReply::new(loop_id.to_string(), report))
+            }
+            _ => {
+                // The rest read and write SQLite (with fsync) and walk files: the blocking
+                // pool's work, so the async workers that stream model answers never wait.
+                let handler = self.clone();
+                let method = method.to_owned();
+                match tokio::task::spawn_blocking(move || handler.dispatch_blocking(&method, args))
+                    .await
+                {
+                    Ok(reply) => reply,
+                    Err(join_error) if join_error.is_panic() => {
+                        std::panic::resume_unwind(join_error.into_panic())
+                    }
+                    Err(join_error) => Err(format!("Loopr: {join_error}")),
+                }
+            }
+        }
+    }
+
+    fn dispatch_blocking(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
         match method {
             "plan" => {
                 let params: PlanParams = params(method, args)?;
@@ -107,17 +136,6 @@ impl RpcHandler {
                     .changes(&params.root, &params.phase)
                     .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&ChangesReply::new(loop_id.to_string(), hunks)?)
-            }
-            "undo" => {
-                let params: PhaseParams = params(method, args)?;
-                let files: Vec<String> = self
-                    .manager
-                    .undo(&params.root, &params.phase)
-                    .map_err(|err| format!("Loopr: {err}"))?
-                    .into_iter()
-                    .map(|path| path.to_string_lossy().into_owned())
-                    .collect();
-                to_value(&files)
             }
             "approval" => {
                 let params: ApprovalParams = params(method, args)?;
@@ -207,10 +225,8 @@ impl Handler for RpcHandler {
         let handler = self.clone();
         let method = name.clone();
         // The work runs in its own task so that a panic becomes an error reply instead of a
-        // request Neovim waits on forever; on the blocking pool, because requests read and
-        // write SQLite (with fsync) and walk files, which must not hold up the async workers
-        // that stream model answers.
-        let outcome = tokio::task::spawn_blocking(move || handler.dispatch(&method, args)).await;
+        // request Neovim waits on forever.
+        let outcome = tokio::spawn(async move { handler.dispatch(&method, args).await }).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => {

@@ -51,6 +51,11 @@ pub trait Approver: Send + Sync {
         request: ApprovalRequest,
         cancel: &CancellationToken,
     ) -> Option<Decision>;
+
+    /// A change `request` asked about was accepted but could not be made; `message` tells
+    /// the user why and what to do. The model learns it from the tool's result; whoever
+    /// accepted the change hears it here.
+    fn change_failed(&self, _request: &ApprovalRequest, _message: &str) {}
 }
 
 /// Accepts everything; for headless runs the user chose to trust, and for read-only loops,
@@ -68,11 +73,38 @@ impl Approver for AcceptAll {
     }
 }
 
-/// A unified diff of a file's change, for the approval prompt.
+/// How long a diff may take before the rest of it is shown as one replaced block: an exact
+/// diff of two large, very different texts grows with the product of their sizes.
+pub const DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+/// Lines of a diff shown for approval; a longer one says how much was left out.
+const MAX_DIFF_LINES: usize = 20_000;
+
+/// The line diff of two texts, bounded in time by `DIFF_TIMEOUT`. CPU-heavy on large texts:
+/// call it off the async threads.
+pub fn bounded_line_diff<'a>(old: &'a str, new: &'a str) -> similar::TextDiff<'a, 'a, 'a, str> {
+    similar::TextDiff::configure()
+        .algorithm(similar::Algorithm::Myers)
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new)
+}
+
+/// A unified diff of a file's change, for the approval prompt. CPU-heavy on large files:
+/// call it off the async threads.
 pub fn file_diff(path: &str, old: &str, new: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    let diff = bounded_line_diff(old, new);
+    let text = diff
         .unified_diff()
         .context_radius(3)
         .header(&format!("a/{path}"), &format!("b/{path}"))
-        .to_string()
+        .to_string();
+    let total = text.lines().count();
+    if total <= MAX_DIFF_LINES {
+        return text;
+    }
+    let mut shown: String = text.split_inclusive('\n').take(MAX_DIFF_LINES).collect();
+    shown.push_str(&format!(
+        "[... {} more lines of the diff not shown]\n",
+        total - MAX_DIFF_LINES
+    ));
+    shown
 }

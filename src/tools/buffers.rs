@@ -5,20 +5,40 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
+use super::tree_watch::FileStat;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BufferEdit {
     /// No buffer has the file loaded: write it on disk.
     NotLoaded,
     /// The buffer took the edit and was saved.
     Applied,
-    /// The buffer has unsaved changes of the user's; nothing was done.
+    /// The buffer has unsaved changes of the user's (or could not be brought up to date with
+    /// the file); nothing was done.
+    UnsavedChanges,
+}
+
+/// Whether an edit of a file could go through the editor, asked before the user is asked to
+/// approve it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferCheck {
+    /// No buffer has the file loaded.
+    NotLoaded,
+    /// A buffer has it loaded without unsaved changes (if it is behind the file, it is
+    /// reloaded before the edit).
+    Ready,
+    /// A buffer holds unsaved changes of the user's; an edit would be refused.
     UnsavedChanges,
 }
 
 #[async_trait]
 pub trait OpenBuffers: Send + Sync {
-    /// Applies the change from `old` to `new` to the buffer holding `path`, if any.
+    /// Applies the change from `old` (the file's text now) to `new` to the buffer holding
+    /// `path`, if any.
     async fn apply(&self, path: &Path, old: &str, new: &str) -> BufferEdit;
+
+    /// Whether `apply` could take a change of `path`; changes nothing.
+    async fn check(&self, path: &Path) -> BufferCheck;
 }
 
 /// No editor: every file is written on disk.
@@ -29,19 +49,33 @@ impl OpenBuffers for NoBuffers {
     async fn apply(&self, _path: &Path, _old: &str, _new: &str) -> BufferEdit {
         BufferEdit::NotLoaded
     }
+
+    async fn check(&self, _path: &Path) -> BufferCheck {
+        BufferCheck::NotLoaded
+    }
 }
 
-/// Remembers the files tools create, so undoing a loop removes exactly those (and never a
-/// file the user or a command made meanwhile).
+/// Remembers what a loop's tools changed, so the changes list shows exactly that and undo
+/// restores exactly that (never a file the user changed and the loop did not). Paths are
+/// relative to the project root, with `/`. Every method blocks: call it off the async
+/// threads.
 pub trait ChangeJournal: Send + Sync {
-    fn created(&self, path: &Path);
+    /// `write_file` or `edit_file` changed `relative` from `before` (`None`: it did not
+    /// exist) to `after`.
+    fn tool_changed(&self, relative: &str, before: Option<&[u8]>, after: &[u8]);
+
+    /// A command created, changed or deleted `relative` (at `path`); `before` is its metadata
+    /// before the command, `None` when it did not exist.
+    fn command_changed(&self, relative: &str, path: &Path, before: Option<FileStat>);
 }
 
 /// Nothing to remember (planning loops never write).
 pub struct NoJournal;
 
 impl ChangeJournal for NoJournal {
-    fn created(&self, _path: &Path) {}
+    fn tool_changed(&self, _relative: &str, _before: Option<&[u8]>, _after: &[u8]) {}
+
+    fn command_changed(&self, _relative: &str, _path: &Path, _before: Option<FileStat>) {}
 }
 
 /// The smallest whole-line replacement turning `old` into `new`: the zero-based line range

@@ -3,10 +3,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{
-    ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    read_existing, refuse_secret, write_through_buffers,
-};
+use super::{ChangeKind, Tool, ToolContext, ToolError, change_file, parse_input};
 use crate::schema::input_schema_for;
 
 /// Replace one exact piece of text in a file.
@@ -48,34 +45,48 @@ impl Tool for EditFileTool {
                 "old_string is empty; give the exact text to replace".to_owned(),
             ));
         }
-        let path = context.root.resolve_for_write(&input.path)?;
-        refuse_secret(context, &path)?;
-        let shown = context.root.relative_display(&path);
-        let file_error = |message: String| ToolError::File {
-            path: shown.clone(),
-            message,
-        };
-        let text = read_existing(&path, &shown)?
-            .ok_or_else(|| file_error("does not exist; create it with write_file".to_owned()))?;
-        let edited =
-            replace_once(&text, &input.old_string, &input.new_string).map_err(file_error)?;
-        context
-            .approve(ApprovalRequest {
-                loop_id: String::new(),
-                kind: ChangeKind::Edit,
-                tool: "edit_file",
-                subject: shown.clone(),
-                detail: file_diff(&shown, &text, &edited),
-            })
-            .await?;
-        write_through_buffers(context, &input.path, shown.clone(), &text, edited).await?;
-        Ok(format!("edited {shown}"))
+        let EditFileInput {
+            path,
+            old_string,
+            new_string,
+        } = input;
+        let changed = change_file(
+            context,
+            ChangeKind::Edit,
+            "edit_file",
+            &path,
+            move |current, shown| {
+                let file_error = |message: String| ToolError::File {
+                    path: shown.to_owned(),
+                    message,
+                };
+                let text = current.ok_or_else(|| {
+                    file_error("does not exist; create it with write_file".to_owned())
+                })?;
+                replace_once(text, &old_string, &new_string).map_err(file_error)
+            },
+        )
+        .await?;
+        Ok(format!("edited {}", changed.shown))
     }
 }
 
-/// `text` with its single occurrence of `old` replaced, or why that is not possible.
+/// `text` with its single occurrence of `old` replaced by `new`, or why that is not
+/// possible. In a file with CRLF line endings, `old` and `new` may use plain `\n` (as
+/// `read_file` shows the lines); the replacement keeps the file's line endings.
 pub fn replace_once(text: &str, old: &str, new: &str) -> Result<String, String> {
-    match text.matches(old).count() {
+    let mut count = text.matches(old).count();
+    if text.contains("\r\n") {
+        let (old_crlf, new_crlf) = (with_crlf(old), with_crlf(new));
+        let crlf_count = text.matches(old_crlf.as_str()).count();
+        if crlf_count > 0 || count == 0 {
+            count = crlf_count;
+            if count == 1 {
+                return Ok(text.replacen(old_crlf.as_str(), &new_crlf, 1));
+            }
+        }
+    }
+    match count {
         1 => Ok(text.replacen(old, new, 1)),
         0 => Err(
             "old_string does not occur in the file; read the file and copy the exact text, \
@@ -86,4 +97,9 @@ pub fn replace_once(text: &str, old: &str, new: &str) -> Result<String, String> 
             "old_string occurs {count} times; include more surrounding lines so it occurs exactly once"
         )),
     }
+}
+
+/// `text` with every line ending `\r\n`.
+fn with_crlf(text: &str) -> String {
+    text.replace("\r\n", "\n").replace('\n', "\r\n")
 }

@@ -4,7 +4,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::output::{CappedOutput, clip_line};
-use super::{Tool, ToolContext, ToolError, parse_input, refuse_secret, run_blocking};
+use super::{
+    ReadError, Tool, ToolContext, ToolError, parse_input, read_regular, refuse_secret, run_blocking,
+};
 use crate::schema::input_schema_for;
 
 const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -69,14 +71,13 @@ fn read_numbered(
             "is a directory; use list_files to see its files".to_owned(),
         ));
     }
-    if metadata.len() > MAX_FILE_BYTES {
-        return Err(file_error(format!(
-            "is {} bytes, larger than the {MAX_FILE_BYTES}-byte limit; use grep to find the \
-             part you need",
-            metadata.len()
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|err| file_error(err.to_string()))?;
+    let bytes = read_regular(path, MAX_FILE_BYTES).map_err(|err| match err {
+        ReadError::TooLarge(size) => file_error(format!(
+            "is {size} bytes, larger than the {MAX_FILE_BYTES}-byte limit; use grep to find the \
+             part you need"
+        )),
+        other => file_error(other.to_string()),
+    })?;
     if bytes.iter().take(8192).any(|&byte| byte == 0) {
         return Err(file_error(
             "is a binary file; only text files can be read".to_owned(),

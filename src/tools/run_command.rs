@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input};
+use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input, run_recorded};
 use crate::schema::input_schema_for;
 
 const MAX_TIMEOUT_SECS: f64 = 600.0;
@@ -85,7 +85,7 @@ impl Tool for RunCommandTool {
                 ),
             })
             .await?;
-        let output = run_shell(&input.command, &cwd, timeout, &context.cancel).await?;
+        let output = run_recorded(context, &input.command, &cwd, timeout).await?;
         Ok(output.to_string())
     }
 }

@@ -735,3 +735,233 @@ async fn files_that_are_not_text_are_not_overwritten_blindly() {
         vec![0u8, 159, 146, 150]
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_is_refused_instead_of_blocking_the_read_forever() {
+    let project = project();
+    let fifo = project.context.root.path().join("events.fifo");
+    let name = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+    // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    // Nothing ever writes to the FIFO: a blocking open or read would never return.
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        call(&project, "read_file", json!({"path": "events.fifo"})),
+    )
+    .await
+    .expect("read_file returns")
+    .expect_err("refused");
+    assert!(
+        read.to_string()
+            .contains("a FIFO (named pipe), not a regular file"),
+        "{read}"
+    );
+    let write = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        call(
+            &project,
+            "write_file",
+            json!({"path": "events.fifo", "content": "x"}),
+        ),
+    )
+    .await
+    .expect("write_file returns")
+    .expect_err("refused");
+    assert!(write.to_string().contains("not a regular file"), "{write}");
+    assert!(std::fs::symlink_metadata(&fifo).is_ok_and(|meta| {
+        use std::os::unix::fs::FileTypeExt;
+        meta.file_type().is_fifo()
+    }));
+}
+
+#[tokio::test]
+async fn edit_file_matches_text_copied_from_read_file_in_a_crlf_file_and_keeps_crlf() {
+    let project = project();
+    let path = project.context.root.path().join("win.txt");
+    std::fs::write(&path, "first\r\nsecond\r\nthird\r\n").expect("write");
+    let shown = call(&project, "read_file", json!({"path": "win.txt"}))
+        .await
+        .expect("read");
+    assert_eq!(shown, "     1\tfirst\n     2\tsecond\n     3\tthird\n");
+    call(
+        &project,
+        "edit_file",
+        json!({"path": "win.txt", "old_string": "first\nsecond\n", "new_string": "first\nnew\nsecond\n"}),
+    )
+    .await
+    .expect("edit");
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "first\r\nnew\r\nsecond\r\nthird\r\n"
+    );
+    let twice = call(
+        &project,
+        "edit_file",
+        json!({"path": "win.txt", "old_string": "d\n", "new_string": "D\n"}),
+    )
+    .await
+    .expect_err("ambiguous");
+    assert!(twice.to_string().contains("occurs 2 times"), "{twice}");
+}
+
+/// An editor whose buffer of every file holds unsaved changes, from the start (`check` says
+/// so) or only once the change was accepted (`check` says ready).
+struct UnsavedBuffers {
+    from_the_start: bool,
+}
+
+#[async_trait::async_trait]
+impl OpenBuffers for UnsavedBuffers {
+    async fn apply(&self, _path: &std::path::Path, _old: &str, _new: &str) -> BufferEdit {
+        BufferEdit::UnsavedChanges
+    }
+
+    async fn check(&self, _path: &std::path::Path) -> BufferCheck {
+        if self.from_the_start {
+            BufferCheck::UnsavedChanges
+        } else {
+            BufferCheck::Ready
+        }
+    }
+}
+
+/// Accepts everything and keeps what it hears about failed changes.
+#[derive(Default)]
+struct AcceptingListener {
+    asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+    failures: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait::async_trait]
+impl Approver for AcceptingListener {
+    async fn decide(
+        &self,
+        request: ApprovalRequest,
+        _cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        self.asked.lock().expect("lock").push(request);
+        Some(Decision::Accept)
+    }
+
+    fn change_failed(&self, request: &ApprovalRequest, message: &str) {
+        self.failures
+            .lock()
+            .expect("lock")
+            .push((request.subject.clone(), message.to_owned()));
+    }
+}
+
+#[tokio::test]
+async fn a_change_an_open_buffer_cannot_take_is_refused_before_the_user_is_asked() {
+    let mut project = project();
+    let approver = Arc::new(AcceptingListener::default());
+    project.context.approver = approver.clone();
+    project.context.buffers = Arc::new(UnsavedBuffers {
+        from_the_start: true,
+    });
+    let err = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
+    )
+    .await
+    .expect_err("refused");
+    assert!(err.to_string().contains("unsaved changes"), "{err}");
+    assert!(
+        approver.asked.lock().expect("lock").is_empty(),
+        "never asked"
+    );
+    assert!(approver.failures.lock().expect("lock").is_empty());
+}
+
+#[tokio::test]
+async fn an_accepted_change_that_cannot_be_made_is_reported_to_the_approver() {
+    let mut project = project();
+    let approver = Arc::new(AcceptingListener::default());
+    project.context.approver = approver.clone();
+    project.context.buffers = Arc::new(UnsavedBuffers {
+        from_the_start: false,
+    });
+    let main = project.context.root.path().join("src/main.rs");
+    let before = std::fs::read_to_string(&main).expect("read");
+    let err = call(
+        &project,
+        "edit_file",
+        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
+    )
+    .await
+    .expect_err("not applied");
+    assert!(err.to_string().contains("unsaved changes"), "{err}");
+    assert_eq!(approver.asked.lock().expect("lock").len(), 1);
+    assert_eq!(
+        approver.failures.lock().expect("lock").clone(),
+        vec![(
+            "src/main.rs".to_owned(),
+            "the accepted change of src/main.rs was not made: its buffer has unsaved changes. \
+             Save (:w) or discard (:e!) them; the model was told"
+                .to_owned()
+        )]
+    );
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), before);
+}
+
+/// Keeps every change the tools report.
+#[derive(Default)]
+struct RecordingJournal(std::sync::Mutex<Vec<String>>);
+
+impl ChangeJournal for RecordingJournal {
+    fn tool_changed(&self, relative: &str, before: Option<&[u8]>, after: &[u8]) {
+        self.0.lock().expect("lock").push(format!(
+            "tool {relative}: {:?} -> {:?}",
+            before.map(String::from_utf8_lossy),
+            String::from_utf8_lossy(after)
+        ));
+    }
+
+    fn command_changed(&self, relative: &str, _path: &std::path::Path, before: Option<FileStat>) {
+        self.0.lock().expect("lock").push(format!(
+            "command {relative}: existed before: {}",
+            before.is_some()
+        ));
+    }
+}
+
+#[tokio::test]
+async fn every_change_of_the_writing_tools_and_commands_is_journaled() {
+    let mut project = project();
+    let journal = Arc::new(RecordingJournal::default());
+    project.context.journal = journal.clone();
+    call(
+        &project,
+        "edit_file",
+        json!({"path": "src/lib.rs", "old_string": "RUN", "new_string": "run"}),
+    )
+    .await
+    .expect("edit");
+    call(
+        &project,
+        "write_file",
+        json!({"path": "src/new.rs", "content": "new\n"}),
+    )
+    .await
+    .expect("write");
+    call(
+        &project,
+        "run_command",
+        json!({"command": "echo made > made.txt; echo more >> docs/guide.md; rm src/main.rs; echo x > target/ignored.rs; echo y > .env"}),
+    )
+    .await
+    .expect("command");
+    assert_eq!(
+        journal.0.lock().expect("lock").clone(),
+        vec![
+            "tool src/lib.rs: Some(\"pub fn RUN() {}\\n\") -> \"pub fn run() {}\\n\"",
+            "tool src/new.rs: None -> \"new\\n\"",
+            // Ignored and secret files are not the project's: not recorded, never restored.
+            "command docs/guide.md: existed before: true",
+            "command made.txt: existed before: false",
+            "command src/main.rs: existed before: true",
+        ]
+    );
+}

@@ -3,10 +3,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{
-    ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, file_diff, parse_input,
-    read_existing, refuse_secret, write_through_buffers,
-};
+use super::{ChangeKind, Tool, ToolContext, ToolError, change_file, parse_input};
 use crate::schema::input_schema_for;
 
 /// Create or replace a file of the project.
@@ -38,25 +35,24 @@ impl Tool for WriteFileTool {
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: WriteFileInput = parse_input(self.name(), input)?;
-        let path = context.root.resolve_for_write(&input.path)?;
-        refuse_secret(context, &path)?;
-        let shown = context.root.relative_display(&path);
-        let current = read_existing(&path, &shown)?.unwrap_or_default();
-        context
-            .approve(ApprovalRequest {
-                loop_id: String::new(),
-                kind: ChangeKind::Write,
-                tool: "write_file",
-                subject: shown.clone(),
-                detail: file_diff(&shown, &current, &input.content),
-            })
-            .await?;
-        let existed = path.exists();
-        let length = input.content.len();
-        write_through_buffers(context, &input.path, shown.clone(), &current, input.content).await?;
+        let content = input.content;
+        let changed = change_file(
+            context,
+            ChangeKind::Write,
+            "write_file",
+            &input.path,
+            move |_current, _shown| Ok(content),
+        )
+        .await?;
         Ok(format!(
-            "{} {shown} ({length} bytes)",
-            if existed { "replaced" } else { "created" }
+            "{} {} ({} bytes)",
+            if changed.created {
+                "created"
+            } else {
+                "replaced"
+            },
+            changed.shown,
+            changed.length
         ))
     }
 }

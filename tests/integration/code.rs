@@ -371,8 +371,33 @@ async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
     editor.quit().await;
 }
 
+/// Keeps every `vim.notify` message in `_G.loopr_notes` instead of showing it.
+async fn capture_notifications(editor: &TestNvim) {
+    editor
+        .exec(
+            "_G.loopr_notes = {} vim.notify = function(msg) table.insert(_G.loopr_notes, msg) end",
+        )
+        .await;
+}
+
+async fn notifications(editor: &TestNvim) -> Vec<String> {
+    editor.lua("return _G.loopr_notes").await
+}
+
+async fn quickfix_files(editor: &TestNvim) -> Vec<String> {
+    editor
+        .lua(
+            "local files = {}
+             for _, item in ipairs(vim.fn.getqflist()) do
+               table.insert(files, vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'))
+             end
+             return files",
+        )
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_changes_list_has_one_entry_per_hunk_and_undo_restores_the_baseline() {
+async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_users() {
     let fake = FakeAnthropic::start().await;
     let mut editor = planned_editor(
         &fake,
@@ -385,10 +410,13 @@ async fn the_changes_list_has_one_entry_per_hunk_and_undo_restores_the_baseline(
         TurnBuilder::new()
             .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
             .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
-            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
+            .tool_use("c1", "run_command", json!({"command": "echo generated > generated.txt"}))
+            .tool_use("done", "complete_phase", json!({"summary": "three changes"}))
             .reply(),
     );
-    let before = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("read");
+    let project = editor.dirs.project.clone();
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    let main_before = read("src/main.rs").expect("main.rs");
     assert_eq!(editor.command("LooprRun print-version").await, None);
     let code_id = code_loop_id(&mut editor).await;
     editor.wait_status(&code_id, "complete").await;
@@ -408,17 +436,232 @@ async fn the_changes_list_has_one_entry_per_hunk_and_undo_restores_the_baseline(
     assert_eq!(
         list["items"],
         json!([
+            {"file": "generated.txt", "lnum": 1, "text": "added: generated"},
             {"file": "src/main.rs", "lnum": 2, "text": "modified: @@ -2,1 +2,1 @@ println!(\"bye\");"},
             {"file": "src/version.rs", "lnum": 1, "text": "added: pub const VERSION: &str = \"0.3.1\";"}
         ])
     );
 
+    // The user's own work after the loop: a new file, an edit of a file the loop never
+    // touched, and a change to a file the loop created.
+    std::fs::write(project.join("notes.txt"), "my notes\n").expect("write");
+    std::fs::write(project.join("README.md"), "# sample\n\nMy words.\n").expect("write");
+    std::fs::write(
+        project.join("src/version.rs"),
+        "pub const VERSION: &str = \"0.4.0\"; // mine\n",
+    )
+    .expect("write");
+    capture_notifications(&editor).await;
     assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(read("src/main.rs"), Some(main_before));
+    assert_eq!(read("generated.txt"), None, "the command's file is gone");
+    assert_eq!(read("notes.txt").as_deref(), Some("my notes\n"));
     assert_eq!(
-        std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("read"),
-        before
+        read("README.md").as_deref(),
+        Some("# sample\n\nMy words.\n")
     );
-    assert!(!editor.dirs.project.join("src/version.rs").exists());
+    assert_eq!(
+        read("src/version.rs").as_deref(),
+        Some("pub const VERSION: &str = \"0.4.0\"; // mine\n"),
+        "changed since the loop: not overwritten"
+    );
+    let notes = notifications(&editor).await;
+    assert_eq!(
+        notes,
+        vec![
+            "Loopr: restored 2 file(s) changed by print-version; left as they are:\n  \
+             src/version.rs: changed since the loop changed it\nReview them; \
+             :LooprUndo! print-version overwrites the files changed since."
+        ]
+    );
+    let updated = editor.wait_status(&code_id, "complete").await;
+    assert_eq!(updated["type"], "code");
+    let records = editor.status_records().await;
+    let code = records
+        .iter()
+        .find(|r| r["id"] == code_id.as_str())
+        .expect("code loop");
+    assert_eq!(code["error"], "undone: 2 file(s) restored; 1 not restored");
+
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    assert_eq!(quickfix_files(&editor).await, vec!["src/version.rs"]);
+
+    assert_eq!(editor.command("LooprUndo! print-version").await, None);
+    assert_eq!(read("src/version.rs"), None);
+    assert_eq!(read("notes.txt").as_deref(), Some("my notes\n"));
+    let notes = notifications(&editor).await;
+    assert_eq!(
+        notes.last().map(String::as_str),
+        Some("Loopr: restored 1 file(s) changed by print-version")
+    );
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    assert_eq!(
+        notifications(&editor).await.last().map(String::as_str),
+        Some("Loopr: print-version changed nothing")
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_without_a_prompt() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
+        "true",
+    )
+    .await;
+    let main = editor.dirs.project.join("src/main.rs");
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
+        .await;
+    // A formatter rewrites the open, unmodified file behind the buffer's back.
+    let formatted = "// formatted\n\nfn main() {\n    println!(\"hello\");\n}\n";
+    std::fs::write(&main, formatted).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(&main)
+        .and_then(|file| {
+            file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        })
+        .expect("mtime");
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use(
+                "e1",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .tool_use(
+                "done",
+                "complete_phase",
+                json!({"summary": "greets differently"}),
+            )
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let expected = formatted.replace("\"hello\"", "\"bye\"");
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), expected);
+    let buffer: Value = editor
+        .lua("return { lines = vim.api.nvim_buf_get_lines(0, 0, -1, false), modified = vim.bo.modified, mode = vim.api.nvim_get_mode() }")
+        .await;
+    assert_eq!(
+        buffer["lines"],
+        json!([
+            "// formatted",
+            "",
+            "fn main() {",
+            "    println!(\"bye\");",
+            "}"
+        ])
+    );
+    assert_eq!(buffer["modified"], false);
+    assert_eq!(buffer["mode"]["blocking"], false);
+    assert_eq!(editor.command("write").await, None, "no W11/W12 prompt");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_after() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = planned_editor(&fake, "{}", "true").await;
+    let project = editor.dirs.project.clone();
+    for file in ["README.md", "src/main.rs"] {
+        editor
+            .exec(&format!(
+                "vim.cmd.edit({:?})",
+                project.join(file).display().to_string()
+            ))
+            .await;
+    }
+    // Unsaved changes in main.rs from the start; README.md gets some while its edit waits.
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
+        .await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("e2", "edit_file", json!({"path": "README.md", "old_string": "A tiny CLI.", "new_string": "A tiny CLI with --version."}))
+            .reply(),
+    );
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn(
+            "done",
+            "complete_phase",
+            json!({"summary": "could not edit"}),
+        ),
+    );
+    capture_notifications(&editor).await;
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
+    assert_eq!(
+        (asked["kind"].clone(), asked["subject"].clone()),
+        (json!("edit"), json!("README.md")),
+        "main.rs's edit was refused without asking"
+    );
+    editor
+        .exec(&format!(
+            "vim.api.nvim_buf_set_lines(vim.fn.bufnr({:?}), 0, 0, false, {{ 'typed while asked' }})",
+            project.join("README.md").display().to_string()
+        ))
+        .await;
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'accept')",
+            asked["id"]
+        ))
+        .await;
+    let notice = editor.wait_event("LooprNotice", |_| true).await;
+    assert_eq!(
+        notice["message"],
+        "Loopr: the accepted change of README.md was not made: its buffer has unsaved changes. \
+         Save (:w) or discard (:e!) them; the model was told"
+    );
+    assert_eq!(notice["level"], "warn");
+    let validation = editor
+        .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
+        .await;
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'accept')",
+            validation["id"]
+        ))
+        .await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
+        .collect();
+    let results = tool_results(&requests[1].body);
+    for result in &results {
+        assert_eq!(result["is_error"], true, "{result}");
+        assert!(
+            result["content"]
+                .as_str()
+                .expect("text")
+                .contains("unsaved changes"),
+            "{result}"
+        );
+    }
+    assert!(
+        notifications(&editor)
+            .await
+            .iter()
+            .any(|note| note.contains("README.md"))
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("README.md")).expect("read"),
+        "# sample\n\nA tiny CLI.\n"
+    );
     editor.quit().await;
 }
 

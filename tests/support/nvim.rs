@@ -210,7 +210,7 @@ impl TestNvim {
             .and_then(Value::as_i64)
             .expect("channel id");
         test.exec(&format!(
-            "for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation'}}) do
+            "for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice'}}) do
                vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
                  vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
                end }})

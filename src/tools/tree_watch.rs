@@ -1,0 +1,160 @@
+//! What a command changed in the project: the project's files and their metadata before and
+//! after it ran, so the files it wrote, created or deleted are recorded for the changes list
+//! and undo like the files the writing tools change.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::run_command::{CommandOutput, run_shell};
+use super::{ProjectRoot, ToolContext, ToolError, ToolPolicy, project_walker};
+
+/// Enough of a file's metadata to tell that it was written: a rewrite in place changes the
+/// modification time, a replacement by rename the inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    pub size: u64,
+    pub modified_ns: i128,
+    pub changed_ns: i128,
+    pub inode: u64,
+}
+
+impl FileStat {
+    #[cfg(unix)]
+    pub fn of(metadata: &std::fs::Metadata) -> FileStat {
+        use std::os::unix::fs::MetadataExt;
+        let nanos = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
+        FileStat {
+            size: metadata.len(),
+            modified_ns: nanos(metadata.mtime(), metadata.mtime_nsec()),
+            changed_ns: nanos(metadata.ctime(), metadata.ctime_nsec()),
+            inode: metadata.ino(),
+        }
+    }
+
+    #[cfg(not(unix))]
+    pub fn of(metadata: &std::fs::Metadata) -> FileStat {
+        let modified_ns = metadata
+            .modified()
+            .ok()
+            .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_nanos() as i128);
+        FileStat {
+            size: metadata.len(),
+            modified_ns,
+            changed_ns: 0,
+            inode: 0,
+        }
+    }
+}
+
+/// The project's files as the tools see them (honouring .gitignore, never secret files):
+/// relative path with `/` → absolute path and metadata.
+#[derive(Clone, Debug, Default)]
+pub struct TreeStats {
+    pub files: BTreeMap<String, (PathBuf, FileStat)>,
+}
+
+/// A file whose metadata differs between two `TreeStats`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TreeChange {
+    pub relative: String,
+    pub path: PathBuf,
+    /// Its metadata before; `None` when it did not exist.
+    pub before: Option<FileStat>,
+}
+
+impl TreeStats {
+    /// Walks the project. Blocking: run it off the async threads.
+    pub fn capture(root: &ProjectRoot, policy: &ToolPolicy) -> Result<TreeStats, ToolError> {
+        let mut files = BTreeMap::new();
+        for entry in project_walker(root, root.path(), None)?.filter_map(Result::ok) {
+            if !entry.file_type().is_some_and(|kind| kind.is_file())
+                || policy.secret_pattern(entry.path()).is_some()
+            {
+                continue;
+            }
+            let Ok(metadata) = entry.metadata() else {
+                continue;
+            };
+            files.insert(
+                root.relative_display(entry.path()),
+                (entry.path().to_path_buf(), FileStat::of(&metadata)),
+            );
+        }
+        Ok(TreeStats { files })
+    }
+
+    /// The files created, changed or deleted between `self` and `after`, in path order.
+    pub fn changes_to(&self, after: &TreeStats) -> Vec<TreeChange> {
+        let mut changes: Vec<TreeChange> = after
+            .files
+            .iter()
+            .filter(|(relative, (_, stat))| {
+                self.files.get(*relative).map(|(_, before)| before) != Some(stat)
+            })
+            .map(|(relative, (path, _))| TreeChange {
+                relative: relative.clone(),
+                path: path.clone(),
+                before: self.files.get(relative).map(|(_, stat)| *stat),
+            })
+            .collect();
+        changes.extend(
+            self.files
+                .iter()
+                .filter(|(relative, _)| !after.files.contains_key(*relative))
+                .map(|(relative, (path, stat))| TreeChange {
+                    relative: relative.clone(),
+                    path: path.clone(),
+                    before: Some(*stat),
+                }),
+        );
+        changes.sort_by(|a, b| a.relative.cmp(&b.relative));
+        changes
+    }
+}
+
+/// Runs `command` like `run_shell` and tells the context's journal every project file it
+/// created, changed or deleted, also when it was killed or cancelled midway.
+pub async fn run_recorded(
+    context: &ToolContext,
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+) -> Result<CommandOutput, ToolError> {
+    let capture = {
+        let root = context.root.clone();
+        let policy = context.policy.clone();
+        move || TreeStats::capture(&root, &policy)
+    };
+    let before = match tokio::task::spawn_blocking(capture.clone()).await {
+        Ok(Ok(stats)) => Some(stats),
+        failed => {
+            // Without a "before", every file would look created by the command, and undo
+            // would remove them: better to record nothing.
+            tracing::warn!(
+                ?failed,
+                "listing the project before a command; its changes are not recorded"
+            );
+            None
+        }
+    };
+    let output = run_shell(command, cwd, timeout, &context.cancel).await;
+    if let Some(before) = before {
+        let journal = context.journal.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            let after = capture()?;
+            for change in before.changes_to(&after) {
+                journal.command_changed(&change.relative, &change.path, change.before);
+            }
+            Ok::<_, ToolError>(())
+        })
+        .await;
+        if !matches!(recorded, Ok(Ok(()))) {
+            tracing::warn!(?recorded, "recording what a command changed");
+        }
+    }
+    output
+}

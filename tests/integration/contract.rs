@@ -1,0 +1,244 @@
+//! The contract between the host and the Lua it calls: every Lua function the host calls,
+//! called through the host's own Rust code with exactly the arguments it sends, in a real
+//! Neovim. Nothing here may leave Neovim waiting for the user.
+
+use serde_json::{Value, json};
+
+use loopr::agent::{LoopEvent, NoticeLevel};
+use loopr::artifacts::ArtifactKind;
+use loopr::bridge::{apply_edit, check_buffer, deliver_event};
+use loopr::store::{LoopId, LoopStatus, LoopType};
+use loopr::tools::{ApprovalRequest, BufferCheck, BufferEdit, ChangeKind};
+
+use crate::fake_anthropic::FakeAnthropic;
+use crate::nvim::TestNvim;
+use crate::scenario::start_editor;
+
+const MAIN: &str = "fn main() {\n    println!(\"hello\");\n}\n";
+
+async fn editor_with_main_open() -> (FakeAnthropic, TestNvim, std::path::PathBuf) {
+    let fake = FakeAnthropic::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let main = editor.dirs.project.join("src/main.rs");
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
+        .await;
+    (fake, editor, main)
+}
+
+/// Neovim's mode; `blocking` is true while it waits for the user (a prompt).
+async fn assert_not_blocked(editor: &TestNvim) {
+    let mode: Value = editor.lua("return vim.api.nvim_get_mode()").await;
+    assert_eq!(mode["blocking"], false, "Neovim waits for the user: {mode}");
+}
+
+async fn buffer_state(editor: &TestNvim) -> (Vec<String>, bool) {
+    editor
+        .lua("return { vim.api.nvim_buf_get_lines(0, 0, -1, false), vim.bo.modified }")
+        .await
+}
+
+/// Writes the file as a formatter or `sed -i` would, behind the buffer's back, with a
+/// modification time the buffer cannot have seen.
+fn change_on_disk(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).expect("write");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(later))
+        .expect("set mtime");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_a_buffer_behind_its_file_reloads_it_first_and_never_prompts() {
+    let (_fake, editor, main) = editor_with_main_open().await;
+    let on_disk = format!("// formatted\n// by a tool\n{MAIN}");
+    change_on_disk(&main, &on_disk);
+    let edited = on_disk.replace("\"hello\"", "\"bye\"");
+
+    assert_eq!(check_buffer(&editor.nvim, &main).await, BufferCheck::Ready);
+    assert_eq!(
+        apply_edit(&editor.nvim, &main, &on_disk, &edited).await,
+        BufferEdit::Applied
+    );
+    assert_not_blocked(&editor).await;
+    let (lines, modified) = buffer_state(&editor).await;
+    assert_eq!(
+        lines,
+        vec![
+            "// formatted",
+            "// by a tool",
+            "fn main() {",
+            "    println!(\"bye\");",
+            "}"
+        ],
+        "the edit landed on the right lines"
+    );
+    assert!(!modified, "saved");
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), edited);
+    // The buffer knows the file's new time: neither a check nor a write asks anything.
+    assert_eq!(editor.command("checktime").await, None);
+    assert_eq!(editor.command("write").await, None);
+    assert_not_blocked(&editor).await;
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffer_with_unsaved_changes_behind_its_file_is_refused_and_left_alone() {
+    let (_fake, editor, main) = editor_with_main_open().await;
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
+        .await;
+    let on_disk = format!("// formatted\n{MAIN}");
+    change_on_disk(&main, &on_disk);
+    let edited = on_disk.replace("\"hello\"", "\"bye\"");
+
+    assert_eq!(
+        check_buffer(&editor.nvim, &main).await,
+        BufferCheck::UnsavedChanges
+    );
+    assert_eq!(
+        apply_edit(&editor.nvim, &main, &on_disk, &edited).await,
+        BufferEdit::UnsavedChanges
+    );
+    assert_not_blocked(&editor).await;
+    let (lines, modified) = buffer_state(&editor).await;
+    assert_eq!(
+        lines,
+        vec![
+            "// my unsaved note",
+            "fn main() {",
+            "    println!(\"hello\");",
+            "}"
+        ]
+    );
+    assert!(modified);
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), on_disk);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_a_file_no_buffer_shows_is_left_to_the_host() {
+    let (_fake, editor, _main) = editor_with_main_open().await;
+    let readme = editor.dirs.project.join("README.md");
+    assert_eq!(
+        check_buffer(&editor.nvim, &readme).await,
+        BufferCheck::NotLoaded
+    );
+    assert_eq!(
+        apply_edit(&editor.nvim, &readme, "# sample\n", "# changed\n").await,
+        BufferEdit::NotLoaded
+    );
+    editor.quit().await;
+}
+
+/// One event of every kind the host sends. The match makes a new kind fail to compile here
+/// until it is added.
+fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
+    let id = LoopId::parse("20260101-000000-abcd").expect("id");
+    let events = vec![
+        LoopEvent::LoopUpdated {
+            id: id.clone(),
+            loop_type: LoopType::Code,
+            status: LoopStatus::Failed,
+            error: Some("validation kept failing".to_owned()),
+        },
+        LoopEvent::Progress {
+            loop_id: id.clone(),
+            message: "iteration 1/3: waiting for the model".to_owned(),
+        },
+        LoopEvent::ArtifactCreated {
+            loop_id: id.clone(),
+            kind: ArtifactKind::Plan,
+            markdown_path: artifact.to_path_buf(),
+            json_path: artifact.with_extension("json"),
+            iteration: 1,
+        },
+        LoopEvent::ApprovalRequested {
+            id: 7,
+            request: ApprovalRequest {
+                loop_id: id.to_string(),
+                kind: ChangeKind::Edit,
+                tool: "edit_file",
+                subject: "src/main.rs".to_owned(),
+                detail: "--- a/src/main.rs\n+++ b/src/main.rs\n".to_owned(),
+            },
+        },
+        LoopEvent::ApprovalClosed { id: 7 },
+        LoopEvent::ValidationFinished {
+            loop_id: id.clone(),
+            phase: "print-version".to_owned(),
+            iteration: 1,
+            passed: false,
+            command: "cargo test".to_owned(),
+            output: "src/main.rs:2:5: error: boom\n".to_owned(),
+        },
+        LoopEvent::Notice {
+            loop_id: id.to_string(),
+            level: NoticeLevel::Warn,
+            message: "the accepted change of src/main.rs was not made".to_owned(),
+        },
+    ];
+    for event in &events {
+        match event {
+            LoopEvent::LoopUpdated { .. }
+            | LoopEvent::Progress { .. }
+            | LoopEvent::ArtifactCreated { .. }
+            | LoopEvent::ApprovalRequested { .. }
+            | LoopEvent::ApprovalClosed { .. }
+            | LoopEvent::ValidationFinished { .. }
+            | LoopEvent::Notice { .. } => {}
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_the_host_sends_is_handled_without_error() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = start_editor(&fake, "{}").await;
+    let artifact = editor.dirs.home.join("plan.md");
+    std::fs::write(&artifact, "# Plan\n").expect("write");
+    editor
+        .exec("_G.loopr_notes = {} vim.notify = function(msg, level) table.insert(_G.loopr_notes, { msg = msg, level = level }) end")
+        .await;
+    for event in every_event(&artifact) {
+        deliver_event(&editor.nvim, event)
+            .await
+            .expect("Lua takes the event");
+    }
+    // Handled in order after dispatch returns; the last one's User event marks the end.
+    let notice = editor.wait_event("LooprNotice", |_| true).await;
+    assert_eq!(
+        notice["message"],
+        "Loopr: the accepted change of src/main.rs was not made"
+    );
+    for pattern in [
+        "LooprLoopUpdated",
+        "LooprProgress",
+        "LooprArtifactCreated",
+        "LooprApprovalRequested",
+        "LooprValidation",
+    ] {
+        editor.wait_event(pattern, |_| true).await;
+    }
+    let notes: Vec<Value> = editor.lua("return _G.loopr_notes").await;
+    let errors: Vec<&Value> = notes
+        .iter()
+        .filter(|note| {
+            note["msg"]
+                .as_str()
+                .is_some_and(|msg| msg.contains("error handling"))
+        })
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(
+        notes.contains(
+            &json!({"msg": "Loopr: the accepted change of src/main.rs was not made", "level": 3})
+        ),
+        "{notes:?}"
+    );
+    assert_not_blocked(&editor).await;
+    editor.quit().await;
+}
