@@ -15,6 +15,7 @@ mod integration {
     mod hierarchy;
     mod lifecycle;
     mod model_api;
+    mod phases;
     mod plan_flow;
     mod retries;
 }
