@@ -407,3 +407,116 @@ async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
     editor.quit().await;
 }
 
+/// A model turn that writes `path` and says the phase is done.
+fn write_and_complete(id: &str, path: &str) -> crate::fake_anthropic::Reply {
+    TurnBuilder::new()
+        .tool_use(
+            id,
+            "write_file",
+            json!({"path": path, "content": format!("// {id}\n")}),
+        )
+        .tool_use(
+            &format!("{id}-done"),
+            "complete_phase",
+            json!({"summary": "done"}),
+        )
+        .reply()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, "true").await;
+    fake.push_routed(
+        &code_route("version-flag"),
+        write_and_complete("old", "src/old.rs"),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let old_code = code_loop_id(&mut editor).await;
+    editor.wait_status(&old_code, "complete").await;
+
+    // The revised spec has the same phases: the new print-version replaces the old one.
+    let (spec, phases) = ONE_SPEC[0];
+    fake.push_routed(
+        &spec_route(spec),
+        tool_turn("spec-2", "create_spec", spec_input(spec, &phases)),
+    );
+    for (index, phase) in phases.iter().enumerate() {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!("true");
+        fake.push_routed(
+            &phase_route(spec, index + 1),
+            tool_turn(phase, "create_phase", input),
+        );
+    }
+    let records = editor.status_records().await;
+    let spec_id = records
+        .iter()
+        .find(|r| r["type"] == "spec")
+        .and_then(|r| r["id"].as_str())
+        .expect("spec")
+        .to_owned();
+    let revised: String = editor
+        .lua(&format!(
+            "return require('loopr').revise('Keep the parsing apart', {{ id = {spec_id:?} }})"
+        ))
+        .await;
+    assert_eq!(revised, spec_id);
+    loop {
+        let records = editor.status_records().await;
+        let settled = records
+            .iter()
+            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
+        // plan, spec, three old phases and their code loop, three new phases
+        if records.len() == 9 && settled {
+            break;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+
+    fake.push_routed(
+        &code_route("version-flag"),
+        write_and_complete("new", "src/new.rs"),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let new_code = code_loop_id(&mut editor).await;
+    editor.wait_status(&new_code, "complete").await;
+    notes(&editor).await;
+
+    // The invalidated phase had a code loop too, yet the name means the current phase, as
+    // completion offers it.
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    assert_eq!(notes(&editor).await, Vec::<String>::new());
+    assert_eq!(
+        quickfix(&editor).await,
+        json!({"title": "Loopr: print-version changes", "items": [{"file": "src/new.rs", "text": "added: // new", "loop_id": new_code}]})
+    );
+    assert_eq!(
+        editor
+            .command("LooprChanges version-flag/print-version")
+            .await,
+        None
+    );
+    assert_eq!(notes(&editor).await, Vec::<String>::new());
+    assert_eq!(
+        quickfix(&editor).await["items"][0]["loop_id"],
+        new_code.as_str()
+    );
+    // The old code loop is still reachable by its id.
+    assert_eq!(
+        editor.command(&format!("LooprChanges {old_code}")).await,
+        None
+    );
+    let old = quickfix(&editor).await;
+    let items = old["items"].as_array().expect("items");
+    assert!(
+        items
+            .iter()
+            .all(|item| item["loop_id"] == old_code.as_str())
+            && items.iter().any(|item| item["file"] == "src/old.rs"),
+        "{old:#}"
+    );
+    editor.quit().await;
+}
