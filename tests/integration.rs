@@ -16,6 +16,7 @@ mod integration {
     mod hierarchy;
     mod lifecycle;
     mod model_api;
+    mod phases;
     mod plan_flow;
     mod retries;
 }

@@ -34,6 +34,15 @@ pub fn resolve_phase<'a>(
         .filter(|record| record.loop_type == LoopType::Phase && eligible(record))
         .filter(|record| names(record, &specs, selector))
         .collect();
+    // A revision leaves the phases it replaced behind, invalidated, under the same
+    // `spec/phase`: a name means the current phase, and reaches a replaced one only when no
+    // current phase qualifies (then its loop id tells replaced ones apart).
+    let current: Vec<&LoopRecord> = matches
+        .iter()
+        .copied()
+        .filter(|record| record.status != LoopStatus::Invalidated)
+        .collect();
+    let matches = if current.is_empty() { matches } else { current };
     match matches.as_slice() {
         [only] => Ok(only),
         [] => Err(PhaseLookupError::NotFound(selector.to_owned())),
@@ -180,6 +189,27 @@ mod tests {
         })
         .expect("one current phase named parse");
         assert_eq!(found.id.as_str(), "ph2");
+    }
+
+    #[test]
+    fn a_current_phase_wins_over_the_phases_a_revision_replaced() {
+        let mut records = project();
+        let mut replaced = record("ph0", LoopType::Phase, Some("s1"), "parse");
+        replaced.status = LoopStatus::Invalidated;
+        records.push(replaced);
+        let id = |selector: &str| {
+            resolve_phase(&records, selector, |_| true)
+                .map(|record| record.id.to_string())
+                .expect("resolves")
+        };
+        assert_eq!(id("cli/parse"), "ph1");
+        assert_eq!(id("ph0"), "ph0", "a replaced phase is reached by its id");
+        let only_replaced = |record: &LoopRecord| record.id.as_str() != "ph1";
+        assert_eq!(
+            resolve_phase(&records, "cli/parse", only_replaced).map(|record| record.id.clone()),
+            Ok(LoopId::parse("ph0").expect("id")),
+            "without a current candidate the replaced one qualifies"
+        );
     }
 
     #[test]

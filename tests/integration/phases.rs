@@ -1,0 +1,522 @@
+//! Phases named by `spec/phase` where two specs share a phase name (item 11), and code loops
+//! that go on after a revision or a retry (item 12).
+
+use serde_json::{Value, json};
+
+use crate::fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    phase_input, plan_route, spec_input, spec_route, start_editor, tool_turn, valid_plan,
+};
+
+const AUTO_APPROVE: &str = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+/// Two specs that both have a phase named `parse`.
+const SHARED_PARSE: [(&str, [&str; 3]); 2] = [
+    ("cli", ["parse", "print-version", "exit-code"]),
+    ("docs", ["parse", "readme", "changelog"]),
+];
+const ONE_SPEC: [(&str, [&str; 3]); 1] = [(
+    "version-flag",
+    ["print-version", "document-flag", "exit-code"],
+)];
+
+/// Routes a phase loop by its position in its spec: the phase name alone is not unique.
+fn phase_route(spec: &str, position: usize) -> String {
+    format!("Write phase {position} of 3 of the spec \"{spec}\"")
+}
+
+/// Routes the code loops of `spec`'s phases (only phase loops' messages name the spec
+/// otherwise).
+fn code_route(spec: &str) -> String {
+    format!("It belongs to the spec \"{spec}\"")
+}
+
+/// Plans and approves `specs` (every phase validated by `validation`); returns when every
+/// loop is complete, with `vim.notify` recording what Loopr tells the user (see `notes`).
+async fn approved_hierarchy(
+    fake: &FakeAnthropic,
+    setup: &str,
+    specs: &[(&str, [&str; 3])],
+    validation: &str,
+) -> TestNvim {
+    let mut plan = valid_plan();
+    plan["specs"] = specs
+        .iter()
+        .map(|(spec, _)| {
+            json!({"name": spec, "title": format!("The {spec} part"), "description": format!("The {spec} part: print the version from src/main.rs when asked, then exit 0."), "dependencies": []})
+        })
+        .collect();
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    for (spec, phases) in specs {
+        fake.push_routed(
+            &spec_route(spec),
+            tool_turn(spec, "create_spec", spec_input(spec, phases)),
+        );
+        for (index, phase) in phases.iter().enumerate() {
+            let mut input = phase_input(phase);
+            input["validation_command"] = json!(validation);
+            fake.push_routed(
+                &phase_route(spec, index + 1),
+                tool_turn(phase, "create_phase", input),
+            );
+        }
+    }
+    let mut editor = start_editor(fake, setup).await;
+    editor
+        .exec("_G.loopr_test_notes = {} vim.notify = function(msg) table.insert(_G.loopr_test_notes, msg) end")
+        .await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("LooprApprove").await, None);
+    let count = 1 + specs.len() * 4;
+    loop {
+        let records = editor.status_records().await;
+        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        if records.len() == count && records.iter().all(|r| r["status"] == "complete") {
+            notes(&editor).await;
+            return editor;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+/// What Loopr notified since the last call.
+async fn notes(editor: &TestNvim) -> Vec<String> {
+    editor
+        .lua("local notes = _G.loopr_test_notes _G.loopr_test_notes = {} return notes")
+        .await
+}
+
+async fn code_loop_id(editor: &mut TestNvim) -> String {
+    let running = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "running"
+        })
+        .await;
+    running["id"].as_str().expect("id").to_owned()
+}
+
+/// The id of the phase loop `spec/phase`.
+fn phase_id(records: &[Value], spec: &str, phase: &str) -> String {
+    let spec_id = records
+        .iter()
+        .find(|r| r["type"] == "spec" && r["name"] == spec)
+        .map(|r| r["id"].clone())
+        .expect("spec loop");
+    records
+        .iter()
+        .find(|r| r["type"] == "phase" && r["name"] == phase && r["parent"] == spec_id)
+        .and_then(|r| r["id"].as_str())
+        .expect("phase loop")
+        .to_owned()
+}
+
+/// The quickfix list's title and its entries' files (relative), texts and loop ids.
+async fn quickfix(editor: &TestNvim) -> Value {
+    editor
+        .lua(
+            "local list = vim.fn.getqflist({ title = 1, items = 1 })
+             local items = {}
+             for _, item in ipairs(list.items) do
+               table.insert(items, { file = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'),
+                                     text = item.text, loop_id = (item.user_data or {}).loop_id })
+             end
+             return { title = list.title, items = items }",
+        )
+        .await
+}
+
+fn code_requests(fake: &FakeAnthropic, spec: &str) -> Vec<Value> {
+    fake.requests()
+        .into_iter()
+        .filter(|request| first_user_text(&request.body).contains(&code_route(spec)))
+        .map(|request| request.body)
+        .collect()
+}
+
+/// The text blocks of a request's last message, which must be the user's.
+fn last_user_texts(body: &Value) -> Vec<String> {
+    let last = body["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .expect("a message");
+    assert_eq!(last["role"], "user");
+    last["content"]
+        .as_array()
+        .expect("content blocks")
+        .iter()
+        .filter_map(|block| block["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn code_record(records: &[Value]) -> Value {
+    records
+        .iter()
+        .find(|r| r["type"] == "code")
+        .cloned()
+        .expect("code loop")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &SHARED_PARSE, "true").await;
+    let records = editor.status_records().await;
+    let cli_parse = phase_id(&records, "cli", "parse");
+    let docs_parse = phase_id(&records, "docs", "parse");
+
+    // A bare shared name runs nothing and says which phases it could mean.
+    assert_eq!(editor.command("LooprRun parse").await, None);
+    let ambiguous = |notes: &[String]| {
+        let [note] = notes else {
+            panic!("one message: {notes:?}");
+        };
+        assert!(note.starts_with("Loopr: "), "{note}");
+        assert!(
+            note.contains(&format!("cli/parse (loop {cli_parse}, complete)")),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!("docs/parse (loop {docs_parse}, complete)")),
+            "{note}"
+        );
+        assert!(note.contains("spec/phase"), "{note}");
+    };
+    ambiguous(&notes(&editor).await);
+    let records = editor.status_records().await;
+    assert!(
+        records.iter().all(|r| r["type"] != "code"),
+        "no code loop started: {records:#?}"
+    );
+    assert_eq!(editor.command("LooprTasks parse").await, None);
+    ambiguous(&notes(&editor).await);
+
+    // spec/phase picks one.
+    assert_eq!(editor.command("LooprTasks docs/parse").await, None);
+    let tasks = quickfix(&editor).await;
+    let items = tasks["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "{tasks:#}");
+    assert!(
+        items
+            .iter()
+            .all(|item| item["loop_id"] == docs_parse.as_str()),
+        "{tasks:#}"
+    );
+
+    // Completion qualifies only the shared name.
+    let completions: Vec<String> = editor
+        .lua("return vim.fn.getcompletion('LooprRun ', 'cmdline')")
+        .await;
+    assert_eq!(
+        completions,
+        [
+            "changelog",
+            "cli/parse",
+            "docs/parse",
+            "exit-code",
+            "print-version",
+            "readme"
+        ]
+    );
+    let completions: Vec<String> = editor
+        .lua("return vim.fn.getcompletion('LooprChanges cli/', 'cmdline')")
+        .await;
+    assert_eq!(completions, ["cli/parse"]);
+
+    fake.push_routed(
+        &code_route("cli"),
+        TurnBuilder::new()
+            .tool_use(
+                "w1",
+                "write_file",
+                json!({"path": "src/parse.rs", "content": "pub fn parse() {}\n"}),
+            )
+            .tool_use("done", "complete_phase", json!({"summary": "parses"}))
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun cli/parse").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(
+        code_record(&editor.status_records().await)["parent"],
+        cli_parse.as_str(),
+        "the code loop implements cli's parse"
+    );
+    let implementing = format!("Loopr: implementing cli/parse (loop {code_id})");
+    assert!(
+        notes(&editor).await.contains(&implementing),
+        "{implementing}"
+    );
+
+    let change =
+        json!([{"file": "src/parse.rs", "text": "added: pub fn parse() {}", "loop_id": code_id}]);
+    assert_eq!(editor.command("LooprChanges cli/parse").await, None);
+    assert_eq!(
+        quickfix(&editor).await,
+        json!({"title": "Loopr: cli/parse changes", "items": change})
+    );
+    // Only one of the two phases had a code loop, so the bare name is not ambiguous here.
+    assert_eq!(editor.command("LooprChanges parse").await, None);
+    assert_eq!(
+        quickfix(&editor).await,
+        json!({"title": "Loopr: parse changes", "items": change})
+    );
+    assert_eq!(editor.command("LooprChanges docs/parse").await, None);
+    let note = notes(&editor).await.join("\n");
+    assert!(
+        note.contains("no code loop has run for phase \"docs/parse\""),
+        "{note}"
+    );
+
+    assert_eq!(editor.command("LooprUndo parse").await, None);
+    assert!(!editor.dirs.project.join("src/parse.rs").exists());
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revising_a_validated_code_loop_runs_a_second_iteration_with_the_feedback() {
+    let fake = FakeAnthropic::start().await;
+    let validation = "test -f src/version.rs";
+    let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, validation).await;
+    fake.push_routed(
+        &code_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use(
+                "w1",
+                "write_file",
+                json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}),
+            )
+            .tool_use("done", "complete_phase", json!({"summary": "adds the version"}))
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    let first = editor
+        .wait_event("LooprValidation", |data| data["passed"] == true)
+        .await;
+    assert_eq!(first["iteration"], 1);
+    editor.wait_status(&code_id, "complete").await;
+
+    let feedback = "Take the version from CARGO_PKG_VERSION instead of a literal";
+    fake.push_routed(
+        &code_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use(
+                "e1",
+                "edit_file",
+                json!({"path": "src/version.rs", "old_string": "\"0.3.1\"", "new_string": "env!(\"CARGO_PKG_VERSION\")"}),
+            )
+            .tool_use("done-2", "complete_phase", json!({"summary": "uses the package version"}))
+            .reply(),
+    );
+    let revised: String = editor
+        .lua(&format!(
+            "return require('loopr').revise({feedback:?}, {{ id = {code_id:?} }})"
+        ))
+        .await;
+    assert_eq!(revised, code_id);
+    editor.wait_status(&code_id, "running").await;
+    let second = editor
+        .wait_event("LooprValidation", |data| data["passed"] == true)
+        .await;
+    assert_eq!(second["iteration"], 2);
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = code_requests(&fake, "version-flag");
+    assert_eq!(requests.len(), 2, "one model turn per iteration");
+    let texts = last_user_texts(&requests[1]);
+    assert!(
+        texts.iter().any(|text| text.contains(feedback)),
+        "the feedback is in the last user message: {texts:?}"
+    );
+    let code = code_record(&editor.status_records().await);
+    assert_eq!(
+        (code["status"].clone(), code["iteration"].clone()),
+        (json!("complete"), json!(2))
+    );
+    let version =
+        std::fs::read_to_string(editor.dirs.project.join("src/version.rs")).expect("version.rs");
+    assert!(version.contains("CARGO_PKG_VERSION"), "{version}");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
+    let fake = FakeAnthropic::start().await;
+    let validation = "test -f src/version.rs || { echo 'src/version.rs is missing'; exit 1; }";
+    let setup = "{ code_max_iterations = 1, approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+    let mut editor = approved_hierarchy(&fake, setup, &ONE_SPEC, validation).await;
+    fake.push_routed(
+        &code_route("version-flag"),
+        tool_turn(
+            "done",
+            "complete_phase",
+            json!({"summary": "nothing to do"}),
+        ),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    editor.wait_status(&code_id, "failed").await;
+    let failed = code_record(&editor.status_records().await);
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("still fails after 1 iterations")),
+        "{failed}"
+    );
+
+    fake.push_routed(
+        &code_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use(
+                "w1",
+                "write_file",
+                json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}),
+            )
+            .tool_use("done-2", "complete_phase", json!({"summary": "adds the version"}))
+            .reply(),
+    );
+    assert_eq!(editor.command(&format!("LooprRetry {code_id}")).await, None);
+    let passed = editor
+        .wait_event("LooprValidation", |data| data["passed"] == true)
+        .await;
+    assert_eq!(passed["iteration"], 2);
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = code_requests(&fake, "version-flag");
+    assert_eq!(requests.len(), 2);
+    let failure = &requests[1]["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .expect("a message")["content"][0];
+    assert_eq!(failure["is_error"], true, "{failure}");
+    assert!(
+        failure["content"]
+            .as_str()
+            .is_some_and(|text| text.contains("src/version.rs is missing")),
+        "the retry goes on from the failed validation: {failure}"
+    );
+    let code = code_record(&editor.status_records().await);
+    assert_eq!(
+        (code["status"].clone(), code["iteration"].clone()),
+        (json!("complete"), json!(2))
+    );
+    editor.quit().await;
+}
+
+/// A model turn that writes `path` and says the phase is done.
+fn write_and_complete(id: &str, path: &str) -> crate::fake_anthropic::Reply {
+    TurnBuilder::new()
+        .tool_use(
+            id,
+            "write_file",
+            json!({"path": path, "content": format!("// {id}\n")}),
+        )
+        .tool_use(
+            &format!("{id}-done"),
+            "complete_phase",
+            json!({"summary": "done"}),
+        )
+        .reply()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
+    let fake = FakeAnthropic::start().await;
+    let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, "true").await;
+    fake.push_routed(
+        &code_route("version-flag"),
+        write_and_complete("old", "src/old.rs"),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let old_code = code_loop_id(&mut editor).await;
+    editor.wait_status(&old_code, "complete").await;
+
+    // The revised spec has the same phases: the new print-version replaces the old one.
+    let (spec, phases) = ONE_SPEC[0];
+    fake.push_routed(
+        &spec_route(spec),
+        tool_turn("spec-2", "create_spec", spec_input(spec, &phases)),
+    );
+    for (index, phase) in phases.iter().enumerate() {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!("true");
+        fake.push_routed(
+            &phase_route(spec, index + 1),
+            tool_turn(phase, "create_phase", input),
+        );
+    }
+    let records = editor.status_records().await;
+    let spec_id = records
+        .iter()
+        .find(|r| r["type"] == "spec")
+        .and_then(|r| r["id"].as_str())
+        .expect("spec")
+        .to_owned();
+    let revised: String = editor
+        .lua(&format!(
+            "return require('loopr').revise('Keep the parsing apart', {{ id = {spec_id:?} }})"
+        ))
+        .await;
+    assert_eq!(revised, spec_id);
+    loop {
+        let records = editor.status_records().await;
+        let settled = records
+            .iter()
+            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
+        // plan, spec, three old phases and their code loop, three new phases
+        if records.len() == 9 && settled {
+            break;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+
+    fake.push_routed(
+        &code_route("version-flag"),
+        write_and_complete("new", "src/new.rs"),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let new_code = code_loop_id(&mut editor).await;
+    editor.wait_status(&new_code, "complete").await;
+    notes(&editor).await;
+
+    // The invalidated phase had a code loop too, yet the name means the current phase, as
+    // completion offers it.
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    assert_eq!(notes(&editor).await, Vec::<String>::new());
+    assert_eq!(
+        quickfix(&editor).await,
+        json!({"title": "Loopr: print-version changes", "items": [{"file": "src/new.rs", "text": "added: // new", "loop_id": new_code}]})
+    );
+    assert_eq!(
+        editor
+            .command("LooprChanges version-flag/print-version")
+            .await,
+        None
+    );
+    assert_eq!(notes(&editor).await, Vec::<String>::new());
+    assert_eq!(
+        quickfix(&editor).await["items"][0]["loop_id"],
+        new_code.as_str()
+    );
+    // The old code loop is still reachable by its id.
+    assert_eq!(
+        editor.command(&format!("LooprChanges {old_code}")).await,
+        None
+    );
+    let old = quickfix(&editor).await;
+    let items = old["items"].as_array().expect("items");
+    assert!(
+        items
+            .iter()
+            .all(|item| item["loop_id"] == old_code.as_str())
+            && items.iter().any(|item| item["file"] == "src/old.rs"),
+        "{old:#}"
+    );
+    editor.quit().await;
+}
