@@ -13,6 +13,7 @@ mod integration {
     mod code;
     mod editor;
     mod hierarchy;
+    mod messages;
     mod plan_flow;
     mod retries;
 }

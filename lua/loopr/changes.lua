@@ -37,12 +37,12 @@ end
 function M.open(phase, root)
   local reply, err = require('loopr.host').request('changes', { root = root, phase = phase })
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   local items = M.items(reply)
   if #items == 0 then
-    vim.notify(('Loopr: %s changed nothing'):format(phase), vim.log.levels.INFO)
+    require('loopr.notify').notify(('Loopr: %s changed nothing'):format(phase), vim.log.levels.INFO)
     return nil
   end
   local id = require('loopr.tasks').apply(items, ('Loopr: %s changes'):format(phase))
@@ -58,7 +58,7 @@ end
 function M.undo(phase, root)
   local files, err = require('loopr.host').request('undo', { root = root, phase = phase })
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   files = type(files) == 'table' and files or {}
@@ -70,7 +70,10 @@ function M.undo(phase, root)
       end)
     end
   end
-  vim.notify(('Loopr: restored %d file(s) changed by %s'):format(#files, phase), vim.log.levels.INFO)
+  require('loopr.notify').notify(
+    ('Loopr: restored %d file(s) changed by %s'):format(#files, phase),
+    vim.log.levels.INFO
+  )
   return files
 end
 

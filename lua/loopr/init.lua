@@ -7,7 +7,7 @@ local M = {}
 ---@param msg string
 ---@param level? integer
 local function notify(msg, level)
-  vim.notify(msg, level or vim.log.levels.ERROR)
+  require('loopr.notify').notify(msg, level or vim.log.levels.ERROR)
 end
 
 ---Send a request whose reply names a loop; notify and return nil on any error.
@@ -28,16 +28,21 @@ local function request_loop_id(method, params)
   return id
 end
 
----Configure Loopr. Raises a Lua error naming the offending option.
+---Configure Loopr. Invalid options are reported as an error notification naming the option
+---and what it expects (no Lua error); the options stored before stay in effect.
 ---@param opts loopr.Opts|nil
+---@return boolean ok
 function M.setup(opts)
   if vim.fn.has('nvim-0.10') ~= 1 then
-    error('loopr: Neovim >= 0.10 is required', 2)
+    vim.notify('Loopr: Neovim >= 0.10 is required', vim.log.levels.ERROR)
+    return false
   end
   local ok, err = config.setup(opts)
   if not ok then
-    error(err, 2)
+    notify(err or 'Loopr: invalid options')
+    return false
   end
+  return true
 end
 
 ---Start a plan loop for `task` in the current project.

@@ -224,7 +224,7 @@ local function keymaps(buf)
     vim.keymap.set('n', lhs, function()
       local r = record_at(buf, vim.api.nvim_get_current_win())
       if not r then
-        vim.notify('Loopr: no loop on this line', vim.log.levels.WARN)
+        require('loopr.notify').notify('Loopr: no loop on this line', vim.log.levels.WARN)
         return
       end
       action(r, vim.b[buf].loopr_root or require('loopr.config').root())
@@ -233,7 +233,7 @@ local function keymaps(buf)
   on_loop('<CR>', "Loopr: open the loop's artifact", function(r, root)
     local path = artifact_of(r, root)
     if not path then
-      vim.notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
+      require('loopr.notify').notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
       return
     end
     -- Split the window the user came from rather than the short status window.
@@ -330,7 +330,7 @@ function M.open()
   local root = require('loopr.config').root()
   local lines, records, err = fetch(root)
   if not lines then
-    vim.notify(err or 'Loopr: status unavailable', vim.log.levels.ERROR)
+    require('loopr.notify').notify(err or 'Loopr: status unavailable', vim.log.levels.ERROR)
     return nil
   end
   local buf = find() or create(root)

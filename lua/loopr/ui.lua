@@ -20,7 +20,7 @@ local function load(path)
   vim.fn.bufload(buf)
   if was_loaded then
     if vim.bo[buf].modified then
-      vim.notify(('Loopr: %s has unsaved changes; not reloaded'):format(path), vim.log.levels.WARN)
+      require('loopr.notify').notify(('Loopr: %s has unsaved changes; not reloaded'):format(path), vim.log.levels.WARN)
     else
       vim.api.nvim_buf_call(buf, function()
         vim.cmd('silent! edit')

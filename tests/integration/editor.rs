@@ -5,24 +5,60 @@ use crate::nvim::API_KEY;
 use crate::scenario::{create_plan_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn setup_rejects_unknown_and_ill_typed_options_by_name() {
+async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error() {
     let fake = FakeAnthropic::start().await;
-    let editor = start_editor(&fake, "{}").await;
-    let error_of = |opts: &str| {
+    let editor = start_editor(&fake, "{ max_turns = 7 }").await;
+    let setup = |opts: &str| {
         format!(
-            "local ok, err = pcall(require('loopr').setup, {opts}) return ok and '' or tostring(err)"
+            "vim.cmd('messages clear')
+             local ok, result = pcall(require('loopr').setup, {opts})
+             if ok then return {{ raised = false, result = result }} end
+             return {{ raised = true, result = tostring(result) }}"
         )
     };
-    let unknown: String = editor.lua(&error_of("{ colour = 'red' }")).await;
-    assert!(unknown.contains("colour"), "{unknown}");
-    let ill_typed: String = editor.lua(&error_of("{ max_tokens = 'lots' }")).await;
-    assert!(ill_typed.contains("max_tokens"), "{ill_typed}");
-    let bad_layout: String = editor.lua(&error_of("{ layout = 'float' }")).await;
-    assert!(bad_layout.contains("layout"), "{bad_layout}");
-    let fine: String = editor
-        .lua(&error_of("{ layout = 'tab', max_turns = 3 }"))
+    let messages = || async {
+        editor
+            .lua::<String>("return vim.fn.execute('messages')")
+            .await
+    };
+    for (opts, expected) in [
+        (
+            "{ colour = 'red' }",
+            "Loopr: setup(): unknown option \"colour\" (valid options: allow_commands,",
+        ),
+        (
+            "{ max_tokens = 'lots' }",
+            "Loopr: setup(): option max_tokens expects an integer >= 1, got \"lots\" (string)",
+        ),
+        (
+            "{ layout = 'float' }",
+            "Loopr: setup(): option layout expects one of \"vsplit\", \"split\", \"tab\", got \"float\"",
+        ),
+        (
+            "{ progress = 'yes' }",
+            "Loopr: setup(): option progress expects a boolean, got \"yes\" (string)",
+        ),
+        (
+            "'fast'",
+            "Loopr: setup() expects a table or nil, got \"fast\"",
+        ),
+    ] {
+        let outcome: Value = editor.lua(&setup(opts)).await;
+        assert_eq!(outcome["raised"], false, "{opts}: {outcome}");
+        assert_eq!(outcome["result"], false, "{opts}: {outcome}");
+        let shown = messages().await;
+        assert!(shown.contains(expected), "{opts}: {shown}");
+        assert!(!shown.contains("traceback"), "{opts}: {shown}");
+    }
+    let kept: i64 = editor
+        .lua("return require('loopr.config').get().max_turns")
         .await;
-    assert_eq!(fine, "");
+    assert_eq!(kept, 7, "invalid options leave the stored ones in effect");
+    let fine: Value = editor
+        .lua(&setup("{ layout = 'tab', max_turns = 3 }"))
+        .await;
+    assert_eq!(fine["result"], true, "{fine}");
+    assert_eq!(messages().await.trim(), "");
     editor.quit().await;
 }
 
