@@ -15,5 +15,6 @@ mod integration {
     mod hierarchy;
     mod messages;
     mod plan_flow;
+    mod resume;
     mod retries;
 }

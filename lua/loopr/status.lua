@@ -23,7 +23,7 @@ local INDENT = '  '
 ---@field review_passes integer
 ---@field created_at string
 ---@field updated_at string
----@field artifact_path? string|vim.NIL Absolute path of the current .md (newer hosts).
+---@field artifact_path string|vim.NIL Absolute path of the current .md.
 
 ---@param s string
 ---@param width integer
@@ -190,22 +190,13 @@ local function fetch(root)
   return lines, records
 end
 
----The loop's current .md: `artifact_path`, else (hosts without it) the stored file of its
----newest iteration.
+---The loop's current .md, as the host reports it.
 ---@param r loopr.LoopRecord
----@param root string
 ---@return string|nil
-local function artifact_of(r, root)
+local function artifact_of(r)
   if type(r.artifact_path) == 'string' and r.artifact_path ~= '' then
     return r.artifact_path
   end
-  local iteration = tonumber(r.iteration) or 0
-  if r.artifact_path ~= nil or iteration < 1 then
-    return nil
-  end
-  local dir = require('loopr.paths').project_dir(root)
-  local path = vim.fs.joinpath(dir, 'loops', r.id, ('iterations/%03d'):format(iteration), 'artifacts', r.type .. '.md')
-  return vim.uv.fs_stat(path) and path or nil
 end
 
 ---@param r loopr.LoopRecord
@@ -230,8 +221,8 @@ local function keymaps(buf)
       action(r, vim.b[buf].loopr_root or require('loopr.config').root())
     end, { buffer = buf, nowait = true, desc = desc })
   end
-  on_loop('<CR>', "Loopr: open the loop's artifact", function(r, root)
-    local path = artifact_of(r, root)
+  on_loop('<CR>', "Loopr: open the loop's artifact", function(r)
+    local path = artifact_of(r)
     if not path then
       require('loopr.notify').notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
       return

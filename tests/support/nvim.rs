@@ -58,10 +58,15 @@ pub struct TestDirs {
 
 impl TestDirs {
     pub fn new() -> TestDirs {
+        TestDirs::with_project_name("project")
+    }
+
+    /// Like `new`, with the project directory named `name`.
+    pub fn with_project_name(name: &str) -> TestDirs {
         let temp = tempfile::tempdir().expect("tempdir");
         let base = temp.path().canonicalize().expect("canonical temp");
         let home = base.join("home");
-        let project = base.join("project");
+        let project = base.join(name);
         let loopr_home = home.join("loopr-state");
         for dir in [&home, &project] {
             std::fs::create_dir_all(dir).expect("mkdir");
@@ -210,7 +215,8 @@ impl TestNvim {
             .and_then(Value::as_i64)
             .expect("channel id");
         test.exec(&format!(
-            "for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation'}}) do
+            "vim.g.loopr_test_channel = {channel}
+             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation'}}) do
                vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
                  vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
                end }})
