@@ -131,9 +131,13 @@ end
 
 ---@param ev loopr.ArtifactCreatedEvent
 function handlers.artifact_created(ev)
-  -- Only artifacts that wait for review open; ungated specs and phases flow on.
+  -- Only artifacts that wait for review open; ungated specs and phases flow on, except that
+  -- a revision replaces the older iteration where a window shows it.
+  local ui = require('loopr.ui')
   if gated(ev.kind) then
-    require('loopr.ui').open_artifact(ev.path, require('loopr.config').get().layout)
+    ui.open_artifact(ev.path, require('loopr.config').get().layout)
+  else
+    ui.replace_older(ev.path)
   end
   fire('LooprArtifactCreated', {
     loop_id = ev.loop_id,

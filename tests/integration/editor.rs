@@ -2,7 +2,10 @@ use serde_json::Value;
 
 use crate::fake_anthropic::FakeAnthropic;
 use crate::nvim::API_KEY;
-use crate::scenario::{create_plan_turn, start_editor, valid_plan};
+use crate::scenario::{
+    create_plan_turn, phase_input, phase_route, plan_route, spec_input, spec_route, start_editor,
+    tool_turn, valid_plan,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error() {
@@ -283,6 +286,104 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
     assert!(
         error.contains(&plugin.display().to_string()),
         "names the plugin directory: {error}"
+    );
+    editor.quit().await;
+}
+
+/// Waits until the project has `count` loops, each complete or invalidated.
+async fn wait_settled(editor: &mut crate::nvim::TestNvim, count: usize) -> Vec<Value> {
+    loop {
+        let records = editor.status_records().await;
+        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        let settled = records
+            .iter()
+            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
+        if records.len() == count && settled {
+            return records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
+    let fake = FakeAnthropic::start().await;
+    let mut plan = valid_plan();
+    plan["specs"].as_array_mut().expect("specs").truncate(1);
+    let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    let first_phases = ["parse-flag", "print-version", "exit-code"];
+    let revised_phases = ["parse-args", "print-it", "exit-zero"];
+    for (id, phases) in [("spec1", first_phases), ("spec2", revised_phases)] {
+        fake.push_routed(
+            &spec_route(&spec),
+            tool_turn(id, "create_spec", spec_input(&spec, &phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+    let mut editor = start_editor(&fake, "{}").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("only").await, None);
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    let records = wait_settled(&mut editor, 1 + 1 + 3).await;
+    let windows: i64 = editor
+        .lua("return #vim.api.nvim_tabpage_list_wins(0)")
+        .await;
+    assert_eq!(windows, 1, "specs and phases without review open no window");
+
+    // The user reads the spec in a split beside their file and asks for a revision.
+    let spec_record = records.iter().find(|r| r["type"] == "spec").expect("spec");
+    let spec_id = spec_record["id"].as_str().expect("id").to_owned();
+    let spec_md = spec_record["artifact_path"]
+        .as_str()
+        .expect("path")
+        .to_owned();
+    assert!(spec_md.contains("iterations/001"), "{spec_md}");
+    editor
+        .exec(&format!(
+            "vim.cmd.edit('notes.txt') vim.cmd.vsplit({spec_md:?})"
+        ))
+        .await;
+    let spec_window: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
+    assert_eq!(
+        editor
+            .command("LooprRevise Split parsing from printing")
+            .await,
+        None
+    );
+    editor
+        .wait_event("LooprArtifactCreated", |data| {
+            data["loop_id"] == spec_id.as_str() && data["iteration"] == 2
+        })
+        .await;
+    wait_settled(&mut editor, 1 + 1 + 3 + 3).await;
+
+    let shown: Value = editor
+        .lua(&format!(
+            "return {{ windows = #vim.api.nvim_tabpage_list_wins(0),
+                      name = vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf({spec_window})) }}"
+        ))
+        .await;
+    let name = shown["name"].as_str().expect("name");
+    assert!(
+        name.ends_with(&format!("loops/{spec_id}/iterations/002/artifacts/spec.md")),
+        "the spec's window shows the revision: {shown}"
+    );
+    assert_eq!(
+        shown["windows"], 2,
+        "the new phases opened no windows: {shown}"
     );
     editor.quit().await;
 }
