@@ -17,4 +17,5 @@ mod integration {
     mod plan_flow;
     mod resume;
     mod retries;
+    mod status_window;
 }
