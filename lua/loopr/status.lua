@@ -179,7 +179,12 @@ end
 local function fit_height(win, count)
   local max = math.max(MIN_HEIGHT, math.floor((vim.o.lines - vim.o.cmdheight) / 2))
   local height = math.max(MIN_HEIGHT, math.min(count, max))
+  local cmdheight = vim.o.cmdheight
   pcall(vim.api.nvim_win_set_height, win, height)
+  if vim.o.cmdheight ~= cmdheight then
+    -- A window with none above or below it takes the height from the command line.
+    vim.o.cmdheight = cmdheight
+  end
   vim.w[win].loopr_height = vim.api.nvim_win_get_height(win)
 end
 

@@ -139,6 +139,11 @@ async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_
     }
     assert_eq!(view["groups"][0], "LooprStatusHeader");
     assert_eq!(view["groups"][lines.len() - 1], "LooprStatusHint");
+
+    // Alone in the tab, the window cannot shrink without growing the command line; it doesn't.
+    assert_eq!(editor.command("only | LooprStatus").await, None);
+    let cmdheight: i64 = editor.lua("return vim.o.cmdheight").await;
+    assert_eq!(cmdheight, 1);
     editor.quit().await;
 }
 
