@@ -6,7 +6,7 @@ end
 vim.g.loaded_loopr = 1
 
 if vim.fn.has('nvim-0.10') ~= 1 then
-  vim.notify('loopr: Neovim >= 0.10 is required; commands are not defined', vim.log.levels.ERROR)
+  vim.notify('Loopr: Neovim >= 0.10 is required; commands are not defined', vim.log.levels.ERROR)
   return
 end
 

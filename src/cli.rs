@@ -283,6 +283,15 @@ fn tree_records(
     Ok(tree)
 }
 
+/// Whether the project at `root` has Loopr state: its database under `loopr_home`, at the
+/// place the host would open it. Reads nothing else and creates nothing.
+pub fn has_state(loopr_home: &Path, root: &Path) -> anyhow::Result<bool> {
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("project root {}", root.display()))?;
+    Ok(ProjectLayout::new(loopr_home, &root).database().is_file())
+}
+
 /// Prints the project's loops, oldest first. Reads the database only: unlike a host, it does
 /// not resume anything.
 pub fn print_status(loopr_home: &Path, root: &Path) -> anyhow::Result<()> {

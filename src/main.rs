@@ -73,6 +73,14 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Exit 0 when the project has Loopr state (its database under $LOOPR_HOME), 1 when it
+    /// has none, 2 on error. Creates nothing; the plugin asks this at startup so that it
+    /// starts no host in projects Loopr was never used in.
+    HasState {
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Print the loops of a project.
     Status {
         /// The project root (default: the current directory).
@@ -129,6 +137,16 @@ fn main() -> ExitCode {
         } => run_code(credentials, &phase, yes, root, &settings),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
+        }
+        Command::HasState { root } => {
+            return match loopr_home().and_then(|home| loopr::cli::has_state(&home, &root)) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(err) => {
+                    eprintln!("loopr: {err:#}");
+                    ExitCode::from(2)
+                }
+            };
         }
     };
     match result {

@@ -15,8 +15,11 @@ mod integration {
     mod editor;
     mod hierarchy;
     mod lifecycle;
+    mod messages;
     mod model_api;
     mod phases;
     mod plan_flow;
+    mod resume;
     mod retries;
+    mod status_window;
 }

@@ -149,9 +149,12 @@ local function show(req)
     vim.wo[win].winfixheight = true
     vim.wo[win].wrap = false
   else
-    vim.notify(('Loopr: cannot open %s (%s); use :sbuffer'):format(name_of(req.id), win), vim.log.levels.WARN)
+    require('loopr.notify').notify(
+      ('Loopr: cannot open %s (%s); use :sbuffer'):format(name_of(req.id), win),
+      vim.log.levels.WARN
+    )
   end
-  vim.notify(
+  require('loopr.notify').notify(
     ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(req.kind, short(req.subject)),
     vim.log.levels.INFO
   )
@@ -230,13 +233,13 @@ end
 ---@return boolean|nil answered false when the request no longer waited; nil on error (notified).
 function M.answer(id, decision, reason)
   if not DECISIONS[decision] then
-    vim.notify(('Loopr: unknown decision %s'):format(vim.inspect(decision)), vim.log.levels.ERROR)
+    require('loopr.notify').notify(('Loopr: unknown decision %s'):format(vim.inspect(decision)), vim.log.levels.ERROR)
     return nil
   end
   local result, err = require('loopr.host').request('approval', { id = id, decision = decision, reason = reason })
   M.close(id)
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   return result == true

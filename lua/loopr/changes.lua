@@ -37,12 +37,12 @@ end
 function M.open(phase, root)
   local reply, err = require('loopr.host').request('changes', { root = root, phase = phase })
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   local items = M.items(reply)
   if #items == 0 then
-    vim.notify(('Loopr: %s changed nothing'):format(phase), vim.log.levels.INFO)
+    require('loopr.notify').notify(('Loopr: %s changed nothing'):format(phase), vim.log.levels.INFO)
     return nil
   end
   local id = require('loopr.tasks').apply(items, ('Loopr: %s changes'):format(phase))
@@ -71,7 +71,7 @@ end
 function M.undo(phase, root, force)
   local reply, err = require('loopr.host').request('undo', { root = root, phase = phase, force = force == true })
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   reply = type(reply) == 'table' and reply or {}
@@ -81,7 +81,7 @@ function M.undo(phase, root, force)
     return vim.fn.fnamemodify(path, ':.')
   end
   if #skipped == 0 then
-    vim.notify(('Loopr: restored %d file(s) changed by %s'):format(#restored, phase), vim.log.levels.INFO)
+    require('loopr.notify').notify(('Loopr: restored %d file(s) changed by %s'):format(#restored, phase), vim.log.levels.INFO)
     return reply
   end
   local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
@@ -93,7 +93,7 @@ function M.undo(phase, root, force)
   if changed_since then
     table.insert(lines, ('Review them; :LooprUndo! %s overwrites the files changed since.'):format(phase))
   end
-  vim.notify(table.concat(lines, '\n'), vim.log.levels.WARN)
+  require('loopr.notify').notify(table.concat(lines, '\n'), vim.log.levels.WARN)
   return reply
 end
 

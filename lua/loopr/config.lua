@@ -66,10 +66,9 @@
 
 local M = {}
 
----A validator returns true when the value is acceptable.
 ---@class loopr.OptSpec
 ---@field expect string Human readable description of the accepted values.
----@field check fun(v: any): boolean
+---@field check (fun(v: any): boolean)|type A |vim.validate()| validator: predicate or type name.
 ---@field default fun(): any
 ---@field merge? boolean A table value is merged into the default table (keys not given keep theirs).
 
@@ -138,12 +137,6 @@ local function map_of(keys, check)
 end
 
 ---@param v any
----@return boolean
-local function boolean(v)
-  return type(v) == 'boolean'
-end
-
----@param v any
 ---@return fun(): any
 local function const(v)
   return function()
@@ -178,7 +171,7 @@ local spec = {
     end,
   },
   root_markers = { expect = 'a list of strings', check = list_of(nonempty_string), default = const({ '.git' }) },
-  progress = { expect = 'a boolean', check = boolean, default = const(true) },
+  progress = { expect = 'a boolean', check = 'boolean', default = const(true) },
   review_gates = {
     expect = 'a list of "plan", "spec", "phase"',
     check = list_of(one_of({ 'plan', 'spec', 'phase' })),
@@ -186,9 +179,9 @@ local spec = {
   },
   max_concurrent_loops = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(4) },
   plan_review_passes = { expect = 'an integer from 0 to 5', check = integer_between(0, 5), default = const(5) },
-  spec_review = { expect = 'a boolean', check = boolean, default = const(true) },
-  web_fetch = { expect = 'a boolean', check = boolean, default = const(false) },
-  resume = { expect = 'a boolean', check = boolean, default = const(true) },
+  spec_review = { expect = 'a boolean', check = 'boolean', default = const(true) },
+  web_fetch = { expect = 'a boolean', check = 'boolean', default = const(false) },
+  resume = { expect = 'a boolean', check = 'boolean', default = const(true) },
   code_max_iterations = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(5) },
   validation_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600) },
   command_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(120) },
@@ -219,26 +212,51 @@ function M.keys()
   return keys
 end
 
+---`vim.validate` of one value: the 0.11 form where it exists, else the table form of 0.10
+---(deprecated since 0.11).
+---@param name string
+---@param value any
+---@param check (fun(v: any): boolean)|type
+---@param expect string
+---@return boolean ok
+local function validate(name, value, check, expect)
+  if vim.fn.has('nvim-0.11') == 1 then
+    return (pcall(vim.validate, name, value, check, expect))
+  end
+  return (pcall(vim.validate, { [name] = { value, check, expect } }))
+end
+
 ---Check user options without storing them.
 ---@param opts any
 ---@return boolean ok
----@return string|nil err Message naming the offending key, prefixed "loopr: ".
+---@return string|nil err Message naming the offending option and what it expects, prefixed
+---"Loopr: ".
 function M.validate(opts)
   if opts == nil then
     return true
   end
-  if type(opts) ~= 'table' then
-    return false, ('loopr: setup() expects a table or nil, got %s'):format(vim.inspect(opts))
+  if not validate('opts', opts, function(v)
+    return type(v) == 'table'
+  end, 'a table or nil') then
+    return false, ('Loopr: setup() expects a table or nil, got %s'):format(vim.inspect(opts))
   end
-  for key, value in pairs(opts) do
+  local keys = vim.tbl_keys(opts)
+  table.sort(keys, function(a, b)
+    return tostring(a) < tostring(b)
+  end)
+  for _, key in ipairs(keys) do
     local s = spec[key]
     if not s then
       return false,
-        ('loopr: unknown option %s (valid options: %s)'):format(vim.inspect(key), table.concat(M.keys(), ', '))
+        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(
+          vim.inspect(key),
+          table.concat(M.keys(), ', ')
+        )
     end
-    if not s.check(value) then
+    local value = opts[key]
+    if not validate(key, value, s.check, s.expect) then
       return false,
-        ('loopr: option %s expects %s, got %s (%s)'):format(key, s.expect, vim.inspect(value), type(value))
+        ('Loopr: setup(): option %s expects %s, got %s (%s)'):format(key, s.expect, vim.inspect(value), type(value))
     end
   end
   return true

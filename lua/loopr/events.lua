@@ -1,6 +1,8 @@
 -- Events pushed by the host via
 -- `nvim_exec_lua("return require('loopr.events').dispatch(...)", {event})`.
 
+local notify = require('loopr.notify')
+
 local M = {}
 
 ---@class loopr.Event
@@ -69,22 +71,6 @@ local function str(v)
   return type(v) == 'string' and v ~= '' and v or nil
 end
 
----Fit a message on the command line so it never triggers hit-enter.
----@param msg string
----@return string
-local function fit(msg)
-  msg = msg:gsub('%s*\n%s*', ' ')
-  local width = math.max(vim.v.echospace - 1, 1)
-  if vim.fn.strdisplaywidth(msg) <= width then
-    return msg
-  end
-  local n = vim.fn.strchars(msg)
-  while n > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(msg, 0, n)) > width - 1 do
-    n = n - 1
-  end
-  return vim.fn.strcharpart(msg, 0, n) .. '…'
-end
-
 ---Name of a spec or phase loop, else its id.
 ---@param ev loopr.LoopUpdatedEvent
 ---@return string
@@ -122,13 +108,13 @@ function handlers.loop_updated(ev)
   end
   -- An undone loop keeps its status; its note says so, and `:LooprUndo` reported it already.
   if ev.status == 'failed' and not (str(ev.error) or ''):match('^undone:') then
-    vim.notify(
+    notify.notify(
       ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
       vim.log.levels.ERROR
     )
   end
   if ev.status == 'awaiting_approval' then
-    vim.notify(
+    notify.notify(
       ('Loopr: %s %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(
         ev.type or 'loop',
         name_of(ev)
@@ -144,16 +130,20 @@ function handlers.progress(ev)
   local message = str(ev.message) or ''
   require('loopr.progress').set(ev.loop_id, message)
   if require('loopr.config').get().progress then
-    vim.api.nvim_echo({ { fit('Loopr: ' .. message) } }, false, {})
+    notify.progress(message)
   end
   fire('LooprProgress', { loop_id = ev.loop_id, message = message })
 end
 
 ---@param ev loopr.ArtifactCreatedEvent
 function handlers.artifact_created(ev)
-  -- Only artifacts that wait for review open; ungated specs and phases flow on.
+  -- Only artifacts that wait for review open; ungated specs and phases flow on, except that
+  -- a revision replaces the older iteration where a window shows it.
+  local ui = require('loopr.ui')
   if gated(ev.kind) then
-    require('loopr.ui').open_artifact(ev.path, require('loopr.config').get().layout)
+    ui.open_artifact(ev.path, require('loopr.config').get().layout)
+  else
+    ui.replace_older(ev.path)
   end
   fire('LooprArtifactCreated', {
     loop_id = ev.loop_id,
@@ -191,9 +181,9 @@ function handlers.validation(ev)
     efm = vim.o.errorformat,
   })
   if ev.passed == true then
-    vim.notify(('Loopr: %s validation passed (iteration %s)'):format(phase, ev.iteration), vim.log.levels.INFO)
+    notify.notify(('Loopr: %s validation passed (iteration %s)'):format(phase, ev.iteration), vim.log.levels.INFO)
   else
-    vim.notify(
+    notify.notify(
       ('Loopr: %s validation failed (iteration %s); see :copen'):format(phase, ev.iteration),
       vim.log.levels.WARN
     )
@@ -205,7 +195,7 @@ end
 function handlers.notice(ev)
   local levels = { info = vim.log.levels.INFO, warn = vim.log.levels.WARN, error = vim.log.levels.ERROR }
   local message = 'Loopr: ' .. (str(ev.message) or '')
-  vim.notify(message, levels[ev.level] or vim.log.levels.WARN)
+  notify.notify(message, levels[ev.level] or vim.log.levels.WARN)
   fire('LooprNotice', { loop_id = ev.loop_id, level = ev.level, message = message })
 end
 
@@ -220,7 +210,7 @@ function M.dispatch(event)
     end
     local ok, err = pcall(handler, event)
     if not ok then
-      vim.notify(('Loopr: error handling %s event: %s'):format(event.event, err), vim.log.levels.ERROR)
+      notify.notify(('Loopr: error handling %s event: %s'):format(event.event, err), vim.log.levels.ERROR)
     end
   end)
   return nil

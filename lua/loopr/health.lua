@@ -18,7 +18,7 @@ local function check_host()
   local host = require('loopr.host')
   local bin, err = host.resolve_bin()
   if not bin then
-    health.error(err or 'host binary not found')
+    health.error(require('loopr.notify').prefixed(err or 'host binary not found'))
     return
   end
   health.ok('host binary: ' .. bin)

@@ -137,7 +137,7 @@ local function on_exit(job, code)
   end
   vim.schedule(function()
     local tail = #lines > 0 and (':\n' .. table.concat(lines, '\n')) or ''
-    vim.notify(('Loopr: host exited (code %d)%s'):format(code, tail), vim.log.levels.ERROR)
+    require('loopr.notify').notify(('Loopr: host exited (code %d)%s'):format(code, tail), vim.log.levels.ERROR)
   end)
 end
 
@@ -208,7 +208,7 @@ function M.ensure()
     return nil, err
   end
   if restarted then
-    vim.notify(('Loopr: host exited (code %s); restarted'):format(code or '?'), vim.log.levels.WARN)
+    require('loopr.notify').notify(('Loopr: host exited (code %s); restarted'):format(code or '?'), vim.log.levels.WARN)
   end
   return state.chan
 end

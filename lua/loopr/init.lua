@@ -7,7 +7,7 @@ local M = {}
 ---@param msg string
 ---@param level? integer
 local function notify(msg, level)
-  vim.notify(msg, level or vim.log.levels.ERROR)
+  require('loopr.notify').notify(msg, level or vim.log.levels.ERROR)
 end
 
 ---Send a request whose reply names a loop; notify and return nil on any error.
@@ -28,16 +28,21 @@ local function request_loop_id(method, params)
   return id
 end
 
----Configure Loopr. Raises a Lua error naming the offending option.
+---Configure Loopr. Invalid options are reported as an error notification naming the option
+---and what it expects (no Lua error); the options stored before stay in effect.
 ---@param opts loopr.Opts|nil
+---@return boolean ok
 function M.setup(opts)
   if vim.fn.has('nvim-0.10') ~= 1 then
-    error('loopr: Neovim >= 0.10 is required', 2)
+    vim.notify('Loopr: Neovim >= 0.10 is required', vim.log.levels.ERROR)
+    return false
   end
   local ok, err = config.setup(opts)
   if not ok then
-    error(err, 2)
+    notify(err or 'Loopr: invalid options')
+    return false
   end
+  return true
 end
 
 ---Start a plan loop for `task` in the current project.
@@ -260,24 +265,48 @@ function M.undo(phase, force)
 end
 
 ---Ask the host to resume loops left unfinished by a host that died, when this project has
----Loopr state (`$LOOPR_HOME/<project>/loopr.db`). Silent when there is nothing to resume;
----without state, the host is not started.
----@return integer|nil active Loops now active, nil when not asked or on error.
-function M.resume_if_needed()
+---Loopr state. The host itself answers whether it has (`loopr has-state`, run in the
+---background so startup never waits); without state no host is started. Silent when there
+---is nothing to resume.
+---@param on_done? fun(active: integer|nil) Called when done with the number of active loops,
+---nil when the host was not asked or on error.
+function M.resume_if_needed(on_done)
+  on_done = on_done or function() end
   local root = config.root()
-  local db = vim.fs.joinpath(require('loopr.paths').project_dir(root), 'loopr.db')
-  if not vim.uv.fs_stat(db) then
-    return nil
+  local host = require('loopr.host')
+  local bin = host.resolve_bin()
+  if not bin then
+    -- Nothing can resume without the host; the first command reports how to build it.
+    on_done(nil)
+    return
   end
-  local count, err = require('loopr.host').request('resume', { root = root })
-  if err then
-    notify(err, vim.log.levels.WARN)
-    return nil
+  local function resume(result)
+    if result.code ~= 0 then
+      if result.code ~= 1 then
+        local detail = vim.trim(result.stderr or '')
+        notify(('Loopr: cannot check for loops to resume: %s'):format(detail), vim.log.levels.WARN)
+      end
+      return nil
+    end
+    local count, err = host.request('resume', { root = root })
+    if err then
+      notify(err, vim.log.levels.WARN)
+      return nil
+    end
+    if type(count) == 'number' and count > 0 then
+      notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
+    end
+    return type(count) == 'number' and count or nil
   end
-  if type(count) == 'number' and count > 0 then
-    notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
+  local ok, err = pcall(vim.system, { bin, 'has-state', '--root', root }, { text = true }, function(result)
+    vim.schedule(function()
+      on_done(resume(result))
+    end)
+  end)
+  if not ok then
+    notify(('Loopr: cannot check for loops to resume: %s'):format(err), vim.log.levels.WARN)
+    on_done(nil)
   end
-  return type(count) == 'number' and count or nil
 end
 
 ---Open the host's log file in a split.

@@ -1,4 +1,5 @@
--- Where the host keeps its state ($LOOPR_HOME), mirrored from src/store/layout.rs.
+-- Recognising the host's state ($LOOPR_HOME) and artifact paths in it. Where a project's
+-- state lives is the host's business alone (`loopr has-state`, `artifact_path`).
 
 local M = {}
 
@@ -21,44 +22,6 @@ function M.home()
     return vim.fs.normalize(env)
   end
   return vim.fs.joinpath(vim.uv.os_homedir() or vim.fs.normalize('~'), '.loopr')
-end
-
----Whether `char` (one UTF-8 character) stays in a project key: Rust's
----`char::is_alphanumeric()`, '-', '_' or '.'. Beyond ASCII, Vim's word
----characters stand in for Unicode letters and digits.
----@param char string
----@return boolean
-local function keeps(char)
-  if #char == 1 then
-    return char:find('^[%w%-_.]$') ~= nil
-  end
-  local class = vim.fn.charclass(char)
-  return class >= 2 and class ~= 3
-end
-
----Directory name of a project under `$LOOPR_HOME`: `<basename>-<8 hex digits>`, the
----basename with other characters than alphanumerics, '-', '_' and '.' replaced by '_'
----and the first 4 bytes of the SHA-256 of the root's canonical path.
----@param root string Project root; symlinks are resolved as the host does.
----@return string
-function M.project_key(root)
-  local canonical = real(root)
-  local base = vim.fs.basename(canonical)
-  if base == '' then
-    base = 'root'
-  end
-  local safe = {}
-  for _, char in ipairs(vim.fn.split(base, [[\zs]])) do
-    table.insert(safe, keeps(char) and char or '_')
-  end
-  return ('%s-%s'):format(table.concat(safe), vim.fn.sha256(canonical):sub(1, 8))
-end
-
----`$LOOPR_HOME/<project key>` of `root`.
----@param root string
----@return string
-function M.project_dir(root)
-  return vim.fs.joinpath(M.home(), M.project_key(root))
 end
 
 ---Whether `path` lies inside `$LOOPR_HOME` (after resolving symlinks on both sides).

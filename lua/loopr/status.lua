@@ -6,6 +6,15 @@ local NAME = 'loopr://status'
 local ERROR_WIDTH = 60
 local NAME_WIDTH = 40
 local INDENT = '  '
+local MIN_HEIGHT = 3
+local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
+---Statuses of loops that still run or wait (the host's `LoopStatus::is_active`).
+local ACTIVE = { pending = true, running = true, awaiting_approval = true }
+
+-- Highlight groups, linked by default so that colour schemes can restyle them.
+vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
+vim.api.nvim_set_hl(0, 'LooprStatusInvalidated', { link = 'Comment', default = true })
+vim.api.nvim_set_hl(0, 'LooprStatusHint', { link = 'Comment', default = true })
 
 ---@class loopr.LoopRecord
 ---@field id string
@@ -23,7 +32,7 @@ local INDENT = '  '
 ---@field review_passes integer
 ---@field created_at string
 ---@field updated_at string
----@field artifact_path? string|vim.NIL Absolute path of the current .md (newer hosts).
+---@field artifact_path string|vim.NIL Absolute path of the current .md.
 
 ---@param s string
 ---@param width integer
@@ -52,7 +61,8 @@ local function parent_of(r)
 end
 
 ---Records in tree order with their depth: roots (no known parent) newest first, each
----followed by its children in creation order, depth first.
+---followed by its children (current ones, then invalidated ones, each in creation order),
+---depth first.
 ---@param rows loopr.LoopRecord[] Newest first, as the host sends them.
 ---@return {record: loopr.LoopRecord, depth: integer}[]
 function M.tree(rows)
@@ -60,11 +70,15 @@ function M.tree(rows)
   for _, r in ipairs(rows) do
     known[r.id] = true
   end
-  for i = #rows, 1, -1 do
-    local parent = parent_of(rows[i])
-    if parent and known[parent] then
-      children[parent] = children[parent] or {}
-      table.insert(children[parent], rows[i])
+  -- Under each parent, current loops first and those a revision invalidated after them, each
+  -- in creation order, so replacements and what they replaced stay apart.
+  for _, invalidated in ipairs({ false, true }) do
+    for i = #rows, 1, -1 do
+      local parent = parent_of(rows[i])
+      if parent and known[parent] and (rows[i].status == 'invalidated') == invalidated then
+        children[parent] = children[parent] or {}
+        table.insert(children[parent], rows[i])
+      end
     end
   end
   local ordered, seen = {}, {}
@@ -87,7 +101,14 @@ function M.tree(rows)
   return ordered
 end
 
----Format loop records as an aligned tree with a header line first.
+---The key-hint line at the bottom of the buffer.
+---@return string
+function M.hint()
+  local retry = require('loopr').retry and '  R retry' or ''
+  return ('keys: <CR> open  a approve  r revise  x cancel%s  K error  q close'):format(retry)
+end
+
+---Format loop records as an aligned tree with a header line first and the key hints last.
 ---@param rows loopr.LoopRecord[] Newest first.
 ---@return string[] lines
 ---@return (loopr.LoopRecord|false)[] records The record of each line, false for others.
@@ -127,6 +148,8 @@ function M.format(rows)
     table.insert(lines, '(no loops yet; start one with :LooprPlan {task})')
     table.insert(records, false)
   end
+  table.insert(lines, M.hint())
+  table.insert(records, false)
   return lines, records
 end
 
@@ -149,6 +172,22 @@ local function record_at(buf, win)
   return type(r) == 'table' and r or nil
 end
 
+---Make window `win` as high as `count` lines, within limits: at least MIN_HEIGHT, at most
+---half the editor.
+---@param win integer
+---@param count integer
+local function fit_height(win, count)
+  local max = math.max(MIN_HEIGHT, math.floor((vim.o.lines - vim.o.cmdheight) / 2))
+  local height = math.max(MIN_HEIGHT, math.min(count, max))
+  local cmdheight = vim.o.cmdheight
+  pcall(vim.api.nvim_win_set_height, win, height)
+  if vim.o.cmdheight ~= cmdheight then
+    -- A window with none above or below it takes the height from the command line.
+    vim.o.cmdheight = cmdheight
+  end
+  vim.w[win].loopr_height = vim.api.nvim_win_get_height(win)
+end
+
 ---Replace the buffer's lines. Every window's cursor stays on the loop it was on, else on
 ---the same line.
 ---@param buf integer
@@ -165,6 +204,23 @@ local function render(buf, lines, records)
   vim.bo[buf].modifiable = false
   vim.bo[buf].modified = false
   vim.b[buf].loopr_records = records
+  vim.api.nvim_buf_clear_namespace(buf, NAMESPACE, 0, -1)
+  for lnum, line in ipairs(lines) do
+    local r = records[lnum]
+    local group = (lnum == 1 and 'LooprStatusHeader')
+      or (lnum == #lines and 'LooprStatusHint')
+      or (r and r.status == 'invalidated' and 'LooprStatusInvalidated')
+      or nil
+    if group then
+      vim.api.nvim_buf_set_extmark(buf, NAMESPACE, lnum - 1, 0, { end_col = #line, hl_group = group })
+    end
+  end
+  for win in pairs(cursors) do
+    -- Windows keep growing with the tree unless the user resized them.
+    if vim.w[win].loopr_height == vim.api.nvim_win_get_height(win) then
+      fit_height(win, #lines)
+    end
+  end
   for win, cursor in pairs(cursors) do
     local row = math.min(cursor.pos[1], #lines)
     for lnum, r in ipairs(records) do
@@ -190,28 +246,37 @@ local function fetch(root)
   return lines, records
 end
 
----The loop's current .md: `artifact_path`, else (hosts without it) the stored file of its
----newest iteration.
+---The loop's current .md, as the host reports it.
 ---@param r loopr.LoopRecord
----@param root string
 ---@return string|nil
-local function artifact_of(r, root)
+local function artifact_of(r)
   if type(r.artifact_path) == 'string' and r.artifact_path ~= '' then
     return r.artifact_path
   end
-  local iteration = tonumber(r.iteration) or 0
-  if r.artifact_path ~= nil or iteration < 1 then
-    return nil
-  end
-  local dir = require('loopr.paths').project_dir(root)
-  local path = vim.fs.joinpath(dir, 'loops', r.id, ('iterations/%03d'):format(iteration), 'artifacts', r.type .. '.md')
-  return vim.uv.fs_stat(path) and path or nil
 end
 
 ---@param r loopr.LoopRecord
 ---@return string
 local function label(r)
   return ('%s %s'):format(r.type, type(r.name) == 'string' and r.name or r.id)
+end
+
+---The loops below loop `id` (in `records`, as rendered) that are still active.
+---@param records (loopr.LoopRecord|false)[]
+---@param id string
+---@return loopr.LoopRecord[]
+local function active_descendants(records, id)
+  local below, active = { [id] = true }, {}
+  -- Records are in tree order: every loop comes after its parent.
+  for _, r in ipairs(records) do
+    if r and below[parent_of(r) or ''] then
+      below[r.id] = true
+      if ACTIVE[r.status] then
+        table.insert(active, r)
+      end
+    end
+  end
+  return active
 end
 
 ---Buffer-local keymaps acting on the loop under the cursor.
@@ -224,16 +289,16 @@ local function keymaps(buf)
     vim.keymap.set('n', lhs, function()
       local r = record_at(buf, vim.api.nvim_get_current_win())
       if not r then
-        vim.notify('Loopr: no loop on this line', vim.log.levels.WARN)
+        require('loopr.notify').notify('Loopr: no loop on this line', vim.log.levels.WARN)
         return
       end
       action(r, vim.b[buf].loopr_root or require('loopr.config').root())
     end, { buffer = buf, nowait = true, desc = desc })
   end
-  on_loop('<CR>', "Loopr: open the loop's artifact", function(r, root)
-    local path = artifact_of(r, root)
+  on_loop('<CR>', "Loopr: open the loop's artifact", function(r)
+    local path = artifact_of(r)
     if not path then
-      vim.notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
+      require('loopr.notify').notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
       return
     end
     -- Split the window the user came from rather than the short status window.
@@ -259,8 +324,38 @@ local function keymaps(buf)
     end)
   end)
   on_loop('x', 'Loopr: cancel this loop and its descendants', function(r, root)
+    local active = active_descendants(vim.b[buf].loopr_records or {}, r.id)
+    if #active > 0 then
+      local question = ('Cancel %s and its %d active descendant loop(s)?'):format(label(r), #active)
+      if vim.fn.confirm(question, '&Yes\n&No', 2) ~= 1 then
+        return
+      end
+    end
     require('loopr').cancel(r.id, { root = root })
     M.refresh()
+  end)
+  on_loop('R', 'Loopr: retry this loop', function(r, root)
+    local loopr = require('loopr')
+    if not loopr.retry then
+      require('loopr.notify').notify('Loopr: this version cannot retry loops', vim.log.levels.WARN)
+      return
+    end
+    loopr.retry(r.id, { root = root })
+    M.refresh()
+  end)
+  on_loop('K', "Loopr: show this loop's error in full", function(r)
+    local error_text = text(r.error)
+    if error_text == '' then
+      require('loopr.notify').notify(('Loopr: %s has no error'):format(label(r)), vim.log.levels.INFO)
+      return
+    end
+    local lines = vim.split(('%s (%s): %s'):format(label(r), r.status, error_text), '\n')
+    vim.lsp.util.open_floating_preview(lines, 'text', {
+      border = 'rounded',
+      focus_id = 'loopr_status_error',
+      max_width = math.max(40, math.floor(vim.o.columns * 0.8)),
+      wrap = true,
+    })
   end)
   vim.keymap.set('n', 'q', function()
     if not pcall(vim.api.nvim_win_close, 0, false) then
@@ -330,7 +425,7 @@ function M.open()
   local root = require('loopr.config').root()
   local lines, records, err = fetch(root)
   if not lines then
-    vim.notify(err or 'Loopr: status unavailable', vim.log.levels.ERROR)
+    require('loopr.notify').notify(err or 'Loopr: status unavailable', vim.log.levels.ERROR)
     return nil
   end
   local buf = find() or create(root)
@@ -341,10 +436,10 @@ function M.open()
   if here then
     vim.api.nvim_set_current_win(win)
   else
-    local height = math.min(math.max(#lines, 3), 15)
-    vim.api.nvim_open_win(buf, true, { split = 'below', win = -1, height = height })
+    win = vim.api.nvim_open_win(buf, true, { split = 'below', win = -1, height = MIN_HEIGHT })
   end
-  vim.wo.wrap = false
+  fit_height(win, #lines)
+  vim.wo[win].wrap = false
   return buf
 end
 

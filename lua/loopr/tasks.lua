@@ -81,13 +81,13 @@ function M.open(phase, root)
   end
   local reply, err = require('loopr.host').request('tasks', params)
   if err then
-    vim.notify(err, vim.log.levels.ERROR)
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
   local items, title = M.convert(reply, params.phase ~= nil or params.loop_id ~= nil)
   if #items == 0 then
     local what = phase and ('phase ' .. phase) or params.loop_id and ('phase loop ' .. params.loop_id) or 'any phase'
-    vim.notify(('Loopr: no tasks for %s yet'):format(what), vim.log.levels.WARN)
+    require('loopr.notify').notify(('Loopr: no tasks for %s yet'):format(what), vim.log.levels.WARN)
     return nil
   end
   local id = M.apply(items, title)

@@ -20,7 +20,7 @@ local function load(path)
   vim.fn.bufload(buf)
   if was_loaded then
     if vim.bo[buf].modified then
-      vim.notify(('Loopr: %s has unsaved changes; not reloaded'):format(path), vim.log.levels.WARN)
+      require('loopr.notify').notify(('Loopr: %s has unsaved changes; not reloaded'):format(path), vim.log.levels.WARN)
     else
       vim.api.nvim_buf_call(buf, function()
         vim.cmd('silent! edit')
@@ -78,6 +78,21 @@ end
 local function tab(buf)
   vim.cmd(('tab sbuffer %d'):format(buf))
   return vim.api.nvim_get_current_win()
+end
+
+---Show `path` in the window of the current tab that shows an older, unmodified artifact of
+---the same loop (the iteration a revision replaced), if there is one; no window opens
+---otherwise. For artifacts that need no review, which nobody may be looking at.
+---@param path string Absolute path of the artifact (.md).
+---@return integer|nil win The window now showing the artifact.
+function M.replace_older(path)
+  path = vim.fs.normalize(path)
+  local older = predecessor(path, M.typing())
+  if not older then
+    return nil
+  end
+  vim.api.nvim_win_set_buf(older, load(path))
+  return older
 end
 
 ---Open an artifact for review in a split (or tab) per `layout`; a window of the current tab

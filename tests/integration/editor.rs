@@ -2,27 +2,66 @@ use serde_json::Value;
 
 use crate::fake_anthropic::FakeAnthropic;
 use crate::nvim::API_KEY;
-use crate::scenario::{create_plan_turn, start_editor, valid_plan};
+use crate::scenario::{
+    create_plan_turn, phase_input, phase_route, plan_route, spec_input, spec_route, start_editor,
+    tool_turn, valid_plan,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn setup_rejects_unknown_and_ill_typed_options_by_name() {
+async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error() {
     let fake = FakeAnthropic::start().await;
-    let editor = start_editor(&fake, "{}").await;
-    let error_of = |opts: &str| {
+    let editor = start_editor(&fake, "{ max_turns = 7 }").await;
+    let setup = |opts: &str| {
         format!(
-            "local ok, err = pcall(require('loopr').setup, {opts}) return ok and '' or tostring(err)"
+            "vim.cmd('messages clear')
+             local ok, result = pcall(require('loopr').setup, {opts})
+             if ok then return {{ raised = false, result = result }} end
+             return {{ raised = true, result = tostring(result) }}"
         )
     };
-    let unknown: String = editor.lua(&error_of("{ colour = 'red' }")).await;
-    assert!(unknown.contains("colour"), "{unknown}");
-    let ill_typed: String = editor.lua(&error_of("{ max_tokens = 'lots' }")).await;
-    assert!(ill_typed.contains("max_tokens"), "{ill_typed}");
-    let bad_layout: String = editor.lua(&error_of("{ layout = 'float' }")).await;
-    assert!(bad_layout.contains("layout"), "{bad_layout}");
-    let fine: String = editor
-        .lua(&error_of("{ layout = 'tab', max_turns = 3 }"))
+    let messages = || async {
+        editor
+            .lua::<String>("return vim.fn.execute('messages')")
+            .await
+    };
+    for (opts, expected) in [
+        (
+            "{ colour = 'red' }",
+            "Loopr: setup(): unknown option \"colour\" (valid options: allow_commands,",
+        ),
+        (
+            "{ max_tokens = 'lots' }",
+            "Loopr: setup(): option max_tokens expects an integer >= 1, got \"lots\" (string)",
+        ),
+        (
+            "{ layout = 'float' }",
+            "Loopr: setup(): option layout expects one of \"vsplit\", \"split\", \"tab\", got \"float\"",
+        ),
+        (
+            "{ progress = 'yes' }",
+            "Loopr: setup(): option progress expects a boolean, got \"yes\" (string)",
+        ),
+        (
+            "'fast'",
+            "Loopr: setup() expects a table or nil, got \"fast\"",
+        ),
+    ] {
+        let outcome: Value = editor.lua(&setup(opts)).await;
+        assert_eq!(outcome["raised"], false, "{opts}: {outcome}");
+        assert_eq!(outcome["result"], false, "{opts}: {outcome}");
+        let shown = messages().await;
+        assert!(shown.contains(expected), "{opts}: {shown}");
+        assert!(!shown.contains("traceback"), "{opts}: {shown}");
+    }
+    let kept: i64 = editor
+        .lua("return require('loopr.config').get().max_turns")
         .await;
-    assert_eq!(fine, "");
+    assert_eq!(kept, 7, "invalid options leave the stored ones in effect");
+    let fine: Value = editor
+        .lua(&setup("{ layout = 'tab', max_turns = 3 }"))
+        .await;
+    assert_eq!(fine["result"], true, "{fine}");
+    assert_eq!(messages().await.trim(), "");
     editor.quit().await;
 }
 
@@ -84,10 +123,16 @@ async fn checkhealth_reports_binary_version_key_and_state_dir_without_the_key() 
     editor.quit().await;
 }
 
+/// `:help loopr` works straight from a checkout on 'runtimepath' (how `scripts/nvim.sh`, a
+/// plain runtimepath install and lazy.nvim load it), because `doc/tags` is committed; and the
+/// committed file is exactly what `:helptags` generates (lazy.nvim regenerates it on install),
+/// so it cannot go stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn help_tags_build_cleanly_and_document_every_command() {
+async fn help_works_from_a_fresh_checkout_and_the_committed_tags_are_current() {
     let fake = FakeAnthropic::start().await;
     let editor = start_editor(&fake, "{}").await;
+    let committed_tags = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/doc/tags"))
+        .expect("doc/tags is committed; regenerate it with :helptags doc");
     let docs = editor.dirs.home.join("docs-copy");
     std::fs::create_dir_all(docs.join("doc")).expect("mkdir");
     std::fs::copy(
@@ -96,9 +141,16 @@ async fn help_tags_build_cleanly_and_document_every_command() {
     )
     .expect("copy");
     let error = editor
-        .command(&format!("set rtp^={0} | helptags {0}/doc", docs.display()))
+        .command(&format!("helptags {}/doc", docs.display()))
         .await;
-    assert_eq!(error, None);
+    assert_eq!(error, None, "the help file builds without duplicate tags");
+    let generated = std::fs::read_to_string(docs.join("doc/tags")).expect("generated tags");
+    assert!(
+        generated == committed_tags,
+        "doc/tags is stale; run `nvim --headless --clean -c 'helptags doc' -c q` and commit it"
+    );
+
+    // The editor has only the checkout itself on 'runtimepath', as scripts/nvim.sh does.
     for topic in [
         "loopr",
         ":LooprPlan",
@@ -119,8 +171,15 @@ async fn help_tags_build_cleanly_and_document_every_command() {
             None,
             "{topic}"
         );
-        let file: String = editor.lua("return vim.fn.expand('%:t')").await;
-        assert_eq!(file, "loopr.txt", "{topic}");
+        let file: String = editor.lua("return vim.fn.expand('%:p')").await;
+        assert_eq!(
+            file,
+            crate::nvim::plugin_root()
+                .join("doc/loopr.txt")
+                .display()
+                .to_string(),
+            "{topic}"
+        );
     }
     editor.quit().await;
 }
@@ -227,6 +286,104 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
     assert!(
         error.contains(&plugin.display().to_string()),
         "names the plugin directory: {error}"
+    );
+    editor.quit().await;
+}
+
+/// Waits until the project has `count` loops, each complete or invalidated.
+async fn wait_settled(editor: &mut crate::nvim::TestNvim, count: usize) -> Vec<Value> {
+    loop {
+        let records = editor.status_records().await;
+        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        let settled = records
+            .iter()
+            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
+        if records.len() == count && settled {
+            return records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
+    let fake = FakeAnthropic::start().await;
+    let mut plan = valid_plan();
+    plan["specs"].as_array_mut().expect("specs").truncate(1);
+    let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    let first_phases = ["parse-flag", "print-version", "exit-code"];
+    let revised_phases = ["parse-args", "print-it", "exit-zero"];
+    for (id, phases) in [("spec1", first_phases), ("spec2", revised_phases)] {
+        fake.push_routed(
+            &spec_route(&spec),
+            tool_turn(id, "create_spec", spec_input(&spec, &phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+    let mut editor = start_editor(&fake, "{}").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("only").await, None);
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    let records = wait_settled(&mut editor, 1 + 1 + 3).await;
+    let windows: i64 = editor
+        .lua("return #vim.api.nvim_tabpage_list_wins(0)")
+        .await;
+    assert_eq!(windows, 1, "specs and phases without review open no window");
+
+    // The user reads the spec in a split beside their file and asks for a revision.
+    let spec_record = records.iter().find(|r| r["type"] == "spec").expect("spec");
+    let spec_id = spec_record["id"].as_str().expect("id").to_owned();
+    let spec_md = spec_record["artifact_path"]
+        .as_str()
+        .expect("path")
+        .to_owned();
+    assert!(spec_md.contains("iterations/001"), "{spec_md}");
+    editor
+        .exec(&format!(
+            "vim.cmd.edit('notes.txt') vim.cmd.vsplit({spec_md:?})"
+        ))
+        .await;
+    let spec_window: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
+    assert_eq!(
+        editor
+            .command("LooprRevise Split parsing from printing")
+            .await,
+        None
+    );
+    editor
+        .wait_event("LooprArtifactCreated", |data| {
+            data["loop_id"] == spec_id.as_str() && data["iteration"] == 2
+        })
+        .await;
+    wait_settled(&mut editor, 1 + 1 + 3 + 3).await;
+
+    let shown: Value = editor
+        .lua(&format!(
+            "return {{ windows = #vim.api.nvim_tabpage_list_wins(0),
+                      name = vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf({spec_window})) }}"
+        ))
+        .await;
+    let name = shown["name"].as_str().expect("name");
+    assert!(
+        name.ends_with(&format!("loops/{spec_id}/iterations/002/artifacts/spec.md")),
+        "the spec's window shows the revision: {shown}"
+    );
+    assert_eq!(
+        shown["windows"], 2,
+        "the new phases opened no windows: {shown}"
     );
     editor.quit().await;
 }

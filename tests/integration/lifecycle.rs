@@ -147,8 +147,18 @@ async fn a_failed_loop_is_retried_and_a_failed_revision_leaves_the_last_iteratio
     let plan_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&plan_id, "failed").await;
 
+    // `R` on the loop's line in :LooprStatus retries it.
     fake.push(create_plan_turn("plan", valid_plan()));
-    assert_eq!(editor.command(&format!("LooprRetry {plan_id}")).await, None);
+    assert_eq!(editor.command("LooprStatus").await, None);
+    editor
+        .exec(&format!(
+            "local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+             for lnum, line in ipairs(lines) do
+               if line:find({plan_id:?}, 1, true) then vim.api.nvim_win_set_cursor(0, {{ lnum, 0 }}) end
+             end
+             vim.api.nvim_feedkeys('R', 'x', false)"
+        ))
+        .await;
     editor.wait_status(&plan_id, "awaiting_approval").await;
 
     // The revision fails (persistent overload); iteration 1 stays, and stays approvable.

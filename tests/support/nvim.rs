@@ -58,10 +58,15 @@ pub struct TestDirs {
 
 impl TestDirs {
     pub fn new() -> TestDirs {
+        TestDirs::with_project_name("project")
+    }
+
+    /// Like `new`, with the project directory named `name`.
+    pub fn with_project_name(name: &str) -> TestDirs {
         let temp = tempfile::tempdir().expect("tempdir");
         let base = temp.path().canonicalize().expect("canonical temp");
         let home = base.join("home");
-        let project = base.join("project");
+        let project = base.join(name);
         let loopr_home = home.join("loopr-state");
         for dir in [&home, &project] {
             std::fs::create_dir_all(dir).expect("mkdir");
@@ -210,7 +215,8 @@ impl TestNvim {
             .and_then(Value::as_i64)
             .expect("channel id");
         test.exec(&format!(
-            "for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice'}}) do
+            "vim.g.loopr_test_channel = {channel}
+             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice'}}) do
                vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
                  vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
                end }})
@@ -240,10 +246,20 @@ impl TestNvim {
         let _: serde_json::Value = self.lua(&format!("{code}\nreturn vim.NIL")).await;
     }
 
-    /// Runs an Ex command; returns its error message, if any.
+    /// Runs an Ex command; returns its error, if any: a Vim/Lua error, or the error messages
+    /// Loopr showed meanwhile (they go through a vim.notify that records them and passes them
+    /// on to Neovim's own).
     pub async fn command(&self, command: &str) -> Option<String> {
         let code = format!(
-            "local ok, err = pcall(vim.cmd, {command:?}) return ok and vim.NIL or tostring(err)"
+            "local errors, stock = {{}}, vim.notify
+             vim.notify = function(msg, level, opts)
+               if level == vim.log.levels.ERROR then table.insert(errors, msg) end
+               pcall(stock, msg, level, opts)
+             end
+             local ok, err = pcall(vim.cmd, {command:?})
+             vim.notify = stock
+             if not ok then return tostring(err) end
+             return #errors > 0 and table.concat(errors, '\\n') or vim.NIL"
         );
         self.lua::<Option<String>>(&code).await
     }
@@ -325,6 +341,61 @@ impl TestNvim {
             .wait_event("LooprLoopUpdated", |data| data["status"] == "running")
             .await;
         running["id"].as_str().expect("loop id").to_owned()
+    }
+
+    /// Attaches a UI of `width`×`height` cells, so Neovim draws a screen and message display
+    /// behaves as for a user (hit-enter prompts included). Its `redraw` notifications are
+    /// ignored by the test's handler.
+    pub async fn attach_ui(&self, width: i64, height: i64) {
+        let mut options = nvim_rs::UiAttachOptions::new();
+        options.set_linegrid_external(true);
+        tokio::time::timeout(WAIT, self.nvim.ui_attach(width, height, &options))
+            .await
+            .expect("ui_attach answered")
+            .expect("ui_attach");
+    }
+
+    /// `nvim_get_mode()`: the mode and whether Neovim blocks waiting for input (a hit-enter or
+    /// other prompt). Answered even while Neovim is blocked.
+    pub async fn mode(&self) -> (String, bool) {
+        let pairs = tokio::time::timeout(WAIT, self.nvim.get_mode())
+            .await
+            .expect("nvim_get_mode answered")
+            .expect("nvim_get_mode");
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key.as_str() == Some(name))
+                .map(|(_, value)| value.clone())
+        };
+        let mode = field("mode")
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let blocking = field("blocking")
+            .and_then(|value| value.as_bool())
+            .unwrap_or_default();
+        (mode, blocking)
+    }
+
+    /// Types `keys` (as `nvim_input`) and returns once Neovim has processed them, panicking
+    /// with the screen state if Neovim is stuck at a prompt instead.
+    pub async fn type_keys(&self, keys: &str) {
+        self.nvim.input(keys).await.expect("nvim_input");
+        // A regular request is served only after the typed keys, and not at all while a
+        // prompt blocks Neovim; nvim_get_mode is served even then.
+        let served = tokio::time::timeout(Duration::from_secs(5), self.nvim.eval("0")).await;
+        let (mode, blocking) = self.mode().await;
+        assert!(
+            served.is_ok() && !blocking,
+            "Neovim is blocked at a prompt (mode {mode:?}, blocking {blocking}) after typing {keys:?}"
+        );
+    }
+
+    /// Moves events that arrived so far into `events_seen`, without waiting.
+    pub fn poll_events(&mut self) {
+        while let Ok(event) = self.events.try_recv() {
+            self.seen.push(event);
+        }
     }
 
     pub fn log_text(&self) -> String {
