@@ -123,6 +123,16 @@ impl LoopContext {
         }
     }
 
+    /// Stores the run's state (`run.json`), which a restarted host resumes from.
+    pub(super) async fn save_run_state(&self, state: &impl Serialize) -> Result<(), LoopError> {
+        let json = serde_json::to_vec(state).map_err(|err| LoopError::Artifact {
+            kind: "run state",
+            source: std::io::Error::other(err),
+        })?;
+        self.write_file("run state", self.layout.run_state(&self.record.id), json)
+            .await
+    }
+
     /// Writes `bytes` to `path` atomically, off the async threads.
     pub(super) async fn write_file(
         &self,
@@ -662,15 +672,5 @@ fn previous_artifact(context: &LoopContext, kind: ArtifactKind) -> Option<Value>
 }
 
 async fn save_state(context: &LoopContext, state: &RunState) -> Result<(), LoopError> {
-    let json = serde_json::to_vec(state).map_err(|err| LoopError::Artifact {
-        kind: "run state",
-        source: std::io::Error::other(err),
-    })?;
-    context
-        .write_file(
-            "run state",
-            context.layout.run_state(&context.record.id),
-            json,
-        )
-        .await
+    context.save_run_state(state).await
 }

@@ -446,22 +446,13 @@ async fn save_state(
     state: &CodeRunState,
     messages: &[Message],
 ) -> Result<(), LoopError> {
-    let json = serde_json::to_vec(&StoredCodeRun {
-        iteration: state.iteration,
-        messages,
-        passed: state.passed,
-        allowance_from: state.allowance_from,
-    })
-    .map_err(|err| LoopError::Artifact {
-        kind: "run state",
-        source: std::io::Error::other(err),
-    })?;
     context
-        .write_file(
-            "run state",
-            context.layout.run_state(&context.record.id),
-            json,
-        )
+        .save_run_state(&StoredCodeRun {
+            iteration: state.iteration,
+            messages,
+            passed: state.passed,
+            allowance_from: state.allowance_from,
+        })
         .await
 }
 
