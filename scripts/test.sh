@@ -4,6 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The command sandbox's tests run under bubblewrap where it can be installed (they say why
+# they skip where it cannot).
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing bubblewrap (apt-get)"
+    { apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } ||
+      echo "could not install bubblewrap; the bubblewrap sandbox tests will skip"
+  else
+    echo "bubblewrap (bwrap) is missing; the bubblewrap sandbox tests will skip (apt install bubblewrap)"
+  fi
+fi
+
 LOOPR_TEST_NVIM=$(scripts/ensure-nvim.sh)
 export LOOPR_TEST_NVIM
 echo "Neovim: $("$LOOPR_TEST_NVIM" --version | head -n 1) ($LOOPR_TEST_NVIM)"

@@ -81,6 +81,13 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Say which sandbox commands run in here (exit 0), or why there is none and how to get
+    /// one (exit 1); `:checkhealth loopr` asks this.
+    Sandbox {
+        /// Settings as JSON, as for `loopr plan` (only `sandbox` matters).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
     /// Print the loops of a project.
     Status {
         /// The project root (default: the current directory).
@@ -137,6 +144,24 @@ fn main() -> ExitCode {
         } => run_code(credentials, &phase, yes, root, &settings),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
+        }
+        Command::Sandbox { settings } => {
+            return match parse_settings(&settings).and_then(|settings| {
+                loopr::tools::Sandbox::new(&settings.sandbox).map_err(anyhow::Error::msg)
+            }) {
+                Ok(sandbox) => {
+                    println!("{}", sandbox.describe());
+                    if sandbox.is_confined() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(err) => {
+                    eprintln!("loopr: {err:#}");
+                    ExitCode::from(2)
+                }
+            };
         }
         Command::HasState { root } => {
             return match loopr_home().and_then(|home| loopr::cli::has_state(&home, &root)) {

@@ -276,3 +276,221 @@ async fn a_validation_command_on_the_deny_list_never_runs() {
     );
     assert!(!dirs.project.join("ran").exists());
 }
+
+/// The settings that run commands under `mechanism` ("bubblewrap"), or `None` with the
+/// reason it cannot run here (printed, and the test skipped).
+fn sandbox_settings(mechanism: &str) -> Result<String, String> {
+    let settings = format!(
+        r#"{{"plan_review_passes": 0, "spec_review": false, "code_max_iterations": 1,
+            "sandbox": {{"mode": "{mechanism}"}}}}"#
+    );
+    let probe = std::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
+        .args(["sandbox", "--settings", &settings])
+        .output()
+        .expect("run loopr sandbox");
+    if probe.status.success() {
+        Ok(settings)
+    } else {
+        Err(String::from_utf8_lossy(&probe.stderr).trim().to_owned())
+    }
+}
+
+fn run_command_call(id: &str, command: &str) -> (String, Value) {
+    (id.to_owned(), json!({ "command": command }))
+}
+
+async fn sandboxed_commands_are_confined(mechanism: &str) {
+    let settings = match sandbox_settings(mechanism) {
+        Ok(settings) => settings,
+        Err(why) => {
+            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
+            return;
+        }
+    };
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_with(&fake, &dirs, "true").await;
+    // Outside the project and outside /tmp (which the sandbox replaces), in this test's own
+    // directory under the build's temporary directory.
+    let canary_home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("canary dir");
+    let canary = canary_home.path().join("canary");
+    std::fs::create_dir_all(&canary).expect("canary");
+    std::fs::write(canary.join("keep.txt"), "keep\n").expect("canary file");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let canary_path = canary.display();
+    let calls = [
+        run_command_call(
+            "rm",
+            &format!("rm -rf {canary_path}; echo new > {canary_path}/new.txt"),
+        ),
+        run_command_call("inside", "echo inside > inside.txt && cat inside.txt"),
+        run_command_call("env", "env"),
+        run_command_call(
+            "environ",
+            "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null | grep -c API_KEY; true",
+        ),
+        run_command_call(
+            "net",
+            &format!(
+                "bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo connected || echo refused"
+            ),
+        ),
+        run_command_call(
+            "fork",
+            "(setsid sh -c 'sleep 1001.25 & echo background' &); echo launched",
+        ),
+    ];
+    let mut turn = TurnBuilder::new();
+    for (id, input) in &calls {
+        turn = turn.tool_use(id, "run_command", input.clone());
+    }
+    fake.push_routed(code_route(), turn.reply());
+    let (done, release) = TurnBuilder::new()
+        .tool_use("done", "complete_phase", json!({"summary": "checked"}))
+        .reply()
+        .held();
+    fake.push_routed(code_route(), done);
+    let requests_before = fake.requests().len();
+
+    let mut run = tokio::spawn(
+        scenario::loopr_command(
+            &dirs,
+            &fake,
+            &["run", "print-version", "--yes", "--settings", &settings],
+        )
+        .env("LOOPR_TEST_SECRET_TOKEN", "must-not-leak")
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output(),
+    );
+    let requests = tokio::select! {
+        requests = fake.wait_for_requests(requests_before + 2) => requests,
+        ended = &mut run => panic!("loopr run ended before the commands ran: {ended:?}"),
+    };
+    // Every call of the turn has returned: nothing the commands started may still run.
+    assert_eq!(
+        nvim::processes_running(&["sleep", "1001.25"]),
+        Vec::<i32>::new(),
+        "a setsid, double-forked child outlived its command"
+    );
+    release.notify_one();
+    let output = run.await.expect("join").expect("run loopr");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let results = tool_results(&requests[requests_before + 1].body);
+    let result = |index: usize| {
+        (
+            results[index]["content"].as_str().expect("text").to_owned(),
+            results[index]["is_error"] == true,
+        )
+    };
+    let (refused, is_error) = result(0);
+    assert!(is_error, "{refused}");
+    assert!(
+        refused.contains("the sandbox refused writing outside the project root"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(canary.join("keep.txt")).expect("the canary survives"),
+        "keep\n"
+    );
+    assert!(!canary.join("new.txt").exists());
+    let (inside, is_error) = result(1);
+    assert!(!is_error && inside.contains("inside"), "{inside}");
+    assert_eq!(
+        std::fs::read_to_string(dirs.project.join("inside.txt")).expect("written inside"),
+        "inside\n"
+    );
+    let (environment, _) = result(2);
+    assert!(environment.contains("PATH="), "{environment}");
+    for secret in [
+        "ANTHROPIC_API_KEY",
+        "LOOPR_TEST_SECRET_TOKEN",
+        "must-not-leak",
+        nvim::API_KEY,
+    ] {
+        assert!(
+            !environment.contains(secret),
+            "{secret} reached a command:\n{environment}"
+        );
+    }
+    let (environ, _) = result(3);
+    assert!(
+        environ.contains("exit status 0") && environ.contains("\n0\n"),
+        "{environ}"
+    );
+    let (network, _) = result(4);
+    assert!(network.contains("refused"), "{network}");
+    assert!(
+        matches!(listener.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "a command reached a loopback listener with the network off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bubblewrap_confines_files_network_environment_and_processes() {
+    sandboxed_commands_are_confined("bubblewrap").await;
+}
+
+async fn no_command_outlives_a_killed_host(mechanism: &str) {
+    let settings = match sandbox_settings(mechanism) {
+        Ok(settings) => settings,
+        Err(why) => {
+            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
+            return;
+        }
+    };
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_with(&fake, &dirs, "true").await;
+    let fifo = dirs.project.join("started.fifo");
+    let path = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    fake.push_routed(
+        code_route(),
+        TurnBuilder::new()
+            .tool_use(
+                "long",
+                "run_command",
+                json!({"command": "(setsid sleep 1002.5 &); sleep 1002.75 & echo up > started.fifo; wait"}),
+            )
+            .reply(),
+    );
+    let mut host = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &["run", "print-version", "--yes", "--settings", &settings],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("spawn loopr run");
+    // The command's write meets this read: the command and what it started are running.
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
+        .await
+        .expect("join")
+        .expect("read the fifo");
+    let started = nvim::descendants(i32::try_from(host.id().expect("pid")).expect("pid"));
+    assert!(!started.is_empty(), "the command runs");
+    host.start_kill().expect("SIGKILL the host");
+    host.wait().await.expect("wait");
+    for pid in started {
+        nvim::wait_for_exit(pid).await;
+    }
+    assert_eq!(
+        nvim::processes_running(&["sleep", "1002.5"]),
+        Vec::<i32>::new(),
+        "the setsid child survived"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_bubblewrap_no_command_outlives_a_killed_host() {
+    no_command_outlives_a_killed_host("bubblewrap").await;
+}

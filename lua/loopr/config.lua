@@ -10,6 +10,13 @@
 ---@field edit loopr.ApprovalMode Replacing text in a file.
 ---@field command loopr.ApprovalMode Running a shell command.
 
+---@class loopr.Sandbox
+---@field mode "auto"|"bubblewrap"|"landlock"|"off" Which sandbox commands run in.
+---@field writable string[] Paths commands may write besides the project and /tmp.
+---@field network boolean Whether commands may use the network.
+---@field allow_git boolean Whether commands may write the project's .git.
+---@field env string[] Environment variables passed to commands besides the defaults.
+
 ---@class loopr.Config
 ---@field bin string|nil Path to the host binary; nil means auto-detect.
 ---@field model string
@@ -36,6 +43,7 @@
 ---@field allow_commands string[]
 ---@field deny_commands string[]|nil nil: the host's default list.
 ---@field secret_patterns string[]|nil nil: the host's default list.
+---@field sandbox loopr.Sandbox
 
 ---@class loopr.Opts
 ---@field bin? string
@@ -63,6 +71,7 @@
 ---@field allow_commands? string[]
 ---@field deny_commands? string[]
 ---@field secret_patterns? string[]
+---@field sandbox? {mode?: "auto"|"bubblewrap"|"landlock"|"off", writable?: string[], network?: boolean, allow_git?: boolean, env?: string[]}
 
 local M = {}
 
@@ -136,6 +145,30 @@ local function map_of(keys, check)
   end
 end
 
+---A table whose keys are among `fields`, each value accepted by its field's check.
+---@param fields table<string, fun(v: any): boolean>
+---@return fun(v: any): boolean
+local function record_of(fields)
+  return function(v)
+    if type(v) ~= 'table' then
+      return false
+    end
+    for key, item in pairs(v) do
+      local check = fields[key]
+      if not check or not check(item) then
+        return false
+      end
+    end
+    return true
+  end
+end
+
+---@param v any
+---@return boolean
+local function is_boolean(v)
+  return type(v) == 'boolean'
+end
+
 ---@param v any
 ---@return fun(): any
 local function const(v)
@@ -195,6 +228,19 @@ local spec = {
   -- nil: the host's defaults apply (they are not repeated here).
   deny_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const(nil) },
   secret_patterns = { expect = 'a list of globs', check = list_of(nonempty_string), default = const(nil) },
+  sandbox = {
+    expect = 'a table with keys mode ("auto", "bubblewrap", "off"), writable (a list of absolute '
+      .. 'paths), network (a boolean), allow_git (a boolean), env (a list of variable names)',
+    check = record_of({
+      mode = one_of({ 'auto', 'bubblewrap', 'landlock', 'off' }),
+      writable = list_of(nonempty_string),
+      network = is_boolean,
+      allow_git = is_boolean,
+      env = list_of(nonempty_string),
+    }),
+    default = const({ mode = 'auto', writable = {}, network = false, allow_git = false, env = {} }),
+    merge = true,
+  },
 }
 
 ---@type loopr.Opts
@@ -340,6 +386,7 @@ function M.settings()
     validation_timeout_secs = c.validation_timeout_secs,
     command_timeout_secs = c.command_timeout_secs,
     approvals = approvals,
+    sandbox = c.sandbox,
     allow_commands = c.allow_commands,
     deny_commands = c.deny_commands,
     secret_patterns = c.secret_patterns,

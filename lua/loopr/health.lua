@@ -83,6 +83,28 @@ local function check_storage()
 end
 
 ---Run all checks.
+---Which sandbox commands run in, as the host binary says (it decides, not Lua).
+local function check_sandbox()
+  local bin = require('loopr.host').resolve_bin()
+  if not bin then
+    health.warn('cannot tell: the host binary is missing (see above)')
+    return
+  end
+  local settings = vim.json.encode({ sandbox = require('loopr.config').get().sandbox })
+  local ok, res = pcall(function()
+    return vim.system({ bin, 'sandbox', '--settings', settings }, { text = true }):wait(5000)
+  end)
+  if not ok then
+    health.error(('`%s sandbox` could not run: %s'):format(bin, res))
+  elseif res.code == 0 then
+    health.ok('commands run in a sandbox: ' .. vim.trim(res.stdout or ''))
+  elseif res.code == 1 then
+    health.warn('commands run unsandboxed and are always asked about', { vim.trim(res.stdout or '') })
+  else
+    health.error('the sandbox settings are invalid', { vim.trim(res.stderr or '') })
+  end
+end
+
 function M.check()
   health.start('loopr: Neovim')
   check_neovim()
@@ -92,6 +114,8 @@ function M.check()
   check_env()
   health.start('loopr: storage')
   check_storage()
+  health.start('loopr: sandbox')
+  check_sandbox()
 end
 
 return M

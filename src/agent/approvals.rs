@@ -55,6 +55,8 @@ impl ApprovalSettings {
 /// One loop's approvals.
 pub struct PolicyApprover {
     settings: ApprovalSettings,
+    /// Whether commands run in a sandbox; if not, every command is asked about.
+    commands_confined: bool,
     allowed_commands: Vec<Regex>,
     accepted_kinds: Mutex<HashSet<ChangeKind>>,
     asker: Arc<dyn Approver>,
@@ -62,9 +64,12 @@ pub struct PolicyApprover {
 
 impl PolicyApprover {
     /// `allow_commands` are regular expressions; a command matching one runs without asking.
+    /// Without `commands_confined` (no sandbox), commands are always asked about: neither
+    /// "auto", the allow-list nor "accept all" lets one run unseen.
     pub fn new(
         settings: ApprovalSettings,
         allow_commands: &[String],
+        commands_confined: bool,
         asker: Arc<dyn Approver>,
     ) -> Result<PolicyApprover, String> {
         let allowed_commands = allow_commands
@@ -76,6 +81,7 @@ impl PolicyApprover {
             .collect::<Result<_, _>>()?;
         Ok(PolicyApprover {
             settings,
+            commands_confined,
             allowed_commands,
             accepted_kinds: Mutex::new(HashSet::new()),
             asker,
@@ -99,6 +105,9 @@ impl PolicyApprover {
     }
 
     fn accepted_without_asking(&self, request: &ApprovalRequest) -> bool {
+        if request.kind == ChangeKind::Command && !self.commands_confined {
+            return false;
+        }
         if self.settings.mode(request.kind) == ApprovalMode::Auto {
             return true;
         }
@@ -233,6 +242,7 @@ mod tests {
         let policy = PolicyApprover::new(
             ApprovalSettings::default(),
             &["cargo test( -q)?".to_owned()],
+            true,
             Arc::new(crate::tools::AcceptAll),
         )
         .expect("policy");
@@ -256,6 +266,7 @@ mod tests {
         let policy = PolicyApprover::new(
             ApprovalSettings::default(),
             &["cargo test.*".to_owned()],
+            true,
             asker.clone(),
         )
         .expect("policy");

@@ -19,7 +19,7 @@ use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
     ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolRegistry, parse_input,
-    run_recorded,
+    run_recorded, unsandboxed_note,
 };
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
@@ -262,7 +262,10 @@ async fn validate(
         kind: ChangeKind::Command,
         tool: "validation",
         subject: command.clone(),
-        detail: format!("$ {command}\n(the phase's validation command, in the project root)"),
+        detail: format!(
+            "$ {command}\n(the phase's validation command, in the project root){}",
+            unsandboxed_note(&context.policy.sandbox)
+        ),
     };
     match context.approver.decide(request, &context.cancel).await {
         Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
@@ -321,8 +324,15 @@ async fn validate(
             output.status
         )
     } else {
+        let refusal = context
+            .policy
+            .sandbox
+            .explain_refusal(&output)
+            .map(|refusal| format!(" Note: {refusal}."))
+            .unwrap_or_default();
         format!(
-            "Validation failed: `{command}` ({}). Fix the failures and call {COMPLETE_PHASE} again.\n{}",
+            "Validation failed: `{command}` ({}).{refusal} Fix the failures and call \
+             {COMPLETE_PHASE} again.\n{}",
             output.status,
             tail(&output.to_string(), VALIDATION_TAIL)
         )

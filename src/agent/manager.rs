@@ -628,6 +628,7 @@ impl LoopManager {
             PolicyApprover::new(
                 settings.approvals.clone(),
                 &settings.allow_commands,
+                policy.sandbox.is_confined(),
                 self.shared.approver.clone(),
             )
             .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
-use crate::tools::{AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
+use crate::tools::{
+    AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
+    ToolPolicy,
+};
 
 /// Per-request settings from the user's configuration; every field has a default so a shell
 /// may send only what the user changed. A loop keeps the settings it started with (they are
@@ -44,6 +47,8 @@ pub struct LoopSettings {
     pub command_timeout_secs: u64,
     /// Whether loops may fetch web pages (`web_fetch`); off unless enabled.
     pub web_fetch: bool,
+    /// The sandbox commands run in.
+    pub sandbox: SandboxSettings,
 }
 
 impl Default for LoopSettings {
@@ -73,6 +78,7 @@ impl Default for LoopSettings {
                 .collect(),
             command_timeout_secs: 120,
             web_fetch: false,
+            sandbox: SandboxSettings::default(),
         }
     }
 }
@@ -103,6 +109,7 @@ impl LoopSettings {
         PolicyApprover::new(
             self.approvals.clone(),
             &self.allow_commands,
+            true,
             Arc::new(AcceptAll),
         )?;
         if self.plan_review_passes > 5 {
@@ -126,11 +133,12 @@ impl LoopSettings {
 
     /// What tools may never do under these settings.
     pub fn tool_policy(&self) -> Result<ToolPolicy, String> {
-        ToolPolicy::new(
+        let policy = ToolPolicy::new(
             &self.secret_patterns,
             &self.deny_commands,
             Duration::from_secs(self.command_timeout_secs),
-        )
+        )?;
+        Ok(policy.with_sandbox(Sandbox::new(&self.sandbox)?))
     }
 
     pub fn validation_timeout(&self) -> Duration {

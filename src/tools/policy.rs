@@ -2,10 +2,13 @@
 //! written, and denied commands never run.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use regex::Regex;
+
+use super::sandbox::Sandbox;
 
 pub const DEFAULT_SECRET_PATTERNS: [&str; 3] = [".env*", "*.pem", "id_*"];
 
@@ -22,6 +25,8 @@ pub struct ToolPolicy {
     secret_files: GlobSet,
     denied_commands: Vec<Regex>,
     pub command_timeout: Duration,
+    /// Where commands run.
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl Default for ToolPolicy {
@@ -41,6 +46,7 @@ impl Default for ToolPolicy {
                 secret_files: GlobSet::empty(),
                 denied_commands: Vec::new(),
                 command_timeout: Duration::from_secs(120),
+                sandbox: Arc::new(Sandbox::unconfined("no sandbox configured")),
             }
         })
     }
@@ -75,7 +81,16 @@ impl ToolPolicy {
             secret_files,
             denied_commands,
             command_timeout,
+            sandbox: Arc::new(Sandbox::unconfined("no sandbox configured")),
         })
+    }
+
+    /// The policy with commands run in `sandbox`.
+    pub fn with_sandbox(self, sandbox: Sandbox) -> ToolPolicy {
+        ToolPolicy {
+            sandbox: Arc::new(sandbox),
+            ..self
+        }
     }
 
     /// The secret pattern `path`'s file name matches, if any.

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::sandbox::Sandbox;
 use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input, run_recorded};
 use crate::schema::input_schema_for;
 
@@ -72,6 +73,7 @@ impl Tool for RunCommandTool {
             .filter(|secs| secs.is_finite() && *secs > 0.0)
             .map(|secs| Duration::from_secs_f64(secs.min(MAX_TIMEOUT_SECS)))
             .unwrap_or(context.policy.command_timeout);
+        let sandbox = &context.policy.sandbox;
         context
             .approve(ApprovalRequest {
                 loop_id: String::new(),
@@ -79,14 +81,28 @@ impl Tool for RunCommandTool {
                 tool: "run_command",
                 subject: input.command.clone(),
                 detail: format!(
-                    "$ {}\n(in {})",
+                    "$ {}\n(in {}){}",
                     input.command,
-                    context.root.relative_display(&cwd)
+                    context.root.relative_display(&cwd),
+                    unsandboxed_note(sandbox)
                 ),
             })
             .await?;
         let output = run_recorded(context, &input.command, &cwd, timeout).await?;
-        Ok(output.to_string())
+        match sandbox.explain_refusal(&output) {
+            // An error result, so the model sees at once that it must work another way.
+            Some(refusal) => Err(ToolError::Denied(format!("{refusal}\n{output}"))),
+            None => Ok(output.to_string()),
+        }
+    }
+}
+
+/// The line an approval request for a command gets when nothing confines it.
+pub fn unsandboxed_note(sandbox: &Sandbox) -> String {
+    if sandbox.is_confined() {
+        String::new()
+    } else {
+        format!("\nUNSANDBOXED: {}", sandbox.describe())
     }
 }
 
@@ -116,29 +132,26 @@ impl std::fmt::Display for CommandOutput {
     }
 }
 
-/// Runs `command` with `sh -c` in `cwd`, in its own process group, which is killed with
-/// everything in it on timeout or cancel, and also once the shell exits.
+/// Runs `command` with `sh -c` in `cwd` inside `sandbox` (confined to `root`), in its own
+/// process group, which is killed with everything in it on timeout or cancel, and also once
+/// the shell exits. (The sandbox's PID namespace also takes what left the group.)
 pub async fn run_shell(
     command: &str,
     cwd: &std::path::Path,
     timeout: Duration,
     cancel: &tokio_util::sync::CancellationToken,
+    sandbox: &Sandbox,
+    root: &std::path::Path,
 ) -> Result<CommandOutput, ToolError> {
     let spawn_error = |err: std::io::Error| ToolError::File {
         path: "(command)".to_owned(),
-        message: format!("could not start sh: {err}"),
+        message: format!("could not start the command: {err}"),
     };
-    let mut process = tokio::process::Command::new("sh");
+    let mut process = sandbox.command(command, cwd, root);
     process
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // The model reads the output; the key must not be one `env` away.
-        .env_remove("ANTHROPIC_API_KEY")
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     // Its own process group, so a timeout or cancel kills everything it started.
     #[cfg(unix)]
     process.process_group(0);

@@ -141,7 +141,15 @@ pub async fn run_recorded(
             None
         }
     };
-    let output = run_shell(command, cwd, timeout, &context.cancel).await;
+    let output = run_shell(
+        command,
+        cwd,
+        timeout,
+        &context.cancel,
+        &context.policy.sandbox,
+        context.root.path(),
+    )
+    .await;
     if let Some(before) = before {
         let journal = context.journal.clone();
         let recorded = tokio::task::spawn_blocking(move || {

@@ -684,7 +684,7 @@ async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_s
         tool_turn(
             "slow",
             "run_command",
-            json!({"command": "sleep 1000 & echo $! > child.pid; echo go > ready.fifo; wait"}),
+            json!({"command": "sleep 1000 & echo go > ready.fifo; wait"}),
         ),
     );
     assert_eq!(editor.command("LooprRun print-version").await, None);
@@ -699,17 +699,18 @@ async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_s
         "go\n"
     );
 
+    // Host-side pids: inside the sandbox's PID namespace the command's own are other numbers.
+    let host: i32 = editor.lua("return require('loopr.host').pid()").await;
+    let started = crate::nvim::descendants(host);
+    assert!(!started.is_empty(), "the command runs");
     assert_eq!(
         editor.command(&format!("LooprCancel {code_id}")).await,
         None
     );
     editor.wait_status(&code_id, "cancelled").await;
-    let pid: i32 = std::fs::read_to_string(editor.dirs.project.join("child.pid"))
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("number");
-    crate::nvim::wait_for_exit(pid).await;
+    for pid in started {
+        crate::nvim::wait_for_exit(pid).await;
+    }
     editor.quit().await;
 }
 
@@ -752,5 +753,52 @@ async fn cancelling_while_a_change_waits_for_approval_closes_the_prompt_and_writ
         .await;
     assert!(!still_open);
     assert!(!editor.dirs.project.join("src/new.rs").exists());
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_sandbox_every_command_is_asked_about_and_says_unsandboxed() {
+    let fake = FakeAnthropic::start().await;
+    // Commands on "auto", and the command allow-listed: a sandbox-less machine still asks.
+    let mut editor = planned_editor(
+        &fake,
+        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' },
+           allow_commands = { 'echo hi' }, sandbox = { mode = 'off' } }",
+        "true",
+    )
+    .await;
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("hi", "run_command", json!({"command": "echo hi"}))
+            .tool_use("done", "complete_phase", json!({"summary": "said hi"}))
+            .reply(),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let code_id = code_loop_id(&mut editor).await;
+    for subject in ["echo hi", "true"] {
+        let asked = editor
+            .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
+            .await;
+        assert_eq!(asked["subject"], subject);
+        let text: String = editor
+            .lua(&format!(
+                "local buf = vim.fn.bufnr('loopr://approval/{}')
+                 return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\\n')",
+                asked["id"]
+            ))
+            .await;
+        assert!(
+            text.contains("UNSANDBOXED") && text.contains("sandbox.mode"),
+            "{text}"
+        );
+        editor
+            .exec(&format!(
+                "require('loopr.approvals').answer({}, 'accept_all')",
+                asked["id"]
+            ))
+            .await;
+    }
+    editor.wait_status(&code_id, "complete").await;
     editor.quit().await;
 }

@@ -120,6 +120,23 @@ async fn checkhealth_reports_binary_version_key_and_state_dir_without_the_key() 
         "{report}"
     );
     assert!(!report.contains("ERROR"), "{report}");
+    // The host binary says which sandbox commands run in, or that there is none and why.
+    assert!(
+        report.contains("commands run in a sandbox: bubblewrap")
+            || report.contains("commands run unsandboxed and are always asked about"),
+        "{report}"
+    );
+    editor.quit().await;
+
+    let editor = start_editor(&fake, "{ sandbox = { mode = 'off' } }").await;
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    let report: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        report.contains("unsandboxed") && report.contains("sandbox.mode = \"auto\""),
+        "{report}"
+    );
     editor.quit().await;
 }
 

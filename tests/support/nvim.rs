@@ -427,3 +427,44 @@ pub async fn wait_for_exit(pid: i32) {
         .expect("the host exits")
         .expect("pidfd readable");
 }
+
+/// Processes of this machine whose command line is exactly `words`.
+pub fn processes_running(words: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|word| [word.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| cmdline == wanted)
+        })
+        .collect()
+}
+
+/// Every process below `pid` now (children, their children, ...), from /proc.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| {
+            let child = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            // "pid (comm) state ppid ...": the name may hold spaces and parentheses.
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            let parent = after_name.split_whitespace().nth(1)?.parse::<i32>().ok()?;
+            Some((child, parent))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (child, _) in parents.iter().filter(|(_, of)| *of == parent) {
+            found.push(*child);
+            frontier.push(*child);
+        }
+    }
+    found
+}

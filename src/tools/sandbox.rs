@@ -1,0 +1,262 @@
+//! The operating-system sandbox every command a loop runs (`run_command`, the phase's
+//! validation command) runs in. The deny-list is a tripwire; this is the guarantee:
+//!
+//! - files: everything read-only but the project root (its `.git` read-only unless
+//!   `allow_git`), a private `/tmp`, and the `writable` paths of the settings;
+//! - network: none unless `network`;
+//! - processes: a PID namespace of its own (with its own `/proc`), so every descendant is
+//!   gone when the command ends, times out, is cancelled or its host dies;
+//! - environment: an allow-list, never a variable that looks like a secret.
+//!
+//! Mechanisms, best first: bubblewrap (`bwrap`), Landlock with namespaces, none. Without one,
+//! commands are still run (with the environment allow-list) but never approved without
+//! asking, and the request says so.
+
+mod bubblewrap;
+mod environment;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+pub use environment::{command_environment, looks_secret};
+
+use super::run_command::CommandOutput;
+
+const INSTALL_REMEDY: &str = "install bubblewrap (Debian, Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap) \
+     to confine them";
+
+/// Which mechanism to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// The best one available.
+    #[default]
+    Auto,
+    Bubblewrap,
+    Landlock,
+    /// No sandbox: every command is asked about, whatever the approval settings.
+    Off,
+}
+
+/// `sandbox = { ... }` of the settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSettings {
+    pub mode: SandboxMode,
+    /// Paths commands may write besides the project root and their `/tmp` (absolute, or
+    /// starting with `~/`), e.g. a cargo or npm cache.
+    pub writable: Vec<String>,
+    /// Whether commands may use the network.
+    pub network: bool,
+    /// Whether commands may write the project's `.git`.
+    pub allow_git: bool,
+    /// Environment variables passed to commands besides the default allow-list (never one
+    /// that looks like a secret).
+    pub env: Vec<String>,
+}
+
+impl SandboxSettings {
+    /// The writable paths, `~/` expanded; an error names a path that is not absolute.
+    pub fn writable_paths(&self) -> Result<Vec<PathBuf>, String> {
+        self.writable
+            .iter()
+            .map(|path| {
+                let expanded = match path.strip_prefix("~/") {
+                    Some(rest) => std::env::var_os("HOME")
+                        .map(|home| PathBuf::from(home).join(rest))
+                        .ok_or_else(|| format!("sandbox.writable {path:?}: HOME is not set"))?,
+                    None => PathBuf::from(path),
+                };
+                if expanded.is_absolute() {
+                    Ok(expanded)
+                } else {
+                    Err(format!(
+                        "sandbox.writable {path:?} is not an absolute path (or ~/...)"
+                    ))
+                }
+            })
+            .collect()
+    }
+}
+
+/// How commands are confined on this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    Bubblewrap {
+        bwrap: PathBuf,
+    },
+    Landlock,
+    /// Commands run unconfined, for this reason; `remedy` says how to get a sandbox.
+    Unconfined {
+        reason: String,
+        remedy: String,
+    },
+}
+
+/// The sandbox commands of one loop run in.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    mechanism: Mechanism,
+    writable: Vec<PathBuf>,
+    network: bool,
+    allow_git: bool,
+    environment: Vec<(OsString, OsString)>,
+}
+
+impl Sandbox {
+    /// The sandbox `settings` ask for, on this machine. An explicit mechanism that is not
+    /// available is an error naming how to get it.
+    pub fn new(settings: &SandboxSettings) -> Result<Sandbox, String> {
+        let mechanism = match settings.mode {
+            SandboxMode::Off => Mechanism::Unconfined {
+                reason: "the sandbox is off (sandbox.mode = \"off\")".to_owned(),
+                remedy: "set sandbox.mode = \"auto\" to confine them".to_owned(),
+            },
+            SandboxMode::Bubblewrap => match bubblewrap::available() {
+                Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
+                Err(why) => {
+                    return Err(format!(
+                        "sandbox.mode = \"bubblewrap\", but {why}; install bubblewrap (Debian, \
+                         Ubuntu: apt install bubblewrap) or use sandbox.mode = \"auto\""
+                    ));
+                }
+            },
+            SandboxMode::Landlock => {
+                return Err(
+                    "sandbox.mode = \"landlock\" is not available in this build; use \"auto\""
+                        .to_owned(),
+                );
+            }
+            SandboxMode::Auto => detect(),
+        };
+        Ok(Sandbox {
+            mechanism,
+            writable: settings.writable_paths()?,
+            network: settings.network,
+            allow_git: settings.allow_git,
+            environment: command_environment(&settings.env),
+        })
+    }
+
+    /// No confinement, with the environment allow-list (for tests of the tools themselves).
+    pub fn unconfined(reason: &str) -> Sandbox {
+        Sandbox {
+            mechanism: Mechanism::Unconfined {
+                reason: reason.to_owned(),
+                remedy: INSTALL_REMEDY.to_owned(),
+            },
+            writable: Vec::new(),
+            network: true,
+            allow_git: true,
+            environment: command_environment(&[]),
+        }
+    }
+
+    pub fn mechanism(&self) -> &Mechanism {
+        &self.mechanism
+    }
+
+    pub fn is_confined(&self) -> bool {
+        !matches!(self.mechanism, Mechanism::Unconfined { .. })
+    }
+
+    /// One line for the user: which sandbox, or why there is none and how to get one.
+    pub fn describe(&self) -> String {
+        match &self.mechanism {
+            Mechanism::Bubblewrap { bwrap } => format!(
+                "bubblewrap ({}): files read-only but the project{}, a private /tmp{}; network {}; \
+                 own PID namespace",
+                bwrap.display(),
+                if self.allow_git { "" } else { " (not .git)" },
+                if self.writable.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} writable path(s)", self.writable.len())
+                },
+                if self.network { "on" } else { "off" },
+            ),
+            Mechanism::Landlock => "Landlock".to_owned(),
+            Mechanism::Unconfined { reason, remedy } => format!(
+                "none: {reason}; commands run with your full permissions and are always asked \
+                 about; {remedy}"
+            ),
+        }
+    }
+
+    /// The process that runs `sh -c <shell_command>` in `cwd`, confined to `root`.
+    pub fn command(&self, shell_command: &str, cwd: &Path, root: &Path) -> tokio::process::Command {
+        let mut command = match &self.mechanism {
+            Mechanism::Bubblewrap { bwrap } => {
+                bubblewrap::command(bwrap, self, shell_command, cwd, root)
+            }
+            Mechanism::Landlock | Mechanism::Unconfined { .. } => {
+                let mut command = tokio::process::Command::new("sh");
+                command.arg("-c").arg(shell_command).current_dir(cwd);
+                command.env_clear().envs(self.environment.iter().cloned());
+                command
+            }
+        };
+        command.kill_on_drop(true);
+        command
+    }
+
+    /// What the sandbox refused, if the failed command's output shows it ran into it, for the
+    /// model to adapt.
+    pub fn explain_refusal(&self, output: &CommandOutput) -> Option<String> {
+        if !self.is_confined() || output.succeeded() {
+            return None;
+        }
+        let text = format!("{}\n{}", output.stdout, output.stderr);
+        let mut refused = Vec::new();
+        if text.contains("Read-only file system") {
+            refused.push(format!(
+                "writing outside the project root: the sandbox makes everything read-only but \
+                 the project{}, /tmp and the paths the user allowed (sandbox.writable)",
+                if self.allow_git {
+                    ""
+                } else {
+                    " (its .git too)"
+                }
+            ));
+        }
+        const NETWORK_ERRORS: [&str; 5] = [
+            "Network is unreachable",
+            "Could not resolve host",
+            "Temporary failure in name resolution",
+            "Name or service not known",
+            "network is unreachable",
+        ];
+        if !self.network && NETWORK_ERRORS.iter().any(|error| text.contains(error)) {
+            refused.push(
+                "network access: commands have no network in the sandbox unless the user sets \
+                 sandbox.network = true"
+                    .to_owned(),
+            );
+        }
+        (!refused.is_empty()).then(|| format!("the sandbox refused {}", refused.join("; and ")))
+    }
+
+    fn environment(&self) -> &[(OsString, OsString)] {
+        &self.environment
+    }
+}
+
+/// The best mechanism here, probed once per process.
+fn detect() -> Mechanism {
+    static DETECTED: OnceLock<Mechanism> = OnceLock::new();
+    DETECTED
+        .get_or_init(|| match bubblewrap::available() {
+            Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
+            Err(why) => Mechanism::Unconfined {
+                reason: why,
+                remedy: INSTALL_REMEDY.to_owned(),
+            },
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests;
