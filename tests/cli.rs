@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use fake_anthropic::{FakeAnthropic, RecordedRequest, first_user_text};
 use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, run_loopr, spec_input, spec_route,
-    tool_results, tool_turn, valid_plan,
+    files_ending_with, phase_input, phase_route, plan_route, run_loopr, run_loopr_plan, spec_input,
+    spec_route, tool_results, tool_turn, valid_plan,
 };
 
 /// One rule break per loop: the model's first answer breaks it, the second is correct.
@@ -248,17 +248,7 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
     fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
-    let output = run_loopr(
-        &dirs,
-        &fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--settings",
-            r#"{"plan_review_passes": 0}"#,
-        ],
-    )
-    .await;
+    let output = run_loopr_plan(&dirs, &fake).await;
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("awaiting_approval"), "{stdout}");

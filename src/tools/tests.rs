@@ -47,6 +47,16 @@ async fn call(project: &Project, name: &str, input: Value) -> Result<String, Too
     tool.call(input, &project.context).await
 }
 
+/// `edit_file` of `path`, replacing `old` with `new`.
+async fn edit(project: &Project, path: &str, old: &str, new: &str) -> Result<String, ToolError> {
+    call(
+        project,
+        "edit_file",
+        json!({"path": path, "old_string": old, "new_string": new}),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn read_file_numbers_lines_and_pages() {
     let project = project();
@@ -321,29 +331,26 @@ async fn writes_through_a_symlink_that_leads_out_are_refused() {
 async fn edit_file_replaces_a_unique_string_and_reports_counts_otherwise() {
     let project = project();
     let main = project.context.root.path().join("src/main.rs");
-    let edited = call(&project, "edit_file", json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    run();\n    done();\n"}))
-        .await
-        .expect("edit");
+    let edited = edit(
+        &project,
+        "src/main.rs",
+        "    run();\n",
+        "    run();\n    done();\n",
+    )
+    .await
+    .expect("edit");
     assert_eq!(edited, "edited src/main.rs");
     assert_eq!(
         std::fs::read_to_string(&main).expect("read"),
         "fn main() {\n    run();\n    done();\n}\n\nfn run() {}\n"
     );
-    let twice = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/main.rs", "old_string": "run()", "new_string": "go()"}),
-    )
-    .await
-    .expect_err("twice");
+    let twice = edit(&project, "src/main.rs", "run()", "go()")
+        .await
+        .expect_err("twice");
     assert!(twice.to_string().contains("occurs 2 times"), "{twice}");
-    let never = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/main.rs", "old_string": "walk()", "new_string": "go()"}),
-    )
-    .await
-    .expect_err("never");
+    let never = edit(&project, "src/main.rs", "walk()", "go()")
+        .await
+        .expect_err("never");
     assert!(never.to_string().contains("does not occur"), "{never}");
     assert!(
         std::fs::read_to_string(&main)
@@ -351,13 +358,9 @@ async fn edit_file_replaces_a_unique_string_and_reports_counts_otherwise() {
             .contains("run();"),
         "failed edits change nothing"
     );
-    let missing = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/nope.rs", "old_string": "a", "new_string": "b"}),
-    )
-    .await
-    .expect_err("missing");
+    let missing = edit(&project, "src/nope.rs", "a", "b")
+        .await
+        .expect_err("missing");
     assert!(
         missing.to_string().contains("create it with write_file"),
         "{missing}"
@@ -541,9 +544,14 @@ async fn a_rejected_change_returns_the_users_reason_and_changes_nothing() {
     project.context.approver = approver.clone();
     let main = project.context.root.path().join("src/main.rs");
     let before = std::fs::read_to_string(&main).expect("read");
-    let err = call(&project, "edit_file", json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    run();\n    more();\n"}))
-        .await
-        .expect_err("rejected");
+    let err = edit(
+        &project,
+        "src/main.rs",
+        "    run();\n",
+        "    run();\n    more();\n",
+    )
+    .await
+    .expect_err("rejected");
     assert_eq!(
         err.to_string(),
         "the user rejected this change: keep main.rs minimal"
@@ -698,13 +706,9 @@ async fn a_file_changed_while_its_change_waited_for_approval_is_not_overwritten(
     let mut project = project();
     let main = project.context.root.path().join("src/main.rs");
     project.context.approver = Arc::new(ChangesFileWhileAsking(main.clone()));
-    let err = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
-    )
-    .await
-    .expect_err("stale");
+    let err = edit(&project, "src/main.rs", "    run();\n", "    go();\n")
+        .await
+        .expect_err("stale");
     assert!(
         err.to_string()
             .contains("changed while the change waited for approval"),
@@ -784,10 +788,11 @@ async fn edit_file_matches_text_copied_from_read_file_in_a_crlf_file_and_keeps_c
         .await
         .expect("read");
     assert_eq!(shown, "     1\tfirst\n     2\tsecond\n     3\tthird\n");
-    call(
+    edit(
         &project,
-        "edit_file",
-        json!({"path": "win.txt", "old_string": "first\nsecond\n", "new_string": "first\nnew\nsecond\n"}),
+        "win.txt",
+        "first\nsecond\n",
+        "first\nnew\nsecond\n",
     )
     .await
     .expect("edit");
@@ -795,13 +800,9 @@ async fn edit_file_matches_text_copied_from_read_file_in_a_crlf_file_and_keeps_c
         std::fs::read_to_string(&path).expect("read"),
         "first\r\nnew\r\nsecond\r\nthird\r\n"
     );
-    let twice = call(
-        &project,
-        "edit_file",
-        json!({"path": "win.txt", "old_string": "d\n", "new_string": "D\n"}),
-    )
-    .await
-    .expect_err("ambiguous");
+    let twice = edit(&project, "win.txt", "d\n", "D\n")
+        .await
+        .expect_err("ambiguous");
     assert!(twice.to_string().contains("occurs 2 times"), "{twice}");
 }
 
@@ -852,21 +853,22 @@ impl Approver for AcceptingListener {
     }
 }
 
-#[tokio::test]
-async fn a_change_an_open_buffer_cannot_take_is_refused_before_the_user_is_asked() {
+/// A project whose buffers hold unsaved changes (see `UnsavedBuffers`), with an approver that
+/// accepts everything and keeps what it is told.
+fn project_with_unsaved_buffers(from_the_start: bool) -> (Project, Arc<AcceptingListener>) {
     let mut project = project();
     let approver = Arc::new(AcceptingListener::default());
     project.context.approver = approver.clone();
-    project.context.buffers = Arc::new(UnsavedBuffers {
-        from_the_start: true,
-    });
-    let err = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
-    )
-    .await
-    .expect_err("refused");
+    project.context.buffers = Arc::new(UnsavedBuffers { from_the_start });
+    (project, approver)
+}
+
+#[tokio::test]
+async fn a_change_an_open_buffer_cannot_take_is_refused_before_the_user_is_asked() {
+    let (project, approver) = project_with_unsaved_buffers(true);
+    let err = edit(&project, "src/main.rs", "    run();\n", "    go();\n")
+        .await
+        .expect_err("refused");
     assert!(err.to_string().contains("unsaved changes"), "{err}");
     assert!(
         approver.asked.lock().expect("lock").is_empty(),
@@ -877,21 +879,12 @@ async fn a_change_an_open_buffer_cannot_take_is_refused_before_the_user_is_asked
 
 #[tokio::test]
 async fn an_accepted_change_that_cannot_be_made_is_reported_to_the_approver() {
-    let mut project = project();
-    let approver = Arc::new(AcceptingListener::default());
-    project.context.approver = approver.clone();
-    project.context.buffers = Arc::new(UnsavedBuffers {
-        from_the_start: false,
-    });
+    let (project, approver) = project_with_unsaved_buffers(false);
     let main = project.context.root.path().join("src/main.rs");
     let before = std::fs::read_to_string(&main).expect("read");
-    let err = call(
-        &project,
-        "edit_file",
-        json!({"path": "src/main.rs", "old_string": "    run();\n", "new_string": "    go();\n"}),
-    )
-    .await
-    .expect_err("not applied");
+    let err = edit(&project, "src/main.rs", "    run();\n", "    go();\n")
+        .await
+        .expect_err("not applied");
     assert!(err.to_string().contains("unsaved changes"), "{err}");
     assert_eq!(approver.asked.lock().expect("lock").len(), 1);
     assert_eq!(
@@ -932,13 +925,9 @@ async fn every_change_of_the_writing_tools_and_commands_is_journaled() {
     let mut project = project();
     let journal = Arc::new(RecordingJournal::default());
     project.context.journal = journal.clone();
-    call(
-        &project,
-        "edit_file",
-        json!({"path": "src/lib.rs", "old_string": "RUN", "new_string": "run"}),
-    )
-    .await
-    .expect("edit");
+    edit(&project, "src/lib.rs", "RUN", "run")
+        .await
+        .expect("edit");
     call(
         &project,
         "write_file",

@@ -1,17 +1,14 @@
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
+use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    phase_input, phase_route, plan_route, spec_input, spec_route, start_editor, tool_results,
-    tool_turn, valid_plan,
+    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, phase_input, phase_route,
+    plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input, spec_route,
+    start_editor, tool_results, tool_turn, valid_plan, wait_all_complete,
 };
 
 const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
-
-fn code_route(phase: &str) -> String {
-    format!("Implement this phase.\n\n# Phase: Phase {phase}")
-}
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
@@ -32,63 +29,83 @@ async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> 
     }
     let mut editor = start_editor(fake, setup).await;
     commit_everything(&editor.dirs.project);
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "awaiting_approval").await;
-    assert_eq!(editor.command("LooprApprove").await, None);
-    loop {
-        let records = editor.status_records().await;
-        if records.len() == 5 && records.iter().all(|r| r["status"] == "complete") {
-            return editor;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
-    }
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
 }
 
-/// Makes the project a real git repository with one commit.
-fn commit_everything(project: &std::path::Path) {
-    for args in [
-        vec!["init", "-q"],
-        vec!["add", "-A"],
-        vec![
-            "-c",
-            "user.name=Loopr Test",
-            "-c",
-            "user.email=test@loopr.invalid",
-            "commit",
-            "-qm",
-            "initial",
-        ],
-    ] {
-        let status = std::process::Command::new("git")
-            .args(&args)
-            .current_dir(project)
-            .status()
-            .expect("git runs");
-        assert!(status.success(), "git {args:?}");
-    }
+/// An auto-approving `planned_editor` with src/main.rs open in the current window; returns
+/// it and main.rs's path.
+async fn main_open_in_planned_editor(fake: &FakeAnthropic) -> (TestNvim, std::path::PathBuf) {
+    let editor = planned_editor(fake, AUTO_APPROVE, "true").await;
+    let main = editor.dirs.project.join("src/main.rs");
+    edit(&editor, &main).await;
+    (editor, main)
 }
 
-async fn code_loop_id(editor: &mut TestNvim) -> String {
-    let running = editor
-        .wait_event("LooprLoopUpdated", |data| {
-            data["type"] == "code" && data["status"] == "running"
-        })
+/// The model's edit of src/main.rs that greets with "bye" instead of "hello".
+fn bye_edit() -> Value {
+    json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""})
+}
+
+/// The model's turn that makes the `bye_edit` and says the phase is done.
+fn bye_and_complete() -> Reply {
+    TurnBuilder::new()
+        .tool_use("e1", "edit_file", bye_edit())
+        .tool_use(
+            "done",
+            "complete_phase",
+            json!({"summary": "greets differently"}),
+        )
+        .reply()
+}
+
+/// The bodies of the requests of print-version's code loop.
+fn print_version_requests(fake: &FakeAnthropic) -> Vec<Value> {
+    requests_routed(fake, &code_route("print-version"))
+}
+
+/// Opens `path` in the current window.
+async fn edit(editor: &TestNvim, path: &std::path::Path) {
+    editor
+        .exec(&format!("vim.cmd.edit({:?})", path.display().to_string()))
         .await;
-    running["id"].as_str().expect("id").to_owned()
+}
+
+/// Adds an unsaved line at the top of the current buffer.
+async fn type_unsaved_note(editor: &TestNvim) {
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
+        .await;
+}
+
+/// Checks that the tool result `result` refused a change for a buffer's unsaved changes.
+fn assert_refused_for_unsaved_changes(result: &Value) {
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result["content"]
+            .as_str()
+            .expect("text")
+            .contains("unsaved changes"),
+        "{result}"
+    );
+}
+
+/// Accepts the change or command the approval request `asked` is about.
+async fn accept(editor: &TestNvim, asked: &Value) {
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'accept')",
+            asked["id"]
+        ))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_passes() {
     let fake = FakeAnthropic::start().await;
     let validation = "grep -q CARGO_PKG_VERSION src/main.rs || { echo 'src/main.rs:2:5: error: the version is not printed'; exit 1; }";
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        validation,
-    )
-    .await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, validation).await;
     let step = |id: &str, old: &str, new: &str| {
         TurnBuilder::new()
             .tool_use(
@@ -116,8 +133,7 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
         ),
     );
 
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let failed = editor
         .wait_event("LooprValidation", |data| data["passed"] == false)
         .await;
@@ -168,24 +184,15 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
-            .tool_use(
-                "e1",
-                "edit_file",
-                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
-            )
+            .tool_use("e1", "edit_file", bye_edit())
             .reply(),
     );
     fake.push_routed(
         &code_route("print-version"),
-        tool_turn(
-            "done",
-            "complete_phase",
-            json!({"summary": "left main.rs alone as asked"}),
-        ),
+        complete_phase_turn("left main.rs alone as asked"),
     );
 
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
     assert_eq!(
         (asked["kind"].clone(), asked["subject"].clone()),
@@ -222,20 +229,11 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
         .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
         .await;
     assert_eq!(validation["subject"], "true");
-    editor
-        .exec(&format!(
-            "require('loopr.approvals').answer({}, 'accept')",
-            validation["id"]
-        ))
-        .await;
+    accept(&editor, &validation).await;
     editor.wait_status(&code_id, "complete").await;
 
-    let requests: Vec<_> = fake
-        .requests()
-        .into_iter()
-        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
-        .collect();
-    let results = tool_results(&requests[1].body);
+    let requests = print_version_requests(&fake);
+    let results = tool_results(&requests[1]);
     assert_eq!(results[0]["is_error"], true);
     assert_eq!(
         results[0]["content"],
@@ -249,33 +247,9 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        "true",
-    )
-    .await;
-    let main = editor.dirs.project.join("src/main.rs");
-    editor
-        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
-        .await;
-    fake.push_routed(
-        &code_route("print-version"),
-        TurnBuilder::new()
-            .tool_use(
-                "e1",
-                "edit_file",
-                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
-            )
-            .tool_use(
-                "done",
-                "complete_phase",
-                json!({"summary": "greets differently"}),
-            )
-            .reply(),
-    );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let (mut editor, main) = main_open_in_planned_editor(&fake).await;
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
     let line: String = editor
@@ -302,55 +276,23 @@ async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        "true",
-    )
-    .await;
-    let main = editor.dirs.project.join("src/main.rs");
-    editor
-        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
-        .await;
-    editor
-        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
-        .await;
+    let (mut editor, main) = main_open_in_planned_editor(&fake).await;
+    type_unsaved_note(&editor).await;
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
-            .tool_use(
-                "e1",
-                "edit_file",
-                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
-            )
+            .tool_use("e1", "edit_file", bye_edit())
             .reply(),
     );
     fake.push_routed(
         &code_route("print-version"),
-        tool_turn(
-            "done",
-            "complete_phase",
-            json!({"summary": "could not edit"}),
-        ),
+        complete_phase_turn("could not edit"),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
-    let requests: Vec<_> = fake
-        .requests()
-        .into_iter()
-        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
-        .collect();
-    let result = &tool_results(&requests[1].body)[0];
-    assert_eq!(result["is_error"], true);
-    assert!(
-        result["content"]
-            .as_str()
-            .expect("text")
-            .contains("unsaved changes"),
-        "{result}"
-    );
+    let requests = print_version_requests(&fake);
+    assert_refused_for_unsaved_changes(&tool_results(&requests[1])[0]);
     let lines: Vec<String> = editor
         .lua("return vim.api.nvim_buf_get_lines(0, 0, 3, false)")
         .await;
@@ -399,16 +341,11 @@ async fn quickfix_files(editor: &TestNvim) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_users() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        "true",
-    )
-    .await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
-            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("e1", "edit_file", bye_edit())
             .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
             .tool_use("c1", "run_command", json!({"command": "echo generated > generated.txt"}))
             .tool_use("done", "complete_phase", json!({"summary": "three changes"}))
@@ -417,8 +354,7 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
     let project = editor.dirs.project.clone();
     let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
     let main_before = read("src/main.rs").expect("main.rs");
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
     assert_eq!(editor.command("LooprChanges print-version").await, None);
@@ -505,16 +441,7 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_without_a_prompt() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        "true",
-    )
-    .await;
-    let main = editor.dirs.project.join("src/main.rs");
-    editor
-        .exec(&format!("vim.cmd.edit({:?})", main.display().to_string()))
-        .await;
+    let (mut editor, main) = main_open_in_planned_editor(&fake).await;
     // A formatter rewrites the open, unmodified file behind the buffer's back.
     let formatted = "// formatted\n\nfn main() {\n    println!(\"hello\");\n}\n";
     std::fs::write(&main, formatted).expect("write");
@@ -525,23 +452,8 @@ async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_withou
             file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
         })
         .expect("mtime");
-    fake.push_routed(
-        &code_route("print-version"),
-        TurnBuilder::new()
-            .tool_use(
-                "e1",
-                "edit_file",
-                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
-            )
-            .tool_use(
-                "done",
-                "complete_phase",
-                json!({"summary": "greets differently"}),
-            )
-            .reply(),
-    );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
     let expected = formatted.replace("\"hello\"", "\"bye\"");
@@ -571,35 +483,23 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
     let mut editor = planned_editor(&fake, "{}", "true").await;
     let project = editor.dirs.project.clone();
     for file in ["README.md", "src/main.rs"] {
-        editor
-            .exec(&format!(
-                "vim.cmd.edit({:?})",
-                project.join(file).display().to_string()
-            ))
-            .await;
+        edit(&editor, &project.join(file)).await;
     }
     // Unsaved changes in main.rs from the start; README.md gets some while its edit waits.
-    editor
-        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
-        .await;
+    type_unsaved_note(&editor).await;
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
-            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("e1", "edit_file", bye_edit())
             .tool_use("e2", "edit_file", json!({"path": "README.md", "old_string": "A tiny CLI.", "new_string": "A tiny CLI with --version."}))
             .reply(),
     );
     fake.push_routed(
         &code_route("print-version"),
-        tool_turn(
-            "done",
-            "complete_phase",
-            json!({"summary": "could not edit"}),
-        ),
+        complete_phase_turn("could not edit"),
     );
     capture_notifications(&editor).await;
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
     assert_eq!(
         (asked["kind"].clone(), asked["subject"].clone()),
@@ -612,12 +512,7 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
             project.join("README.md").display().to_string()
         ))
         .await;
-    editor
-        .exec(&format!(
-            "require('loopr.approvals').answer({}, 'accept')",
-            asked["id"]
-        ))
-        .await;
+    accept(&editor, &asked).await;
     let notice = editor.wait_event("LooprNotice", |_| true).await;
     assert_eq!(
         notice["message"],
@@ -628,29 +523,13 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
     let validation = editor
         .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
         .await;
-    editor
-        .exec(&format!(
-            "require('loopr.approvals').answer({}, 'accept')",
-            validation["id"]
-        ))
-        .await;
+    accept(&editor, &validation).await;
     editor.wait_status(&code_id, "complete").await;
 
-    let requests: Vec<_> = fake
-        .requests()
-        .into_iter()
-        .filter(|request| first_user_text(&request.body).contains(&code_route("print-version")))
-        .collect();
-    let results = tool_results(&requests[1].body);
+    let requests = print_version_requests(&fake);
+    let results = tool_results(&requests[1]);
     for result in &results {
-        assert_eq!(result["is_error"], true, "{result}");
-        assert!(
-            result["content"]
-                .as_str()
-                .expect("text")
-                .contains("unsaved changes"),
-            "{result}"
-        );
+        assert_refused_for_unsaved_changes(result);
     }
     assert!(
         notifications(&editor)
@@ -668,12 +547,7 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_started() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }",
-        "true",
-    )
-    .await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
     // The command says through a FIFO when its child runs, so the test cancels at that moment.
     let fifo = editor.dirs.project.join("ready.fifo");
     let fifo_name = std::ffi::CString::new(fifo.display().to_string()).expect("path");
@@ -687,8 +561,7 @@ async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_s
             json!({"command": "sleep 1000 & echo go > ready.fifo; wait"}),
         ),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let ready =
         tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).expect("read fifo"));
     assert_eq!(
@@ -728,8 +601,7 @@ async fn cancelling_while_a_change_waits_for_approval_closes_the_prompt_and_writ
             )
             .reply(),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let asked = editor.wait_event("LooprApprovalRequested", |_| true).await;
     assert_eq!(
         (asked["kind"].clone(), asked["subject"].clone()),

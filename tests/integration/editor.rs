@@ -3,8 +3,7 @@ use serde_json::Value;
 use crate::fake_anthropic::FakeAnthropic;
 use crate::nvim::API_KEY;
 use crate::scenario::{
-    create_plan_turn, phase_input, phase_route, plan_route, spec_input, spec_route, start_editor,
-    tool_turn, valid_plan,
+    create_plan_turn, revise_current, script_revised_spec, start_editor, valid_plan, wait_settled,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,45 +306,10 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
     editor.quit().await;
 }
 
-/// Waits until the project has `count` loops, each complete or invalidated.
-async fn wait_settled(editor: &mut crate::nvim::TestNvim, count: usize) -> Vec<Value> {
-    loop {
-        let records = editor.status_records().await;
-        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
-        assert!(failed.is_empty(), "{failed:#?}");
-        let settled = records
-            .iter()
-            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
-        if records.len() == count && settled {
-            return records;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
     let fake = FakeAnthropic::start().await;
-    let mut plan = valid_plan();
-    plan["specs"].as_array_mut().expect("specs").truncate(1);
-    let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    let first_phases = ["parse-flag", "print-version", "exit-code"];
-    let revised_phases = ["parse-args", "print-it", "exit-zero"];
-    for (id, phases) in [("spec1", first_phases), ("spec2", revised_phases)] {
-        fake.push_routed(
-            &spec_route(&spec),
-            tool_turn(id, "create_spec", spec_input(&spec, &phases)),
-        );
-        for phase in phases {
-            fake.push_routed(
-                &phase_route(phase),
-                tool_turn(phase, "create_phase", phase_input(phase)),
-            );
-        }
-    }
+    script_revised_spec(&fake);
     let mut editor = start_editor(&fake, "{}").await;
     let plan_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&plan_id, "awaiting_approval").await;
@@ -374,12 +338,7 @@ async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
         ))
         .await;
     let spec_window: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
-    assert_eq!(
-        editor
-            .command("LooprRevise Split parsing from printing")
-            .await,
-        None
-    );
+    revise_current(&editor, "Split parsing from printing").await;
     editor
         .wait_event("LooprArtifactCreated", |data| {
             data["loop_id"] == spec_id.as_str() && data["iteration"] == 2

@@ -3,10 +3,11 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::fake_anthropic::{FakeAnthropic, first_user_text};
-use crate::nvim::{StartOptions, TestNvim};
+use crate::nvim::TestNvim;
 use crate::scenario::{
-    phase_input, phase_route, plan_route, spec_input, spec_route, start_editor, tool_turn,
-    valid_plan,
+    REVISED_PHASES, phase_input, phase_route, plan_and_approve, plan_route, restart_mid_turn,
+    revise_current, script_revised_spec, spec_input, spec_route, start_editor, tool_turn,
+    valid_plan, wait_all_complete, wait_settled,
 };
 
 const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
@@ -36,21 +37,6 @@ fn script_hierarchy(fake: &FakeAnthropic, plan: Value, specs: &[(&str, [&str; 3]
                 tool_turn(phase, "create_phase", phase_input(phase)),
             );
         }
-    }
-}
-
-/// Waits until the project has `count` loops and all of them are complete.
-async fn wait_all_complete(editor: &mut TestNvim, count: usize) -> Vec<Value> {
-    loop {
-        let records = editor.status_records().await;
-        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
-        assert!(failed.is_empty(), "{failed:#?}");
-        if records.len() == count && records.iter().all(|r| r["status"] == "complete") {
-            return records;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
     }
 }
 
@@ -174,31 +160,9 @@ async fn approving_a_plan_runs_specs_in_dependency_order_and_tasks_fill_the_quic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases() {
     let fake = FakeAnthropic::start().await;
-    let mut plan = two_spec_plan();
-    plan["specs"].as_array_mut().expect("specs").truncate(1);
-    script_hierarchy(&fake, plan, &SPECS[..1]);
-    let revised_phases = ["parse-args", "print-it", "exit-zero"];
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn(
-            "spec2",
-            "create_spec",
-            spec_input("version-flag", &revised_phases),
-        ),
-    );
-    for phase in revised_phases {
-        fake.push_routed(
-            &phase_route(phase),
-            tool_turn(phase, "create_phase", phase_input(phase)),
-        );
-    }
+    script_revised_spec(&fake);
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "awaiting_approval").await;
-    assert_eq!(
-        editor.command(&format!("LooprApprove {plan_id}")).await,
-        None
-    );
+    plan_and_approve(&mut editor).await;
     let records = wait_all_complete(&mut editor, 1 + 1 + 3).await;
     let spec = records
         .iter()
@@ -214,18 +178,13 @@ async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases(
 
     let spec_md = spec["artifact_path"].as_str().expect("spec.md").to_owned();
     editor.exec(&format!("vim.cmd.edit({spec_md:?})")).await;
-    assert_eq!(
-        editor
-            .command("LooprRevise Split parsing from printing")
-            .await,
-        None
-    );
+    revise_current(&editor, "Split parsing from printing").await;
     editor
         .wait_event("LooprLoopUpdated", |data| {
             data["id"] == spec_id.as_str() && data["status"] == "complete"
         })
         .await;
-    let records = wait_all_complete_or_invalidated(&mut editor, 1 + 1 + 3 + 3).await;
+    let records = wait_settled(&mut editor, 1 + 1 + 3 + 3).await;
 
     // Iteration 002 is current, asked for with the feedback; the old phases are invalidated
     // but their artifacts stay; new phases come from iteration 002.
@@ -253,7 +212,7 @@ async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases(
     assert_eq!(invalidated.len(), 3);
     for phase in phases.iter().filter(|r| r["status"] == "complete") {
         assert_eq!(phase["triggered_by"], "iterations/002/artifacts/spec.json");
-        assert!(revised_phases.contains(&phase["name"].as_str().expect("name")));
+        assert!(REVISED_PHASES.contains(&phase["name"].as_str().expect("name")));
     }
     for path in &old_phase_paths {
         assert!(
@@ -275,21 +234,6 @@ async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases(
     editor.quit().await;
 }
 
-async fn wait_all_complete_or_invalidated(editor: &mut TestNvim, count: usize) -> Vec<Value> {
-    loop {
-        let records = editor.status_records().await;
-        let settled = records
-            .iter()
-            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
-        if records.len() == count && settled {
-            return records;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cut_off_by_quitting_neovim_resumes_when_neovim_starts_again() {
     let fake = FakeAnthropic::start().await;
@@ -298,28 +242,8 @@ async fn a_run_cut_off_by_quitting_neovim_resumes_when_neovim_starts_again() {
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
     let loop_id = editor.plan("Add a --version flag").await;
     fake.wait_for_requests(2).await;
-    let dirs = editor.quit().await;
-
-    // The reply to the resumed request is held until the new editor listens for events.
-    let (held, release) = crate::scenario::create_plan_turn("toolu_plan", valid_plan()).held();
-    fake.push(held);
-    let mut editor = TestNvim::start(
-        dirs,
-        StartOptions {
-            base_url: fake.base_url(),
-            setup: NO_REVIEWS.to_owned(),
-            extra_env: Vec::new(),
-        },
-    )
-    .await;
-    fake.wait_for_requests(3).await;
-    release.notify_one();
-    editor.wait_status(&loop_id, "awaiting_approval").await;
-    let requests = fake.requests();
-    assert_eq!(
-        requests[1].body, requests[2].body,
-        "the cut-off turn is sent again"
-    );
+    let resumed = crate::scenario::create_plan_turn("toolu_plan", valid_plan());
+    let editor = restart_mid_turn(&fake, editor, &loop_id, NO_REVIEWS, resumed).await;
     assert_eq!(editor.status_records().await.len(), 1);
     editor.quit().await;
 }

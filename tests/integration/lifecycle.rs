@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use crate::fake_anthropic::{FakeAnthropic, overloaded};
 use crate::nvim::{StartOptions, TestDirs, TestNvim};
-use crate::scenario::{create_plan_turn, plan_route, stalled_turn, start_editor, valid_plan};
+use crate::scenario::{
+    create_plan_turn, plan_route, stalled_turn, start_editor, start_editor_in, valid_plan,
+};
 
 const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
 
@@ -33,15 +35,7 @@ async fn revising_a_loop_made_before_neovim_restarted_runs_it() {
     let mut revised = valid_plan();
     revised["title"] = json!("Add a --version flag, revised");
     fake.push_routed(plan_route(), create_plan_turn("second", revised));
-    let mut editor = TestNvim::start(
-        dirs,
-        StartOptions {
-            base_url: fake.base_url(),
-            setup: NO_REVIEWS.to_owned(),
-            extra_env: Vec::new(),
-        },
-    )
-    .await;
+    let mut editor = start_editor_in(dirs, &fake, NO_REVIEWS).await;
     let revise = format!(
         "return require('loopr').revise('Name the flag in the title', {{ id = {plan_id:?} }})"
     );

@@ -4,26 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::fake_anthropic::FakeAnthropic;
-use crate::nvim::{StartOptions, TestDirs, TestNvim};
-use crate::scenario::{create_plan_turn, valid_plan};
+use crate::nvim::TestNvim;
+use crate::scenario::{create_plan_turn, files_under, start_editor_at, valid_plan};
 
 const KEY_SET_IN_NEOVIM: &str = "sk-ant-set-inside-neovim-7d2e91c4";
 const MISSING_KEY: &str = "ANTHROPIC_API_KEY is not set; export it in the shell, or in Neovim \
                            run :let $ANTHROPIC_API_KEY = '<value>'";
-
-async fn start(base_url: String, setup: &str, extra_env: Vec<(String, String)>) -> TestNvim {
-    TestNvim::start(
-        TestDirs::new(),
-        StartOptions {
-            base_url,
-            setup: format!(
-                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {setup})"
-            ),
-            extra_env,
-        },
-    )
-    .await
-}
 
 async fn messages(editor: &TestNvim) -> String {
     editor.lua("return vim.fn.execute('messages')").await
@@ -36,23 +22,27 @@ async fn host_pid(editor: &TestNvim) -> i64 {
 
 /// Every file under `dir` whose bytes contain `needle`.
 fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                stack.push(path);
-            } else if std::fs::read(&path).is_ok_and(|bytes| {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| {
+            std::fs::read(path).is_ok_and(|bytes| {
                 bytes
                     .windows(needle.len())
                     .any(|window| window == needle.as_bytes())
-            }) {
-                found.push(path);
-            }
-        }
-    }
-    found
+            })
+        })
+        .collect()
+}
+
+/// Asks for a plan and checks that it is refused for the missing key.
+async fn assert_plan_refused_without_key(editor: &TestNvim) {
+    let refused = editor.command("LooprPlan Add a --version flag").await;
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|err| err.contains(MISSING_KEY)),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +50,7 @@ async fn a_key_set_inside_neovim_reaches_the_running_host_and_nothing_stores_it(
     let fake = FakeAnthropic::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     // Neovim starts without a key: blank in its environment, then removed altogether.
-    let mut editor = start(
+    let mut editor = start_editor_at(
         fake.base_url(),
         "{}",
         vec![("ANTHROPIC_API_KEY".to_owned(), String::new())],
@@ -73,13 +63,7 @@ async fn a_key_set_inside_neovim_reaches_the_running_host_and_nothing_stores_it(
     assert!(!version.is_empty());
     let pid = host_pid(&editor).await;
 
-    let refused = editor.command("LooprPlan Add a --version flag").await;
-    assert!(
-        refused
-            .as_deref()
-            .is_some_and(|err| err.contains(MISSING_KEY)),
-        "{refused:?}"
-    );
+    assert_plan_refused_without_key(&editor).await;
 
     let set = format!("let $ANTHROPIC_API_KEY = '{KEY_SET_IN_NEOVIM}'");
     assert_eq!(editor.command(&set).await, None);
@@ -97,13 +81,7 @@ async fn a_key_set_inside_neovim_reaches_the_running_host_and_nothing_stores_it(
 
     // Unset in Neovim, unset for the host too.
     assert_eq!(editor.command("unlet $ANTHROPIC_API_KEY").await, None);
-    let refused = editor.command("LooprPlan Add a --version flag").await;
-    assert!(
-        refused
-            .as_deref()
-            .is_some_and(|err| err.contains(MISSING_KEY)),
-        "{refused:?}"
-    );
+    assert_plan_refused_without_key(&editor).await;
     assert_eq!(fake.requests().len(), 1);
 
     // Quitting stops the host, which flushes its log.
@@ -125,7 +103,7 @@ async fn an_unreachable_model_api_is_named_by_its_base_url_until_one_set_in_neov
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
         .port();
-    let mut editor = start(
+    let mut editor = start_editor_at(
         format!("http://127.0.0.1:{closed_port}/"),
         "{ max_retries = 0 }",
         Vec::new(),

@@ -3,13 +3,14 @@
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
+use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    phase_input, plan_route, spec_input, spec_route, start_editor, tool_turn, valid_plan,
+    AUTO_APPROVE, complete_phase_turn, phase_input, plan_and_approve, plan_route, requests_routed,
+    run_code_loop, spec_input, spec_route, start_editor, tool_turn, valid_plan, wait_all_complete,
+    wait_settled,
 };
 
-const AUTO_APPROVE: &str = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
 /// Two specs that both have a phase named `parse`.
 const SHARED_PARSE: [(&str, [&str; 3]); 2] = [
     ("cli", ["parse", "print-version", "exit-code"]),
@@ -48,38 +49,32 @@ async fn approved_hierarchy(
         .collect();
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
     for (spec, phases) in specs {
-        fake.push_routed(
-            &spec_route(spec),
-            tool_turn(spec, "create_spec", spec_input(spec, phases)),
-        );
-        for (index, phase) in phases.iter().enumerate() {
-            let mut input = phase_input(phase);
-            input["validation_command"] = json!(validation);
-            fake.push_routed(
-                &phase_route(spec, index + 1),
-                tool_turn(phase, "create_phase", input),
-            );
-        }
+        script_spec(fake, spec, spec, phases, validation);
     }
     let mut editor = start_editor(fake, setup).await;
     editor
         .exec("_G.loopr_test_notes = {} vim.notify = function(msg) table.insert(_G.loopr_test_notes, msg) end")
         .await;
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "awaiting_approval").await;
-    assert_eq!(editor.command("LooprApprove").await, None);
-    let count = 1 + specs.len() * 4;
-    loop {
-        let records = editor.status_records().await;
-        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
-        assert!(failed.is_empty(), "{failed:#?}");
-        if records.len() == count && records.iter().all(|r| r["status"] == "complete") {
-            notes(&editor).await;
-            return editor;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 1 + specs.len() * 4).await;
+    notes(&editor).await;
+    editor
+}
+
+/// Scripts the model's answer `id` to the spec loop of `spec`, and those to its phase loops
+/// (each validated by `validation`).
+fn script_spec(fake: &FakeAnthropic, id: &str, spec: &str, phases: &[&str; 3], validation: &str) {
+    fake.push_routed(
+        &spec_route(spec),
+        tool_turn(id, "create_spec", spec_input(spec, phases)),
+    );
+    for (index, phase) in phases.iter().enumerate() {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!(validation);
+        fake.push_routed(
+            &phase_route(spec, index + 1),
+            tool_turn(phase, "create_phase", input),
+        );
     }
 }
 
@@ -88,15 +83,6 @@ async fn notes(editor: &TestNvim) -> Vec<String> {
     editor
         .lua("local notes = _G.loopr_test_notes _G.loopr_test_notes = {} return notes")
         .await
-}
-
-async fn code_loop_id(editor: &mut TestNvim) -> String {
-    let running = editor
-        .wait_event("LooprLoopUpdated", |data| {
-            data["type"] == "code" && data["status"] == "running"
-        })
-        .await;
-    running["id"].as_str().expect("id").to_owned()
 }
 
 /// The id of the phase loop `spec/phase`.
@@ -130,11 +116,7 @@ async fn quickfix(editor: &TestNvim) -> Value {
 }
 
 fn code_requests(fake: &FakeAnthropic, spec: &str) -> Vec<Value> {
-    fake.requests()
-        .into_iter()
-        .filter(|request| first_user_text(&request.body).contains(&code_route(spec)))
-        .map(|request| request.body)
-        .collect()
+    requests_routed(fake, &code_route(spec))
 }
 
 /// The text blocks of a request's last message, which must be the user's.
@@ -229,17 +211,9 @@ async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
 
     fake.push_routed(
         &code_route("cli"),
-        TurnBuilder::new()
-            .tool_use(
-                "w1",
-                "write_file",
-                json!({"path": "src/parse.rs", "content": "pub fn parse() {}\n"}),
-            )
-            .tool_use("done", "complete_phase", json!({"summary": "parses"}))
-            .reply(),
+        write_and_complete("w1", "src/parse.rs", "pub fn parse() {}\n", "parses"),
     );
-    assert_eq!(editor.command("LooprRun cli/parse").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "cli/parse").await;
     editor.wait_status(&code_id, "complete").await;
     assert_eq!(
         code_record(&editor.status_records().await)["parent"],
@@ -282,19 +256,8 @@ async fn revising_a_validated_code_loop_runs_a_second_iteration_with_the_feedbac
     let fake = FakeAnthropic::start().await;
     let validation = "test -f src/version.rs";
     let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, validation).await;
-    fake.push_routed(
-        &code_route("version-flag"),
-        TurnBuilder::new()
-            .tool_use(
-                "w1",
-                "write_file",
-                json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}),
-            )
-            .tool_use("done", "complete_phase", json!({"summary": "adds the version"}))
-            .reply(),
-    );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    fake.push_routed(&code_route("version-flag"), write_version_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     let first = editor
         .wait_event("LooprValidation", |data| data["passed"] == true)
         .await;
@@ -352,14 +315,9 @@ async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
     let mut editor = approved_hierarchy(&fake, setup, &ONE_SPEC, validation).await;
     fake.push_routed(
         &code_route("version-flag"),
-        tool_turn(
-            "done",
-            "complete_phase",
-            json!({"summary": "nothing to do"}),
-        ),
+        complete_phase_turn("nothing to do"),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "failed").await;
     let failed = code_record(&editor.status_records().await);
     assert!(
@@ -369,17 +327,7 @@ async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
         "{failed}"
     );
 
-    fake.push_routed(
-        &code_route("version-flag"),
-        TurnBuilder::new()
-            .tool_use(
-                "w1",
-                "write_file",
-                json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}),
-            )
-            .tool_use("done-2", "complete_phase", json!({"summary": "adds the version"}))
-            .reply(),
-    );
+    fake.push_routed(&code_route("version-flag"), write_version_and_complete());
     assert_eq!(editor.command(&format!("LooprRetry {code_id}")).await, None);
     let passed = editor
         .wait_event("LooprValidation", |data| data["passed"] == true)
@@ -408,20 +356,26 @@ async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
     editor.quit().await;
 }
 
-/// A model turn that writes `path` and says the phase is done.
-fn write_and_complete(id: &str, path: &str) -> crate::fake_anthropic::Reply {
+/// A model turn that writes `content` to `path` and says the phase is done with `summary`.
+fn write_and_complete(id: &str, path: &str, content: &str, summary: &str) -> Reply {
     TurnBuilder::new()
-        .tool_use(
-            id,
-            "write_file",
-            json!({"path": path, "content": format!("// {id}\n")}),
-        )
+        .tool_use(id, "write_file", json!({"path": path, "content": content}))
         .tool_use(
             &format!("{id}-done"),
             "complete_phase",
-            json!({"summary": "done"}),
+            json!({"summary": summary}),
         )
         .reply()
+}
+
+/// A model turn that writes src/version.rs with a literal version and says the phase is done.
+fn write_version_and_complete() -> Reply {
+    write_and_complete(
+        "w1",
+        "src/version.rs",
+        "pub const VERSION: &str = \"0.3.1\";\n",
+        "adds the version",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,26 +384,14 @@ async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
     let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, "true").await;
     fake.push_routed(
         &code_route("version-flag"),
-        write_and_complete("old", "src/old.rs"),
+        write_and_complete("old", "src/old.rs", "// old\n", "done"),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let old_code = code_loop_id(&mut editor).await;
+    let old_code = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&old_code, "complete").await;
 
     // The revised spec has the same phases: the new print-version replaces the old one.
     let (spec, phases) = ONE_SPEC[0];
-    fake.push_routed(
-        &spec_route(spec),
-        tool_turn("spec-2", "create_spec", spec_input(spec, &phases)),
-    );
-    for (index, phase) in phases.iter().enumerate() {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(
-            &phase_route(spec, index + 1),
-            tool_turn(phase, "create_phase", input),
-        );
-    }
+    script_spec(&fake, "spec-2", spec, &phases, "true");
     let records = editor.status_records().await;
     let spec_id = records
         .iter()
@@ -463,26 +405,14 @@ async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
         ))
         .await;
     assert_eq!(revised, spec_id);
-    loop {
-        let records = editor.status_records().await;
-        let settled = records
-            .iter()
-            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
-        // plan, spec, three old phases and their code loop, three new phases
-        if records.len() == 9 && settled {
-            break;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
-    }
+    // plan, spec, three old phases and their code loop, three new phases
+    wait_settled(&mut editor, 9).await;
 
     fake.push_routed(
         &code_route("version-flag"),
-        write_and_complete("new", "src/new.rs"),
+        write_and_complete("new", "src/new.rs", "// new\n", "done"),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let new_code = code_loop_id(&mut editor).await;
+    let new_code = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&new_code, "complete").await;
     notes(&editor).await;
 

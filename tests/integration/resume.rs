@@ -4,20 +4,17 @@
 use serde_json::Value;
 
 use crate::fake_anthropic::FakeAnthropic;
-use crate::nvim::{StartOptions, TestDirs, TestNvim, WAIT};
-use crate::scenario::{create_plan_turn, list_files_turn, run_loopr, stalled_turn, valid_plan};
+use crate::nvim::TestDirs;
+use crate::scenario::{
+    create_plan_turn, list_files_turn, restart_mid_turn, run_loopr, run_loopr_plan, stalled_turn,
+    start_editor_in, valid_plan,
+};
 
 /// A decomposed "é" (e + U+0301 COMBINING ACUTE ACCENT) and a superscript two: characters
 /// that character-class rules outside the host treat differently from Rust's.
 const NON_ASCII_NAME: &str = "cafe\u{301} x\u{b2}";
 
-fn options(fake: &FakeAnthropic) -> StartOptions {
-    StartOptions {
-        base_url: fake.base_url(),
-        setup: "{ plan_review_passes = 0 }".to_owned(),
-        extra_env: Vec::new(),
-    }
-}
+const SETUP: &str = "{ plan_review_passes = 0 }";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
@@ -25,25 +22,11 @@ async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
     fake.push(list_files_turn());
     fake.push(stalled_turn("Working"));
     let dirs = TestDirs::with_project_name(NON_ASCII_NAME);
-    let mut editor = TestNvim::start(dirs, options(&fake)).await;
+    let mut editor = start_editor_in(dirs, &fake, SETUP).await;
     let loop_id = editor.plan("Add a --version flag").await;
     fake.wait_for_requests(2).await;
-    let dirs = editor.quit().await;
-
-    // The reply to the resumed request is held until the new editor listens for events.
-    let (held, release) = create_plan_turn("toolu_plan", valid_plan()).held();
-    fake.push(held);
-    let mut editor = TestNvim::start(dirs, options(&fake)).await;
-    tokio::time::timeout(WAIT, fake.wait_for_requests(3))
-        .await
-        .expect("the new editor resumed the loop on start, which asked the model again");
-    release.notify_one();
-    editor.wait_status(&loop_id, "awaiting_approval").await;
-    let requests = fake.requests();
-    assert_eq!(
-        requests[1].body, requests[2].body,
-        "the cut-off turn is sent again"
-    );
+    let resumed = create_plan_turn("toolu_plan", valid_plan());
+    let editor = restart_mid_turn(&fake, editor, &loop_id, SETUP, resumed).await;
     let messages: String = editor.lua("return vim.fn.execute('messages')").await;
     assert!(messages.contains("Loopr: resuming 1 loop(s)"), "{messages}");
     editor.quit().await;
@@ -52,7 +35,7 @@ async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_startup_check_starts_no_host_in_a_project_without_state() {
     let fake = FakeAnthropic::start().await;
-    let mut editor = TestNvim::start(TestDirs::new(), options(&fake)).await;
+    let mut editor = start_editor_in(TestDirs::new(), &fake, SETUP).await;
     editor
         .exec(
             "require('loopr').resume_if_needed(function(active)
@@ -86,17 +69,7 @@ async fn has_state_answers_by_exit_code() {
         "asking creates nothing in $LOOPR_HOME"
     );
 
-    let plan = run_loopr(
-        &dirs,
-        &fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--settings",
-            r#"{"plan_review_passes": 0}"#,
-        ],
-    )
-    .await;
+    let plan = run_loopr_plan(&dirs, &fake).await;
     assert!(
         !plan.stdout.is_empty(),
         "{}",

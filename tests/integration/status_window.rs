@@ -7,27 +7,9 @@ use serde_json::Value;
 use crate::fake_anthropic::{FakeAnthropic, error_reply};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    create_plan_turn, phase_input, phase_route, plan_route, spec_input, spec_route, stalled_turn,
-    start_editor, tool_turn, valid_plan,
+    create_plan_turn, plan_and_approve, plan_route, script_revised_spec, spec_route, stalled_turn,
+    start_editor, valid_plan, wait_settled,
 };
-
-/// Waits until the project has `count` loops, each complete or invalidated.
-async fn wait_settled(editor: &mut TestNvim, count: usize) {
-    loop {
-        let records = editor.status_records().await;
-        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
-        assert!(failed.is_empty(), "{failed:#?}");
-        let settled = records
-            .iter()
-            .all(|r| r["status"] == "complete" || r["status"] == "invalidated");
-        if records.len() == count && settled {
-            return;
-        }
-        editor
-            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
-            .await;
-    }
-}
 
 /// The status buffer's lines, the current window's height, and the highlight group of each
 /// line ("" for none).
@@ -51,31 +33,9 @@ async fn status_view(editor: &TestNvim) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_loops_apart() {
     let fake = FakeAnthropic::start().await;
-    let mut plan = valid_plan();
-    plan["specs"].as_array_mut().expect("specs").truncate(1);
-    let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    let first_phases = ["parse-flag", "print-version", "exit-code"];
-    let revised_phases = ["parse-args", "print-it", "exit-zero"];
-    for (id, phases) in [("spec1", first_phases), ("spec2", revised_phases)] {
-        fake.push_routed(
-            &spec_route(&spec),
-            tool_turn(id, "create_spec", spec_input(&spec, &phases)),
-        );
-        for phase in phases {
-            fake.push_routed(
-                &phase_route(phase),
-                tool_turn(phase, "create_phase", phase_input(phase)),
-            );
-        }
-    }
+    script_revised_spec(&fake);
     let mut editor = start_editor(&fake, "{}").await;
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "awaiting_approval").await;
-    assert_eq!(
-        editor.command(&format!("LooprApprove {plan_id}")).await,
-        None
-    );
+    plan_and_approve(&mut editor).await;
     wait_settled(&mut editor, 1 + 1 + 3).await;
     let records = editor.status_records().await;
     let spec_id = records

@@ -5,22 +5,129 @@
 use serde_json::{Value, json};
 
 use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
-use crate::nvim::{StartOptions, TestDirs, TestNvim};
+use crate::nvim::{StartOptions, TestDirs, TestNvim, WAIT};
 
 /// An editor against `fake`. Review passes are off unless `setup` (a Lua table) turns them
 /// on, so a test scripts only the turns it is about.
 pub async fn start_editor(fake: &FakeAnthropic, setup: &str) -> TestNvim {
+    start_editor_at(fake.base_url(), setup, Vec::new()).await
+}
+
+/// Like `start_editor`, against the model API at `base_url`, with `extra_env` added to
+/// Neovim's environment.
+pub async fn start_editor_at(
+    base_url: String,
+    setup: &str,
+    extra_env: Vec<(String, String)>,
+) -> TestNvim {
     TestNvim::start(
         TestDirs::new(),
         StartOptions {
-            base_url: fake.base_url(),
+            base_url,
             setup: format!(
                 "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {setup})"
             ),
+            extra_env,
+        },
+    )
+    .await
+}
+
+/// An editor on `dirs` against `fake`, with `setup` taken as it is. Given the directories a
+/// quit editor returned, it is that editor restarted on the same project and state.
+pub async fn start_editor_in(dirs: TestDirs, fake: &FakeAnthropic, setup: &str) -> TestNvim {
+    TestNvim::start(
+        dirs,
+        StartOptions {
+            base_url: fake.base_url(),
+            setup: setup.to_owned(),
             extra_env: Vec::new(),
         },
     )
     .await
+}
+
+/// Quits `editor` while the model's turn for the plan `loop_id` is cut off (its request is
+/// the last the fake got) and starts an editor on the same directories with `setup`, which
+/// resumes the plan. `reply` answers the resumed request, held until the new editor listens
+/// for events. Returns the new editor once the plan awaits approval, having checked that the
+/// cut-off turn was sent again.
+pub async fn restart_mid_turn(
+    fake: &FakeAnthropic,
+    editor: TestNvim,
+    loop_id: &str,
+    setup: &str,
+    reply: Reply,
+) -> TestNvim {
+    let cut_off = fake.requests().len();
+    let dirs = editor.quit().await;
+    let (held, release) = reply.held();
+    fake.push(held);
+    let mut editor = start_editor_in(dirs, fake, setup).await;
+    tokio::time::timeout(WAIT, fake.wait_for_requests(cut_off + 1))
+        .await
+        .expect("the new editor resumed the loop on start, which asked the model again");
+    release.notify_one();
+    editor.wait_status(loop_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(
+        requests[cut_off - 1].body,
+        requests[cut_off].body,
+        "the cut-off turn is sent again"
+    );
+    editor
+}
+
+/// Plans "Add a --version flag", waits until the plan awaits approval and approves it;
+/// returns the plan's id.
+pub async fn plan_and_approve(editor: &mut TestNvim) -> String {
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    plan_id
+}
+
+/// Asks with `:LooprRevise` for a revision of the loop shown in the current window.
+pub async fn revise_current(editor: &TestNvim, feedback: &str) {
+    assert_eq!(
+        editor.command(&format!("LooprRevise {feedback}")).await,
+        None
+    );
+}
+
+/// Waits until the project has `count` loops, all complete; fails at once on a failed loop.
+pub async fn wait_all_complete(editor: &mut TestNvim, count: usize) -> Vec<Value> {
+    wait_loops(editor, count, |status| status == "complete").await
+}
+
+/// Waits until the project has `count` loops, each complete or invalidated; fails at once on
+/// a failed loop.
+pub async fn wait_settled(editor: &mut TestNvim, count: usize) -> Vec<Value> {
+    wait_loops(editor, count, |status| {
+        status == "complete" || status == "invalidated"
+    })
+    .await
+}
+
+async fn wait_loops(
+    editor: &mut TestNvim,
+    count: usize,
+    settled: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    loop {
+        let records = editor.status_records().await;
+        let failed: Vec<&Value> = records.iter().filter(|r| r["status"] == "failed").collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        if records.len() == count && records.iter().all(|r| settled(&r["status"])) {
+            return records;
+        }
+        editor
+            .wait_event("LooprLoopUpdated", |data| data["status"] == "complete")
+            .await;
+    }
 }
 
 pub fn valid_plan() -> Value {
@@ -62,6 +169,15 @@ pub fn list_files_turn() -> Reply {
         .tool_use("toolu_list", "list_files", json!({}))
         .usage(500, 40)
         .reply()
+}
+
+/// The bodies of the requests whose first user message contains `route`, in order.
+pub fn requests_routed(fake: &FakeAnthropic, route: &str) -> Vec<Value> {
+    fake.requests()
+        .into_iter()
+        .filter(|request| crate::fake_anthropic::first_user_text(&request.body).contains(route))
+        .map(|request| request.body)
+        .collect()
 }
 
 /// The `tool_result` blocks of a recorded request's last (user) message.
@@ -130,6 +246,10 @@ pub fn phase_route(phase: &str) -> String {
     format!("# Phase \"{phase}\"")
 }
 
+pub fn code_route(phase: &str) -> String {
+    format!("Implement this phase.\n\n# Phase: Phase {phase}")
+}
+
 pub fn tool_turn(id: &str, tool: &str, input: Value) -> Reply {
     TurnBuilder::new()
         .tool_use(id, tool, input)
@@ -137,8 +257,21 @@ pub fn tool_turn(id: &str, tool: &str, input: Value) -> Reply {
         .reply()
 }
 
+/// A code loop's model turn that says the phase is done with `summary`.
+pub fn complete_phase_turn(summary: &str) -> Reply {
+    tool_turn("done", "complete_phase", json!({"summary": summary}))
+}
+
 /// Every file under `dir` whose name ends with `suffix`, sorted.
 pub fn files_ending_with(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| path.to_string_lossy().ends_with(suffix))
+        .collect()
+}
+
+/// Every file under `dir`, however deep, sorted.
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -146,7 +279,7 @@ pub fn files_ending_with(dir: &std::path::Path, suffix: &str) -> Vec<std::path::
             let path = entry.path();
             if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
                 stack.push(path);
-            } else if path.to_string_lossy().ends_with(suffix) {
+            } else {
                 found.push(path);
             }
         }
@@ -167,6 +300,24 @@ pub async fn run_loopr(
         .expect("run loopr")
 }
 
+/// `loopr plan "Add a --version flag"` without review passes (see `run_loopr`).
+pub async fn run_loopr_plan(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeAnthropic,
+) -> std::process::Output {
+    run_loopr(
+        dirs,
+        fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0}"#,
+        ],
+    )
+    .await
+}
+
 /// The `loopr <args>` command `run_loopr` runs, to adjust before spawning it.
 pub fn loopr_command(
     dirs: &crate::nvim::TestDirs,
@@ -184,4 +335,74 @@ pub fn loopr_command(
         .env("ANTHROPIC_BASE_URL", fake.base_url())
         .kill_on_drop(true);
     command
+}
+
+/// Setup that lets code loops write, edit and run commands without asking.
+pub const AUTO_APPROVE: &str =
+    "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+
+/// The id of the next code loop that starts running.
+pub async fn code_loop_id(editor: &mut TestNvim) -> String {
+    let running = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "running"
+        })
+        .await;
+    running["id"].as_str().expect("id").to_owned()
+}
+
+/// Runs `:LooprRun {phase}` and returns the id of the code loop it starts.
+pub async fn run_code_loop(editor: &mut TestNvim, phase: &str) -> String {
+    assert_eq!(editor.command(&format!("LooprRun {phase}")).await, None);
+    code_loop_id(editor).await
+}
+
+/// Makes the project a real git repository with one commit.
+pub fn commit_everything(project: &std::path::Path) {
+    for args in [
+        vec!["init", "-q"],
+        vec!["add", "-A"],
+        vec![
+            "-c",
+            "user.name=Loopr Test",
+            "-c",
+            "user.email=test@loopr.invalid",
+            "commit",
+            "-qm",
+            "initial",
+        ],
+    ] {
+        let status = std::process::Command::new("git")
+            .args(&args)
+            .current_dir(project)
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    }
+}
+
+/// The phases of the spec `script_revised_spec` scripts, before and after its revision.
+pub const FIRST_PHASES: [&str; 3] = ["parse-flag", "print-version", "exit-code"];
+pub const REVISED_PHASES: [&str; 3] = ["parse-args", "print-it", "exit-zero"];
+
+/// Scripts a plan of one spec, the spec with `FIRST_PHASES`, and its revision with
+/// `REVISED_PHASES` (every phase answered once); returns the spec's name.
+pub fn script_revised_spec(fake: &FakeAnthropic) -> String {
+    let mut plan = valid_plan();
+    plan["specs"].as_array_mut().expect("specs").truncate(1);
+    let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    for (id, phases) in [("spec1", FIRST_PHASES), ("spec2", REVISED_PHASES)] {
+        fake.push_routed(
+            &spec_route(&spec),
+            tool_turn(id, "create_spec", spec_input(&spec, &phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+    spec
 }
