@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
-use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision, NoBuffers};
+use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
@@ -22,13 +22,16 @@ pub struct HeadlessRefusal;
 impl Approver for HeadlessRefusal {
     async fn decide(
         &self,
-        _request: ApprovalRequest,
+        request: ApprovalRequest,
         _cancel: &CancellationToken,
     ) -> Option<Decision> {
-        Some(Decision::Reject(
+        let reason = if request.kind == ChangeKind::Fetch {
+            "fetches cannot be approved in a headless run; the user must list the host in \
+             the web_fetch_allow_hosts setting or set approvals.fetch to \"auto\""
+        } else {
             "changes cannot be approved in a headless run; the user must rerun with --yes"
-                .to_owned(),
-        ))
+        };
+        Some(Decision::Reject(reason.to_owned()))
     }
 }
 

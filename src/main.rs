@@ -50,7 +50,7 @@ enum Command {
     Run {
         /// The phase name (or phase loop id), as `loopr status` lists it.
         phase: String,
-        /// Accept every write, edit and command without asking (nobody can be asked here).
+        /// Accept every write, edit, command and fetch without asking (nobody can be asked here).
         #[arg(long)]
         yes: bool,
         /// The project root (default: the current directory).

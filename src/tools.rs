@@ -37,7 +37,7 @@ pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell};
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
-pub use web_fetch::WebFetchTool;
+pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
 
 use crate::llm::ToolSpec;

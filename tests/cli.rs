@@ -543,3 +543,94 @@ fn most_running_at_once(stderr: &str) -> usize {
     }
     most
 }
+
+/// `web_fetch` in a real host, with fetches approved automatically: this machine (by address,
+/// by name and in IPv6 form), the private network and the cloud metadata address are refused,
+/// so is a redirect served from this machine, and nothing connects to the listener the test
+/// holds open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let refused = [
+        (
+            format!("http://127.0.0.1:{port}/"),
+            "127.0.0.1 is a loopback address",
+        ),
+        (format!("http://localhost:{port}/"), "localhost resolves to"),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "loopback address",
+        ),
+        (
+            format!("http://127.0.0.1:{port}/redirect?to=http://169.254.169.254/"),
+            "127.0.0.1 is a loopback address",
+        ),
+        (
+            "http://10.1.2.3/".to_owned(),
+            "10.1.2.3 is a private network address",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "169.254.169.254 is the cloud metadata address",
+        ),
+    ];
+    let mut fetches = fake_anthropic::TurnBuilder::new().text("Let me read the docs.");
+    for (index, (url, _)) in refused.iter().enumerate() {
+        fetches = fetches.tool_use(
+            &format!("toolu_fetch_{index}"),
+            "web_fetch",
+            json!({"url": url}),
+        );
+    }
+    fake.push_routed(plan_route(), fetches.usage(300, 60).reply());
+    fake.push_routed(
+        plan_route(),
+        tool_turn("toolu_plan", "create_plan", valid_plan()),
+    );
+
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0, "web_fetch": true, "approvals": {"fetch": "auto"}}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("awaiting_approval"), "{stdout}\n{stderr}");
+
+    let requests = fake.requests();
+    let answered = requests
+        .iter()
+        .find(|request| {
+            request.body["messages"]
+                .as_array()
+                .is_some_and(|m| m.len() == 3)
+        })
+        .expect("the model got the fetch results");
+    let results = tool_results(&answered.body);
+    assert_eq!(results.len(), refused.len());
+    for (result, (url, named)) in results.iter().zip(&refused) {
+        let content = result["content"].as_str().unwrap_or_default();
+        assert_eq!(result["is_error"], true, "{url}: {content}");
+        assert!(content.contains(named), "{url}: {content}");
+        assert!(
+            content.contains("only public internet addresses are fetched"),
+            "{url}: {content}"
+        );
+    }
+    use futures::FutureExt;
+    assert!(
+        listener.accept().now_or_never().is_none(),
+        "nothing connected to this machine's listener"
+    );
+}

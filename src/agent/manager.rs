@@ -630,6 +630,7 @@ impl LoopManager {
                 &settings.allow_commands,
                 self.shared.approver.clone(),
             )
+            .and_then(|approver| approver.allowing_hosts(&settings.web_fetch_allow_hosts))
             .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))
         });
         let (policy, approver) = match policies {
