@@ -1,5 +1,6 @@
 //! The command-line shell: `loopr plan` and `loopr status` run the same core as Neovim does,
-//! for scripts and CI. Progress goes to stderr; the summary to stdout.
+//! for scripts and CI. Progress goes to stderr; the summary to stdout. SIGINT and SIGTERM stop
+//! the run's loops (and the commands they run) and end it with `Interrupted`.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -44,6 +45,96 @@ pub fn headless_approver(yes: bool) -> Arc<dyn Approver> {
     }
 }
 
+/// A headless run ended by SIGINT or SIGTERM. Its loops were stopped (their commands killed)
+/// and left as they were in the store, so `loopr resume` (or Neovim) continues them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "stopped by {}: its loops were interrupted and stay resumable; `loopr resume` continues them",
+    self.name()
+)]
+pub enum Interrupted {
+    Interrupt,
+    Terminate,
+}
+
+impl Interrupted {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interrupted::Interrupt => "SIGINT",
+            Interrupted::Terminate => "SIGTERM",
+        }
+    }
+
+    /// 128 and the signal's number, as a shell reports a process the signal ended.
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Interrupted::Interrupt => 130,
+            Interrupted::Terminate => 143,
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the start of a run so that neither ends the process before
+/// its commands are killed.
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn catch() -> anyhow::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt()).context("catching SIGINT")?,
+                terminate: signal(SignalKind::terminate()).context("catching SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    async fn next(&mut self) -> Interrupted {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => Interrupted::Interrupt,
+                _ = self.terminate.recv() => Interrupted::Terminate,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Interrupted::Interrupt
+        }
+    }
+}
+
+/// How long the loops get to stop (kill their commands, close their requests) after a signal.
+const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Stops every loop this process runs, as a host that Neovim left does: cancelled tokens kill
+/// their commands, and the loops stay in the store as they were, to be resumed. Resumable
+/// rather than cancelled because a signal often is not the user's decision about the work
+/// (a CI timeout, a shutdown), and the tokens already spent are not thrown away; `:LooprCancel`
+/// cancels for good. Waits until the loop tasks ended (a second signal stops waiting).
+async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: Interrupted) {
+    eprintln!("loopr: {}: stopping the loops", signal.name());
+    manager.shut_down();
+    let mut busy = manager.watch_busy();
+    tokio::select! {
+        stopped = tokio::time::timeout(STOP_TIMEOUT, busy.wait_for(|running| *running == 0)) => {
+            if stopped.is_err() {
+                tracing::warn!("loops still running {}s after {}", STOP_TIMEOUT.as_secs(), signal.name());
+            }
+        }
+        _ = signals.next() => {}
+    }
+}
+
 fn headless_shell(approver: Arc<dyn Approver>) -> ShellServices {
     ShellServices {
         approver,
@@ -65,6 +156,7 @@ pub async fn run_plan(
     provider_factory: ProviderFactory,
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     // Plans only read the project; a code loop of a crashed host that this run resumes gets
     // no approvals.
@@ -85,6 +177,7 @@ pub async fn run_plan(
         options.approve_all,
         &mut events,
         &select,
+        &mut signals,
     )
     .await?;
     summarize(&select(&manager)?)
@@ -100,6 +193,7 @@ pub async fn resume(
     approve_all: bool,
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
         loopr_home,
@@ -112,7 +206,15 @@ pub async fn resume(
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager.status(&root)?.into_iter().rev().collect())
     };
-    settle(&manager, &root, approve_all, &mut events, &select).await?;
+    settle(
+        &manager,
+        &root,
+        approve_all,
+        &mut events,
+        &select,
+        &mut signals,
+    )
+    .await?;
     summarize(&select(&manager)?)
 }
 
@@ -125,6 +227,7 @@ pub async fn run_code(
     settings: LoopSettings,
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
         loopr_home,
@@ -143,7 +246,7 @@ pub async fn run_code(
             .filter(|record| record.id == code_id)
             .collect())
     };
-    settle(&manager, &root, false, &mut events, &select).await?;
+    settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     summarize(&select(&manager)?)
 }
 
@@ -156,13 +259,15 @@ fn summarize(records: &[LoopRecord]) -> anyhow::Result<bool> {
 
 /// Waits, reporting events, until this process runs nothing and nothing more can start;
 /// approves what waits for review when `approve_all`. Loops other hosts run, or that wait on
-/// something that will not happen (an unapproved sibling), do not keep it waiting.
+/// something that will not happen (an unapproved sibling), do not keep it waiting. A signal
+/// stops the loops and ends the wait with `Interrupted`.
 async fn settle(
     manager: &LoopManager,
     root: &Path,
     approve_all: bool,
     events: &mut UnboundedReceiver<LoopEvent>,
     select: &dyn Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>>,
+    signals: &mut StopSignals,
 ) -> anyhow::Result<()> {
     let mut busy = manager.watch_busy();
     loop {
@@ -191,6 +296,13 @@ async fn settle(
             }
         }
         tokio::select! {
+            signal = signals.next() => {
+                stop_loops(manager, signals, signal).await;
+                while let Ok(event) = events.try_recv() {
+                    report(&event);
+                }
+                return Err(signal.into());
+            }
             event = events.recv() => match event {
                 Some(event) => report(&event),
                 None => return Ok(()),

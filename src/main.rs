@@ -152,6 +152,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            if let Some(signal) = err.downcast_ref::<loopr::cli::Interrupted>() {
+                eprintln!("loopr: {signal}");
+                tracing::info!(signal = signal.name(), "headless run stopped by a signal");
+                return ExitCode::from(signal.exit_status());
+            }
             // stderr, never stdout: stdout is the RPC channel.
             eprintln!("loopr: {err:#}");
             tracing::error!(error = %format!("{err:#}"), "host exited with an error");
@@ -208,9 +213,9 @@ fn run_plan(
             approve_all,
             settings,
         },
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(all_complete)
+    require_all_complete(all_complete?)
 }
 
 fn run_resume(
@@ -226,9 +231,9 @@ fn run_resume(
         root,
         approve_all,
         loopr::cli::headless_approver(yes),
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(all_complete)
+    require_all_complete(all_complete?)
 }
 
 fn run_code(
@@ -253,9 +258,9 @@ fn run_code(
         phase,
         settings,
         loopr::cli::headless_approver(yes),
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(passed)
+    require_all_complete(passed?)
 }
 
 fn parse_settings(settings: &str) -> anyhow::Result<LoopSettings> {

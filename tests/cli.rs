@@ -634,3 +634,195 @@ async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
         "nothing connected to this machine's listener"
     );
 }
+
+/// Plans a one-spec hierarchy headless (no review passes) whose phase `print-version` is
+/// validated by `true`.
+async fn planned_for_code(fake: &FakeAnthropic, dirs: &TestDirs) {
+    let phases = ["print-version", "document-flag", "exit-code"];
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
+    );
+    for phase in phases {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!("true");
+        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
+    }
+    let output = run_loopr(
+        dirs,
+        fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 0, "spec_review": false}"#,
+        ],
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The pids of the running processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|arg| [arg.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| line == wanted)
+        })
+        .collect()
+}
+
+/// Kills, when a failed test unwinds, the processes it saw start that still run as started,
+/// so that a failure leaves no `sleep` behind.
+struct KillLeftovers {
+    pids: Vec<i32>,
+    argv: Vec<String>,
+}
+
+impl Drop for KillLeftovers {
+    fn drop(&mut self) {
+        let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        for pid in processes_running(&argv) {
+            if self.pids.contains(&pid) {
+                // SAFETY: kill sends SIGKILL to a process this test's command started.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// Whether process `pid` ends within `limit`, waited for through a pidfd (no polling).
+async fn exits_within(pid: i32, limit: std::time::Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true;
+    }
+    let fd = i32::try_from(fd).expect("fd");
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
+    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
+    tokio::time::timeout(limit, async_fd.readable())
+        .await
+        .is_ok()
+}
+
+/// SIGINT or SIGTERM of `loopr run` while the model's command runs two background `sleep`s:
+/// the CLI stops its loop, exits with 128 + the signal and a one-line message, and no process
+/// the command started is left running.
+async fn a_signal_stops_the_cli_and_every_command_it_started(signal: i32, status: i32, name: &str) {
+    use tokio::io::AsyncReadExt;
+
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_for_code(&fake, &dirs).await;
+    // Unique to this test run, so only the command's own sleeps match.
+    let seconds = format!("1001.{}{signal}", std::process::id());
+    let fifo = dirs.project.join("started.fifo");
+    let path = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: mkfifo takes a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Opened for reading and writing so that it never reads as closed before the command
+    // writes; the command's write then says both sleeps have started.
+    let mut started = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&fifo)
+        .expect("open the FIFO");
+    let command = format!(
+        "sleep {seconds} & first=$!; sleep {seconds} & echo \"$first $!\" > started.fifo; wait"
+    );
+    fake.push_routed(
+        "Implement this phase.\n\n# Phase: Phase print-version",
+        fake_anthropic::TurnBuilder::new()
+            .tool_use("toolu_run", "run_command", json!({ "command": command }))
+            .usage(300, 40)
+            .reply(),
+    );
+    let mut cli = scenario::loopr_command(&dirs, &fake, &["run", "print-version", "--yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start loopr run");
+
+    // The pids of both sleeps, one line; read byte by byte up to its end.
+    let mut line = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut byte = [0u8; 1];
+        while started.read_exact(&mut byte).await.is_ok() && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+    })
+    .await
+    .expect("the command starts its sleeps");
+    let sleeps: Vec<i32> = String::from_utf8_lossy(&line)
+        .split_whitespace()
+        .map(|pid| pid.parse().expect("a pid"))
+        .collect();
+    assert_eq!(sleeps.len(), 2, "{line:?}");
+    let _cleanup = KillLeftovers {
+        pids: sleeps.clone(),
+        argv: vec!["sleep".to_owned(), seconds.clone()],
+    };
+    for sleep in &sleeps {
+        // SAFETY: signal 0 only checks that the process exists.
+        assert_eq!(
+            unsafe { libc::kill(*sleep, 0) },
+            0,
+            "sleep {sleep} runs before the signal"
+        );
+    }
+
+    let pid = i32::try_from(cli.id().expect("pid")).expect("pid");
+    // SAFETY: kill sends a signal to the CLI this test started.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = cli.stderr.take() {
+            pipe.read_to_string(&mut stderr).await.expect("stderr");
+        }
+        (cli.wait().await.expect("wait"), stderr)
+    })
+    .await
+    .expect("the CLI exits after the signal");
+    let (exit, stderr) = output;
+    assert_eq!(exit.code(), Some(status), "{exit:?}\n{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("loopr: stopped by {name}")) && last.contains("loopr resume"),
+        "{stderr}"
+    );
+    for sleep in sleeps {
+        assert!(
+            exits_within(sleep, std::time::Duration::from_secs(5)).await,
+            "sleep {sleep} outlived the CLI"
+        );
+    }
+    assert_eq!(processes_running(&["sleep", &seconds]), Vec::<i32>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_cli_and_every_command_it_started() {
+    a_signal_stops_the_cli_and_every_command_it_started(libc::SIGTERM, 143, "SIGTERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_cli_and_every_command_it_started() {
+    a_signal_stops_the_cli_and_every_command_it_started(libc::SIGINT, 130, "SIGINT").await;
+}
