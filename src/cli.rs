@@ -1,5 +1,6 @@
 //! The command-line shell: `loopr plan` and `loopr status` run the same core as Neovim does,
-//! for scripts and CI. Progress goes to stderr; the summary to stdout.
+//! for scripts and CI. Progress goes to stderr; the summary to stdout. SIGINT and SIGTERM stop
+//! the run's loops (and the commands they run) and end it with `Interrupted`.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -11,7 +12,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
-use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision, NoBuffers};
+use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
@@ -22,13 +23,16 @@ pub struct HeadlessRefusal;
 impl Approver for HeadlessRefusal {
     async fn decide(
         &self,
-        _request: ApprovalRequest,
+        request: ApprovalRequest,
         _cancel: &CancellationToken,
     ) -> Option<Decision> {
-        Some(Decision::Reject(
+        let reason = if request.kind == ChangeKind::Fetch {
+            "fetches cannot be approved in a headless run; the user must list the host in \
+             the web_fetch_allow_hosts setting or set approvals.fetch to \"auto\""
+        } else {
             "changes cannot be approved in a headless run; the user must rerun with --yes"
-                .to_owned(),
-        ))
+        };
+        Some(Decision::Reject(reason.to_owned()))
     }
 }
 
@@ -38,6 +42,96 @@ pub fn headless_approver(yes: bool) -> Arc<dyn Approver> {
         Arc::new(AcceptAll)
     } else {
         Arc::new(HeadlessRefusal)
+    }
+}
+
+/// A headless run ended by SIGINT or SIGTERM. Its loops were stopped (their commands killed)
+/// and left as they were in the store, so `loopr resume` (or Neovim) continues them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "stopped by {}: its loops were interrupted and stay resumable; `loopr resume` continues them",
+    self.name()
+)]
+pub enum Interrupted {
+    Interrupt,
+    Terminate,
+}
+
+impl Interrupted {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interrupted::Interrupt => "SIGINT",
+            Interrupted::Terminate => "SIGTERM",
+        }
+    }
+
+    /// 128 and the signal's number, as a shell reports a process the signal ended.
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Interrupted::Interrupt => 130,
+            Interrupted::Terminate => 143,
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the start of a run so that neither ends the process before
+/// its commands are killed.
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn catch() -> anyhow::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt()).context("catching SIGINT")?,
+                terminate: signal(SignalKind::terminate()).context("catching SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    async fn next(&mut self) -> Interrupted {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => Interrupted::Interrupt,
+                _ = self.terminate.recv() => Interrupted::Terminate,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Interrupted::Interrupt
+        }
+    }
+}
+
+/// How long the loops get to stop (kill their commands, close their requests) after a signal.
+const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Stops every loop this process runs, as a host that Neovim left does: cancelled tokens kill
+/// their commands, and the loops stay in the store as they were, to be resumed. Resumable
+/// rather than cancelled because a signal often is not the user's decision about the work
+/// (a CI timeout, a shutdown), and the tokens already spent are not thrown away; `:LooprCancel`
+/// cancels for good. Waits until the loop tasks ended (a second signal stops waiting).
+async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: Interrupted) {
+    eprintln!("loopr: {}: stopping the loops", signal.name());
+    manager.shut_down();
+    let mut busy = manager.watch_busy();
+    tokio::select! {
+        stopped = tokio::time::timeout(STOP_TIMEOUT, busy.wait_for(|running| *running == 0)) => {
+            if stopped.is_err() {
+                tracing::warn!("loops still running {}s after {}", STOP_TIMEOUT.as_secs(), signal.name());
+            }
+        }
+        _ = signals.next() => {}
     }
 }
 
@@ -62,6 +156,7 @@ pub async fn run_plan(
     provider_factory: ProviderFactory,
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     // Plans only read the project; a code loop of a crashed host that this run resumes gets
     // no approvals.
@@ -82,6 +177,7 @@ pub async fn run_plan(
         options.approve_all,
         &mut events,
         &select,
+        &mut signals,
     )
     .await?;
     summarize(&select(&manager)?)
@@ -97,6 +193,7 @@ pub async fn resume(
     approve_all: bool,
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
         loopr_home,
@@ -109,7 +206,15 @@ pub async fn resume(
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager.status(&root)?.into_iter().rev().collect())
     };
-    settle(&manager, &root, approve_all, &mut events, &select).await?;
+    settle(
+        &manager,
+        &root,
+        approve_all,
+        &mut events,
+        &select,
+        &mut signals,
+    )
+    .await?;
     summarize(&select(&manager)?)
 }
 
@@ -122,6 +227,7 @@ pub async fn run_code(
     settings: LoopSettings,
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
+    let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
         loopr_home,
@@ -140,7 +246,7 @@ pub async fn run_code(
             .filter(|record| record.id == code_id)
             .collect())
     };
-    settle(&manager, &root, false, &mut events, &select).await?;
+    settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     summarize(&select(&manager)?)
 }
 
@@ -153,13 +259,15 @@ fn summarize(records: &[LoopRecord]) -> anyhow::Result<bool> {
 
 /// Waits, reporting events, until this process runs nothing and nothing more can start;
 /// approves what waits for review when `approve_all`. Loops other hosts run, or that wait on
-/// something that will not happen (an unapproved sibling), do not keep it waiting.
+/// something that will not happen (an unapproved sibling), do not keep it waiting. A signal
+/// stops the loops and ends the wait with `Interrupted`.
 async fn settle(
     manager: &LoopManager,
     root: &Path,
     approve_all: bool,
     events: &mut UnboundedReceiver<LoopEvent>,
     select: &dyn Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>>,
+    signals: &mut StopSignals,
 ) -> anyhow::Result<()> {
     let mut busy = manager.watch_busy();
     loop {
@@ -188,6 +296,13 @@ async fn settle(
             }
         }
         tokio::select! {
+            signal = signals.next() => {
+                stop_loops(manager, signals, signal).await;
+                while let Ok(event) = events.try_recv() {
+                    report(&event);
+                }
+                return Err(signal.into());
+            }
             event = events.recv() => match event {
                 Some(event) => report(&event),
                 None => return Ok(()),

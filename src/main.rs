@@ -50,7 +50,7 @@ enum Command {
     Run {
         /// The phase name (or phase loop id), as `loopr status` lists it.
         phase: String,
-        /// Accept every write, edit and command without asking (nobody can be asked here).
+        /// Accept every write, edit, command and fetch without asking (nobody can be asked here).
         #[arg(long)]
         yes: bool,
         /// The project root (default: the current directory).
@@ -177,6 +177,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            if let Some(signal) = err.downcast_ref::<loopr::cli::Interrupted>() {
+                eprintln!("loopr: {signal}");
+                tracing::info!(signal = signal.name(), "headless run stopped by a signal");
+                return ExitCode::from(signal.exit_status());
+            }
             // stderr, never stdout: stdout is the RPC channel.
             eprintln!("loopr: {err:#}");
             tracing::error!(error = %format!("{err:#}"), "host exited with an error");
@@ -233,9 +238,9 @@ fn run_plan(
             approve_all,
             settings,
         },
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(all_complete)
+    require_all_complete(all_complete?)
 }
 
 fn run_resume(
@@ -251,9 +256,9 @@ fn run_resume(
         root,
         approve_all,
         loopr::cli::headless_approver(yes),
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(all_complete)
+    require_all_complete(all_complete?)
 }
 
 fn run_code(
@@ -278,9 +283,9 @@ fn run_code(
         phase,
         settings,
         loopr::cli::headless_approver(yes),
-    ))?;
+    ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    require_all_complete(passed)
+    require_all_complete(passed?)
 }
 
 fn parse_settings(settings: &str) -> anyhow::Result<LoopSettings> {

@@ -39,7 +39,7 @@ pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell, unsandboxed_note};
 pub use sandbox::{Mechanism, Sandbox, SandboxMode, SandboxSettings, looks_secret};
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
-pub use web_fetch::WebFetchTool;
+pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
 
 use crate::llm::ToolSpec;

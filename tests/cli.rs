@@ -533,3 +533,261 @@ fn most_running_at_once(stderr: &str) -> usize {
     }
     most
 }
+
+/// `web_fetch` in a real host, with fetches approved automatically: this machine (by address,
+/// by name and in IPv6 form), the private network and the cloud metadata address are refused,
+/// so is a redirect served from this machine, and nothing connects to the listener the test
+/// holds open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let refused = [
+        (
+            format!("http://127.0.0.1:{port}/"),
+            "127.0.0.1 is a loopback address",
+        ),
+        (format!("http://localhost:{port}/"), "localhost resolves to"),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "loopback address",
+        ),
+        (
+            format!("http://127.0.0.1:{port}/redirect?to=http://169.254.169.254/"),
+            "127.0.0.1 is a loopback address",
+        ),
+        (
+            "http://10.1.2.3/".to_owned(),
+            "10.1.2.3 is a private network address",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "169.254.169.254 is the cloud metadata address",
+        ),
+    ];
+    let mut fetches = fake_anthropic::TurnBuilder::new().text("Let me read the docs.");
+    for (index, (url, _)) in refused.iter().enumerate() {
+        fetches = fetches.tool_use(
+            &format!("toolu_fetch_{index}"),
+            "web_fetch",
+            json!({"url": url}),
+        );
+    }
+    fake.push_routed(plan_route(), fetches.usage(300, 60).reply());
+    fake.push_routed(
+        plan_route(),
+        tool_turn("toolu_plan", "create_plan", valid_plan()),
+    );
+
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0, "web_fetch": true, "approvals": {"fetch": "auto"}}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("awaiting_approval"), "{stdout}\n{stderr}");
+
+    let requests = fake.requests();
+    let answered = requests
+        .iter()
+        .find(|request| {
+            request.body["messages"]
+                .as_array()
+                .is_some_and(|m| m.len() == 3)
+        })
+        .expect("the model got the fetch results");
+    let results = tool_results(&answered.body);
+    assert_eq!(results.len(), refused.len());
+    for (result, (url, named)) in results.iter().zip(&refused) {
+        let content = result["content"].as_str().unwrap_or_default();
+        assert_eq!(result["is_error"], true, "{url}: {content}");
+        assert!(content.contains(named), "{url}: {content}");
+        assert!(
+            content.contains("only public internet addresses are fetched"),
+            "{url}: {content}"
+        );
+    }
+    use futures::FutureExt;
+    assert!(
+        listener.accept().now_or_never().is_none(),
+        "nothing connected to this machine's listener"
+    );
+}
+
+/// Plans a one-spec hierarchy headless (no review passes) whose phase `print-version` is
+/// validated by `true`.
+async fn planned_for_code(fake: &FakeAnthropic, dirs: &TestDirs) {
+    let phases = ["print-version", "document-flag", "exit-code"];
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
+    );
+    for phase in phases {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!("true");
+        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
+    }
+    let output = run_loopr(
+        dirs,
+        fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 0, "spec_review": false}"#,
+        ],
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Kills, when a failed test unwinds, the processes it saw start that still run as started,
+/// so that a failure leaves no `sleep` behind.
+struct KillLeftovers {
+    pids: Vec<i32>,
+    argv: Vec<String>,
+}
+
+impl Drop for KillLeftovers {
+    fn drop(&mut self) {
+        let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        for pid in nvim::processes_running(&argv) {
+            if self.pids.contains(&pid) {
+                // SAFETY: kill sends SIGKILL to a process this test's command started.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// Whether process `pid` ends within `limit`, waited for through a pidfd (no polling).
+async fn exits_within(pid: i32, limit: std::time::Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true;
+    }
+    let fd = i32::try_from(fd).expect("fd");
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and registered nowhere else.
+    let async_fd = unsafe { tokio::io::unix::AsyncFd::register(owned) }.expect("AsyncFd");
+    tokio::time::timeout(limit, async_fd.readable())
+        .await
+        .is_ok()
+}
+
+/// SIGINT or SIGTERM of `loopr run` while the model's command runs two background `sleep`s:
+/// the CLI stops its loop, exits with 128 + the signal and a one-line message, and no process
+/// the command started is left running.
+async fn a_signal_stops_the_cli_and_every_command_it_started(signal: i32, status: i32, name: &str) {
+    use tokio::io::AsyncReadExt;
+
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_for_code(&fake, &dirs).await;
+    // Unique to this test run, so only the command's own sleeps match.
+    let seconds = format!("1001.{}{signal}", std::process::id());
+    let fifo = dirs.project.join("started.fifo");
+    let path = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: mkfifo takes a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Opened for reading and writing so that it never reads as closed before the command
+    // writes; the command's write then says both sleeps have started.
+    let mut started = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&fifo)
+        .expect("open the FIFO");
+    let command = format!("sleep {seconds} & sleep {seconds} & echo started > started.fifo; wait");
+    fake.push_routed(
+        "Implement this phase.\n\n# Phase: Phase print-version",
+        fake_anthropic::TurnBuilder::new()
+            .tool_use("toolu_run", "run_command", json!({ "command": command }))
+            .usage(300, 40)
+            .reply(),
+    );
+    let mut cli = scenario::loopr_command(&dirs, &fake, &["run", "print-version", "--yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start loopr run");
+
+    // One line once both sleeps have started; read byte by byte up to its end.
+    let mut line = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut byte = [0u8; 1];
+        while started.read_exact(&mut byte).await.is_ok() && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+    })
+    .await
+    .expect("the command starts its sleeps");
+    // Host pids, from the process tree: inside the sandbox the command's are other numbers.
+    let cli_pid = i32::try_from(cli.id().expect("pid")).expect("pid");
+    let sleeps = nvim::descendants(cli_pid);
+    assert!(!sleeps.is_empty(), "the command runs");
+    let _cleanup = KillLeftovers {
+        pids: sleeps.clone(),
+        argv: vec!["sleep".to_owned(), seconds.clone()],
+    };
+
+    // SAFETY: kill sends a signal to the CLI this test started.
+    assert_eq!(unsafe { libc::kill(cli_pid, signal) }, 0);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = cli.stderr.take() {
+            pipe.read_to_string(&mut stderr).await.expect("stderr");
+        }
+        (cli.wait().await.expect("wait"), stderr)
+    })
+    .await
+    .expect("the CLI exits after the signal");
+    let (exit, stderr) = output;
+    assert_eq!(exit.code(), Some(status), "{exit:?}\n{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("loopr: stopped by {name}")) && last.contains("loopr resume"),
+        "{stderr}"
+    );
+    for sleep in sleeps {
+        assert!(
+            exits_within(sleep, std::time::Duration::from_secs(5)).await,
+            "process {sleep} of the command outlived the CLI"
+        );
+    }
+    assert_eq!(
+        nvim::processes_running(&["sleep", &seconds]),
+        Vec::<i32>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_cli_and_every_command_it_started() {
+    a_signal_stops_the_cli_and_every_command_it_started(libc::SIGTERM, 143, "SIGTERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_cli_and_every_command_it_started() {
+    a_signal_stops_the_cli_and_every_command_it_started(libc::SIGINT, 130, "SIGINT").await;
+}

@@ -22,4 +22,5 @@ mod integration {
     mod resume;
     mod retries;
     mod status_window;
+    mod web;
 }

@@ -7,16 +7,16 @@ local MAX_HEIGHT = 15
 local CLOSED = 'closed without a decision'
 local SUBJECT_WIDTH = 60
 
----@alias loopr.ApprovalKind "write"|"edit"|"command"
+---@alias loopr.ApprovalKind "write"|"edit"|"command"|"fetch"
 ---@alias loopr.Decision "accept"|"accept_all"|"reject"
 
 ---@class loopr.ApprovalRequest
 ---@field id integer
 ---@field loop_id string
 ---@field kind loopr.ApprovalKind
----@field tool string "write_file", "edit_file" or "run_command".
----@field subject string File path relative to the project root, or the command.
----@field detail string Unified diff, or "$ <command>\n(in <dir>)".
+---@field tool string "write_file", "edit_file", "run_command" or "web_fetch".
+---@field subject string File path relative to the project root, the command, or the host fetched from.
+---@field detail string Unified diff, "$ <command>\n(in <dir>)", or "Loopr wants to fetch <url>".
 
 ---@class loopr.PendingApproval
 ---@field id integer
@@ -35,6 +35,16 @@ local queue = {}
 
 local DECISIONS = { accept = true, accept_all = true, reject = true }
 local PLURAL = { write = 'writes', edit = 'edits', command = 'commands' }
+
+---What "accept all" accepts: fetches are accepted per host, the rest per kind.
+---@param req loopr.ApprovalRequest
+---@return string
+local function all_of(req)
+  if req.kind == 'fetch' then
+    return ('fetches from %s in this loop'):format(req.subject)
+  end
+  return ('%s of this loop'):format(PLURAL[req.kind] or 'changes')
+end
 
 ---@param s string
 ---@return string
@@ -57,14 +67,17 @@ end
 local function render(req)
   local header = req.kind == 'command' and ('Loopr wants to run: %s'):format(one_line(req.subject))
     or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
+  local detail = vim.split(req.detail, '\n', { trimempty = true })
+  if req.kind == 'fetch' then
+    -- The detail's first line says it all ("Loopr wants to fetch <url>").
+    header = ('%s (loop %s)'):format(table.remove(detail, 1) or header, req.loop_id)
+  end
   local lines = { header, '' }
-  vim.list_extend(lines, vim.split(req.detail, '\n', { trimempty = true }))
+  vim.list_extend(lines, detail)
   table.insert(lines, '')
   table.insert(
     lines,
-    ('a accept · A accept all %s of this loop · r reject with a reason · q reject'):format(
-      PLURAL[req.kind] or 'changes'
-    )
+    ('a accept · A accept all %s · r reject with a reason · q reject'):format(all_of(req))
   )
   return lines
 end
@@ -87,7 +100,7 @@ local function keymaps(buf, req)
   map('a', 'Loopr: accept this change', function()
     M.answer(req.id, 'accept')
   end)
-  map('A', ('Loopr: accept all %s of this loop'):format(PLURAL[req.kind] or 'changes'), function()
+  map('A', ('Loopr: accept all %s'):format(all_of(req)), function()
     M.answer(req.id, 'accept_all')
   end)
   map('r', 'Loopr: reject this change with a reason', function()
@@ -119,7 +132,7 @@ local function create(req)
   vim.bo[buf].swapfile = false
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, render(req))
   vim.bo[buf].modifiable = false
-  vim.bo[buf].filetype = req.kind == 'command' and 'sh' or 'diff'
+  vim.bo[buf].filetype = ({ command = 'sh', fetch = 'text' })[req.kind] or 'diff'
   keymaps(buf, req)
   vim.api.nvim_create_autocmd('BufWipeout', {
     buffer = buf,

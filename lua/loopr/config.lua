@@ -9,6 +9,7 @@
 ---@field write loopr.ApprovalMode Creating or overwriting a file.
 ---@field edit loopr.ApprovalMode Replacing text in a file.
 ---@field command loopr.ApprovalMode Running a shell command.
+---@field fetch loopr.ApprovalMode Fetching a page with `web_fetch` from a host not in `web_fetch_allow_hosts`.
 
 ---@class loopr.Sandbox
 ---@field mode "auto"|"bubblewrap"|"landlock"|"off" Which sandbox commands run in.
@@ -35,6 +36,7 @@
 ---@field plan_review_passes integer
 ---@field spec_review boolean
 ---@field web_fetch boolean
+---@field web_fetch_allow_hosts string[] Hosts fetched from without asking (`docs.rs`, `*.python.org`).
 ---@field resume boolean
 ---@field code_max_iterations integer
 ---@field validation_timeout_secs integer
@@ -63,11 +65,12 @@
 ---@field plan_review_passes? integer
 ---@field spec_review? boolean
 ---@field web_fetch? boolean
+---@field web_fetch_allow_hosts? string[]
 ---@field resume? boolean
 ---@field code_max_iterations? integer
 ---@field validation_timeout_secs? integer
 ---@field command_timeout_secs? integer
----@field approvals? {write?: loopr.ApprovalMode, edit?: loopr.ApprovalMode, command?: loopr.ApprovalMode}
+---@field approvals? {write?: loopr.ApprovalMode, edit?: loopr.ApprovalMode, command?: loopr.ApprovalMode, fetch?: loopr.ApprovalMode}
 ---@field allow_commands? string[]
 ---@field deny_commands? string[]
 ---@field secret_patterns? string[]
@@ -214,14 +217,15 @@ local spec = {
   plan_review_passes = { expect = 'an integer from 0 to 5', check = integer_between(0, 5), default = const(5) },
   spec_review = { expect = 'a boolean', check = 'boolean', default = const(true) },
   web_fetch = { expect = 'a boolean', check = 'boolean', default = const(false) },
+  web_fetch_allow_hosts = { expect = 'a list of host names', check = list_of(nonempty_string), default = const({}) },
   resume = { expect = 'a boolean', check = 'boolean', default = const(true) },
   code_max_iterations = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(5) },
   validation_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600) },
   command_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(120) },
   approvals = {
-    expect = 'a table with keys "write", "edit", "command", each "ask" or "auto"',
-    check = map_of({ 'write', 'edit', 'command' }, one_of({ 'ask', 'auto' })),
-    default = const({ write = 'ask', edit = 'ask', command = 'ask' }),
+    expect = 'a table with keys "write", "edit", "command", "fetch", each "ask" or "auto"',
+    check = map_of({ 'write', 'edit', 'command', 'fetch' }, one_of({ 'ask', 'auto' })),
+    default = const({ write = 'ask', edit = 'ask', command = 'ask', fetch = 'ask' }),
     merge = true,
   },
   allow_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const({}) },
@@ -382,6 +386,7 @@ function M.settings()
     plan_review_passes = c.plan_review_passes,
     spec_review = c.spec_review,
     web_fetch = c.web_fetch,
+    web_fetch_allow_hosts = c.web_fetch_allow_hosts,
     code_max_iterations = c.code_max_iterations,
     validation_timeout_secs = c.validation_timeout_secs,
     command_timeout_secs = c.command_timeout_secs,

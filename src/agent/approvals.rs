@@ -30,6 +30,8 @@ pub struct ApprovalSettings {
     pub write: ApprovalMode,
     pub edit: ApprovalMode,
     pub command: ApprovalMode,
+    /// `web_fetch` of a host not in `web_fetch_allow_hosts`.
+    pub fetch: ApprovalMode,
 }
 
 impl Default for ApprovalSettings {
@@ -38,6 +40,7 @@ impl Default for ApprovalSettings {
             write: ApprovalMode::Ask,
             edit: ApprovalMode::Ask,
             command: ApprovalMode::Ask,
+            fetch: ApprovalMode::Ask,
         }
     }
 }
@@ -48,6 +51,7 @@ impl ApprovalSettings {
             ChangeKind::Write => self.write,
             ChangeKind::Edit => self.edit,
             ChangeKind::Command => self.command,
+            ChangeKind::Fetch => self.fetch,
         }
     }
 }
@@ -59,6 +63,10 @@ pub struct PolicyApprover {
     commands_confined: bool,
     allowed_commands: Vec<Regex>,
     accepted_kinds: Mutex<HashSet<ChangeKind>>,
+    /// Hosts `web_fetch` may fetch from without asking: from the settings, and those the user
+    /// accepted all fetches from in this loop.
+    allowed_hosts: Vec<String>,
+    accepted_hosts: Mutex<HashSet<String>>,
     asker: Arc<dyn Approver>,
 }
 
@@ -84,8 +92,51 @@ impl PolicyApprover {
             commands_confined,
             allowed_commands,
             accepted_kinds: Mutex::new(HashSet::new()),
+            allowed_hosts: Vec::new(),
+            accepted_hosts: Mutex::new(HashSet::new()),
             asker,
         })
+    }
+
+    /// Lets `web_fetch` fetch from these hosts without asking: a host name (`docs.rs`), or
+    /// `*.` and a domain for every host below it (`*.python.org`). Case does not matter.
+    pub fn allowing_hosts(mut self, hosts: &[String]) -> Result<PolicyApprover, String> {
+        self.allowed_hosts = hosts
+            .iter()
+            .map(|host| {
+                let normalized = host.trim().trim_end_matches('.').to_ascii_lowercase();
+                let name = normalized.strip_prefix("*.").unwrap_or(&normalized);
+                let plain = !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+                if plain {
+                    Ok(normalized)
+                } else {
+                    Err(format!(
+                        "web_fetch_allow_hosts entry {host:?} is not a host name; write the \
+                         host alone, e.g. \"docs.rs\" or \"*.python.org\""
+                    ))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(self)
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        self.allowed_hosts
+            .iter()
+            .any(|allowed| match allowed.strip_prefix("*.") {
+                Some(domain) => host
+                    .strip_suffix(domain)
+                    .is_some_and(|below| below.ends_with('.')),
+                None => allowed == host,
+            })
+            || self
+                .accepted_hosts
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .contains(host)
     }
 
     /// A command runs without asking only if an allow-list pattern matches all of it and it
@@ -114,6 +165,10 @@ impl PolicyApprover {
         if request.kind == ChangeKind::Command && self.allowed(&request.subject) {
             return true;
         }
+        if request.kind == ChangeKind::Fetch {
+            // "Accept all" of a fetch is of its host only: the next host may be anyone's.
+            return self.host_allowed(&request.subject);
+        }
         self.accepted_kinds
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -132,8 +187,14 @@ impl Approver for PolicyApprover {
             return Some(Decision::Accept);
         }
         let kind = request.kind;
+        let host = request.subject.clone();
         let decision = self.asker.decide(request, cancel).await?;
-        if decision == Decision::AcceptAllOfKind {
+        if decision == Decision::AcceptAllOfKind && kind == ChangeKind::Fetch {
+            self.accepted_hosts
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(host);
+        } else if decision == Decision::AcceptAllOfKind {
             self.accepted_kinds
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -327,6 +388,86 @@ mod tests {
         assert!(
             asker.pending.lock().expect("lock").is_empty(),
             "nothing waits any more"
+        );
+    }
+
+    /// Answers every request with one decision and remembers the subjects it was asked about.
+    struct Answers(Decision, Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl Approver for Answers {
+        async fn decide(
+            &self,
+            request: ApprovalRequest,
+            _cancel: &CancellationToken,
+        ) -> Option<Decision> {
+            self.1.lock().expect("lock").push(request.subject);
+            Some(self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn fetches_are_approved_per_host() {
+        let asker = Arc::new(Answers(Decision::AcceptAllOfKind, Mutex::new(Vec::new())));
+        let policy = PolicyApprover::new(ApprovalSettings::default(), &[], true, asker.clone())
+            .expect("policy")
+            .allowing_hosts(&["Docs.rs".to_owned(), "*.python.org".to_owned()])
+            .expect("hosts");
+        let cancel = CancellationToken::new();
+        for host in [
+            "docs.rs",
+            "docs.python.org",
+            "python.org",
+            "evil-docs.rs",
+            "notpython.org",
+            "example.com",
+            "example.com",
+            "example.org",
+        ] {
+            assert!(
+                policy
+                    .decide(request(ChangeKind::Fetch, host), &cancel)
+                    .await
+                    .is_some_and(|decision| decision != Decision::Reject(String::new()))
+            );
+        }
+        // Allowed hosts skip asking; "accept all" covers its own host only, and no other kind.
+        assert_eq!(
+            *asker.1.lock().expect("lock"),
+            [
+                "python.org",
+                "evil-docs.rs",
+                "notpython.org",
+                "example.com",
+                "example.org"
+            ]
+        );
+        policy
+            .decide(request(ChangeKind::Command, "make"), &cancel)
+            .await;
+        assert_eq!(
+            asker.1.lock().expect("lock").last().map(String::as_str),
+            Some("make")
+        );
+
+        let automatic = PolicyApprover::new(
+            ApprovalSettings {
+                fetch: ApprovalMode::Auto,
+                ..ApprovalSettings::default()
+            },
+            &[],
+            true,
+            Arc::new(Answers(
+                Decision::Reject("asked".to_owned()),
+                Mutex::new(Vec::new()),
+            )),
+        )
+        .expect("policy");
+        assert_eq!(
+            automatic
+                .decide(request(ChangeKind::Fetch, "example.com"), &cancel)
+                .await,
+            Some(Decision::Accept)
         );
     }
 }

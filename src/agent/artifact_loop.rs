@@ -22,8 +22,7 @@ use crate::artifacts::{
 use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Turn, Usage};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{
-    AcceptAll, Approver, NoJournal, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy,
-    ToolRegistry,
+    Approver, NoJournal, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -260,8 +259,8 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         root: context.root.clone(),
         cancel: context.cancel.clone(),
         policy: context.policy.clone(),
-        // Planning tools only read; nothing to approve.
-        approver: Arc::new(AcceptAll),
+        // Planning tools only read; the one that asks is `web_fetch` (per host), when enabled.
+        approver: context.approver.clone(),
         loop_id: context.record.id.to_string(),
         buffers: context.buffers.clone(),
         journal: Arc::new(NoJournal),

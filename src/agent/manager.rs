@@ -631,6 +631,7 @@ impl LoopManager {
                 policy.sandbox.is_confined(),
                 self.shared.approver.clone(),
             )
+            .and_then(|approver| approver.allowing_hosts(&settings.web_fetch_allow_hosts))
             .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))
         });
         let (policy, approver) = match policies {

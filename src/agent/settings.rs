@@ -49,6 +49,8 @@ pub struct LoopSettings {
     pub web_fetch: bool,
     /// The sandbox commands run in.
     pub sandbox: SandboxSettings,
+    /// Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
+    pub web_fetch_allow_hosts: Vec<String>,
 }
 
 impl Default for LoopSettings {
@@ -79,6 +81,7 @@ impl Default for LoopSettings {
             command_timeout_secs: 120,
             web_fetch: false,
             sandbox: SandboxSettings::default(),
+            web_fetch_allow_hosts: Vec::new(),
         }
     }
 }
@@ -111,7 +114,8 @@ impl LoopSettings {
             &self.allow_commands,
             true,
             Arc::new(AcceptAll),
-        )?;
+        )?
+        .allowing_hosts(&self.web_fetch_allow_hosts)?;
         if self.plan_review_passes > 5 {
             return Err("plan_review_passes must be between 0 and 5".to_owned());
         }
@@ -189,6 +193,19 @@ mod tests {
         assert_eq!(
             LoopSettings::from_stored("not json"),
             LoopSettings::default()
+        );
+    }
+
+    #[test]
+    fn web_fetch_allow_hosts_are_host_names() {
+        let settings = LoopSettings {
+            web_fetch_allow_hosts: vec!["docs.rs".to_owned(), "https://example.com/".to_owned()],
+            ..LoopSettings::default()
+        };
+        let err = settings.check().expect_err("a URL is not a host");
+        assert!(
+            err.contains("web_fetch_allow_hosts entry \"https://example.com/\""),
+            "{err}"
         );
     }
 

@@ -10,6 +10,9 @@ pub enum ChangeKind {
     Write,
     Edit,
     Command,
+    /// A web page fetched by `web_fetch`; the subject is its host, and "accept all" means
+    /// every later fetch from that host.
+    Fetch,
 }
 
 impl ChangeKind {
@@ -18,6 +21,7 @@ impl ChangeKind {
             ChangeKind::Write => "write",
             ChangeKind::Edit => "edit",
             ChangeKind::Command => "command",
+            ChangeKind::Fetch => "fetch",
         }
     }
 }

@@ -5,12 +5,28 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use regex::Regex;
 
 use super::sandbox::Sandbox;
 
-pub const DEFAULT_SECRET_PATTERNS: [&str; 3] = [".env*", "*.pem", "id_*"];
+/// Credential files by the names their tools give them. SSH keys are named in full
+/// (`id_rsa*`, not `id_*`) so that ordinary files such as `id_map.go` stay readable.
+pub const DEFAULT_SECRET_PATTERNS: [&str; 13] = [
+    ".env*",
+    ".git-credentials",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".aws/credentials",
+    "*.pem",
+    "*.key",
+    "credentials.json",
+    "id_rsa*",
+    "id_ed25519*",
+    "id_ecdsa*",
+    "id_dsa*",
+];
 
 /// `rm` aimed at the root or the home directory, `git push`, and `sudo`.
 pub const DEFAULT_DENIED_COMMANDS: [&str; 3] = [
@@ -22,7 +38,13 @@ pub const DEFAULT_DENIED_COMMANDS: [&str; 3] = [
 #[derive(Clone, Debug)]
 pub struct ToolPolicy {
     secret_patterns: Vec<String>,
-    secret_files: GlobSet,
+    /// Patterns without a `/`, matched against the file name; their indexes into
+    /// `secret_patterns`.
+    secret_names: GlobSet,
+    secret_name_indexes: Vec<usize>,
+    /// Patterns with a `/` (`.aws/credentials`), matched against as many trailing components
+    /// of the path as they have.
+    secret_paths: Vec<SecretPath>,
     denied_commands: Vec<Regex>,
     pub command_timeout: Duration,
     /// Where commands run.
@@ -43,7 +65,9 @@ impl Default for ToolPolicy {
         ToolPolicy::new(&secrets, &denied, Duration::from_secs(120)).unwrap_or_else(|_| {
             ToolPolicy {
                 secret_patterns: Vec::new(),
-                secret_files: GlobSet::empty(),
+                secret_names: GlobSet::empty(),
+                secret_name_indexes: Vec::new(),
+                secret_paths: Vec::new(),
                 denied_commands: Vec::new(),
                 command_timeout: Duration::from_secs(120),
                 sandbox: Arc::new(Sandbox::unconfined("no sandbox configured")),
@@ -53,20 +77,39 @@ impl Default for ToolPolicy {
 }
 
 impl ToolPolicy {
-    /// `secret_patterns` are globs matched against file names (`.env*`); `denied_commands`
-    /// are regular expressions matched against the command with its whitespace collapsed.
+    /// `secret_patterns` are case-insensitive globs matched against file names (`.env*`), or,
+    /// when they contain a `/`, against the end of the path (`.aws/credentials`);
+    /// `denied_commands` are regular expressions matched against the command with its
+    /// whitespace collapsed.
     pub fn new(
         secret_patterns: &[String],
         denied_commands: &[String],
         command_timeout: Duration,
     ) -> Result<ToolPolicy, String> {
-        let mut secrets = GlobSetBuilder::new();
-        for pattern in secret_patterns {
-            let glob =
-                Glob::new(pattern).map_err(|err| format!("secret pattern {pattern:?}: {err}"))?;
-            secrets.add(glob);
+        let mut names = GlobSetBuilder::new();
+        let mut secret_name_indexes = Vec::new();
+        let mut secret_paths = Vec::new();
+        for (index, pattern) in secret_patterns.iter().enumerate() {
+            let trimmed = pattern.trim_matches('/');
+            // Case-insensitive: `.ENV` or `ID_RSA` on a case-insensitive file system is the
+            // same file, and a renamed copy is as secret as the original.
+            let glob = GlobBuilder::new(trimmed)
+                .case_insensitive(true)
+                .literal_separator(true)
+                .build()
+                .map_err(|err| format!("secret pattern {pattern:?}: {err}"))?;
+            if trimmed.contains('/') {
+                secret_paths.push(SecretPath {
+                    components: trimmed.split('/').filter(|part| !part.is_empty()).count(),
+                    matcher: glob.compile_matcher(),
+                    index,
+                });
+            } else {
+                names.add(glob);
+                secret_name_indexes.push(index);
+            }
         }
-        let secret_files = secrets
+        let secret_names = names
             .build()
             .map_err(|err| format!("secret patterns: {err}"))?;
         let denied_commands = denied_commands
@@ -78,7 +121,9 @@ impl ToolPolicy {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ToolPolicy {
             secret_patterns: secret_patterns.to_vec(),
-            secret_files,
+            secret_names,
+            secret_name_indexes,
+            secret_paths,
             denied_commands,
             command_timeout,
             sandbox: Arc::new(Sandbox::unconfined("no sandbox configured")),
@@ -93,13 +138,32 @@ impl ToolPolicy {
         }
     }
 
-    /// The secret pattern `path`'s file name matches, if any.
+    /// The secret pattern `path` matches (by its file name, or by its end for patterns with
+    /// a `/`), if any.
     pub fn secret_pattern(&self, path: &Path) -> Option<&str> {
         let name = path.file_name()?;
-        let matches = self.secret_files.matches(Path::new(name));
-        matches
+        let by_name = self
+            .secret_names
+            .matches(Path::new(name))
             .first()
-            .and_then(|index| self.secret_patterns.get(*index))
+            .and_then(|matched| self.secret_name_indexes.get(*matched).copied());
+        let by_path = || {
+            let components: Vec<_> = path
+                .components()
+                .filter_map(|component| match component {
+                    std::path::Component::Normal(part) => Some(part),
+                    _ => None,
+                })
+                .collect();
+            self.secret_paths.iter().find_map(|secret| {
+                let start = components.len().checked_sub(secret.components)?;
+                let tail: std::path::PathBuf = components[start..].iter().collect();
+                secret.matcher.is_match(&tail).then_some(secret.index)
+            })
+        };
+        by_name
+            .or_else(by_path)
+            .and_then(|index| self.secret_patterns.get(index))
             .map(String::as_str)
     }
 
@@ -120,6 +184,13 @@ impl ToolPolicy {
     }
 }
 
+#[derive(Clone, Debug)]
+struct SecretPath {
+    components: usize,
+    matcher: GlobMatcher,
+    index: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,17 +201,43 @@ mod tests {
         for secret in [
             ".env",
             ".env.local",
+            ".ENV.Production",
             "config/.env.production",
             "certs/server.pem",
+            "certs/SERVER.PEM",
+            "tls/private.key",
             "home/id_rsa",
+            "home/ID_RSA",
             "id_ed25519.pub",
+            ".ssh/id_ecdsa",
+            "id_dsa",
+            ".git-credentials",
+            "deploy/.netrc",
+            ".npmrc",
+            ".pypirc",
+            ".aws/credentials",
+            "/home/someone/.AWS/Credentials",
+            "gcp/credentials.json",
+            "Credentials.JSON",
         ] {
             assert!(
                 policy.secret_pattern(Path::new(secret)).is_some(),
                 "{secret}"
             );
         }
-        for plain in ["src/env.rs", "environment.md", "README.md", "grid_id.rs"] {
+        for plain in [
+            "src/env.rs",
+            "environment.md",
+            "README.md",
+            "grid_id.rs",
+            "id_map.go",
+            "src/id_generator.rs",
+            "credentials",
+            "aws/credentials.md",
+            "docs/credentials.md",
+            "keys.rs",
+            "monkey",
+        ] {
             assert_eq!(policy.secret_pattern(Path::new(plain)), None, "{plain}");
         }
     }

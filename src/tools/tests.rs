@@ -642,6 +642,11 @@ async fn web_fetch_reduces_html_to_text_and_refuses_what_is_not_a_web_page() {
         "<html><head><style>p{}</style></head><body><h1>Release notes</h1><p>Version <b>0.3.1</b> adds --version.</p></body></html>".to_owned(),
     )
     .await;
+    // The test server listens on loopback, which the real tool refuses.
+    let tool = WebFetchTool::with_address_check(|address| {
+        (!address.is_loopback()).then_some("not the test server")
+    });
+    let call = |_: &Project, _: &str, input: Value| tool.call(input, &project.context);
     let text = call(&project, "web_fetch", json!({"url": page}))
         .await
         .expect("fetch");
@@ -953,4 +958,58 @@ async fn every_change_of_the_writing_tools_and_commands_is_journaled() {
             "command src/main.rs: existed before: true",
         ]
     );
+}
+
+#[tokio::test]
+async fn common_credential_files_are_refused_in_any_case_and_id_map_go_is_not() {
+    let project = project();
+    let secrets = [
+        ".env.staging",
+        ".git-credentials",
+        ".netrc",
+        ".npmrc",
+        ".pypirc",
+        ".aws/credentials",
+        "certs/ca.PEM",
+        "tls/server.key",
+        "gcp/credentials.json",
+        ".ssh/id_rsa",
+        ".ssh/id_rsa.pub",
+        ".ssh/ID_ED25519",
+        ".ssh/id_ecdsa",
+        ".ssh/id_dsa",
+    ];
+    for secret in secrets {
+        let path = project.context.root.path().join(secret);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, "the secret\n").expect("write");
+    }
+    for secret in secrets {
+        let read = call(&project, "read_file", json!({"path": secret}))
+            .await
+            .expect_err(secret);
+        assert!(matches!(read, ToolError::Denied(_)), "{secret}: {read}");
+        let write = call(
+            &project,
+            "write_file",
+            json!({"path": secret, "content": "replaced\n"}),
+        )
+        .await
+        .expect_err(secret);
+        assert!(matches!(write, ToolError::Denied(_)), "{secret}: {write}");
+        assert_eq!(
+            std::fs::read_to_string(project.context.root.path().join(secret)).expect("read"),
+            "the secret\n",
+            "{secret}"
+        );
+    }
+    std::fs::write(
+        project.context.root.path().join("id_map.go"),
+        "package ids\n",
+    )
+    .expect("write");
+    let ordinary = call(&project, "read_file", json!({"path": "id_map.go"}))
+        .await
+        .expect("id_map.go is an ordinary file");
+    assert_eq!(ordinary, "     1\tpackage ids\n");
 }

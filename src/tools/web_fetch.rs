@@ -1,3 +1,13 @@
+//! `web_fetch`: an http(s) page as text. Only public internet addresses are fetched: the host
+//! is resolved here and every address it resolves to checked (loopback, private, link-local,
+//! metadata and other special addresses are refused), the connection goes only to an address
+//! that passed (the client resolves through the same check, so a DNS answer cannot change
+//! between the check and the connection), and redirects are followed one at a time, each hop
+//! checked and its host approved again.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -7,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::output::CappedOutput;
-use super::{Tool, ToolContext, ToolError, parse_input};
+use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input};
 use crate::schema::input_schema_for;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -15,6 +25,8 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const MAX_DOWNLOAD: usize = 2 * 1024 * 1024;
 const MAX_OUTPUT_BYTES: usize = 100 * 1024;
 const TEXT_WIDTH: usize = 100;
+/// Redirects followed at most; each one is checked like the first request.
+pub const MAX_REDIRECTS: usize = 5;
 
 /// Fetch a web page as text.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -24,20 +36,36 @@ pub struct WebFetchInput {
     pub url: String,
 }
 
+/// Why an address may not be fetched (`None`: it may). The strict check is
+/// `non_public_address`; tests of the fetching itself inject one that lets their loopback
+/// server through.
+pub type AddressCheck = fn(IpAddr) -> Option<&'static str>;
+
 /// Off unless the user enables it (`web_fetch = true`): it reaches outside the project.
 pub struct WebFetchTool {
     client: reqwest::Client,
+    check: AddressCheck,
 }
 
 impl WebFetchTool {
     pub fn new() -> WebFetchTool {
+        WebFetchTool::with_address_check(non_public_address)
+    }
+
+    /// A tool that refuses the addresses `check` names a reason for.
+    pub(crate) fn with_address_check(check: AddressCheck) -> WebFetchTool {
         let client = reqwest::Client::builder()
             .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
             .timeout(TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
+            // Redirects are followed by hand, so that each hop is checked and approved.
+            .redirect(reqwest::redirect::Policy::none())
+            // A proxy would resolve and connect for us, past the address check.
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver { check }))
             .build()
             .unwrap_or_default();
-        WebFetchTool { client }
+        WebFetchTool { client, check }
     }
 }
 
@@ -64,15 +92,9 @@ impl Tool for WebFetchTool {
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: WebFetchInput = parse_input(self.name(), input)?;
-        let url = reqwest::Url::parse(input.url.trim())
-            .map_err(|err| ToolError::InvalidInput(format!("url {:?}: {err}", input.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ToolError::InvalidInput(format!(
-                "url {:?} is not http or https; only web pages can be fetched",
-                input.url
-            )));
-        }
-        let fetch = fetch(&self.client, url.clone());
+        let url = parse_web_url(input.url.trim())
+            .map_err(|why| ToolError::InvalidInput(format!("url {:?} {why}", input.url)))?;
+        let fetch = self.fetch_following_redirects(url.clone(), context);
         let (content_type, bytes, truncated) = tokio::select! {
             biased;
             _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
@@ -105,19 +127,139 @@ impl Tool for WebFetchTool {
     }
 }
 
-async fn fetch(
-    client: &reqwest::Client,
-    url: reqwest::Url,
-) -> Result<(String, Vec<u8>, bool), ToolError> {
-    let response = client
-        .get(url.clone())
-        .send()
-        .await
-        .map_err(|err| web_error(&url, err.to_string()))?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(web_error(&url, format!("HTTP {status}")));
+impl WebFetchTool {
+    /// Fetches `url`, following at most `MAX_REDIRECTS` redirects. Each hop's addresses are
+    /// checked before its host is approved (nobody is asked about what would be refused),
+    /// and each new host is approved on its own.
+    async fn fetch_following_redirects(
+        &self,
+        mut url: reqwest::Url,
+        context: &ToolContext,
+    ) -> Result<(String, Vec<u8>, bool), ToolError> {
+        let mut approved_hosts: HashSet<String> = HashSet::new();
+        let mut redirected_from: Option<reqwest::Url> = None;
+        for hop in 0..=MAX_REDIRECTS {
+            let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+            self.check_destination(&url, redirected_from.as_ref())
+                .await?;
+            if !approved_hosts.contains(&host) {
+                let mut detail = format!("Loopr wants to fetch {url}");
+                if let Some(from) = &redirected_from {
+                    detail.push_str(&format!("\n(redirected from {from})"));
+                }
+                context
+                    .approve(ApprovalRequest {
+                        loop_id: String::new(),
+                        kind: ChangeKind::Fetch,
+                        tool: "web_fetch",
+                        subject: host.clone(),
+                        detail,
+                    })
+                    .await?;
+                approved_hosts.insert(host);
+            }
+            let response = self
+                .client
+                .get(url.clone())
+                .send()
+                .await
+                .map_err(|err| request_error(&url, redirected_from.as_ref(), &err))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|value| value.to_str().ok())
+                    .ok_or_else(|| {
+                        web_error(&url, format!("HTTP {status} without a usable Location"))
+                    })?;
+                if hop == MAX_REDIRECTS {
+                    return Err(web_error(
+                        &url,
+                        format!(
+                            "redirects more than {MAX_REDIRECTS} times; fetch the final page \
+                             directly"
+                        ),
+                    ));
+                }
+                let next = url
+                    .join(location)
+                    .map_err(|err| web_error(&url, format!("redirects to {location:?}: {err}")))
+                    .and_then(|next| {
+                        parse_web_url(next.as_str()).map_err(|why| {
+                            web_error(&url, format!("redirects to {next}, which {why}"))
+                        })
+                    })?;
+                redirected_from = Some(std::mem::replace(&mut url, next));
+                continue;
+            }
+            if !status.is_success() {
+                return Err(web_error(&url, format!("HTTP {status}")));
+            }
+            return read_body(&url, response).await;
+        }
+        Err(web_error(
+            &url,
+            format!("redirects more than {MAX_REDIRECTS} times"),
+        ))
     }
+
+    /// Refuses a URL whose host is, or resolves to, an address the check refuses. A name is
+    /// resolved again when connecting, through the same check (`CheckedResolver`); this
+    /// earlier look-up only keeps the user from being asked about a refused fetch.
+    async fn check_destination(
+        &self,
+        url: &reqwest::Url,
+        redirected_from: Option<&reqwest::Url>,
+    ) -> Result<(), ToolError> {
+        let refused = |host: &str, address: IpAddr, reason: &str| {
+            refusal(
+                url,
+                redirected_from,
+                &Refused {
+                    host: host.to_owned(),
+                    address,
+                    reason: reason.to_owned(),
+                },
+            )
+        };
+        match url.host() {
+            Some(url::Host::Ipv4(address)) => match (self.check)(IpAddr::V4(address)) {
+                Some(reason) => Err(refused(&address.to_string(), IpAddr::V4(address), reason)),
+                None => Ok(()),
+            },
+            Some(url::Host::Ipv6(address)) => match (self.check)(IpAddr::V6(address)) {
+                Some(reason) => Err(refused(&address.to_string(), IpAddr::V6(address), reason)),
+                None => Ok(()),
+            },
+            Some(url::Host::Domain(name)) => match checked_lookup(name, self.check).await {
+                Ok(_) => Ok(()),
+                Err(LookupError::Refused(refusal_found)) => {
+                    Err(refusal(url, redirected_from, &refusal_found))
+                }
+                Err(LookupError::Failed(message)) => Err(web_error(url, message)),
+            },
+            None => Err(ToolError::InvalidInput(format!("url {url} has no host"))),
+        }
+    }
+}
+
+/// `url` if it is an http(s) URL with a host; else why not, to follow the URL in a message.
+fn parse_web_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|err| format!("is not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("is not http or https; only web pages can be fetched".to_owned());
+    }
+    if url.host().is_none() {
+        return Err("has no host".to_owned());
+    }
+    Ok(url)
+}
+
+async fn read_body(
+    url: &reqwest::Url,
+    response: reqwest::Response,
+) -> Result<(String, Vec<u8>, bool), ToolError> {
     let content_type = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -128,7 +270,7 @@ async fn fetch(
     let mut stream = response.bytes_stream();
     let mut truncated = false;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|err| web_error(&url, err.to_string()))?;
+        let chunk = chunk.map_err(|err| web_error(url, err.to_string()))?;
         let room = MAX_DOWNLOAD.saturating_sub(body.len());
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if chunk.len() > room {
@@ -139,9 +281,490 @@ async fn fetch(
     Ok((content_type, body, truncated))
 }
 
+/// An address the check refused, carried through reqwest's error chain from the resolver.
+#[derive(Debug, thiserror::Error)]
+#[error("{host} resolves to {address}, {reason}")]
+struct Refused {
+    host: String,
+    address: IpAddr,
+    reason: String,
+}
+
+enum LookupError {
+    Refused(Refused),
+    Failed(String),
+}
+
+/// The addresses `name` resolves to, if the check refuses none of them. One refused address
+/// refuses the name: a public address next to a private one is how a name is made to reach
+/// inside.
+async fn checked_lookup(name: &str, check: AddressCheck) -> Result<Vec<SocketAddr>, LookupError> {
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name, 0))
+        .await
+        .map_err(|err| LookupError::Failed(format!("cannot resolve {name}: {err}")))?
+        .collect();
+    if addresses.is_empty() {
+        return Err(LookupError::Failed(format!(
+            "{name} resolves to no address"
+        )));
+    }
+    for address in &addresses {
+        if let Some(reason) = check(address.ip()) {
+            return Err(LookupError::Refused(Refused {
+                host: name.to_owned(),
+                address: address.ip(),
+                reason: reason.to_owned(),
+            }));
+        }
+    }
+    Ok(addresses)
+}
+
+/// The client's resolver: it connects only to addresses the check lets through.
+struct CheckedResolver {
+    check: AddressCheck,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let check = self.check;
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            match checked_lookup(&name, check).await {
+                Ok(addresses) => Ok(Box::new(addresses.into_iter()) as reqwest::dns::Addrs),
+                Err(LookupError::Refused(refused)) => Err(refused.into()),
+                Err(LookupError::Failed(message)) => Err(message.into()),
+            }
+        })
+    }
+}
+
+fn refusal(
+    url: &reqwest::Url,
+    redirected_from: Option<&reqwest::Url>,
+    refused: &Refused,
+) -> ToolError {
+    let subject = if refused.host == refused.address.to_string() {
+        format!("{} is {}", refused.address, refused.reason)
+    } else {
+        refused.to_string()
+    };
+    let via = redirected_from
+        .map(|from| format!(" (redirected from {from})"))
+        .unwrap_or_default();
+    ToolError::Denied(format!(
+        "web_fetch of {url}{via}: {subject}; only public internet addresses are fetched, \
+         never this machine, the local network or cloud metadata"
+    ))
+}
+
+/// A failed request in plain words; a refusal by the resolver keeps its own message.
+fn request_error(
+    url: &reqwest::Url,
+    redirected_from: Option<&reqwest::Url>,
+    err: &reqwest::Error,
+) -> ToolError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(current) = source {
+        if let Some(refused) = current.downcast_ref::<Refused>() {
+            return refusal(url, redirected_from, refused);
+        }
+        source = current.source();
+    }
+    web_error(url, err.to_string())
+}
+
+/// Why `address` is not a public internet address, or `None` if it is. IPv6 forms that
+/// carry an IPv4 address (mapped, compatible, NAT64, 6to4) are judged by that address.
+pub fn non_public_address(address: IpAddr) -> Option<&'static str> {
+    match address {
+        IpAddr::V4(v4) => non_public_v4(v4),
+        IpAddr::V6(v6) => non_public_v6(v6),
+    }
+}
+
+fn non_public_v4(address: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, _, _] = address.octets();
+    if address == Ipv4Addr::new(169, 254, 169, 254) {
+        return Some("the cloud metadata address");
+    }
+    if a == 0 {
+        return Some("an unspecified (\"this network\") address");
+    }
+    if address.is_loopback() {
+        return Some("a loopback address (this machine)");
+    }
+    if address.is_private() {
+        return Some("a private network address");
+    }
+    if address.is_link_local() {
+        return Some("a link-local address");
+    }
+    if a == 100 && (64..128).contains(&b) {
+        return Some("a shared (carrier-grade NAT) address");
+    }
+    if address.is_broadcast() {
+        return Some("the broadcast address");
+    }
+    if address.is_multicast() {
+        return Some("a multicast address");
+    }
+    if a >= 240 {
+        return Some("a reserved address");
+    }
+    if (a == 192 && b == 0 && address.octets()[2] == 0) || (a == 198 && (18..20).contains(&b)) {
+        return Some("a reserved address");
+    }
+    None
+}
+
+fn non_public_v6(address: Ipv6Addr) -> Option<&'static str> {
+    let segments = address.segments();
+    if address == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254) {
+        return Some("the cloud metadata address");
+    }
+    if address.is_unspecified() {
+        return Some("the unspecified address");
+    }
+    if address.is_loopback() {
+        return Some("a loopback address (this machine)");
+    }
+    if let Some(v4) = embedded_v4(address) {
+        return non_public_v4(v4);
+    }
+    match segments[0] {
+        first if first & 0xfe00 == 0xfc00 => Some("a private (unique local) address"),
+        first if first & 0xffc0 == 0xfe80 => Some("a link-local address"),
+        first if first & 0xffc0 == 0xfec0 => Some("a private (site-local) address"),
+        first if first & 0xff00 == 0xff00 => Some("a multicast address"),
+        _ => None,
+    }
+}
+
+/// The IPv4 address an IPv6 address stands for, if it is one of the forms that carry one.
+fn embedded_v4(address: Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = address.segments();
+    let octets = address.octets();
+    let last_four = || Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
+    // ::ffff:a.b.c.d (mapped) and ::a.b.c.d (compatible, deprecated but still routed).
+    if segments[..5].iter().all(|segment| *segment == 0)
+        && (segments[5] == 0xffff || segments[5] == 0)
+    {
+        return Some(last_four());
+    }
+    // 64:ff9b::a.b.c.d and 64:ff9b:1::/48: NAT64 translates to the IPv4 address.
+    if segments[0] == 0x64 && segments[1] == 0xff9b {
+        return Some(last_four());
+    }
+    // 2002:AABB:CCDD::/48: 6to4 tunnels to AA.BB.CC.DD.
+    if segments[0] == 0x2002 {
+        return Some(Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]));
+    }
+    None
+}
+
 fn web_error(url: &reqwest::Url, message: String) -> ToolError {
     ToolError::File {
         path: url.to_string(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::tools::{Approver, Decision, NoBuffers, NoJournal, ProjectRoot, ToolPolicy};
+
+    /// Accepts, and remembers what it was asked.
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<ApprovalRequest>>);
+
+    #[async_trait]
+    impl Approver for Recording {
+        async fn decide(
+            &self,
+            request: ApprovalRequest,
+            _cancel: &CancellationToken,
+        ) -> Option<Decision> {
+            self.0.lock().expect("lock").push(request);
+            Some(Decision::Accept)
+        }
+    }
+
+    fn context(dir: &tempfile::TempDir, approver: Arc<Recording>) -> ToolContext {
+        ToolContext {
+            root: ProjectRoot::new(dir.path()).expect("root"),
+            cancel: CancellationToken::new(),
+            policy: Arc::new(ToolPolicy::default()),
+            approver,
+            loop_id: "test-loop".to_owned(),
+            buffers: Arc::new(NoBuffers),
+            journal: Arc::new(NoJournal),
+        }
+    }
+
+    /// A loopback HTTP server answering each connection with `respond(path)` (status line and
+    /// headers, then the body); returns its address and how many requests it got.
+    async fn serve(
+        respond: impl Fn(&str) -> (String, String) + Send + Sync + 'static,
+    ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let requests = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let read = socket.read(&mut request).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&request[..read]).into_owned();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                requests.lock().expect("lock").push(path.clone());
+                let (head, body) = respond(&path);
+                let response = format!(
+                    "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            }
+        });
+        (address, seen)
+    }
+
+    fn redirect_to(location: String) -> (String, String) {
+        (
+            format!("HTTP/1.1 302 Found\r\nLocation: {location}"),
+            String::new(),
+        )
+    }
+
+    /// The strict check, except for 127.0.0.1 itself, where the test servers listen.
+    fn strict_but_the_test_server(address: IpAddr) -> Option<&'static str> {
+        if address == IpAddr::V4(Ipv4Addr::LOCALHOST) {
+            return None;
+        }
+        non_public_address(address)
+    }
+
+    #[test]
+    fn only_public_addresses_pass() {
+        for (address, reason) in [
+            ("127.0.0.1", "loopback"),
+            ("127.5.6.7", "loopback"),
+            ("::1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("172.16.0.1", "private"),
+            ("172.31.255.255", "private"),
+            ("192.168.1.1", "private"),
+            ("fc00::1", "private"),
+            ("fd12:3456::1", "private"),
+            ("169.254.169.254", "metadata"),
+            ("fd00:ec2::254", "metadata"),
+            ("169.254.1.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("100.64.0.1", "carrier-grade NAT"),
+            ("100.127.255.255", "carrier-grade NAT"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
+            ("255.255.255.255", "broadcast"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("::ffff:10.0.0.1", "private"),
+            ("::ffff:169.254.169.254", "metadata"),
+            ("::127.0.0.1", "loopback"),
+            ("64:ff9b::a00:1", "private"),
+            ("2002:a9fe:a9fe::1", "metadata"),
+        ] {
+            let parsed: IpAddr = address.parse().expect(address);
+            let found = non_public_address(parsed);
+            assert!(
+                found.is_some_and(|found| found.contains(reason)),
+                "{address}: {found:?}, expected {reason}"
+            );
+        }
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            let parsed: IpAddr = public.parse().expect(public);
+            assert_eq!(non_public_address(parsed), None, "{public}");
+        }
+    }
+
+    #[tokio::test]
+    async fn this_machine_the_local_network_and_metadata_are_refused_before_asking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let approver = Arc::new(Recording::default());
+        let context = context(&dir, approver.clone());
+        let (server, requests) = serve(|_| {
+            (
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain".to_owned(),
+                "inside".to_owned(),
+            )
+        })
+        .await;
+        let port = server.port();
+        let tool = WebFetchTool::new();
+        for (url, named) in [
+            (
+                format!("http://127.0.0.1:{port}/"),
+                "127.0.0.1 is a loopback",
+            ),
+            (format!("http://localhost:{port}/"), "localhost resolves to"),
+            (format!("http://[::ffff:127.0.0.1]:{port}/"), "loopback"),
+            (
+                format!("http://2130706433:{port}/"),
+                "127.0.0.1 is a loopback",
+            ),
+            (
+                format!("http://0.0.0.0:{port}/"),
+                "0.0.0.0 is an unspecified",
+            ),
+            ("http://10.0.0.1/".to_owned(), "10.0.0.1 is a private"),
+            (
+                "http://169.254.169.254/latest/meta-data/".to_owned(),
+                "169.254.169.254 is the cloud metadata address",
+            ),
+            ("http://[fd00:ec2::254]/".to_owned(), "cloud metadata"),
+        ] {
+            let err = tool
+                .call(json!({ "url": url }), &context)
+                .await
+                .expect_err(&url);
+            assert!(matches!(err, ToolError::Denied(_)), "{url}: {err}");
+            assert!(err.to_string().contains(named), "{url}: {err}");
+            assert!(
+                err.to_string().contains("only public internet addresses"),
+                "{err}"
+            );
+        }
+        assert!(
+            requests.lock().expect("lock").is_empty(),
+            "nothing reached the server"
+        );
+        assert!(
+            approver.0.lock().expect("lock").is_empty(),
+            "nobody is asked about a refused fetch"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_redirect_is_checked_and_few_are_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let approver = Arc::new(Recording::default());
+        let context = context(&dir, approver.clone());
+        let (server, requests) = serve(|path| match path {
+            "/to-metadata" => redirect_to("http://169.254.169.254/latest/meta-data/".to_owned()),
+            "/to-private" => redirect_to("http://10.0.0.1/admin".to_owned()),
+            "/to-loopback" => redirect_to("http://127.0.0.2/".to_owned()),
+            "/to-file" => redirect_to("file:///etc/passwd".to_owned()),
+            "/page" => (
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain".to_owned(),
+                "arrived".to_owned(),
+            ),
+            hop => {
+                // /hop/N redirects to /hop/N-1 and /hop/0 to the page.
+                let remaining: usize = hop
+                    .strip_prefix("/hop/")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                match remaining {
+                    0 => redirect_to("/page".to_owned()),
+                    n => redirect_to(format!("/hop/{}", n - 1)),
+                }
+            }
+        })
+        .await;
+        let tool = WebFetchTool::with_address_check(strict_but_the_test_server);
+        let fetch =
+            |path: &str| tool.call(json!({ "url": format!("http://{server}{path}") }), &context);
+
+        for (path, named) in [
+            (
+                "/to-metadata",
+                "169.254.169.254 is the cloud metadata address",
+            ),
+            ("/to-private", "10.0.0.1 is a private"),
+            ("/to-loopback", "127.0.0.2 is a loopback"),
+        ] {
+            let err = fetch(path).await.expect_err(path);
+            assert!(matches!(err, ToolError::Denied(_)), "{path}: {err}");
+            assert!(err.to_string().contains(named), "{path}: {err}");
+            assert!(
+                err.to_string()
+                    .contains(&format!("redirected from http://{server}{path}")),
+                "{path}: {err}"
+            );
+        }
+        let err = fetch("/to-file").await.expect_err("file");
+        assert!(err.to_string().contains("not http or https"), "{err}");
+
+        // Four redirects (five requests in all) are followed; six are too many.
+        assert_eq!(
+            fetch("/hop/3").await.expect("within the limit"),
+            "arrived\n"
+        );
+        let before = requests.lock().expect("lock").len();
+        let err = fetch(&format!("/hop/{MAX_REDIRECTS}"))
+            .await
+            .expect_err("too many");
+        assert!(
+            err.to_string().contains("redirects more than 5 times"),
+            "{err}"
+        );
+        assert_eq!(
+            requests.lock().expect("lock").len() - before,
+            MAX_REDIRECTS + 1
+        );
+
+        // One approval per host and call; the refused hops were never asked about.
+        let asked = approver.0.lock().expect("lock");
+        assert!(
+            asked
+                .iter()
+                .all(|request| request.kind == ChangeKind::Fetch && request.subject == "127.0.0.1")
+        );
+        assert_eq!(asked.len(), 6, "one per call: {asked:?}");
+        assert!(
+            asked[0].detail.starts_with("Loopr wants to fetch http://"),
+            "{}",
+            asked[0].detail
+        );
+    }
+
+    #[tokio::test]
+    async fn the_client_connects_only_through_the_check() {
+        // Past the look-up before approval, the connection's own resolution refuses too, so a
+        // name that changes its answer in between cannot reach inside.
+        let (server, requests) =
+            serve(|_| ("HTTP/1.1 200 OK".to_owned(), "inside".to_owned())).await;
+        let tool = WebFetchTool::new();
+        let url =
+            reqwest::Url::parse(&format!("http://localhost:{}/", server.port())).expect("url");
+        let err = tool
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .expect_err("refused");
+        let refused = request_error(&url, None, &err);
+        assert!(matches!(refused, ToolError::Denied(_)), "{refused}");
+        assert!(
+            refused.to_string().contains("localhost resolves to"),
+            "{refused}"
+        );
+        assert!(requests.lock().expect("lock").is_empty());
     }
 }

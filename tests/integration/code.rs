@@ -646,8 +646,7 @@ async fn without_a_sandbox_every_command_is_asked_about_and_says_unsandboxed() {
             .tool_use("done", "complete_phase", json!({"summary": "said hi"}))
             .reply(),
     );
-    assert_eq!(editor.command("LooprRun print-version").await, None);
-    let code_id = code_loop_id(&mut editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
     for subject in ["echo hi", "true"] {
         let asked = editor
             .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
