@@ -319,6 +319,11 @@ async fn sandboxed_commands_are_confined(mechanism: &str) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     listener.set_nonblocking(true).expect("nonblocking");
     let port = listener.local_addr().expect("addr").port();
+    // A Unix socket of "the user's" on a path the sandbox can see (read-only): a session
+    // bus, a Neovim server or an ssh-agent would be one.
+    let socket_path = canary_home.path().join("user.sock");
+    let user_socket = std::os::unix::net::UnixListener::bind(&socket_path).expect("socket");
+    user_socket.set_nonblocking(true).expect("nonblocking");
     let canary_path = canary.display();
     let calls = [
         run_command_call(
@@ -340,6 +345,13 @@ async fn sandboxed_commands_are_confined(mechanism: &str) {
         run_command_call(
             "fork",
             "(setsid sh -c 'sleep 1001.25 & echo background' &); echo launched",
+        ),
+        run_command_call(
+            "unix",
+            &format!(
+                "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')\"",
+                socket_path.display()
+            ),
         ),
     ];
     let mut turn = TurnBuilder::new();
@@ -429,6 +441,12 @@ async fn sandboxed_commands_are_confined(mechanism: &str) {
     assert!(
         matches!(listener.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
         "a command reached a loopback listener with the network off"
+    );
+    let (unix, _) = result(6);
+    assert!(unix.contains("Operation not permitted"), "{unix}");
+    assert!(
+        matches!(user_socket.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "a command connected to a Unix socket outside the sandbox"
     );
 }
 

@@ -14,6 +14,7 @@
 
 mod bubblewrap;
 mod environment;
+mod seccomp;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

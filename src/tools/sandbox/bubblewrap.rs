@@ -98,12 +98,55 @@ pub(super) fn command(
     }
     command.args(["--setenv", "TMPDIR", "/tmp"]);
     command.arg("--chdir").arg(cwd);
+    match seccomp_fd() {
+        Ok(Some(filter)) => {
+            command.args(["--seccomp", &SECCOMP_FD.to_string()]);
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&filter);
+            // SAFETY: between fork and exec only dup2 runs (async-signal-safe); the copy at
+            // SECCOMP_FD has no close-on-exec, so bwrap inherits it and reads the filter.
+            // `filter` moves into the closure, which the command keeps until it is spawned.
+            unsafe {
+                command.pre_exec(move || {
+                    let _keep = &filter;
+                    if libc::dup2(raw, SECCOMP_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(err) => tracing::warn!(error = %err, "no seccomp filter for a sandboxed command"),
+    }
     command.args(["--", "sh", "-c"]).arg(shell_command);
     // bwrap reads its own environment for nothing the command sees; keep it clean anyway.
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());
     command
+}
+
+/// Where bwrap finds the seccomp filter (above stdio, below anything tokio uses in the child).
+const SECCOMP_FD: i32 = 10;
+
+/// The filter in a memory file, read from its start by bwrap; `None` on an architecture the
+/// filter does not know.
+fn seccomp_fd() -> std::io::Result<Option<std::fs::File>> {
+    use std::io::{Seek, Write};
+    use std::os::fd::FromRawFd;
+    let Some(program) = super::seccomp::unix_socket_filter() else {
+        return Ok(None);
+    };
+    // SAFETY: memfd_create takes a NUL-terminated name and flags, returning a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"loopr-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(&program)?;
+    file.rewind()?;
+    Ok(Some(file))
 }
 
 fn bind(command: &mut tokio::process::Command, how: &str, path: &Path) {
