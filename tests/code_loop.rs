@@ -310,9 +310,12 @@ async fn sandboxed_commands_are_confined(mechanism: &str) {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
     planned_with(&fake, &dirs, "true").await;
-    // Outside the project and outside /tmp (which the sandbox replaces), in this test's own
-    // directory under the build's temporary directory.
-    let canary_home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("canary dir");
+    // Outside the project and outside /tmp (which the sandbox replaces with its own), in a
+    // directory of this test's own under /var/tmp (the checkout itself may be under /tmp).
+    let canary_home = tempfile::Builder::new()
+        .prefix("loopr-canary-")
+        .tempdir_in("/var/tmp")
+        .expect("canary dir in /var/tmp");
     let canary = canary_home.path().join("canary");
     std::fs::create_dir_all(&canary).expect("canary");
     std::fs::write(canary.join("keep.txt"), "keep\n").expect("canary file");
