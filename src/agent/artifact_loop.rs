@@ -367,6 +367,16 @@ pub(super) async fn model_turn(
     usage: &mut Usage,
     on_provider_event: &(dyn Fn(crate::llm::ProviderEvent) + Send + Sync),
 ) -> Result<(Turn, Vec<ToolCall>), LoopError> {
+    // A cancel or revision from another host (another Neovim, the CLI) reaches this one
+    // only through the store: checked before each turn.
+    let id = context.record.id.clone();
+    if !context
+        .store(move |db, _| Ok(db.still_wanted(&id)?))
+        .await?
+    {
+        tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
+        return Err(LoopError::Cancelled);
+    }
     let turn = context
         .provider
         .complete(request, on_provider_event, &context.cancel)

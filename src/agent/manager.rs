@@ -773,7 +773,11 @@ impl LoopManager {
                 .ok()
                 .flatten()
                 .is_some_and(|now| now.status == LoopStatus::Running);
-            if still_running {
+            if still_running && project.db.cancel_requested(&record.id).unwrap_or(false) {
+                // Cancelled while it finished: the cancel wins, no child spawns.
+                tracing::info!(loop_id = %record.id, "cancelled as it finished");
+                self.record_end(project, record, LoopStatus::Cancelled, None);
+            } else if still_running {
                 // Not a revision or cancel that came first: the loop cannot go on.
                 tracing::error!(loop_id = %record.id, error = %err, "recording the artifact's outcome");
                 self.record_end(

@@ -36,7 +36,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -93,8 +93,11 @@ impl LoopDb {
         error: Option<&str>,
     ) -> Result<bool, StoreError> {
         let changed = self.with_connection(|connection| {
+            // A cancel asked while the loop was finishing wins over its success.
             connection.execute(
-                "UPDATE loops SET status = ?2, error = ?3, updated_at = ?4
+                "UPDATE loops SET status = CASE WHEN cancel_requested = 1 AND ?2 = 'complete'
+                                                THEN 'cancelled' ELSE ?2 END,
+                                  error = ?3, updated_at = ?4
                  WHERE id = ?1 AND status = 'running'",
                 params![id.as_str(), status.as_str(), error, now_rfc3339()],
             )
@@ -120,7 +123,8 @@ impl LoopDb {
     pub fn claim(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
         let changed = self.with_connection(|connection| {
             connection.execute(
-                "UPDATE loops SET status = 'running', host_pid = ?2, updated_at = ?3
+                "UPDATE loops SET status = 'running', host_pid = ?2, updated_at = ?3,
+                                  cancel_requested = 0
                  WHERE id = ?1 AND status = 'pending'",
                 params![id.as_str(), host_pid, now_rfc3339()],
             )
@@ -201,7 +205,7 @@ impl LoopDb {
             let changed = transaction.execute(
                 &format!(
                     "UPDATE loops SET status = ?2, error = NULL, updated_at = ?3
-                     WHERE id = ?1 AND status IN ({from})"
+                     WHERE id = ?1 AND status IN ({from}) AND cancel_requested = 0"
                 ),
                 params![id.as_str(), status.as_str(), now_rfc3339()],
             )?;
@@ -285,12 +289,47 @@ impl LoopDb {
                         )?;
                         outcome.cancelled.push(record);
                     }
-                    LoopStatus::Running => outcome.running.push(record.id),
+                    LoopStatus::Running => {
+                        transaction.execute(
+                            "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
+                            params![record.id.as_str(), now],
+                        )?;
+                        outcome.running.push(record.id);
+                    }
                     _ => {}
                 }
             }
             Ok(outcome)
         })
+    }
+
+    /// Whether a running loop should go on: it is still running and nobody (in any host)
+    /// asked to cancel it or invalidated it meanwhile.
+    pub fn still_wanted(&self, id: &LoopId) -> Result<bool, StoreError> {
+        let wanted = self.with_connection(|connection| {
+            connection
+                .query_row(
+                    "SELECT status = 'running' AND cancel_requested = 0 FROM loops WHERE id = ?1",
+                    params![id.as_str()],
+                    |row| row.get::<_, bool>(0),
+                )
+                .optional()
+        })?;
+        Ok(wanted.unwrap_or(false))
+    }
+
+    /// Whether a cancel was asked of the loop while it ran.
+    pub fn cancel_requested(&self, id: &LoopId) -> Result<bool, StoreError> {
+        let requested = self.with_connection(|connection| {
+            connection
+                .query_row(
+                    "SELECT cancel_requested FROM loops WHERE id = ?1",
+                    params![id.as_str()],
+                    |row| row.get::<_, bool>(0),
+                )
+                .optional()
+        })?;
+        Ok(requested.unwrap_or(false))
     }
 
     /// Makes a loop that ended without success (failed, cancelled, interrupted) pending
@@ -700,6 +739,12 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
              CREATE INDEX IF NOT EXISTS loops_by_parent ON loops(parent);",
         )?;
     }
+    if version < 3 {
+        // A cancel asked of a running loop, recorded where every host sees it.
+        transaction.execute_batch(
+            "ALTER TABLE loops ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()
 }
@@ -990,6 +1035,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_cancel_asked_of_a_finishing_loop_wins_over_its_success() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        let plan = LoopId::parse("plan-1").expect("id");
+        assert!(db.still_wanted(&plan).expect("wanted"));
+        let tree = db.cancel_tree(&plan).expect("cancel");
+        assert_eq!(tree.running, vec![plan.clone()]);
+        assert!(!db.still_wanted(&plan).expect("wanted"), "the loop sees it");
+        // The loop's task had already finished: its success and children are refused...
+        assert!(
+            db.finish_with_children(
+                &plan,
+                LoopStatus::Complete,
+                &[child("spec-1", "plan-1", "s")],
+                1
+            )
+            .is_err()
+        );
+        assert!(db.children(&plan).expect("children").is_empty());
+        // ...and its end is recorded as cancelled.
+        assert!(
+            db.finish_running(&plan, LoopStatus::Complete, None)
+                .expect("finish")
+        );
+        let now = db.get(&plan).expect("get").expect("exists");
+        assert_eq!(now.status, LoopStatus::Cancelled);
+        // A retry is a new run: the old request is gone once it is claimed.
+        assert!(db.retry(&plan, 1).expect("retry"));
+        assert!(db.claim(&plan, 1).expect("claim"));
+        assert!(db.still_wanted(&plan).expect("wanted"));
     }
 
     #[test]

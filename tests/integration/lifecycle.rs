@@ -211,3 +211,43 @@ async fn a_loop_that_hits_the_turn_limit_says_what_the_model_was_last_told() {
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_host_stops_the_loop_at_its_next_turn() {
+    let fake = FakeAnthropic::start().await;
+    let (first_turn, release) = crate::scenario::list_files_turn().held();
+    fake.push(first_turn);
+    let editor = crate::scenario::start_editor_in(TestDirs::new(), &fake, NO_REVIEWS).await;
+    // Another host (the command line) runs the plan in the same project.
+    let cli = crate::scenario::loopr_command(
+        &editor.dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a flag",
+            "--settings",
+            r#"{"plan_review_passes": 0}"#,
+        ],
+    )
+    .output();
+    let cli = tokio::spawn(cli);
+    fake.wait_for_requests(1).await;
+    let records = editor.status_records().await;
+    let plan_id = records[0]["id"].as_str().expect("id").to_owned();
+    assert_eq!(records[0]["status"], "running");
+
+    assert_eq!(
+        editor.command(&format!("LooprCancel {plan_id}")).await,
+        None
+    );
+    release.notify_one();
+    let output = cli.await.expect("join").expect("run loopr");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("plan {plan_id} cancelled")),
+        "{stderr}"
+    );
+    assert_eq!(fake.requests().len(), 1, "no turn after the cancel");
+    assert_eq!(record(&editor, &plan_id).await["status"], "cancelled");
+    editor.quit().await;
+}
