@@ -5,9 +5,10 @@ mod buffers;
 mod dto;
 mod event_pump;
 mod handler;
+mod lua_call;
 
 // For the contract tests, which call Lua exactly as the host does.
-pub use buffers::{apply_edit, check_buffer};
+pub use buffers::{apply_edit, apply_edit_within, check_buffer};
 pub use event_pump::{Delivery, deliver_event};
 
 use std::path::PathBuf;

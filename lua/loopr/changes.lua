@@ -52,7 +52,7 @@ end
 
 ---@class loopr.UndoSkipped
 ---@field path string
----@field reason "changed_since"|"unsaved_buffer"|"unrestorable"
+---@field reason "changed_since"|"changed_during_command"|"unsaved_buffer"|"unrestorable"
 ---@field message string
 
 ---@class loopr.UndoReply
@@ -61,12 +61,13 @@ end
 ---@field skipped loopr.UndoSkipped[]
 
 ---Undo what `phase`'s newest code loop changed: only the files its tools and commands
----changed go back to what they held before. A file changed since the loop changed it is
----left alone (and named) unless `force`; a buffer with unsaved changes always is. Open
----buffers take the restored text (and `u` undoes it).
+---changed go back to what they held before. A file changed since the loop changed it, or
+---first changed while a command of the loop ran (it may hold the user's saves), is left
+---alone (and named) unless `force`; a buffer with unsaved changes always is. Open buffers
+---take the restored text (and `u` undoes it).
 ---@param phase string Phase name or phase loop id.
 ---@param root string Project root.
----@param force? boolean Also restore files changed since the loop changed them (`:LooprUndo!`).
+---@param force? boolean Also restore files changed since the loop changed them or while its commands ran (`:LooprUndo!`).
 ---@return loopr.UndoReply|nil
 function M.undo(phase, root, force)
   local reply, err = require('loopr.host').request('undo', { root = root, phase = phase, force = force == true })
@@ -85,13 +86,21 @@ function M.undo(phase, root, force)
     return reply
   end
   local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
-  local changed_since = false
+  local reasons = {}
   for _, file in ipairs(skipped) do
     table.insert(lines, ('  %s: %s'):format(relative(file.path), file.message))
-    changed_since = changed_since or file.reason == 'changed_since'
+    reasons[file.reason] = true
   end
-  if changed_since then
-    table.insert(lines, ('Review them; :LooprUndo! %s overwrites the files changed since.'):format(phase))
+  -- Only these are overwritten with !; unsaved buffers and unrestorable files never are.
+  local forcible = {}
+  if reasons.changed_since then
+    table.insert(forcible, 'changed since')
+  end
+  if reasons.changed_during_command then
+    table.insert(forcible, 'changed during a command')
+  end
+  if #forcible > 0 then
+    table.insert(lines, ('Review them; :LooprUndo! %s overwrites the files %s.'):format(phase, table.concat(forcible, ' or ')))
   end
   require('loopr.notify').notify(table.concat(lines, '\n'), vim.log.levels.WARN)
   return reply

@@ -4,7 +4,9 @@
 -- reloaded first, so the edit lands on the right lines and saving raises no "file changed"
 -- prompt: nothing here may ever wait for the user.
 --
--- The host calls `apply(path, edit, old)` and `check(path)` (src/bridge/buffers.rs).
+-- The host calls `apply(path, edit, old, deadline)` and `check(path)` (src/bridge/buffers.rs).
+-- An edit that reaches Neovim after its deadline is refused: the host stopped waiting for it
+-- (Neovim was blocked) and told the model it was not made.
 
 local M = {}
 
@@ -73,10 +75,15 @@ end
 ---@param path string Absolute path of the file.
 ---@param edit lsp.WorkspaceEdit Whole-line edits of that file.
 ---@param old string The file's text the edit was computed from (the file as it is now).
----@return "applied"|"not_loaded"|"modified"|"stale" # `stale`: the buffer could not be brought up to date with the file; nothing was done.
-function M.apply(path, edit, old)
-  if type(path) ~= 'string' or type(edit) ~= 'table' or type(old) ~= 'string' then
-    error('Loopr: edits.apply(path, edit, old) takes a path, a WorkspaceEdit and the file text', 0)
+---@param deadline number Milliseconds since the epoch after which the edit must not be started.
+---@return "applied"|"not_loaded"|"modified"|"stale"|"late" # `stale`: the buffer could not be brought up to date with the file; `late`: past the deadline. Either way nothing was done.
+function M.apply(path, edit, old, deadline)
+  if type(path) ~= 'string' or type(edit) ~= 'table' or type(old) ~= 'string' or type(deadline) ~= 'number' then
+    error('Loopr: edits.apply(path, edit, old, deadline) takes a path, a WorkspaceEdit, the file text and a deadline', 0)
+  end
+  local seconds, microseconds = vim.uv.gettimeofday()
+  if seconds * 1000 + math.floor(microseconds / 1000) > deadline then
+    return 'late'
   end
   local buf = loaded_buffer(path)
   if not buf then

@@ -239,6 +239,26 @@ impl InteractiveApprover {
     }
 }
 
+/// A request announced and not yet closed; dropping it forgets the request and tells the
+/// shells to close its prompt.
+struct OpenRequest<'a> {
+    asker: &'a InteractiveApprover,
+    id: u64,
+}
+
+impl Drop for OpenRequest<'_> {
+    fn drop(&mut self) {
+        self.asker
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.id);
+        self.asker
+            .events
+            .emit(LoopEvent::ApprovalClosed { id: self.id });
+    }
+}
+
 #[async_trait]
 impl Approver for InteractiveApprover {
     async fn decide(
@@ -252,19 +272,17 @@ impl Approver for InteractiveApprover {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(id, sender);
+        // Closes the request however the wait ends: also when the caller drops this future
+        // (its own cancel or timeout won the race), which would otherwise leave the entry
+        // behind and the prompt open with nobody to answer it.
+        let _open = OpenRequest { asker: self, id };
         self.events
             .emit(LoopEvent::ApprovalRequested { id, request });
-        let decision = tokio::select! {
+        tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
             decision = receiver => decision.ok(),
-        };
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(&id);
-        self.events.emit(LoopEvent::ApprovalClosed { id });
-        decision
+        }
     }
 
     fn change_failed(&self, request: &ApprovalRequest, message: &str) {
@@ -388,6 +406,40 @@ mod tests {
         assert!(
             asker.pending.lock().expect("lock").is_empty(),
             "nothing waits any more"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_wait_is_dropped_is_closed_and_forgotten() {
+        let events = Arc::new(Collect(Mutex::new(Vec::new())));
+        let asker = InteractiveApprover::new(events.clone());
+        let cancel = CancellationToken::new();
+        let mut waiting =
+            Box::pin(asker.decide(request(ChangeKind::Fetch, "example.com"), &cancel));
+        // Polled once: announced, and waiting for the answer.
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        let id = match events.0.lock().expect("lock").as_slice() {
+            [LoopEvent::ApprovalRequested { id, .. }] => *id,
+            other => panic!("expected one request, got {other:?}"),
+        };
+        assert_eq!(asker.pending.lock().expect("lock").len(), 1);
+
+        // What a caller's timeout or its own cancel branch does: the wait is dropped unfinished.
+        drop(waiting);
+        assert!(
+            asker.pending.lock().expect("lock").is_empty(),
+            "the request no longer waits"
+        );
+        assert!(
+            matches!(
+                events.0.lock().expect("lock").last(),
+                Some(LoopEvent::ApprovalClosed { id: closed }) if *closed == id
+            ),
+            "the shells are told to close its prompt"
+        );
+        assert!(
+            !asker.resolve(id, Decision::Accept),
+            "a late answer finds nothing"
         );
     }
 

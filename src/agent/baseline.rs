@@ -4,7 +4,8 @@
 //! secret files, with their metadata and their contents by hash), and the ledger, which the
 //! loop's tools keep: per file they changed, what it held before the loop's first change and
 //! what the loop left. Files the loop never touched are never listed or restored, and a file
-//! the user changed after the loop did is restored only when the user says so.
+//! the user changed after the loop did is restored only when the user says so; so is a file
+//! first changed by a command, since the user may have saved it while the command ran.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -58,6 +59,11 @@ struct LedgerEntry {
     before: Before,
     /// The hash of what the loop left; `None` when it deleted the file.
     after: Option<String>,
+    /// The loop first changed the file through a command, so it is known only that the file
+    /// changed while the command ran: the user may have saved it meanwhile, and "what the loop
+    /// left" may be the user's work.
+    #[serde(default)]
+    by_command: bool,
 }
 
 /// Relative path → the loop's change of that file.
@@ -96,6 +102,9 @@ pub struct ChangedHunk {
 pub enum SkipReason {
     /// Changed (by the user, or anyone) since the loop changed it; restored only with force.
     ChangedSince,
+    /// Changed while a command of the loop ran, which cannot tell its own writes from the
+    /// user's saves meanwhile; restored only with force.
+    ChangedDuringCommand,
     /// Open in the editor with unsaved changes.
     UnsavedBuffer,
     /// What it held before cannot be restored; says why.
@@ -106,6 +115,7 @@ impl SkipReason {
     pub fn as_str(&self) -> &'static str {
         match self {
             SkipReason::ChangedSince => "changed_since",
+            SkipReason::ChangedDuringCommand => "changed_during_command",
             SkipReason::UnsavedBuffer => "unsaved_buffer",
             SkipReason::Unrestorable(_) => "unrestorable",
         }
@@ -114,6 +124,9 @@ impl SkipReason {
     pub fn describe(&self) -> String {
         match self {
             SkipReason::ChangedSince => "changed since the loop changed it".to_owned(),
+            SkipReason::ChangedDuringCommand => {
+                "changed while a command of the loop ran; it may hold your edits".to_owned()
+            }
             SkipReason::UnsavedBuffer => "open with unsaved changes".to_owned(),
             SkipReason::Unrestorable(why) => why.clone(),
         }
@@ -138,6 +151,7 @@ enum UndoAction {
         /// `None`: the loop created it, so it is removed.
         before: Option<Vec<u8>>,
         changed_since: bool,
+        by_command: bool,
     },
     Skip(SkipReason),
 }
@@ -270,6 +284,14 @@ impl Baseline {
                     continue;
                 }
                 UndoAction::Restore {
+                    by_command: true, ..
+                } if !force => {
+                    report
+                        .skipped
+                        .push((step.path, SkipReason::ChangedDuringCommand));
+                    continue;
+                }
+                UndoAction::Restore {
                     current, before, ..
                 } => (current, before),
             };
@@ -354,6 +376,7 @@ impl Baseline {
             } else {
                 UndoAction::Restore {
                     changed_since: current_hash != entry.after,
+                    by_command: entry.by_command,
                     current,
                     before,
                 }
@@ -393,17 +416,21 @@ impl Baseline {
     }
 
     /// Records that the loop left `relative` as `after`, having found it as `before` if this
-    /// is its first change of the file. A file back to what it held before leaves the ledger.
+    /// is its first change of the file (made `by_command` or by a tool). A file back to what it
+    /// held before leaves the ledger.
     fn note_change(
         &self,
         relative: &str,
         before: impl FnOnce(&Baseline) -> Before,
         after: Option<String>,
+        by_command: bool,
     ) -> Result<(), BaselineError> {
         let mut ledger = self.ledger();
-        let before = match ledger.get(relative) {
-            Some(entry) => entry.before.clone(),
-            None => before(self),
+        // The first change decides: it is when `before` was taken, so a user's save during a
+        // first change by a command stays unknown to the entry whatever the loop does later.
+        let (before, by_command) = match ledger.get(relative) {
+            Some(entry) => (entry.before.clone(), entry.by_command),
+            None => (before(self), by_command),
         };
         let back_to_before = match (&before, &after) {
             (Before::Absent, None) => true,
@@ -413,7 +440,14 @@ impl Baseline {
         if back_to_before {
             ledger.remove(relative);
         } else {
-            ledger.insert(relative.to_owned(), LedgerEntry { before, after });
+            ledger.insert(
+                relative.to_owned(),
+                LedgerEntry {
+                    before,
+                    after,
+                    by_command,
+                },
+            );
         }
         self.save_ledger(&ledger)
     }
@@ -457,6 +491,7 @@ impl ChangeJournal for Baseline {
                     .map_or(Before::Unknown, Before::Stored),
             },
             Some(hash_of(after)),
+            false,
         );
         if let Err(err) = noted {
             tracing::warn!(error = %err, relative, "recording a tool's change for undo");
@@ -491,6 +526,7 @@ impl ChangeJournal for Baseline {
                 }
             },
             after,
+            true,
         );
         if let Err(err) = noted {
             tracing::warn!(error = %err, relative, "recording a command's change for undo");
@@ -812,7 +848,28 @@ mod tests {
             ]
         );
 
+        // What changed while the command ran may be the user's saves: named, left alone.
         let (restored, skipped) = fixture.undo(false).await;
+        assert!(restored.is_empty(), "{restored:?}");
+        assert_eq!(
+            skipped,
+            vec![
+                ("generated.rs".to_owned(), "changed_during_command"),
+                ("gone.txt".to_owned(), "changed_during_command"),
+                ("src/main.rs".to_owned(), "changed_during_command"),
+                ("touched-by-user.txt".to_owned(), "unrestorable"),
+            ]
+        );
+        assert_eq!(
+            fixture.read("src/main.rs").as_deref(),
+            Some("fn main() {}\n")
+        );
+        assert_eq!(
+            fixture.read("generated.rs").as_deref(),
+            Some("// generated\n")
+        );
+
+        let (restored, skipped) = fixture.undo(true).await;
         assert_eq!(restored, vec!["generated.rs", "gone.txt", "src/main.rs"]);
         assert_eq!(
             skipped,
@@ -825,6 +882,39 @@ mod tests {
             fixture.read("touched-by-user.txt").as_deref(),
             Some("three, the command's\n")
         );
+    }
+
+    #[tokio::test]
+    async fn the_first_change_of_a_file_decides_whether_undo_needs_force() {
+        let fixture = Fixture::new(&[("src/main.rs", MAIN), ("src/lib.rs", "pub fn a() {}\n")]);
+        let policy = ToolPolicy::default();
+        // A tool writes main.rs, then a command (a formatter, say) rewrites it: the loop's.
+        fixture.tool_writes("src/main.rs", "fn main() {}\n");
+        let before = TreeStats::capture(&fixture.root, &policy).expect("before");
+        fixture.write("src/main.rs", "fn main() {\n}\n");
+        // A command changes lib.rs first (or the user saved it meanwhile); a tool edits it later.
+        fixture.write(
+            "src/lib.rs",
+            "pub fn a() {} // saved while the command ran\n",
+        );
+        let after = TreeStats::capture(&fixture.root, &policy).expect("after");
+        for change in before.changes_to(&after) {
+            fixture
+                .baseline
+                .command_changed(&change.relative, &change.path, change.before);
+        }
+        fixture.tool_writes(
+            "src/lib.rs",
+            "pub fn b() {} // saved while the command ran\n",
+        );
+
+        let (restored, skipped) = fixture.undo(false).await;
+        assert_eq!(restored, vec!["src/main.rs"]);
+        assert_eq!(
+            skipped,
+            vec![("src/lib.rs".to_owned(), "changed_during_command")]
+        );
+        assert_eq!(fixture.read("src/main.rs").as_deref(), Some(MAIN));
     }
 
     #[test]

@@ -289,12 +289,20 @@ impl LoopManager {
             }
             let db = project.db.clone();
             let (id, status, stored_note) = (code.id.clone(), code.status, note.clone());
-            tokio::task::spawn_blocking(move || db.set_status(&id, status, Some(&stored_note)))
-                .await
-                .map_err(|err| {
-                    ManagerError::Baseline(format!("recording the undo crashed: {err}"))
-                })??;
-            self.emit_status(&code.id, code.loop_type, code.status, Some(note));
+            // Only while the loop is as undo found it: the buffer round-trips take a while, and
+            // a retry or revision meanwhile gave it a newer status this note must not replace.
+            let noted = tokio::task::spawn_blocking(move || {
+                db.set_error_if_status(&id, status, Some(&stored_note))
+            })
+            .await
+            .map_err(|err| {
+                ManagerError::Baseline(format!("recording the undo crashed: {err}"))
+            })??;
+            if noted {
+                self.emit_status(&code.id, code.loop_type, code.status, Some(note));
+            } else {
+                tracing::info!(loop_id = %code.id, "the loop changed state during the undo; its record is left as it is");
+            }
         }
         Ok((code.id, report))
     }

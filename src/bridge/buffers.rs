@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use futures::io::AsyncWrite;
@@ -12,6 +12,7 @@ use nvim_rs::Neovim;
 use nvim_rs::compat::tokio::Compat;
 
 use super::dto::to_value;
+use super::lua_call::exec_lua_within;
 use crate::tools::{BufferCheck, BufferEdit, OpenBuffers, line_replacement};
 
 type Writer = Compat<tokio::fs::File>;
@@ -50,9 +51,26 @@ impl OpenBuffers for NeovimBuffers {
     }
 }
 
-/// Calls `require('loopr.edits').apply(path, edit, old)`: the buffer showing `path` (if any)
-/// takes the change from `old`, the file's text now, to `new`, and is saved.
+/// Calls `require('loopr.edits').apply(path, edit, old, deadline)`: the buffer showing `path`
+/// (if any) takes the change from `old`, the file's text now, to `new`, and is saved.
 pub async fn apply_edit<W>(neovim: &Neovim<W>, path: &Path, old: &str, new: &str) -> BufferEdit
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    apply_edit_within(neovim, path, old, new, TIMEOUT).await
+}
+
+/// `apply_edit`, waiting at most `timeout` for Neovim. An edit that times out is reported as
+/// not made, so it must never be made later, when a blocked Neovim gets to it: it carries a
+/// deadline (milliseconds since the epoch, half of `timeout` from now) after which Lua
+/// refuses to start it. An edit started in time has the other half to be made and answered.
+pub async fn apply_edit_within<W>(
+    neovim: &Neovim<W>,
+    path: &Path,
+    old: &str,
+    new: &str,
+    timeout: Duration,
+) -> BufferEdit
 where
     W: AsyncWrite + Send + Unpin + 'static,
 {
@@ -62,24 +80,34 @@ where
     let Ok(edit) = to_value(&edit) else {
         return BufferEdit::NotLoaded;
     };
-    let args = vec![path_value(path), edit, nvim_rs::Value::from(old)];
-    match tokio::time::timeout(TIMEOUT, neovim.exec_lua(APPLY, args)).await {
-        Ok(Ok(value)) => match value.as_str() {
+    let deadline = epoch_millis(SystemTime::now() + timeout / 2);
+    let args = vec![
+        path_value(path),
+        edit,
+        nvim_rs::Value::from(old),
+        nvim_rs::Value::from(deadline),
+    ];
+    match exec_lua_within(neovim, APPLY, args, timeout).await {
+        Some(Ok(value)) => match value.as_str() {
             Some("applied") => BufferEdit::Applied,
             Some("not_loaded") => BufferEdit::NotLoaded,
             // Unsaved changes, or a buffer that could not be brought up to date with its file.
             Some("modified" | "stale") => BufferEdit::UnsavedChanges,
+            Some("late") => {
+                tracing::warn!(path = %path.display(), "Neovim got to an edit after its deadline");
+                BufferEdit::UnsavedChanges
+            }
             other => {
                 tracing::warn!(answer = ?other, path = %path.display(), "unexpected answer to an edit");
                 BufferEdit::UnsavedChanges
             }
         },
-        Ok(Err(err)) => {
+        Some(Err(err)) => {
             tracing::warn!(error = %err, path = %path.display(), "applying an edit in Neovim");
             // Not knowing whether the buffer took it, do not write behind its back.
             BufferEdit::UnsavedChanges
         }
-        Err(_) => {
+        None => {
             tracing::warn!(path = %path.display(), "Neovim did not answer an edit in time");
             BufferEdit::UnsavedChanges
         }
@@ -93,21 +121,30 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let args = vec![path_value(path)];
-    match tokio::time::timeout(TIMEOUT, neovim.exec_lua(CHECK, args)).await {
-        Ok(Ok(value)) => match value.as_str() {
+    match exec_lua_within(neovim, CHECK, args, TIMEOUT).await {
+        Some(Ok(value)) => match value.as_str() {
             Some("not_loaded") => BufferCheck::NotLoaded,
             Some("ready") => BufferCheck::Ready,
             _ => BufferCheck::UnsavedChanges,
         },
-        Ok(Err(err)) => {
+        Some(Err(err)) => {
             tracing::warn!(error = %err, path = %path.display(), "checking a buffer in Neovim");
             BufferCheck::UnsavedChanges
         }
-        Err(_) => {
+        None => {
             tracing::warn!(path = %path.display(), "Neovim did not answer a buffer check in time");
             BufferCheck::UnsavedChanges
         }
     }
+}
+
+/// Milliseconds since the epoch, what Lua's `vim.uv.gettimeofday()` tells too; a clock
+/// before the epoch gives 0, a deadline long past.
+fn epoch_millis(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 fn path_value(path: &Path) -> nvim_rs::Value {

@@ -123,7 +123,7 @@ pub struct UndoReply {
 #[derive(Debug, Serialize)]
 pub struct SkippedFileReply {
     pub path: String,
-    /// "changed_since", "unsaved_buffer" or "unrestorable".
+    /// "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
     pub reason: &'static str,
     pub message: String,
 }

@@ -7,6 +7,7 @@ use nvim_rs::error::CallError;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::dto::{EventMessage, to_value};
+use super::lua_call::exec_lua_within;
 use crate::agent::LoopEvent;
 
 const DISPATCH: &str = "return require('loopr.events').dispatch(...)";
@@ -42,10 +43,10 @@ where
 {
     let message = EventMessage::from(event);
     let value = to_value(&message).map_err(Delivery::Encoding)?;
-    match tokio::time::timeout(DELIVERY_TIMEOUT, neovim.exec_lua(DISPATCH, vec![value])).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) if err.is_channel_closed() => Err(Delivery::ChannelClosed),
-        Ok(Err(err)) => Err(Delivery::Rejected(err)),
-        Err(_) => Err(Delivery::TimedOut),
+    match exec_lua_within(neovim, DISPATCH, vec![value], DELIVERY_TIMEOUT).await {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(err)) if err.is_channel_closed() => Err(Delivery::ChannelClosed),
+        Some(Err(err)) => Err(Delivery::Rejected(err)),
+        None => Err(Delivery::TimedOut),
     }
 }

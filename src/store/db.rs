@@ -84,6 +84,24 @@ impl LoopDb {
         self.require_changed(changed, id)
     }
 
+    /// Replaces the `error` note of a loop that is still `status`; false (and nothing written)
+    /// if its status changed meanwhile, for example because a retry started it again: a note
+    /// about the earlier state must not overwrite the newer one.
+    pub fn set_error_if_status(
+        &self,
+        id: &LoopId,
+        status: LoopStatus,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.execute(
+                "UPDATE loops SET error = ?3, updated_at = ?4 WHERE id = ?1 AND status = ?2",
+                params![id.as_str(), status.as_str(), error, now_rfc3339()],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
     /// Records how a running loop ended; false (and nothing written) if it is no longer
     /// running, for example because a revision invalidated it meanwhile.
     pub fn finish_running(
@@ -1070,6 +1088,43 @@ mod tests {
         assert!(db.retry(&plan, 1).expect("retry"));
         assert!(db.claim(&plan, 1).expect("claim"));
         assert!(db.still_wanted(&plan).expect("wanted"));
+    }
+
+    #[test]
+    fn a_note_for_a_status_is_written_only_while_the_loop_still_has_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        db.insert(&record("a-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        let id = LoopId::parse("a-1").expect("id");
+        db.set_status(&id, LoopStatus::Complete, None)
+            .expect("status");
+        assert!(
+            db.set_error_if_status(
+                &id,
+                LoopStatus::Complete,
+                Some("undone: 1 file(s) restored")
+            )
+            .expect("note")
+        );
+        let stored = db.get(&id).expect("get").expect("stored");
+        assert_eq!(stored.status, LoopStatus::Complete);
+        assert_eq!(stored.error.as_deref(), Some("undone: 1 file(s) restored"));
+
+        // A retry starts the loop again while the note about its completed run is on its way.
+        db.set_status(&id, LoopStatus::Running, None)
+            .expect("status");
+        assert!(
+            !db.set_error_if_status(
+                &id,
+                LoopStatus::Complete,
+                Some("undone: 2 file(s) restored")
+            )
+            .expect("note")
+        );
+        let stored = db.get(&id).expect("get").expect("stored");
+        assert_eq!(stored.status, LoopStatus::Running, "the newer status stays");
+        assert_eq!(stored.error, None, "and so does its note");
     }
 
     #[test]

@@ -20,6 +20,8 @@ use super::output::CappedOutput;
 use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input};
 use crate::schema::input_schema_for;
 
+/// Time on the network for one fetch, all its hops together; the user's approvals are not
+/// counted, they may take as long as the user likes.
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Bytes read from the server at most; the rest is not downloaded.
 const MAX_DOWNLOAD: usize = 2 * 1024 * 1024;
@@ -98,7 +100,7 @@ impl Tool for WebFetchTool {
         let (content_type, bytes, truncated) = tokio::select! {
             biased;
             _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
-            result = tokio::time::timeout(TIMEOUT, fetch) => result.map_err(|_| web_error(&url, format!("no answer within {}s", TIMEOUT.as_secs())))??,
+            result = fetch => result?,
         };
         let text = if content_type.contains("html") {
             html2text::config::plain_no_decorate()
@@ -138,9 +140,11 @@ impl WebFetchTool {
     ) -> Result<(String, Vec<u8>, bool), ToolError> {
         let mut approved_hosts: HashSet<String> = HashSet::new();
         let mut redirected_from: Option<reqwest::Url> = None;
+        let mut network = NetworkBudget { left: TIMEOUT };
         for hop in 0..=MAX_REDIRECTS {
             let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-            self.check_destination(&url, redirected_from.as_ref())
+            network
+                .spend(&url, self.check_destination(&url, redirected_from.as_ref()))
                 .await?;
             if !approved_hosts.contains(&host) {
                 let mut detail = format!("Loopr wants to fetch {url}");
@@ -158,12 +162,15 @@ impl WebFetchTool {
                     .await?;
                 approved_hosts.insert(host);
             }
-            let response = self
-                .client
-                .get(url.clone())
-                .send()
-                .await
-                .map_err(|err| request_error(&url, redirected_from.as_ref(), &err))?;
+            let response = network
+                .spend(&url, async {
+                    self.client
+                        .get(url.clone())
+                        .send()
+                        .await
+                        .map_err(|err| request_error(&url, redirected_from.as_ref(), &err))
+                })
+                .await?;
             let status = response.status();
             if status.is_redirection() {
                 let location = response
@@ -196,7 +203,7 @@ impl WebFetchTool {
             if !status.is_success() {
                 return Err(web_error(&url, format!("HTTP {status}")));
             }
-            return read_body(&url, response).await;
+            return network.spend(&url, read_body(&url, response)).await;
         }
         Err(web_error(
             &url,
@@ -241,6 +248,24 @@ impl WebFetchTool {
             },
             None => Err(ToolError::InvalidInput(format!("url {url} has no host"))),
         }
+    }
+}
+
+/// What is left of a fetch's `TIMEOUT`, spent only by the network parts.
+struct NetworkBudget {
+    left: Duration,
+}
+
+impl NetworkBudget {
+    async fn spend<T>(
+        &mut self,
+        url: &reqwest::Url,
+        work: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<T, ToolError> {
+        let started = tokio::time::Instant::now();
+        let finished = tokio::time::timeout(self.left, work).await;
+        self.left = self.left.saturating_sub(started.elapsed());
+        finished.map_err(|_| web_error(url, format!("no answer within {}s", TIMEOUT.as_secs())))?
     }
 }
 
@@ -742,6 +767,46 @@ mod tests {
             "{}",
             asked[0].detail
         );
+    }
+
+    /// Accepts after the user thought about it for `thinking` (on tokio's paused clock).
+    struct SlowUser {
+        thinking: Duration,
+    }
+
+    #[async_trait]
+    impl Approver for SlowUser {
+        async fn decide(
+            &self,
+            _request: ApprovalRequest,
+            _cancel: &CancellationToken,
+        ) -> Option<Decision> {
+            tokio::time::advance(self.thinking).await;
+            Some(Decision::Accept)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_limit_counts_the_network_not_the_users_approval() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut context = context(&dir, Arc::new(Recording::default()));
+        context.approver = Arc::new(SlowUser {
+            thinking: TIMEOUT * 3,
+        });
+        let (server, requests) = serve(|_| {
+            (
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain".to_owned(),
+                "worth the wait".to_owned(),
+            )
+        })
+        .await;
+        let tool = WebFetchTool::with_address_check(strict_but_the_test_server);
+        let page = tool
+            .call(json!({ "url": format!("http://{server}/") }), &context)
+            .await
+            .expect("fetched after a slow approval");
+        assert_eq!(page, "worth the wait\n");
+        assert_eq!(*requests.lock().expect("lock"), ["/"]);
     }
 
     #[tokio::test]

@@ -390,7 +390,11 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
     capture_notifications(&editor).await;
     assert_eq!(editor.command("LooprUndo print-version").await, None);
     assert_eq!(read("src/main.rs"), Some(main_before));
-    assert_eq!(read("generated.txt"), None, "the command's file is gone");
+    assert_eq!(
+        read("generated.txt").as_deref(),
+        Some("generated\n"),
+        "a command's file may be the user's: left"
+    );
     assert_eq!(read("notes.txt").as_deref(), Some("my notes\n"));
     assert_eq!(
         read("README.md").as_deref(),
@@ -405,9 +409,11 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
     assert_eq!(
         notes,
         vec![
-            "Loopr: restored 2 file(s) changed by print-version; left as they are:\n  \
+            "Loopr: restored 1 file(s) changed by print-version; left as they are:\n  \
+             generated.txt: changed while a command of the loop ran; it may hold your edits\n  \
              src/version.rs: changed since the loop changed it\nReview them; \
-             :LooprUndo! print-version overwrites the files changed since."
+             :LooprUndo! print-version overwrites the files changed since or changed during a \
+             command."
         ]
     );
     let updated = editor.wait_status(&code_id, "complete").await;
@@ -417,23 +423,81 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
         .iter()
         .find(|r| r["id"] == code_id.as_str())
         .expect("code loop");
-    assert_eq!(code["error"], "undone: 2 file(s) restored; 1 not restored");
+    assert_eq!(code["error"], "undone: 1 file(s) restored; 2 not restored");
 
     assert_eq!(editor.command("LooprChanges print-version").await, None);
-    assert_eq!(quickfix_files(&editor).await, vec!["src/version.rs"]);
+    assert_eq!(
+        quickfix_files(&editor).await,
+        vec!["generated.txt", "src/version.rs"]
+    );
 
     assert_eq!(editor.command("LooprUndo! print-version").await, None);
     assert_eq!(read("src/version.rs"), None);
+    assert_eq!(read("generated.txt"), None, "the command's file is gone");
     assert_eq!(read("notes.txt").as_deref(), Some("my notes\n"));
     let notes = notifications(&editor).await;
     assert_eq!(
         notes.last().map(String::as_str),
-        Some("Loopr: restored 1 file(s) changed by print-version")
+        Some("Loopr: restored 2 file(s) changed by print-version")
     );
     assert_eq!(editor.command("LooprChanges print-version").await, None);
     assert_eq!(
         notifications(&editor).await.last().map(String::as_str),
         Some("Loopr: print-version changed nothing")
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_leaves_a_file_that_changed_while_a_command_ran_unless_forced() {
+    let fake = FakeAnthropic::start().await;
+    // The validation command stands in for the user saving a file while it runs: it changes
+    // README.md, which the loop's tools never touch.
+    let mut editor = planned_editor(
+        &fake,
+        AUTO_APPROVE,
+        "printf 'Saved while the validation ran.\\n' >> README.md",
+    )
+    .await;
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let project = editor.dirs.project.clone();
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).expect(path);
+    let (main_before, readme_before) = (read("src/main.rs"), read("README.md"));
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    let readme_saved = read("README.md");
+    assert_eq!(
+        readme_saved,
+        format!("{readme_before}Saved while the validation ran.\n")
+    );
+
+    capture_notifications(&editor).await;
+    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(
+        read("src/main.rs"),
+        main_before,
+        "the loop's own edit is undone"
+    );
+    assert_eq!(
+        read("README.md"),
+        readme_saved,
+        "the save is not overwritten"
+    );
+    assert_eq!(
+        notifications(&editor).await,
+        vec![
+            "Loopr: restored 1 file(s) changed by print-version; left as they are:\n  \
+             README.md: changed while a command of the loop ran; it may hold your edits\n\
+             Review them; :LooprUndo! print-version overwrites the files changed during a \
+             command."
+        ]
+    );
+
+    assert_eq!(editor.command("LooprUndo! print-version").await, None);
+    assert_eq!(read("README.md"), readme_before, "restored when forced");
+    assert_eq!(
+        notifications(&editor).await.last().map(String::as_str),
+        Some("Loopr: restored 1 file(s) changed by print-version")
     );
     editor.quit().await;
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use loopr::agent::{LoopEvent, NoticeLevel};
 use loopr::artifacts::ArtifactKind;
-use loopr::bridge::{apply_edit, check_buffer, deliver_event};
+use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event};
 use loopr::store::{LoopId, LoopStatus, LoopType};
 use loopr::tools::{ApprovalRequest, BufferCheck, BufferEdit, ChangeKind};
 
@@ -130,6 +130,63 @@ async fn an_edit_of_a_file_no_buffer_shows_is_left_to_the_host() {
         apply_edit(&editor.nvim, &readme, "# sample\n", "# changed\n").await,
         BufferEdit::NotLoaded
     );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_neovim_gets_to_after_the_host_gave_up_is_never_made() {
+    let (_fake, editor, main) = editor_with_main_open().await;
+    // Neovim blocks (as at a prompt) reading a FIFO until the test writes to it: from its next
+    // turn of the event loop, before it gets to the edit sent after this.
+    let fifo = editor.dirs.temp.path().join("hold.fifo");
+    let fifo_name = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path and a mode.
+    assert_eq!(
+        unsafe { libc::mkfifo(fifo_name.as_ptr(), 0o600) },
+        0,
+        "mkfifo"
+    );
+    editor
+        .exec(&format!(
+            "vim.schedule(function() io.open({:?}, 'r'):read('*a') end)",
+            fifo.display().to_string()
+        ))
+        .await;
+    let edited = MAIN.replace("\"hello\"", "\"bye\"");
+    assert_eq!(
+        apply_edit_within(
+            &editor.nvim,
+            &main,
+            MAIN,
+            &edited,
+            std::time::Duration::from_millis(300)
+        )
+        .await,
+        BufferEdit::UnsavedChanges,
+        "no answer in time: reported as not made"
+    );
+
+    // Neovim gets to the edit only now, after the host reported it as not made.
+    let release = fifo.clone();
+    tokio::task::spawn_blocking(move || std::fs::write(release, "go"))
+        .await
+        .expect("join")
+        .expect("release Neovim");
+    let (lines, modified) = buffer_state(&editor).await;
+    assert_eq!(
+        lines,
+        vec!["fn main() {", "    println!(\"hello\");", "}"],
+        "the late edit was refused"
+    );
+    assert!(!modified);
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), MAIN);
+
+    // The late answer did not cut the channel: the next edit goes through.
+    assert_eq!(
+        apply_edit(&editor.nvim, &main, MAIN, &edited).await,
+        BufferEdit::Applied
+    );
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), edited);
     editor.quit().await;
 }
 
