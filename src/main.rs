@@ -53,6 +53,9 @@ enum Command {
         /// Accept every write, edit, command and fetch without asking (nobody can be asked here).
         #[arg(long)]
         yes: bool,
+        /// With --yes, also run commands where no sandbox confines them (refused otherwise).
+        #[arg(long)]
+        unsandboxed: bool,
         /// The project root (default: the current directory).
         #[arg(long, default_value = ".")]
         root: PathBuf,
@@ -69,6 +72,9 @@ enum Command {
         /// Accept every change resumed code loops make.
         #[arg(long)]
         yes: bool,
+        /// With --yes, also run commands where no sandbox confines them (refused otherwise).
+        #[arg(long)]
+        unsandboxed: bool,
         /// The project root (default: the current directory).
         #[arg(long, default_value = ".")]
         root: PathBuf,
@@ -134,14 +140,17 @@ fn main() -> ExitCode {
         Command::Resume {
             approve_all,
             yes,
+            unsandboxed,
             root,
-        } => run_resume(credentials, root, approve_all, yes),
+        } => require_confinement(&loopr::tools::SandboxSettings::default(), yes, unsandboxed)
+            .and_then(|()| run_resume(credentials, root, approve_all, yes)),
         Command::Run {
             phase,
             yes,
+            unsandboxed,
             root,
             settings,
-        } => run_code(credentials, &phase, yes, root, &settings),
+        } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
         Command::Status { root } => {
             loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
         }
@@ -265,6 +274,7 @@ fn run_code(
     credentials: SharedCredentials,
     phase: &str,
     yes: bool,
+    unsandboxed: bool,
     root: PathBuf,
     settings: &str,
 ) -> anyhow::Result<()> {
@@ -275,6 +285,7 @@ fn run_code(
         );
     }
     let settings = parse_settings(settings)?;
+    require_confinement(&settings.sandbox, yes, unsandboxed)?;
     let runtime = runtime()?;
     let passed = runtime.block_on(loopr::cli::run_code(
         loopr_home()?,
@@ -286,6 +297,27 @@ fn run_code(
     ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     require_all_complete(passed?)
+}
+
+/// Where nothing confines commands, each must be seen by a person: `--yes` alone does not
+/// accept them unseen, `--unsandboxed` says the user accepts that.
+fn require_confinement(
+    settings: &loopr::tools::SandboxSettings,
+    yes: bool,
+    unsandboxed: bool,
+) -> anyhow::Result<()> {
+    if !yes || unsandboxed {
+        return Ok(());
+    }
+    let sandbox = loopr::tools::Sandbox::new(settings).map_err(|err| anyhow::anyhow!(err))?;
+    if !sandbox.is_confined() {
+        anyhow::bail!(
+            "no sandbox confines commands here ({}); --yes does not run them unseen. Pass \
+             --unsandboxed as well to accept that, or use Neovim to approve each command",
+            sandbox.describe()
+        );
+    }
+    Ok(())
 }
 
 fn parse_settings(settings: &str) -> anyhow::Result<LoopSettings> {

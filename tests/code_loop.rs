@@ -515,3 +515,53 @@ async fn no_command_outlives_a_killed_host(mechanism: &str) {
 async fn under_bubblewrap_no_command_outlives_a_killed_host() {
     no_command_outlives_a_killed_host("bubblewrap").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    planned_with(&fake, &dirs, "true").await;
+    let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}}"#;
+    let refused = run_loopr(
+        &dirs,
+        &fake,
+        &["run", "print-version", "--yes", "--settings", off],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("no sandbox confines commands") && stderr.contains("--unsandboxed"),
+        "{stderr}"
+    );
+    let requests = fake.requests().len();
+    fake.push_routed(
+        code_route(),
+        TurnBuilder::new()
+            .tool_use(
+                "done",
+                "complete_phase",
+                json!({"summary": "nothing to do"}),
+            )
+            .reply(),
+    );
+    let accepted = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "run",
+            "print-version",
+            "--yes",
+            "--unsandboxed",
+            "--settings",
+            off,
+        ],
+    )
+    .await;
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    assert_eq!(fake.requests().len(), requests + 1);
+}
