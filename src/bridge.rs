@@ -8,7 +8,7 @@ mod handler;
 mod lua_call;
 
 // For the contract tests, which call Lua exactly as the host does.
-pub use buffers::{apply_edit, apply_edit_within, check_buffer};
+pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
 pub use event_pump::{Delivery, deliver_event};
 
 use std::path::PathBuf;

@@ -4,7 +4,8 @@
 -- reloaded first, so the edit lands on the right lines and saving raises no "file changed"
 -- prompt: nothing here may ever wait for the user.
 --
--- The host calls `apply(path, edit, old, deadline)` and `check(path)` (src/bridge/buffers.rs).
+-- The host calls `apply(path, edit, old, deadline)`, `check(path)` and `reload(paths)`
+-- (src/bridge/buffers.rs).
 -- An edit that reaches Neovim after its deadline is refused: the host stopped waiting for it
 -- (Neovim was blocked) and told the model it was not made.
 
@@ -58,6 +59,35 @@ local function refresh(buf)
       error(err, 0)
     end
   end)
+end
+
+---Bring the buffers of files a command changed on disk up to date: unmodified ones are
+---reloaded silently (no prompt, and a later `:write` does not ask); the user is told about
+---the ones with unsaved changes, which are left as they are.
+---@param paths string[] Absolute paths of the files the command changed.
+---@return {reloaded: integer, kept: string[]}
+function M.reload(paths)
+  local reloaded, kept = 0, {}
+  for _, path in ipairs(type(paths) == 'table' and paths or {}) do
+    local buf = type(path) == 'string' and vim.uv.fs_stat(path) and loaded_buffer(path)
+    if buf then
+      if vim.bo[buf].modified then
+        table.insert(kept, vim.fn.fnamemodify(path, ':~:.'))
+      else
+        refresh(buf)
+        reloaded = reloaded + 1
+      end
+    end
+  end
+  if #kept > 0 then
+    require('loopr.notify').notify(
+      ('Loopr: a command of the loop changed %s on disk; your unsaved changes are kept (:e! takes the new version)'):format(
+        table.concat(kept, ', ')
+      ),
+      vim.log.levels.WARN
+    )
+  end
+  return { reloaded = reloaded, kept = kept }
 end
 
 ---Whether an edit of `path` could go into its buffer; changes nothing.

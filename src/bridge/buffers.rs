@@ -2,7 +2,7 @@
 //! `require('loopr.edits')`: they show at once and `u` undoes them. The functions here are
 //! generic over the channel's writer so the tests call Lua exactly as the host does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -19,6 +19,7 @@ type Writer = Compat<tokio::fs::File>;
 
 const APPLY: &str = "return require('loopr.edits').apply(...)";
 const CHECK: &str = "return require('loopr.edits').check(...)";
+const RELOAD: &str = "return require('loopr.edits').reload(...)";
 /// Neovim answers at once unless it is blocked (a prompt); then the edit waits no longer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -48,6 +49,29 @@ impl OpenBuffers for NeovimBuffers {
             Some(neovim) => check_buffer(neovim, path).await,
             None => BufferCheck::NotLoaded,
         }
+    }
+
+    async fn reload(&self, paths: &[PathBuf]) {
+        if let Some(neovim) = self.neovim.get() {
+            reload_buffers(neovim, paths).await;
+        }
+    }
+}
+
+/// Calls `require('loopr.edits').reload(paths)`: buffers showing files a command changed
+/// are brought up to date, or (with unsaved changes) the user is told.
+pub async fn reload_buffers<W>(neovim: &Neovim<W>, paths: &[PathBuf])
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    if paths.is_empty() {
+        return;
+    }
+    let list = nvim_rs::Value::Array(paths.iter().map(|path| path_value(path)).collect());
+    match exec_lua_within(neovim, RELOAD, vec![list], TIMEOUT).await {
+        Some(Ok(_)) => {}
+        Some(Err(err)) => tracing::warn!(error = %err, "reloading buffers in Neovim"),
+        None => tracing::warn!("Neovim did not answer a buffer reload in time"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Files the user has open in the editor. An edit to such a file goes into the open buffer
 //! (visible at once, undoable there) instead of behind the editor's back.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
@@ -39,6 +39,11 @@ pub trait OpenBuffers: Send + Sync {
 
     /// Whether `apply` could take a change of `path`; changes nothing.
     async fn check(&self, path: &Path) -> BufferCheck;
+
+    /// `paths` changed on disk behind the editor (a command did it): buffers showing them
+    /// are brought up to date where they hold no unsaved changes, so a later `:write` neither
+    /// prompts nor overwrites the change; the user hears of the others.
+    async fn reload(&self, paths: &[PathBuf]);
 }
 
 /// No editor: every file is written on disk.
@@ -53,6 +58,8 @@ impl OpenBuffers for NoBuffers {
     async fn check(&self, _path: &Path) -> BufferCheck {
         BufferCheck::NotLoaded
     }
+
+    async fn reload(&self, _paths: &[PathBuf]) {}
 }
 
 /// Remembers what a loop's tools changed, so the changes list shows exactly that and undo

@@ -830,6 +830,8 @@ impl OpenBuffers for UnsavedBuffers {
             BufferCheck::Ready
         }
     }
+
+    async fn reload(&self, _paths: &[std::path::PathBuf]) {}
 }
 
 /// Accepts everything and keeps what it hears about failed changes.

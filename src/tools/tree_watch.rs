@@ -154,14 +154,24 @@ pub async fn run_recorded(
         let journal = context.journal.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let after = capture()?;
-            for change in before.changes_to(&after) {
+            let changes = before.changes_to(&after);
+            for change in &changes {
                 journal.command_changed(&change.relative, &change.path, change.before);
             }
-            Ok::<_, ToolError>(())
+            Ok::<_, ToolError>(
+                changes
+                    .into_iter()
+                    .filter(|change| after.files.contains_key(&change.relative))
+                    .map(|change| change.path)
+                    .collect::<Vec<_>>(),
+            )
         })
         .await;
-        if !matches!(recorded, Ok(Ok(()))) {
-            tracing::warn!(?recorded, "recording what a command changed");
+        match recorded {
+            // Open buffers of what the command changed catch up now, not at the user's next
+            // `:write` (which would prompt, or overwrite the command's work).
+            Ok(Ok(changed)) => context.buffers.reload(&changed).await,
+            failed => tracing::warn!(?failed, "recording what a command changed"),
         }
     }
     output

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use loopr::agent::{LoopEvent, NoticeLevel};
 use loopr::artifacts::ArtifactKind;
-use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event};
+use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event, reload_buffers};
 use loopr::store::{LoopId, LoopStatus, LoopType};
 use loopr::tools::{ApprovalRequest, BufferCheck, BufferEdit, ChangeKind};
 
@@ -297,5 +297,32 @@ async fn every_event_the_host_sends_is_handled_without_error() {
         "{notes:?}"
     );
     assert_not_blocked(&editor).await;
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffers_of_files_a_command_changed_catch_up_or_are_kept_with_a_warning() {
+    let (_fake, editor, main) = editor_with_main_open().await;
+    let on_disk = format!("// reformatted by a command\n{MAIN}");
+    change_on_disk(&main, &on_disk);
+    reload_buffers(&editor.nvim, std::slice::from_ref(&main)).await;
+    assert_not_blocked(&editor).await;
+    let (lines, modified) = buffer_state(&editor).await;
+    assert_eq!(lines[0], "// reformatted by a command");
+    assert!(!modified);
+    // The buffer knows the file's new time: writing it does not ask "file changed".
+    assert_eq!(editor.command("write").await, None);
+    assert_not_blocked(&editor).await;
+
+    // With unsaved changes of the user's, the buffer is left as it is.
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// mine, unsaved' })")
+        .await;
+    change_on_disk(&main, &format!("// again\n{MAIN}"));
+    reload_buffers(&editor.nvim, std::slice::from_ref(&main)).await;
+    assert_not_blocked(&editor).await;
+    let (lines, modified) = buffer_state(&editor).await;
+    assert_eq!(lines[0], "// mine, unsaved");
+    assert!(modified);
     editor.quit().await;
 }
