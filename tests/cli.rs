@@ -625,41 +625,6 @@ async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
     );
 }
 
-/// Plans a one-spec hierarchy headless (no review passes) whose phase `print-version` is
-/// validated by `true`.
-async fn planned_for_code(fake: &FakeAnthropic, dirs: &TestDirs) {
-    let phases = ["print-version", "document-flag", "exit-code"];
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
-    );
-    for phase in phases {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
-    }
-    let output = run_loopr(
-        dirs,
-        fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--approve-all",
-            "--settings",
-            r#"{"plan_review_passes": 0, "spec_review": false}"#,
-        ],
-    )
-    .await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// Kills, when a failed test unwinds, the processes it saw start that still run as started,
 /// so that a failure leaves no `sleep` behind.
 struct KillLeftovers {
@@ -706,7 +671,7 @@ async fn a_signal_stops_the_cli_and_every_command_it_started(signal: i32, status
 
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
-    planned_for_code(&fake, &dirs).await;
+    scenario::plan_code_project(&fake, &dirs, "true").await;
     // Unique to this test run, so only the command's own sleeps match.
     let seconds = format!("1001.{}{signal}", std::process::id());
     let fifo = dirs.project.join("started.fifo");

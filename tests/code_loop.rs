@@ -22,46 +22,12 @@ const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false}"#;
 
 /// A planned project whose phase `print-version` is validated by grepping src/main.rs.
 async fn planned(fake: &FakeAnthropic, dirs: &TestDirs) {
-    planned_with(
+    scenario::plan_code_project(
         fake,
         dirs,
         "grep -q 'env!(\"CARGO_PKG_VERSION\")' src/main.rs",
     )
     .await;
-}
-
-async fn planned_with(fake: &FakeAnthropic, dirs: &TestDirs, validation: &str) {
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
-    );
-    for phase in PHASES {
-        let mut input = phase_input(phase);
-        if phase == "print-version" {
-            input["validation_command"] = json!(validation);
-        }
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
-    }
-    let output = run_loopr(
-        dirs,
-        fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--approve-all",
-            "--settings",
-            SETTINGS,
-        ],
-    )
-    .await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 fn code_route() -> &'static str {
@@ -253,7 +219,7 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
 async fn a_validation_command_on_the_deny_list_never_runs() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
-    planned_with(&fake, &dirs, "sudo touch ran").await;
+    scenario::plan_code_project(&fake, &dirs, "sudo touch ran").await;
     fake.push_routed(
         code_route(),
         tool_turn(
@@ -295,21 +261,30 @@ fn sandbox_settings(mechanism: &str) -> Result<String, String> {
     }
 }
 
+/// A planned project and the settings that run its commands under `mechanism`; `None`
+/// (the test skipped, saying why) where that sandbox cannot run here.
+async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeAnthropic, TestDirs)> {
+    let settings = match sandbox_settings(mechanism) {
+        Ok(settings) => settings,
+        Err(why) => {
+            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
+            return None;
+        }
+    };
+    let fake = FakeAnthropic::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    Some((settings, fake, dirs))
+}
+
 fn run_command_call(id: &str, command: &str) -> (String, Value) {
     (id.to_owned(), json!({ "command": command }))
 }
 
 async fn sandboxed_commands_are_confined(mechanism: &str) {
-    let settings = match sandbox_settings(mechanism) {
-        Ok(settings) => settings,
-        Err(why) => {
-            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
-            return;
-        }
+    let Some((settings, fake, dirs)) = sandboxed_project(mechanism).await else {
+        return;
     };
-    let fake = FakeAnthropic::start().await;
-    let dirs = TestDirs::new();
-    planned_with(&fake, &dirs, "true").await;
     // Outside the project and outside /tmp (which the sandbox replaces with its own), in a
     // directory of this test's own under /var/tmp (the checkout itself may be under /tmp).
     let canary_home = tempfile::Builder::new()
@@ -459,16 +434,9 @@ async fn bubblewrap_confines_files_network_environment_and_processes() {
 }
 
 async fn no_command_outlives_a_killed_host(mechanism: &str) {
-    let settings = match sandbox_settings(mechanism) {
-        Ok(settings) => settings,
-        Err(why) => {
-            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
-            return;
-        }
+    let Some((settings, fake, dirs)) = sandboxed_project(mechanism).await else {
+        return;
     };
-    let fake = FakeAnthropic::start().await;
-    let dirs = TestDirs::new();
-    planned_with(&fake, &dirs, "true").await;
     let fifo = dirs.project.join("started.fifo");
     let path = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
     // SAFETY: a valid NUL-terminated path and a mode.
@@ -520,7 +488,7 @@ async fn under_bubblewrap_no_command_outlives_a_killed_host() {
 async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
     let fake = FakeAnthropic::start().await;
     let dirs = TestDirs::new();
-    planned_with(&fake, &dirs, "true").await;
+    scenario::plan_code_project(&fake, &dirs, "true").await;
     let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}}"#;
     let refused = run_loopr(
         &dirs,

@@ -324,30 +324,25 @@ impl LoopDb {
     /// Whether a running loop should go on: it is still running and nobody (in any host)
     /// asked to cancel it or invalidated it meanwhile.
     pub fn still_wanted(&self, id: &LoopId) -> Result<bool, StoreError> {
-        let wanted = self.with_connection(|connection| {
-            connection
-                .query_row(
-                    "SELECT status = 'running' AND cancel_requested = 0 FROM loops WHERE id = ?1",
-                    params![id.as_str()],
-                    |row| row.get::<_, bool>(0),
-                )
-                .optional()
-        })?;
-        Ok(wanted.unwrap_or(false))
+        self.flag(
+            "SELECT status = 'running' AND cancel_requested = 0 FROM loops WHERE id = ?1",
+            id,
+        )
     }
 
     /// Whether a cancel was asked of the loop while it ran.
     pub fn cancel_requested(&self, id: &LoopId) -> Result<bool, StoreError> {
-        let requested = self.with_connection(|connection| {
+        self.flag("SELECT cancel_requested FROM loops WHERE id = ?1", id)
+    }
+
+    /// A yes-or-no column of loop `id`; no such loop reads as no.
+    fn flag(&self, sql: &str, id: &LoopId) -> Result<bool, StoreError> {
+        let flag = self.with_connection(|connection| {
             connection
-                .query_row(
-                    "SELECT cancel_requested FROM loops WHERE id = ?1",
-                    params![id.as_str()],
-                    |row| row.get::<_, bool>(0),
-                )
+                .query_row(sql, params![id.as_str()], |row| row.get::<_, bool>(0))
                 .optional()
         })?;
-        Ok(requested.unwrap_or(false))
+        Ok(flag.unwrap_or(false))
     }
 
     /// Makes a loop that ended without success (failed, cancelled, interrupted) pending

@@ -406,3 +406,44 @@ pub fn script_revised_spec(fake: &FakeAnthropic) -> String {
     }
     spec
 }
+
+/// Plans a one-spec hierarchy headless (`loopr plan --approve-all`, no review passes) whose
+/// phases are `print-version` (validated by `validation`), `document-flag` and `exit-code`.
+pub async fn plan_code_project(
+    fake: &FakeAnthropic,
+    dirs: &crate::nvim::TestDirs,
+    validation: &str,
+) {
+    let phases = ["print-version", "document-flag", "exit-code"];
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
+    );
+    for phase in phases {
+        let mut input = phase_input(phase);
+        if phase == "print-version" {
+            input["validation_command"] = json!(validation);
+        }
+        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
+    }
+    let output = run_loopr(
+        dirs,
+        fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 0, "spec_review": false}"#,
+        ],
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
