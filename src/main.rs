@@ -100,6 +100,29 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Run one command in the Landlock sandbox (the host starts this; see `loopr sandbox`).
+    #[command(hide = true)]
+    SandboxExec {
+        /// The host: the command dies with it.
+        #[arg(long)]
+        parent_pid: i32,
+        /// The project root (writable, its .git not unless --allow-git).
+        #[arg(long)]
+        root: PathBuf,
+        /// Where the command starts.
+        #[arg(long)]
+        cwd: PathBuf,
+        /// More paths the command may write.
+        #[arg(long)]
+        writable: Vec<PathBuf>,
+        #[arg(long)]
+        network: bool,
+        #[arg(long)]
+        allow_git: bool,
+        /// The command, run with `sh -c`.
+        #[arg(last = true, required = true)]
+        shell_command: String,
+    },
     /// Serve Neovim over msgpack-RPC on stdin/stdout (started by the plugin).
     Rpc {
         /// Where to write the log.
@@ -171,6 +194,30 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             };
+        }
+        Command::SandboxExec {
+            parent_pid,
+            root,
+            cwd,
+            writable,
+            network,
+            allow_git,
+            shell_command,
+        } => {
+            let request = loopr::tools::ExecRequest {
+                parent_pid,
+                root,
+                cwd,
+                writable,
+                network,
+                allow_git,
+                shell_command,
+            };
+            let status = loopr::tools::sandbox_exec(&request).unwrap_or_else(|err| {
+                eprintln!("Loopr: the sandbox could not be set up: {err}");
+                loopr::tools::SANDBOX_SETUP_FAILED
+            });
+            return ExitCode::from(u8::try_from(status).unwrap_or(u8::MAX));
         }
         Command::HasState { root } => {
             return match loopr_home().and_then(|home| loopr::cli::has_state(&home, &root)) {

@@ -37,7 +37,10 @@ pub use list_files::{ListFilesTool, project_walker};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell, unsandboxed_note};
-pub use sandbox::{Mechanism, Sandbox, SandboxMode, SandboxSettings, looks_secret};
+pub use sandbox::{
+    ExecRequest, Mechanism, SETUP_FAILED as SANDBOX_SETUP_FAILED, Sandbox, SandboxMode,
+    SandboxSettings, SetupError as SandboxSetupError, looks_secret, sandbox_exec,
+};
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;

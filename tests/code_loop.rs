@@ -243,7 +243,7 @@ async fn a_validation_command_on_the_deny_list_never_runs() {
     assert!(!dirs.project.join("ran").exists());
 }
 
-/// The settings that run commands under `mechanism` ("bubblewrap"), or `None` with the
+/// The settings that run commands under `mechanism` ("bubblewrap", "landlock"), or `None` with the
 /// reason it cannot run here (printed, and the test skipped).
 fn sandbox_settings(mechanism: &str) -> Result<String, String> {
     let settings = format!(
@@ -433,6 +433,11 @@ async fn bubblewrap_confines_files_network_environment_and_processes() {
     sandboxed_commands_are_confined("bubblewrap").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn landlock_confines_files_network_environment_and_processes() {
+    sandboxed_commands_are_confined("landlock").await;
+}
+
 async fn no_command_outlives_a_killed_host(mechanism: &str) {
     let Some((settings, fake, dirs)) = sandboxed_project(mechanism).await else {
         return;
@@ -461,10 +466,18 @@ async fn no_command_outlives_a_killed_host(mechanism: &str) {
     .spawn()
     .expect("spawn loopr run");
     // The command's write meets this read: the command and what it started are running.
-    tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
-        .await
-        .expect("join")
-        .expect("read the fifo");
+    let reader_fifo = fifo.clone();
+    let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(reader_fifo));
+    tokio::select! {
+        read = read => {
+            read.expect("join").expect("read the fifo");
+        }
+        ended = host.wait() => {
+            // Unblocks the reader, which would otherwise keep the runtime from shutting down.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            panic!("loopr run ended before the command started: {ended:?}");
+        }
+    }
     let started = nvim::descendants(i32::try_from(host.id().expect("pid")).expect("pid"));
     assert!(!started.is_empty(), "the command runs");
     host.start_kill().expect("SIGKILL the host");
@@ -532,4 +545,9 @@ async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
         String::from_utf8_lossy(&accepted.stderr)
     );
     assert_eq!(fake.requests().len(), requests + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_landlock_no_command_outlives_a_killed_host() {
+    no_command_outlives_a_killed_host("landlock").await;
 }

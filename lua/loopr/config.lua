@@ -12,7 +12,7 @@
 ---@field fetch loopr.ApprovalMode Fetching a page with `web_fetch` from a host not in `web_fetch_allow_hosts`.
 
 ---@class loopr.Sandbox
----@field mode "auto"|"bubblewrap"|"landlock"|"off" Which sandbox commands run in.
+---@field mode "auto"|"bubblewrap"|"landlock"|"off" Which sandbox commands run in: "auto" is bubblewrap where it works, else Landlock with namespaces, else none.
 ---@field writable string[] Paths commands may write besides the project and /tmp.
 ---@field network boolean Whether commands may use the network.
 ---@field allow_git boolean Whether commands may write the project's .git.

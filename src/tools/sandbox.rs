@@ -8,12 +8,14 @@
 //!   gone when the command ends, times out, is cancelled or its host dies;
 //! - environment: an allow-list, never a variable that looks like a secret.
 //!
-//! Mechanisms, best first: bubblewrap (`bwrap`), Landlock with namespaces, none. Without one,
-//! commands are still run (with the environment allow-list) but never approved without
-//! asking, and the request says so.
+//! Mechanisms, best first: bubblewrap (`bwrap`), Landlock with namespaces (`landlock.rs`,
+//! run by `loopr sandbox-exec`: `exec.rs`), none. Without one, commands are still run (with
+//! the environment allow-list) but never approved without asking, and the request says so.
 
 mod bubblewrap;
 mod environment;
+mod exec;
+mod landlock;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -23,6 +25,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{command_environment, looks_secret};
+pub use exec::{ExecRequest, SETUP_FAILED, SetupError, sandbox_exec};
 
 use super::run_command::CommandOutput;
 
@@ -89,7 +92,10 @@ pub enum Mechanism {
     Bubblewrap {
         bwrap: PathBuf,
     },
-    Landlock,
+    /// Landlock (of this ABI) for the files, namespaces for the rest.
+    Landlock {
+        abi: i32,
+    },
     /// Commands run unconfined, for this reason; `remedy` says how to get a sandbox.
     Unconfined {
         reason: String,
@@ -125,12 +131,15 @@ impl Sandbox {
                     ));
                 }
             },
-            SandboxMode::Landlock => {
-                return Err(
-                    "sandbox.mode = \"landlock\" is not available in this build; use \"auto\""
-                        .to_owned(),
-                );
-            }
+            SandboxMode::Landlock => match landlock_available() {
+                Ok(abi) => Mechanism::Landlock { abi },
+                Err(why) => {
+                    return Err(format!(
+                        "sandbox.mode = \"landlock\", but {why}; use sandbox.mode = \"auto\" \
+                         (bubblewrap where it works) or \"off\""
+                    ));
+                }
+            },
             SandboxMode::Auto => detect(),
         };
         Ok(Sandbox {
@@ -166,11 +175,9 @@ impl Sandbox {
 
     /// One line for the user: which sandbox, or why there is none and how to get one.
     pub fn describe(&self) -> String {
-        match &self.mechanism {
-            Mechanism::Bubblewrap { bwrap } => format!(
-                "bubblewrap ({}): files read-only but the project{}, a private /tmp{}; network {}; \
-                 own PID namespace",
-                bwrap.display(),
+        let guarantees = || {
+            format!(
+                "files read-only but the project{}, a private /tmp{}; network {}; own PID namespace",
                 if self.allow_git { "" } else { " (not .git)" },
                 if self.writable.is_empty() {
                     String::new()
@@ -178,8 +185,15 @@ impl Sandbox {
                     format!(" and {} writable path(s)", self.writable.len())
                 },
                 if self.network { "on" } else { "off" },
-            ),
-            Mechanism::Landlock => "Landlock".to_owned(),
+            )
+        };
+        match &self.mechanism {
+            Mechanism::Bubblewrap { bwrap } => {
+                format!("bubblewrap ({}): {}", bwrap.display(), guarantees())
+            }
+            Mechanism::Landlock { abi } => {
+                format!("Landlock ABI {abi} + namespaces: {}", guarantees())
+            }
             Mechanism::Unconfined { reason, remedy } => format!(
                 "none: {reason}; commands run with your full permissions and are always asked \
                  about; {remedy}"
@@ -193,7 +207,8 @@ impl Sandbox {
             Mechanism::Bubblewrap { bwrap } => {
                 bubblewrap::command(bwrap, self, shell_command, cwd, root)
             }
-            Mechanism::Landlock | Mechanism::Unconfined { .. } => {
+            Mechanism::Landlock { .. } => landlock::command(self, shell_command, cwd, root),
+            Mechanism::Unconfined { .. } => {
                 let mut command = tokio::process::Command::new("sh");
                 command.arg("-c").arg(shell_command).current_dir(cwd);
                 command.env_clear().envs(self.environment.iter().cloned());
@@ -212,7 +227,11 @@ impl Sandbox {
         }
         let text = format!("{}\n{}", output.stdout, output.stderr);
         let mut refused = Vec::new();
-        if text.contains("Read-only file system") {
+        // Landlock refuses with EACCES, which ordinary permissions give too: only claimed where
+        // Landlock is the mechanism.
+        let landlock_refused = matches!(self.mechanism, Mechanism::Landlock { .. })
+            && text.contains("Permission denied");
+        if text.contains("Read-only file system") || landlock_refused {
             refused.push(format!(
                 "writing outside the project root: the sandbox makes everything read-only but \
                  the project{}, /tmp and the paths the user allowed (sandbox.writable)",
@@ -245,18 +264,28 @@ impl Sandbox {
     }
 }
 
-/// The best mechanism here, probed once per process.
+/// The best mechanism here, probed once per process: bubblewrap, else Landlock.
 fn detect() -> Mechanism {
     static DETECTED: OnceLock<Mechanism> = OnceLock::new();
     DETECTED
         .get_or_init(|| match bubblewrap::available() {
             Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
-            Err(why) => Mechanism::Unconfined {
-                reason: why,
-                remedy: INSTALL_REMEDY.to_owned(),
+            Err(no_bwrap) => match landlock_available() {
+                Ok(abi) => Mechanism::Landlock { abi },
+                Err(no_landlock) => Mechanism::Unconfined {
+                    reason: format!("{no_bwrap}, and {no_landlock}"),
+                    remedy: INSTALL_REMEDY.to_owned(),
+                },
             },
         })
         .clone()
+}
+
+/// Whether Landlock with namespaces works here (its probe runs a command), asked once per
+/// process.
+fn landlock_available() -> Result<i32, String> {
+    static AVAILABLE: OnceLock<Result<i32, String>> = OnceLock::new();
+    AVAILABLE.get_or_init(landlock::available).clone()
 }
 
 #[cfg(test)]

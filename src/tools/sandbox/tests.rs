@@ -41,3 +41,55 @@ fn an_unavailable_explicit_mechanism_names_how_to_get_one() {
     .expect_err("no bwrap");
     assert!(err.contains("apt install bubblewrap"), "{err}");
 }
+
+fn sandbox_with(mechanism: Mechanism) -> Sandbox {
+    Sandbox {
+        mechanism,
+        network: false,
+        allow_git: false,
+        ..Sandbox::unconfined("test")
+    }
+}
+
+fn failed_with(stderr: &str) -> CommandOutput {
+    CommandOutput {
+        exit_code: Some(1),
+        status: "exit status 1".to_owned(),
+        stdout: String::new(),
+        stderr: stderr.to_owned(),
+    }
+}
+
+#[test]
+fn permission_denied_is_a_refusal_only_where_landlock_confines() {
+    let denied = failed_with("rm: cannot remove '/home/you/notes': Permission denied\n");
+    let landlock = sandbox_with(Mechanism::Landlock { abi: 7 });
+    let refusal = landlock
+        .explain_refusal(&denied)
+        .expect("a Landlock refusal");
+    assert!(
+        refusal.contains("the sandbox refused writing outside the project root"),
+        "{refusal}"
+    );
+    // Under bubblewrap a refused write says "Read-only file system"; EACCES is the file's own
+    // permissions, not the sandbox.
+    let bubblewrap = sandbox_with(Mechanism::Bubblewrap {
+        bwrap: PathBuf::from("/usr/bin/bwrap"),
+    });
+    assert_eq!(bubblewrap.explain_refusal(&denied), None);
+    assert_eq!(Sandbox::unconfined("test").explain_refusal(&denied), None);
+    let read_only = failed_with("touch: cannot touch '.git/x': Read-only file system\n");
+    for sandbox in [&landlock, &bubblewrap] {
+        assert!(sandbox.explain_refusal(&read_only).is_some());
+    }
+}
+
+#[test]
+fn landlock_is_described_with_its_abi_and_guarantees() {
+    let described = sandbox_with(Mechanism::Landlock { abi: 7 }).describe();
+    assert_eq!(
+        described,
+        "Landlock ABI 7 + namespaces: files read-only but the project (not .git), a private \
+         /tmp; network off; own PID namespace"
+    );
+}
