@@ -433,6 +433,36 @@ async fn bubblewrap_confines_files_network_environment_and_processes() {
     sandboxed_commands_are_confined("bubblewrap").await;
 }
 
+/// In a user namespace whose limit of nested user namespaces is 0 (util-linux `unshare`),
+/// Landlock's namespaces cannot be set up: asked for by name, it is refused, naming why.
+#[test]
+fn forcing_landlock_where_user_namespaces_are_refused_names_why() {
+    let loopr = env!("CARGO_BIN_EXE_loopr");
+    let output = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c"])
+        .arg(
+            r#"echo 0 > /proc/sys/user/max_user_namespaces || exit 99
+               exec "$0" sandbox --settings '{"sandbox": {"mode": "landlock"}}'"#,
+        )
+        .arg(loopr)
+        .output();
+    let output = match output {
+        Ok(output) if output.status.code() != Some(99) && output.status.code() != Some(1) => output,
+        other => {
+            eprintln!("skipped: cannot limit user namespaces here: {other:?}");
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(r#"sandbox.mode = "landlock", but the namespaces Landlock"#)
+            && stderr.contains("user namespaces may be disabled")
+            && stderr.contains(r#"use sandbox.mode = "auto""#),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn landlock_confines_files_network_environment_and_processes() {
     sandboxed_commands_are_confined("landlock").await;

@@ -47,9 +47,11 @@ pub(super) fn available() -> Result<i32, String> {
         Ok(abi)
     } else {
         let stderr = String::from_utf8_lossy(&probe.stderr);
-        let why = stderr.trim().trim_start_matches("Loopr: ");
+        let why = stderr
+            .trim()
+            .trim_start_matches("Loopr: the sandbox could not be set up: ");
         Err(format!(
-            "Landlock ABI {abi} is there, but the namespaces cannot be set up here: {}",
+            "the namespaces Landlock (ABI {abi}) needs cannot be set up here: {}",
             if why.is_empty() {
                 "the probe failed"
             } else {
