@@ -59,3 +59,9 @@ pub fn hold_point(point: &str) {
     let _released = std::fs::File::open(dir.join("release"));
     tracing::warn!(point, "test hook: released");
 }
+
+/// Whether a test asked to treat bubblewrap as not installed (`LOOPR_TEST_NO_BWRAP=1`), to
+/// see the fallback on a machine that has it.
+pub fn bubblewrap_hidden() -> bool {
+    hook_variable("LOOPR_TEST_NO_BWRAP").is_some_and(|value| value == "1")
+}

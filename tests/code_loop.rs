@@ -581,3 +581,38 @@ async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
 async fn under_landlock_no_command_outlives_a_killed_host() {
     no_command_outlives_a_killed_host("landlock").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bubblewrap_auto_falls_back_to_landlock_and_then_to_asking() {
+    let describe = |hide_bwrap: bool, settings: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+        command.args(["sandbox", "--settings", settings]);
+        if hide_bwrap {
+            command
+                .env("LOOPR_TEST_HOOKS", "1")
+                .env("LOOPR_TEST_NO_BWRAP", "1");
+        }
+        let output = command.output().expect("run loopr sandbox");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (_, with_bwrap) = describe(false, "{}");
+    if !with_bwrap.starts_with("bubblewrap") {
+        eprintln!("skipped: bubblewrap does not work here: {with_bwrap}");
+        return;
+    }
+    let (code, without) = describe(true, "{}");
+    match sandbox_settings("landlock") {
+        Ok(_) => {
+            assert_eq!(code, Some(0), "{without}");
+            assert!(without.starts_with("Landlock ABI"), "{without}");
+        }
+        Err(why) => {
+            eprintln!("Landlock cannot run here ({why}): the fallback is no sandbox");
+            assert_eq!(code, Some(1), "{without}");
+            assert!(without.starts_with("none:"), "{without}");
+        }
+    }
+}

@@ -8,6 +8,9 @@ use super::Sandbox;
 
 /// `bwrap` on PATH, if it can set up a sandbox here (user namespaces may be off).
 pub(super) fn available() -> Result<PathBuf, String> {
+    if crate::test_hooks::bubblewrap_hidden() {
+        return Err("bubblewrap (bwrap) is not installed (hidden for a test)".to_owned());
+    }
     let bwrap =
         find_on_path("bwrap").ok_or_else(|| "bubblewrap (bwrap) is not installed".to_owned())?;
     let probe = std::process::Command::new(&bwrap)
