@@ -140,6 +140,23 @@ pub struct AnthropicClient {
     config: AnthropicConfig,
 }
 
+/// The host's one HTTP client: every loop's requests share its connection pool, and its
+/// TLS roots (about 150 certificate files) are read once, not for every loop. Nothing in it
+/// depends on a loop's settings; per-loop timeouts are applied per request.
+fn shared_http_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
+                .connect_timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|err| err.to_string())
+        })
+        .clone()
+}
+
 impl AnthropicClient {
     pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, LlmError> {
         let invalid = |name, message: String| LlmError::InvalidConfig { name, message };
@@ -161,11 +178,7 @@ impl AnthropicClient {
         headers.insert("x-api-key", key_header);
         headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
         headers.insert("accept", HeaderValue::from_static("text/event-stream"));
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|err| invalid("HTTP client", err.to_string()))?;
+        let http = shared_http_client().map_err(|message| invalid("HTTP client", message))?;
         Ok(AnthropicClient {
             http,
             messages_url,
