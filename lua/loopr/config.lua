@@ -131,23 +131,6 @@ local function list_of(check)
   end
 end
 
----@param keys string[]
----@param check fun(v: any): boolean
----@return fun(v: any): boolean
-local function map_of(keys, check)
-  return function(v)
-    if type(v) ~= 'table' then
-      return false
-    end
-    for key, item in pairs(v) do
-      if not vim.tbl_contains(keys, key) or not check(item) then
-        return false
-      end
-    end
-    return true
-  end
-end
-
 ---A table whose keys are among `fields`, each value accepted by its field's check.
 ---@param fields table<string, fun(v: any): boolean>
 ---@return fun(v: any): boolean
@@ -164,6 +147,19 @@ local function record_of(fields)
     end
     return true
   end
+end
+
+
+---A table whose keys are among `keys`, every value accepted by `check`.
+---@param keys string[]
+---@param check fun(v: any): boolean
+---@return fun(v: any): boolean
+local function map_of(keys, check)
+  local fields = {}
+  for _, key in ipairs(keys) do
+    fields[key] = check
+  end
+  return record_of(fields)
 end
 
 ---@param v any

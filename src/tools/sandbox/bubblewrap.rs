@@ -6,6 +6,27 @@ use std::process::Stdio;
 
 use super::Sandbox;
 
+/// What every sandboxed command gets, before the paths and environment of its settings.
+const BASE_ARGS: [&str; 15] = [
+    // Killed with everything it started when the host dies, however it dies.
+    "--die-with-parent",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    // No terminal to inject keystrokes into.
+    "--new-session",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--tmpfs",
+    "/tmp",
+];
+
 /// `bwrap` on PATH, if it can set up a sandbox here (user namespaces may be off).
 pub(super) fn available() -> Result<PathBuf, String> {
     if crate::test_hooks::bubblewrap_hidden() {
@@ -13,21 +34,10 @@ pub(super) fn available() -> Result<PathBuf, String> {
     }
     let bwrap =
         find_on_path("bwrap").ok_or_else(|| "bubblewrap (bwrap) is not installed".to_owned())?;
+    // The very namespaces and mounts commands get, so a probe that passes means they work.
     let probe = std::process::Command::new(&bwrap)
-        .args([
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--die-with-parent",
-            "--",
-            "true",
-        ])
+        .args(BASE_ARGS)
+        .args(["--unshare-net", "--", "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -61,25 +71,7 @@ pub(super) fn command(
     root: &Path,
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(bwrap);
-    command.args([
-        // Killed with everything it started when the host dies, however it dies.
-        "--die-with-parent",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        // No terminal to inject keystrokes into.
-        "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-    ]);
+    command.args(BASE_ARGS);
     if !sandbox.network {
         command.arg("--unshare-net");
     }
