@@ -2,8 +2,8 @@
 //! cost alone) and over real loopback HTTP against the fake server. Prints figures; asserts
 //! nothing about time. Run with `cargo bench --bench anthropic_stream`.
 
-#[path = "../tests/support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "../tests/support/fake_llm.rs"]
+mod fake_llm;
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,9 @@ use bytes::Bytes;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use fake_anthropic::{FakeAnthropic, TurnBuilder, serialize_events, split_at_odd_boundaries};
-use loopr::llm::anthropic::{AnthropicClient, AnthropicConfig, ApiKey, read_turn};
+use fake_llm::{FakeLlm, TurnBuilder, serialize_events, split_at_odd_boundaries};
+use loopr::llm::anthropic::{AnthropicClient, AnthropicConfig, read_turn};
+use loopr::llm::{ApiKey, RetryPolicy};
 use loopr::llm::{ChatRequest, LlmProvider, Message};
 
 fn main() {
@@ -98,14 +99,16 @@ async fn parse_in_memory(name: &str, turn: &TurnBuilder) {
 }
 
 async fn over_http(name: &str, turn: &TurnBuilder, turns: usize) {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let body_bytes = serialize_events(&turn.events()).len();
     let client = AnthropicClient::new(AnthropicConfig {
         base_url: fake.base_url(),
         api_key: ApiKey::new("sk-bench".to_owned()),
-        max_retries: 0,
-        request_timeout: Duration::from_secs(60),
-        stream_idle_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            max_retries: 0,
+            request_timeout: Duration::from_secs(60),
+            stream_idle_timeout: Duration::from_secs(10),
+        },
     })
     .expect("client");
     let request = ChatRequest {

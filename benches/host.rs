@@ -3,8 +3,8 @@
 //! release binary, spoken to over msgpack-RPC exactly as Neovim does. Prints figures only.
 //! Run with `cargo bench --bench host`.
 
-#[path = "../tests/support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "../tests/support/fake_llm.rs"]
+mod fake_llm;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use fake_anthropic::{FakeAnthropic, TurnBuilder};
+use fake_llm::{FakeLlm, TurnBuilder};
 
 const RUNS: usize = 20;
 
@@ -67,7 +67,7 @@ fn main() {
 }
 
 async fn run() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let state = tempfile::tempdir().expect("tempdir");
     let project = state.path().join("project");
     std::fs::create_dir_all(project.join("src")).expect("mkdir");

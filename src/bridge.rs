@@ -17,13 +17,13 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory, ShellServices};
-use crate::llm::anthropic::SharedCredentials;
+use crate::llm::SharedEnv;
 
 pub struct HostOptions {
     pub loopr_home: PathBuf,
     pub provider_factory: ProviderFactory,
     /// What `provider_factory` reads; the `credentials` request replaces them.
-    pub credentials: SharedCredentials,
+    pub credentials: SharedEnv,
     /// Enables requests that exist only for tests (`__panic`).
     pub test_hooks: bool,
 }

@@ -1,11 +1,25 @@
-//! Talking to language models: a provider-neutral conversation model, the `LlmProvider` trait
-//! every backend implements, and the Anthropic Messages backend.
+//! Talking to language models: Loopr's own conversation model, the `LlmProvider` trait every
+//! backend implements, what they share (one HTTP client, the retry loop, key redaction), and
+//! the backends.
 
 pub mod anthropic;
+mod attempt;
+mod credentials;
 mod error;
+pub mod http;
 mod provider;
+pub mod providers;
+mod retry;
 mod types;
 
+pub use attempt::{AttemptFailure, Endpoint, RetryPolicy, StreamFailure, with_retries};
+pub use credentials::ApiKey;
 pub use error::LlmError;
 pub use provider::{LlmProvider, ProviderEvent};
-pub use types::{ChatRequest, ContentBlock, Message, Role, StopReason, ToolSpec, Turn, Usage};
+pub use providers::{
+    ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
+};
+pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
+pub use types::{
+    ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage,
+};

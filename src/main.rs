@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use loopr::agent::{LoopSettings, anthropic_provider};
+use loopr::agent::{LoopSettings, provider_factory};
 use loopr::bridge::{HostOptions, serve_neovim};
-use loopr::llm::anthropic::{AnthropicCredentials, SharedCredentials};
+use loopr::llm::{ProviderEnv, SharedEnv};
 use loopr::store::loopr_home_from_env;
 
 #[derive(Parser)]
@@ -136,7 +136,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // SAFETY: no other thread exists yet.
-    let credentials = SharedCredentials::new(unsafe { AnthropicCredentials::take_from_env() });
+    let credentials = SharedEnv::new(unsafe { ProviderEnv::take_from_process() });
     keep_environment_private();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -247,7 +247,7 @@ fn main() -> ExitCode {
 }
 
 fn run_rpc(
-    credentials: SharedCredentials,
+    credentials: SharedEnv,
     log_file: &std::path::Path,
     log_level: &str,
 ) -> anyhow::Result<()> {
@@ -261,7 +261,7 @@ fn run_rpc(
     let runtime = runtime()?;
     runtime.block_on(serve_neovim(HostOptions {
         loopr_home,
-        provider_factory: anthropic_provider(credentials.clone()),
+        provider_factory: provider_factory(credentials.clone()),
         credentials,
         test_hooks: std::env::var_os("LOOPR_TEST_HOOKS").is_some_and(|value| value == "1"),
     }))?;
@@ -272,7 +272,7 @@ fn run_rpc(
 }
 
 fn run_plan(
-    credentials: SharedCredentials,
+    credentials: SharedEnv,
     task: String,
     approve_all: bool,
     root: PathBuf,
@@ -287,7 +287,7 @@ fn run_plan(
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::run_plan(
         loopr_home()?,
-        anthropic_provider(credentials),
+        provider_factory(credentials),
         loopr::cli::PlanOptions {
             root,
             task,
@@ -300,7 +300,7 @@ fn run_plan(
 }
 
 fn run_resume(
-    credentials: SharedCredentials,
+    credentials: SharedEnv,
     root: PathBuf,
     approve_all: bool,
     yes: bool,
@@ -308,7 +308,7 @@ fn run_resume(
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::resume(
         loopr_home()?,
-        anthropic_provider(credentials),
+        provider_factory(credentials),
         root,
         approve_all,
         loopr::cli::headless_approver(yes),
@@ -318,7 +318,7 @@ fn run_resume(
 }
 
 fn run_code(
-    credentials: SharedCredentials,
+    credentials: SharedEnv,
     phase: &str,
     yes: bool,
     unsandboxed: bool,
@@ -336,7 +336,7 @@ fn run_code(
     let runtime = runtime()?;
     let passed = runtime.block_on(loopr::cli::run_code(
         loopr_home()?,
-        anthropic_provider(credentials),
+        provider_factory(credentials),
         root,
         phase,
         settings,

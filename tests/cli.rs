@@ -1,8 +1,8 @@
 //! The headless command line: `loopr plan --approve-all` runs the whole hierarchy without
 //! Neovim, against the fake Anthropic server; `loopr status` lists what it did.
 
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
 #[path = "support/scenario.rs"]
@@ -10,7 +10,7 @@ mod scenario;
 
 use serde_json::{Value, json};
 
-use fake_anthropic::{FakeAnthropic, RecordedRequest, first_user_text};
+use fake_llm::{FakeLlm, RecordedRequest, first_user_text};
 use nvim::TestDirs;
 use scenario::{
     files_ending_with, phase_input, phase_route, plan_route, run_loopr, run_loopr_plan, spec_input,
@@ -110,7 +110,7 @@ fn cases() -> Vec<Case> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_corrected() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let mut plan = valid_plan();
     plan["specs"][0]["name"] = json!("version-flag");
@@ -245,7 +245,7 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
     let output = run_loopr_plan(&dirs, &fake).await;
@@ -258,7 +258,7 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_waiting_for_review_stops_the_run_instead_of_hanging_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let mut plan = valid_plan();
     plan["specs"][0]["name"] = json!("version-flag");
@@ -301,7 +301,7 @@ async fn a_spec_waiting_for_review_stops_the_run_instead_of_hanging_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_settings_are_reported_with_the_fix() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let output = run_loopr(
         &dirs,
@@ -322,7 +322,7 @@ async fn bad_settings_are_reported_with_the_fix() {
 async fn hosts_started_together_on_a_new_project_all_plan() {
     // Several loopr processes open the project's new database at the same moment (its
     // migration and WAL switch race) and create loops at once (their ids must not collide).
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     const HOSTS: usize = 6;
     for index in 0..HOSTS {
@@ -361,7 +361,7 @@ async fn hosts_started_together_on_a_new_project_all_plan() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let mut plan = valid_plan();
     plan["specs"] = json!([{
@@ -540,7 +540,7 @@ fn most_running_at_once(stderr: &str) -> usize {
 /// holds open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -569,7 +569,7 @@ async fn web_fetch_refuses_this_machine_the_local_network_and_metadata() {
             "169.254.169.254 is the cloud metadata address",
         ),
     ];
-    let mut fetches = fake_anthropic::TurnBuilder::new().text("Let me read the docs.");
+    let mut fetches = fake_llm::TurnBuilder::new().text("Let me read the docs.");
     for (index, (url, _)) in refused.iter().enumerate() {
         fetches = fetches.tool_use(
             &format!("toolu_fetch_{index}"),
@@ -669,7 +669,7 @@ async fn exits_within(pid: i32, limit: std::time::Duration) -> bool {
 async fn a_signal_stops_the_cli_and_every_command_it_started(signal: i32, status: i32, name: &str) {
     use tokio::io::AsyncReadExt;
 
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     // Unique to this test run, so only the command's own sleeps match.
@@ -687,7 +687,7 @@ async fn a_signal_stops_the_cli_and_every_command_it_started(signal: i32, status
     let command = format!("sleep {seconds} & sleep {seconds} & echo started > started.fifo; wait");
     fake.push_routed(
         "Implement this phase.\n\n# Phase: Phase print-version",
-        fake_anthropic::TurnBuilder::new()
+        fake_llm::TurnBuilder::new()
             .tool_use("toolu_run", "run_command", json!({ "command": command }))
             .usage(300, 40)
             .reply(),

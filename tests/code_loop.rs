@@ -1,8 +1,8 @@
 //! The code loop without Neovim: `loopr run <phase> --yes` edits the project until the
 //! phase's validation command passes, against the fake Anthropic server.
 
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
 #[path = "support/scenario.rs"]
@@ -10,7 +10,7 @@ mod scenario;
 
 use serde_json::{Value, json};
 
-use fake_anthropic::{FakeAnthropic, TurnBuilder, first_user_text};
+use fake_llm::{FakeLlm, TurnBuilder, first_user_text};
 use nvim::TestDirs;
 use scenario::{
     files_ending_with, phase_input, phase_route, plan_route, run_loopr, spec_input, spec_route,
@@ -21,7 +21,7 @@ const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
 const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false}"#;
 
 /// A planned project whose phase `print-version` is validated by grepping src/main.rs.
-async fn planned(fake: &FakeAnthropic, dirs: &TestDirs) {
+async fn planned(fake: &FakeLlm, dirs: &TestDirs) {
     scenario::plan_code_project(
         fake,
         dirs,
@@ -36,7 +36,7 @@ fn code_route() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_validation_goes_back_to_the_model_and_the_second_attempt_passes() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     planned(&fake, &dirs).await;
     let edit = |id: &str, old: &str, new: &str| {
@@ -146,7 +146,7 @@ async fn a_failing_validation_goes_back_to_the_model_and_the_second_attempt_pass
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_refuses_without_yes_and_names_the_alternatives() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let output = run_loopr(&dirs, &fake, &["run", "print-version"]).await;
     assert!(!output.status.success());
@@ -160,7 +160,7 @@ async fn run_refuses_without_yes_and_names_the_alternatives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_phase_is_reported() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     planned(&fake, &dirs).await;
     let output = run_loopr(
@@ -179,7 +179,7 @@ async fn an_unknown_phase_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phase_still_waiting_for_review_cannot_run() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let mut plan = valid_plan();
     plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
@@ -217,7 +217,7 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validation_command_on_the_deny_list_never_runs() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "sudo touch ran").await;
     fake.push_routed(
@@ -263,7 +263,7 @@ fn sandbox_settings(mechanism: &str) -> Result<String, String> {
 
 /// A planned project and the settings that run its commands under `mechanism`; `None`
 /// (the test skipped, saying why) where that sandbox cannot run here.
-async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeAnthropic, TestDirs)> {
+async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeLlm, TestDirs)> {
     let settings = match sandbox_settings(mechanism) {
         Ok(settings) => settings,
         Err(why) => {
@@ -271,7 +271,7 @@ async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeAnthropic, Te
             return None;
         }
     };
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     Some((settings, fake, dirs))
@@ -529,7 +529,7 @@ async fn under_bubblewrap_no_command_outlives_a_killed_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}}"#;

@@ -2,8 +2,8 @@
 //! middle of a hierarchy run; `loopr resume` then finishes every loop, every artifact parses,
 //! and no child exists twice.
 
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
 #[path = "support/scenario.rs"]
@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use fake_anthropic::FakeAnthropic;
+use fake_llm::FakeLlm;
 use nvim::TestDirs;
 use scenario::{
     files_ending_with, loopr_command, phase_input, phase_route, plan_route, spec_input, spec_route,
@@ -30,14 +30,14 @@ const SPECS: [(&str, [&str; 3]); 2] = [
     ("version-docs", ["readme", "changelog", "help-text"]),
 ];
 
-fn command(dirs: &TestDirs, fake: &FakeAnthropic, args: &[&str]) -> tokio::process::Command {
+fn command(dirs: &TestDirs, fake: &FakeLlm, args: &[&str]) -> tokio::process::Command {
     let mut command = loopr_command(dirs, fake, args);
     command.env("LOOPR_TEST_HOOKS", "1");
     command
 }
 
 /// Every answer twice: a loop killed after its answer arrived asks again after the restart.
-fn script(fake: &FakeAnthropic) {
+fn script(fake: &FakeLlm) {
     let mut plan = valid_plan();
     plan["specs"][0]["name"] = json!(SPECS[0].0);
     plan["specs"][1]["name"] = json!(SPECS[1].0);
@@ -71,7 +71,7 @@ fn script(fake: &FakeAnthropic) {
 }
 
 async fn kill_at(point: &str) {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     script(&fake);
     let dirs = TestDirs::new();
 

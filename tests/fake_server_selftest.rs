@@ -1,12 +1,12 @@
 //! Checks that the fake Anthropic server behaves as the other tests expect.
 
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 
 use std::time::Duration;
 
-use fake_anthropic::{
-    FakeAnthropic, Reply, SseEvent, TurnBuilder, error_reply, mid_stream_error, recorded,
+use fake_llm::{
+    FakeLlm, Reply, SseEvent, TurnBuilder, error_reply, mid_stream_error, recorded,
     serialize_events, truncated_tool_use,
 };
 use futures::StreamExt;
@@ -22,7 +22,7 @@ fn client() -> reqwest::Client {
         .expect("reqwest client")
 }
 
-async fn post(server: &FakeAnthropic, body: &Value) -> reqwest::Response {
+async fn post(server: &FakeLlm, body: &Value) -> reqwest::Response {
     client()
         .post(server.messages_url())
         .header("x-api-key", "sk-test")
@@ -67,7 +67,7 @@ fn parse_sse(text: &str) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn records_request_before_replying() {
-    let server = FakeAnthropic::start().await;
+    let server = FakeLlm::start().await;
     server.push(TurnBuilder::new().text("ok").reply());
     let body = json!({"model": "claude-x", "max_tokens": 16, "stream": true,
                       "messages": [{"role": "user", "content": "hi"}]});
@@ -96,7 +96,7 @@ async fn records_request_before_replying() {
 
 #[tokio::test]
 async fn stream_reply_arrives_in_odd_chunks() {
-    let server = FakeAnthropic::start().await;
+    let server = FakeLlm::start().await;
     let input = json!({"path": "src/main.rs", "lines": [1, 2, 3], "note": "héllo ✓"});
     let turn = TurnBuilder::new()
         .text("Let me look at that file — ünïcödé included.")
@@ -166,7 +166,7 @@ async fn stream_reply_arrives_in_odd_chunks() {
 
 #[tokio::test]
 async fn status_reply_and_fallbacks() {
-    let server = FakeAnthropic::start().await;
+    let server = FakeLlm::start().await;
     server.push(
         error_reply(429, "rate_limit_error", "slow down")
             .with_header("retry-after", "3")
@@ -216,7 +216,7 @@ async fn status_reply_and_fallbacks() {
 
 #[tokio::test]
 async fn stall_keeps_body_open_until_client_leaves() {
-    let server = FakeAnthropic::start().await;
+    let server = FakeLlm::start().await;
     let events = TurnBuilder::new().text("partial answer").events();
     let expected = serialize_events(&events[..3]).into_bytes();
     server.push(Reply::Stall(events[..3].to_vec()));
@@ -253,10 +253,11 @@ async fn stall_keeps_body_open_until_client_leaves() {
 async fn builders_match_recorded_shapes() {
     // Truncated tool call: no content_block_stop for the tool block,
     // stop_reason max_tokens.
-    let Reply::Stream(events) = truncated_tool_use("toolu_9", "make_file", r#"{"filename": "tax"#)
+    let Reply::Turn(turn) = truncated_tool_use("toolu_9", "make_file", r#"{"filename": "tax"#)
     else {
-        panic!("expected a stream");
+        panic!("expected a turn");
     };
+    let events = turn.events();
     let stops: Vec<&Value> = events
         .iter()
         .filter(|e| e.event == "content_block_stop")
@@ -306,7 +307,7 @@ async fn builders_match_recorded_shapes() {
 
 #[tokio::test]
 async fn replays_recorded_fixture_verbatim() {
-    let server = FakeAnthropic::start().await;
+    let server = FakeLlm::start().await;
     server.push(recorded("tool_use_response.sse"));
     let response = post(&server, &json!({})).await;
     assert_eq!(response.status(), 200);

@@ -1,8 +1,8 @@
 //! End-to-end tests: a real headless Neovim with the plugin loaded, the built host, and a fake
 //! Anthropic server on loopback that speaks the real streaming wire protocol.
 
-#[path = "support/fake_anthropic.rs"]
-mod fake_anthropic;
+#[path = "support/fake_llm.rs"]
+mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
 #[path = "support/scenario.rs"]

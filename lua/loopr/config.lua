@@ -18,9 +18,23 @@
 ---@field allow_git boolean Whether commands may write the project's .git.
 ---@field env string[] Environment variables passed to commands besides the defaults.
 
+---@alias loopr.Provider "anthropic"|"openai"|"ollama"
+
+---@class loopr.Models Models per level; a level left out uses `model`.
+---@field plan? string
+---@field spec? string
+---@field phase? string
+---@field review? string Review passes of plans and specs.
+---@field code? string
+
 ---@class loopr.Config
 ---@field bin string|nil Path to the host binary; nil means auto-detect.
----@field model string
+---@field provider loopr.Provider
+---@field model string|nil nil: the provider's default (Ollama has none).
+---@field models loopr.Models
+---@field base_url string|nil nil: the provider's variable, else its default.
+---@field api_key_env string|nil nil: the provider's usual key variable.
+---@field num_ctx integer|nil Ollama's context window.
 ---@field max_tokens integer
 ---@field max_turns integer
 ---@field max_retries integer
@@ -49,7 +63,12 @@
 
 ---@class loopr.Opts
 ---@field bin? string
+---@field provider? loopr.Provider
 ---@field model? string
+---@field models? loopr.Models
+---@field base_url? string
+---@field api_key_env? string
+---@field num_ctx? integer
 ---@field max_tokens? integer
 ---@field max_turns? integer
 ---@field max_retries? integer
@@ -179,7 +198,27 @@ end
 ---@type table<string, loopr.OptSpec>
 local spec = {
   bin = { expect = 'a non-empty string or nil', check = nonempty_string, default = const(nil) },
-  model = { expect = 'a non-empty string', check = nonempty_string, default = const('claude-sonnet-4-5') },
+  provider = {
+    expect = 'one of "anthropic", "openai", "ollama"',
+    check = one_of({ 'anthropic', 'openai', 'ollama' }),
+    default = const('anthropic'),
+  },
+  -- nil: the host picks the provider's default model.
+  model = { expect = 'a non-empty string', check = nonempty_string, default = const(nil) },
+  models = {
+    expect = 'a table with keys "plan", "spec", "phase", "review", "code", each a model name',
+    check = map_of({ 'plan', 'spec', 'phase', 'review', 'code' }, nonempty_string),
+    default = const({}),
+  },
+  base_url = { expect = 'a URL', check = nonempty_string, default = const(nil) },
+  api_key_env = {
+    expect = 'the name of an environment variable ending in _API_KEY',
+    check = function(v)
+      return type(v) == 'string' and v:match('^[%w_]+_API_KEY$') ~= nil
+    end,
+    default = const(nil),
+  },
+  num_ctx = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
   max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
   max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },
@@ -371,7 +410,12 @@ function M.settings()
   local c = M.get()
   local approvals = not vim.deep_equal(c.approvals, spec.approvals.default()) and c.approvals or nil
   return {
+    provider = c.provider,
     model = c.model,
+    models = next(c.models) and c.models or nil,
+    base_url = c.base_url,
+    api_key_env = c.api_key_env,
+    num_ctx = c.num_ctx,
     max_tokens = c.max_tokens,
     max_turns = c.max_turns,
     max_retries = c.max_retries,

@@ -46,20 +46,47 @@ local function check_host()
   end
 end
 
-local function check_env()
-  if (vim.env.ANTHROPIC_API_KEY or '') ~= '' then
-    health.ok('ANTHROPIC_API_KEY is set')
-  else
-    health.warn('ANTHROPIC_API_KEY is not set', {
-      'export ANTHROPIC_API_KEY before starting Neovim',
-      "or set it in Neovim: :let $ANTHROPIC_API_KEY = '<key>' (the next Loopr command passes it to the host)",
-    })
+---The provider the current settings lead to, as the host resolves it (the one place that
+---knows the variables and defaults); never a key, only whether it is set.
+local function check_provider()
+  local host = require('loopr.host')
+  local info, err = host.request('provider', { settings = require('loopr.config').settings() })
+  if not info then
+    health.error('cannot ask the host about the provider: ' .. tostring(err))
+    return
   end
-  local base = vim.env.ANTHROPIC_BASE_URL
-  if base and base ~= '' then
-    health.ok('ANTHROPIC_BASE_URL: ' .. base)
+  health.info(('provider: %s'):format(info.provider))
+  health.info(
+    ('base URL: %s (%s)'):format(
+      info.base_url,
+      ({ setting = 'base_url option', variable = '$' .. info.base_url_variable, default = 'default; $' .. info.base_url_variable .. ' is not set' })[info.base_url_source]
+        or info.base_url_source
+    )
+  )
+  local models = {}
+  for _, level in ipairs({ 'plan', 'spec', 'phase', 'review', 'code' }) do
+    if info.models[level] then
+      models[#models + 1] = ('%s: %s'):format(level, info.models[level])
+    end
+  end
+  if #models > 0 then
+    health.info('models: ' .. table.concat(models, ', '))
+  end
+  local key = info.key_variable
+  if key == vim.NIL or key == nil then
+    health.info('no API key used')
+  elseif info.key_set then
+    health.ok(('%s is set'):format(key))
+  elseif info.key_need == 'required' then
+    health.error(('%s is not set'):format(key), {
+      ('export %s before starting Neovim'):format(key),
+      ("or set it in Neovim: :let $%s = '<key>' (the next Loopr command passes it to the host)"):format(key),
+    })
   else
-    health.info('ANTHROPIC_BASE_URL not set (using https://api.anthropic.com)')
+    health.info(('%s is not set (fine for a local server that takes no key)'):format(key))
+  end
+  if info.problem ~= vim.NIL and info.problem ~= nil and not (key and info.key_need == 'required' and not info.key_set) then
+    health.error(info.problem)
   end
 end
 
@@ -111,7 +138,7 @@ function M.check()
   health.start('loopr: host binary')
   check_host()
   health.start('loopr: environment')
-  check_env()
+  check_provider()
   health.start('loopr: storage')
   check_storage()
   health.start('loopr: sandbox')

@@ -18,37 +18,37 @@ local STDERR_KEEP = 50
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
 
 ---@class loopr.Credentials
----@field key_sha256 string|nil Fingerprint of `$ANTHROPIC_API_KEY`, so this table holds no copy of the key.
----@field base_url string|nil `$ANTHROPIC_BASE_URL`.
+---@field sha256 string Fingerprint of the provider variables, so this table holds no copy of a key.
 
----@param value string|nil
----@return string|nil
-local function nonblank(value)
-  return (value and vim.trim(value) ~= '') and value or nil
-end
-
----The key and base URL in Neovim's environment now (`:let $ANTHROPIC_API_KEY = ...` changes it
----after the host started, which the host's own environment never sees).
+---The provider variables in Neovim's environment now (`:let $OPENAI_API_KEY = ...` changes it
+---after the host started, which the host's own environment never sees). The same names the
+---host reads (`is_provider_variable` in src/llm/providers.rs): keys, base URLs, `OLLAMA_HOST`.
+---@return table<string, string> variables
 ---@return loopr.Credentials
-local function env_credentials()
-  local key = nonblank(vim.env.ANTHROPIC_API_KEY)
-  return { key_sha256 = key and vim.fn.sha256(key), base_url = nonblank(vim.env.ANTHROPIC_BASE_URL) }
+local function provider_env()
+  local variables, lines = vim.empty_dict(), {}
+  for name, value in pairs(vim.fn.environ()) do
+    local wanted = name:match('_API_KEY$') or name:match('_BASE_URL$') or name == 'OLLAMA_HOST'
+    if wanted and vim.trim(value) ~= '' then
+      variables[name] = value
+      lines[#lines + 1] = name .. '=' .. value
+    end
+  end
+  table.sort(lines)
+  return variables, { sha256 = vim.fn.sha256(table.concat(lines, '\n')) }
 end
 
----Pass the key and base URL to the host on `chan` when they changed since it got them.
+---Pass the provider variables to the host on `chan` when they changed since it got them.
 ---@param chan integer
 ---@return boolean ok
 ---@return any err The rpcrequest error when not ok.
 local function send_changed_credentials(chan)
-  local current = env_credentials()
+  local variables, current = provider_env()
   local known = state.credentials
-  if known and known.key_sha256 == current.key_sha256 and known.base_url == current.base_url then
+  if known and known.sha256 == current.sha256 then
     return true
   end
-  local params = vim.empty_dict()
-  params.api_key = nonblank(vim.env.ANTHROPIC_API_KEY)
-  params.base_url = current.base_url
-  local ok, err = pcall(vim.rpcrequest, chan, 'credentials', params)
+  local ok, err = pcall(vim.rpcrequest, chan, 'credentials', { env = variables })
   if ok then
     state.credentials = current
   end
@@ -161,7 +161,7 @@ local function start()
   pcall(vim.fn.mkdir, vim.fs.dirname(log_file), 'p')
   state.stderr, state.partial, state.stopping = {}, '', false
   -- The job inherits Neovim's environment as it is now.
-  local credentials = env_credentials()
+  local _, credentials = provider_env()
   local ok, job = pcall(vim.fn.jobstart, { bin, 'rpc', '--log-file', log_file, '--log-level', cfg.log_level }, {
     rpc = true,
     on_exit = function(id, code)

@@ -19,7 +19,9 @@ use crate::artifacts::{
     ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
-use crate::llm::{ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, Turn, Usage};
+use crate::llm::{
+    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, Role, ToolCall, Turn, Usage,
+};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError, write_atomic};
 use crate::tools::{
     Approver, NoJournal, OpenBuffers, ProjectRoot, ToolContext, ToolError, ToolPolicy, ToolRegistry,
@@ -57,6 +59,8 @@ pub enum LoopError {
     Validation(String),
     #[error(transparent)]
     Job(#[from] JobError),
+    #[error("the loop's settings: {0}")]
+    Settings(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -249,7 +253,10 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut request = ChatRequest {
-        model: context.settings.model.clone(),
+        model: context
+            .settings
+            .model_for(kind.as_str())
+            .map_err(LoopError::Settings)?,
         max_tokens: context.settings.max_tokens,
         system: prompts::system_prompt(kind, &project_name, &tools.names()),
         messages: std::mem::take(&mut state.messages),
@@ -268,6 +275,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let mut usage = Usage {
         input_tokens: record.tokens_in,
         output_tokens: record.tokens_out,
+        ..Usage::default()
     };
     let max_turns = context.settings.max_turns;
     let on_provider_event = |event| context.progress(describe_provider_event(&event));
@@ -281,8 +289,16 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
 
         let mut reply = Vec::new();
         let mut follow_ups = Vec::new();
-        for (call_id, name, input) in calls {
-            let result = if state.stage == Stage::Done {
+        for ToolCall {
+            id: call_id,
+            name,
+            input,
+            input_error,
+        } in calls
+        {
+            let result = if let Some(problem) = input_error {
+                CallResult::error(prompts::unusable_input(&name, &problem))
+            } else if state.stage == Stage::Done {
                 CallResult::error(format!(
                     "the {} is complete; nothing more is needed",
                     kind.as_str()
@@ -308,7 +324,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
                 state.last_problem = Some(result.content.clone());
             }
             reply.push(ContentBlock::ToolResult {
-                tool_use_id: call_id,
+                id: call_id,
                 content: result.content,
                 is_error: result.is_error,
             });
@@ -356,9 +372,6 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     })
 }
 
-/// A tool call as the model made it: id, tool name, input.
-pub(super) type ToolCall = (String, String, Value);
-
 /// One model turn: asks, adds the turn's tokens to the loop's count, appends the answer to
 /// the conversation, and returns the turn with its tool calls.
 pub(super) async fn model_turn(
@@ -381,7 +394,7 @@ pub(super) async fn model_turn(
         .provider
         .complete(request, on_provider_event, &context.cancel)
         .await?;
-    usage.input_tokens += turn.usage.input_tokens;
+    usage.input_tokens += turn.usage.total_input();
     usage.output_tokens += turn.usage.output_tokens;
     let (id, tokens_in, tokens_out) = (
         context.record.id.clone(),
@@ -391,20 +404,10 @@ pub(super) async fn model_turn(
     context
         .store(move |db, _| Ok(db.set_tokens(&id, tokens_in, tokens_out)?))
         .await?;
-    let calls = turn
-        .tool_calls()
-        .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
-        .collect();
+    let calls = turn.tool_calls();
     request.messages.push(Message {
         role: Role::Assistant,
-        content: if turn.content.is_empty() {
-            // The API refuses empty assistant messages; an empty turn still happened.
-            vec![ContentBlock::Text {
-                text: "(no content)".to_owned(),
-            }]
-        } else {
-            turn.content.clone()
-        },
+        content: turn.content.clone(),
     });
     Ok((turn, calls))
 }

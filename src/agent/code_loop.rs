@@ -14,7 +14,7 @@ use super::jobs;
 use super::progress::{describe_provider_event, describe_tool_call};
 use super::prompts;
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
-use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec, Usage};
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolCall, ToolSpec, Usage};
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
@@ -91,7 +91,10 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut request = ChatRequest {
-        model: context.settings.model.clone(),
+        model: context
+            .settings
+            .model_for("code")
+            .map_err(LoopError::Settings)?,
         max_tokens: context.settings.max_tokens,
         system: prompts::code_system_prompt(&project_name, &tools.names()),
         messages: std::mem::take(&mut state.messages),
@@ -109,6 +112,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut usage = Usage {
         input_tokens: record.tokens_in,
         output_tokens: record.tokens_out,
+        ..Usage::default()
     };
     let max_turns = context.settings.max_turns;
     let on_provider_event = |event| context.progress(describe_provider_event(&event));
@@ -133,12 +137,20 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             model_turn(context, &mut request, &mut usage, &on_provider_event).await?;
         // complete_phase goes last, so the validation sees every change of the turn. (The
         // results may come in another order than the calls; the API pairs them by id.)
-        calls.sort_by_key(|(_, name, _)| name == COMPLETE_PHASE);
+        calls.sort_by_key(|call| call.name == COMPLETE_PHASE);
         let mut reply = Vec::new();
         let mut passed = false;
         let mut validated = false;
-        for (call_id, name, input) in calls {
-            let (content, is_error) = if name == COMPLETE_PHASE && !validated {
+        for ToolCall {
+            id: call_id,
+            name,
+            input,
+            input_error,
+        } in calls
+        {
+            let (content, is_error) = if let Some(problem) = input_error {
+                (prompts::unusable_input(&name, &problem), true)
+            } else if name == COMPLETE_PHASE && !validated {
                 match parse_input::<CompletePhaseInput>(COMPLETE_PHASE, input) {
                     Err(err) => (err.to_string(), true),
                     Ok(done) => {
@@ -182,7 +194,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
                 last_problem = Some(content.clone());
             }
             reply.push(ContentBlock::ToolResult {
-                tool_use_id: call_id,
+                id: call_id,
                 content,
                 is_error,
             });

@@ -14,7 +14,7 @@ use super::jobs::{self, ChildLoop, JobError};
 use super::phases::{PhaseLookupError, phase_selectors, resolve_phase};
 use super::settings::LoopSettings;
 use super::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
-use crate::llm::anthropic::{AnthropicClient, AnthropicConfig, SharedCredentials};
+use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError,
@@ -26,16 +26,14 @@ use crate::tools::{Approver, OpenBuffers, ProjectRoot, project_walker};
 pub type ProviderFactory =
     Arc<dyn Fn(&LoopSettings) -> Result<Arc<dyn LlmProvider>, LlmError> + Send + Sync>;
 
-/// The production provider: Anthropic, with the credentials current when a loop starts.
-pub fn anthropic_provider(credentials: SharedCredentials) -> ProviderFactory {
+/// The production providers, with the variables current when a loop starts.
+pub fn provider_factory(env: SharedEnv) -> ProviderFactory {
     Arc::new(move |settings: &LoopSettings| {
-        let config = AnthropicConfig::new(
-            &credentials.current(),
-            settings.max_retries,
-            settings.request_timeout(),
-            settings.stream_idle_timeout(),
-        )?;
-        Ok(Arc::new(AnthropicClient::new(config)?) as Arc<dyn LlmProvider>)
+        crate::llm::providers::build(
+            &settings.provider_settings(),
+            &env.current(),
+            settings.retry_policy(),
+        )
     })
 }
 

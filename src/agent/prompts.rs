@@ -228,3 +228,11 @@ pub fn truncated_tool_call_note(names: &[String], max_tokens: u32) -> String {
         names.join(", ")
     )
 }
+
+/// The answer to a call whose input could not be read.
+pub fn unusable_input(tool: &str, problem: &str) -> String {
+    format!(
+        "{tool} was not run: {problem}. Call it again with its arguments as one JSON object \
+         that matches the tool's schema."
+    )
+}

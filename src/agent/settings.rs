@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
+use crate::llm::{ProviderName, ProviderSettings, RetryPolicy};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
     ToolPolicy,
@@ -16,7 +17,19 @@ use crate::tools::{
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoopSettings {
+    /// Who answers: `anthropic`, `openai` (and every server speaking its chat completions)
+    /// or `ollama`.
+    pub provider: ProviderName,
+    /// The model; empty means the provider's default.
     pub model: String,
+    /// Models per level, where one should differ from `model` (a cheaper one for reviews).
+    pub models: LevelModels,
+    /// Overrides the provider's base URL variable.
+    pub base_url: Option<String>,
+    /// The variable that holds the API key, when not the provider's usual one.
+    pub api_key_env: Option<String>,
+    /// Ollama's context window; its small default silently truncates long prompts.
+    pub num_ctx: Option<u32>,
     pub max_tokens: u32,
     /// Model turns before the loop gives up.
     pub max_turns: u32,
@@ -56,7 +69,12 @@ pub struct LoopSettings {
 impl Default for LoopSettings {
     fn default() -> LoopSettings {
         LoopSettings {
-            model: "claude-sonnet-4-5".to_owned(),
+            provider: ProviderName::default(),
+            model: String::new(),
+            models: LevelModels::default(),
+            base_url: None,
+            api_key_env: None,
+            num_ctx: None,
             max_tokens: 8192,
             max_turns: 25,
             max_retries: 2,
@@ -87,12 +105,50 @@ impl Default for LoopSettings {
 }
 
 const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
+pub const MODEL_LEVELS: [&str; 5] = ["plan", "spec", "phase", "review", "code"];
+
+/// A model per level; unset levels use `model`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LevelModels {
+    pub plan: Option<String>,
+    pub spec: Option<String>,
+    pub phase: Option<String>,
+    pub review: Option<String>,
+    pub code: Option<String>,
+}
+
+impl LevelModels {
+    fn get(&self, level: &str) -> Option<&str> {
+        match level {
+            "plan" => self.plan.as_deref(),
+            "spec" => self.spec.as_deref(),
+            "phase" => self.phase.as_deref(),
+            "review" => self.review.as_deref(),
+            "code" => self.code.as_deref(),
+            _ => None,
+        }
+        .filter(|model| !model.trim().is_empty())
+    }
+}
 
 impl LoopSettings {
     /// Rejects values no loop can run with, naming the setting.
     pub fn check(&self) -> Result<(), String> {
-        if self.model.trim().is_empty() {
-            return Err("model must not be empty".to_owned());
+        for level in MODEL_LEVELS {
+            self.model_for(level)?;
+        }
+        if self.num_ctx == Some(0) {
+            return Err("num_ctx must be at least 1".to_owned());
+        }
+        if let Some(name) = self.api_key_env.as_deref()
+            && !name.is_empty()
+            && !crate::llm::is_provider_variable(name)
+        {
+            return Err(format!(
+                "api_key_env is {name:?}; name a variable ending in _API_KEY (the host reads \
+                 only those, and keeps them from the commands it runs)"
+            ));
         }
         for (name, value) in [
             ("max_tokens", u64::from(self.max_tokens)),
@@ -129,6 +185,41 @@ impl LoopSettings {
             ));
         }
         Ok(())
+    }
+
+    /// The model for turns of `level` (`plan`, `spec`, `phase`, `review`, `code`).
+    pub fn model_for(&self, level: &str) -> Result<String, String> {
+        let chosen = self
+            .models
+            .get(level)
+            .or(Some(self.model.as_str()))
+            .map(str::trim)
+            .filter(|model| !model.is_empty())
+            .or(self.provider.default_model());
+        chosen.map(str::to_owned).ok_or_else(|| {
+            format!(
+                "provider {} needs a model: set model (e.g. setup({{ model = 'qwen3:8b' }}), one \
+                 that `ollama list` shows)",
+                self.provider.as_str()
+            )
+        })
+    }
+
+    pub fn provider_settings(&self) -> ProviderSettings {
+        ProviderSettings {
+            provider: self.provider,
+            base_url: self.base_url.clone(),
+            api_key_env: self.api_key_env.clone(),
+            num_ctx: self.num_ctx,
+        }
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            request_timeout: self.request_timeout(),
+            stream_idle_timeout: self.stream_idle_timeout(),
+        }
     }
 
     pub fn gates(&self, level: &str) -> bool {
@@ -206,6 +297,50 @@ mod tests {
         assert!(
             err.contains("web_fetch_allow_hosts entry \"https://example.com/\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn models_per_level_fall_back_to_model_then_to_the_providers_default() {
+        let settings = LoopSettings {
+            models: LevelModels {
+                review: Some("claude-haiku-4-5".to_owned()),
+                ..LevelModels::default()
+            },
+            ..LoopSettings::default()
+        };
+        assert_eq!(
+            settings.model_for("review").as_deref(),
+            Ok("claude-haiku-4-5")
+        );
+        assert_eq!(
+            settings.model_for("plan").as_deref(),
+            Ok("claude-sonnet-4-5")
+        );
+        let ollama = LoopSettings {
+            provider: ProviderName::Ollama,
+            ..LoopSettings::default()
+        };
+        let err = ollama.check().expect_err("ollama has no default model");
+        assert!(err.contains("provider ollama needs a model"), "{err}");
+        let chosen = LoopSettings {
+            model: "qwen3:8b".to_owned(),
+            ..ollama
+        };
+        assert_eq!(chosen.check(), Ok(()));
+    }
+
+    #[test]
+    fn api_key_env_names_a_key_variable() {
+        let settings = LoopSettings {
+            api_key_env: Some("PATH".to_owned()),
+            ..LoopSettings::default()
+        };
+        assert!(
+            settings
+                .check()
+                .expect_err("PATH")
+                .contains("api_key_env is \"PATH\"")
         );
     }
 

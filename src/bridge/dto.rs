@@ -51,26 +51,42 @@ pub struct PhaseParams {
     pub phase: String,
 }
 
-/// The API key and base URL as Neovim's environment has them now; nil or blank means unset.
-/// Not `Debug`, and parse errors never quote the input: the key must not reach a log or an
-/// error message.
+/// The provider variables (keys, base URLs) as Neovim's environment has them now, all of
+/// them: a variable left out is unset. Not `Debug`, and parse errors never quote the input:
+/// a key must not reach a log or an error message.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialsParams {
     #[serde(default)]
-    pub api_key: Option<String>,
-    #[serde(default)]
-    pub base_url: Option<String>,
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl CredentialsParams {
     pub fn from_args(args: Vec<Value>) -> Result<CredentialsParams, String> {
         params("credentials", args).map_err(|_| {
-            "Loopr: bad parameters for credentials: expected { api_key = string or nil, \
-             base_url = string or nil }"
+            "Loopr: bad parameters for credentials: expected { env = { NAME = string, ... } }"
                 .to_owned()
         })
     }
+}
+
+/// `:checkhealth loopr` asks which provider the settings lead to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderParams {
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+/// The provider as resolved, never a key: whether one is set, and from which variable.
+#[derive(Debug, Serialize)]
+pub struct ProviderReply {
+    #[serde(flatten)]
+    pub info: crate::llm::ProviderInfo,
+    /// The model per level (`plan`, `spec`, `phase`, `review`, `code`), when it resolves.
+    pub models: std::collections::BTreeMap<&'static str, String>,
+    /// Why a loop could not start with these settings, and the fix.
+    pub problem: Option<String>,
 }
 
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.
@@ -694,8 +710,15 @@ mod tests {
         let key = "sk-ant-do-not-echo";
         let wrong_shapes = [
             vec![Value::from(key)],
-            vec![map(vec![("api_key", Value::from(vec![Value::from(key)]))])],
-            vec![map(vec![("apikey", Value::from(key))])],
+            vec![map(vec![("env", Value::from(vec![Value::from(key)]))])],
+            vec![map(vec![(
+                "env",
+                map(vec![(
+                    "OPENAI_API_KEY",
+                    Value::from(vec![Value::from(key)]),
+                )]),
+            )])],
+            vec![map(vec![("api_key", Value::from(key))])],
             vec![map(vec![(key, Value::from(key))])],
         ];
         for args in wrong_shapes {
@@ -703,16 +726,18 @@ mod tests {
                 panic!("a wrong shape is rejected");
             };
             assert!(!err.contains(key), "{err}");
-            assert!(err.contains("api_key = string or nil"), "{err}");
+            assert!(err.contains("env = { NAME = string, ... }"), "{err}");
         }
-        let parsed = CredentialsParams::from_args(vec![map(vec![
-            ("api_key", Value::from(key)),
-            ("base_url", Value::Nil),
-        ])])
+        let parsed = CredentialsParams::from_args(vec![map(vec![(
+            "env",
+            map(vec![("OPENAI_API_KEY", Value::from(key))]),
+        )])])
         .expect("params");
-        assert_eq!(parsed.api_key.as_deref(), Some(key));
-        assert_eq!(parsed.base_url, None);
+        assert_eq!(
+            parsed.env.get("OPENAI_API_KEY").map(String::as_str),
+            Some(key)
+        );
         let unset = CredentialsParams::from_args(vec![Value::Array(Vec::new())]).expect("empty");
-        assert!(unset.api_key.is_none() && unset.base_url.is_none());
+        assert!(unset.env.is_empty());
     }
 }

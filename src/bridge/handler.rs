@@ -4,13 +4,13 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
-    LoopRecordReply, PhaseParams, PlanParams, ReviseParams, RootParams, RunParams, TasksParams,
-    TasksReply, UndoParams, UndoReply, params, to_value,
+    LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, ReviseParams,
+    RootParams, RunParams, TasksParams, TasksReply, UndoParams, UndoReply, params, to_value,
 };
 use std::sync::Arc;
 
 use crate::agent::{InteractiveApprover, LoopManager};
-use crate::llm::anthropic::{AnthropicCredentials, SharedCredentials};
+use crate::llm::{ProviderEnv, SharedEnv};
 
 type Writer = Compat<tokio::fs::File>;
 
@@ -18,7 +18,7 @@ type Writer = Compat<tokio::fs::File>;
 pub struct RpcHandler {
     manager: LoopManager,
     approvals: Arc<InteractiveApprover>,
-    credentials: SharedCredentials,
+    credentials: SharedEnv,
     test_hooks: bool,
 }
 
@@ -26,7 +26,7 @@ impl RpcHandler {
     pub fn new(
         manager: LoopManager,
         approvals: Arc<InteractiveApprover>,
-        credentials: SharedCredentials,
+        credentials: SharedEnv,
         test_hooks: bool,
     ) -> RpcHandler {
         RpcHandler {
@@ -190,21 +190,25 @@ impl RpcHandler {
             }
             "credentials" => {
                 let params = CredentialsParams::from_args(args)?;
-                let credentials = AnthropicCredentials::new(params.api_key, params.base_url);
-                // Whether a key is set, never the key.
-                tracing::info!(
-                    api_key_set = credentials.has_api_key(),
-                    "credentials from Neovim for loops started from now on"
-                );
-                self.credentials.replace(credentials);
+                let env = ProviderEnv::new(params.env);
+                // Which variables are set, never their values.
+                tracing::info!(variables = ?env, "provider variables from Neovim for loops started from now on");
+                self.credentials.replace(env);
                 Ok(Value::Nil)
+            }
+            "provider" => {
+                let params: ProviderParams = params("provider", args)?;
+                to_value(&provider_reply(
+                    &params.settings,
+                    &self.credentials.current(),
+                ))
             }
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
                  changes, undo, status, cancel, approve, revise, retry, resume, tasks, loop_ids, \
-                 phase_names, credentials and version (is the plugin newer than the binary? \
+                 phase_names, credentials, provider and version (is the plugin newer than the binary? \
                  rebuild it)"
             )),
         }
@@ -240,5 +244,25 @@ impl Handler for RpcHandler {
                 )))
             }
         }
+    }
+}
+
+/// The provider `settings` lead to, for `:checkhealth loopr`.
+fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> ProviderReply {
+    let info = crate::llm::providers::resolve(&settings.provider_settings(), env);
+    let mut problem = info.problem().map(|err| err.to_string());
+    let mut models = std::collections::BTreeMap::new();
+    for level in crate::agent::MODEL_LEVELS {
+        match settings.model_for(level) {
+            Ok(model) => {
+                models.insert(level, model);
+            }
+            Err(err) => problem = problem.or(Some(err)),
+        }
+    }
+    ProviderReply {
+        info,
+        models,
+        problem,
     }
 }

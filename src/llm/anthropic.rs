@@ -1,12 +1,10 @@
 //! The Anthropic Messages API: streamed over SSE, retried as the official SDKs retry.
 
 mod client;
-mod retry;
 mod stream;
 mod wire;
 
 pub use client::{
-    AnthropicClient, AnthropicConfig, AnthropicCredentials, ApiKey, DEFAULT_BASE_URL,
-    SharedCredentials,
+    API_KEY_VARIABLE, AnthropicClient, AnthropicConfig, BASE_URL_VARIABLE, DEFAULT_BASE_URL,
 };
-pub use stream::{StreamFailure, read_turn};
+pub use stream::read_turn;

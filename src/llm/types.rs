@@ -1,3 +1,8 @@
+//! Loopr's own conversation: what was said and called, independent of any provider's wire
+//! form. Each provider translates it to its wire and back; the serde form is the stored form
+//! (journal, conversation files), which also reads the Anthropic-shaped form earlier versions
+//! stored.
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -8,25 +13,46 @@ pub enum Role {
     Assistant,
 }
 
-/// One block of a message. The serde form is the Anthropic wire form, which doubles as the
-/// stored conversation format.
+/// One block of a message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     Text {
         text: String,
     },
-    ToolUse {
+    /// A call the model made. `input` is what it sent; when that was not a JSON object,
+    /// `input_error` says why, and the call is answered with an error instead of running.
+    #[serde(alias = "tool_use")]
+    ToolCall {
         id: String,
         name: String,
         input: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input_error: Option<String>,
     },
     ToolResult {
-        tool_use_id: String,
+        #[serde(alias = "tool_use_id")]
+        id: String,
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+}
+
+impl ContentBlock {
+    pub fn text(text: impl Into<String>) -> ContentBlock {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    /// A well-formed call.
+    pub fn tool_call(id: impl Into<String>, name: impl Into<String>, input: Value) -> ContentBlock {
+        ContentBlock::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            input_error: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,7 +65,7 @@ impl Message {
     pub fn user_text(text: impl Into<String>) -> Message {
         Message {
             role: Role::User,
-            content: vec![ContentBlock::Text { text: text.into() }],
+            content: vec![ContentBlock::text(text)],
         }
     }
 }
@@ -61,13 +87,33 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Tokens of one turn (or summed over many), the same way for every provider: input read at
+/// full price, output, and input written to or read from the provider's prompt cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cache_read_tokens: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+impl Usage {
+    /// Every input token, cached or not.
+    pub fn total_input(&self) -> u64 {
+        self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StopReason {
     EndTurn,
     ToolUse,
@@ -75,19 +121,6 @@ pub enum StopReason {
     StopSequence,
     Refusal,
     Other(String),
-}
-
-impl StopReason {
-    pub fn from_wire(text: &str) -> StopReason {
-        match text {
-            "end_turn" => StopReason::EndTurn,
-            "tool_use" => StopReason::ToolUse,
-            "max_tokens" => StopReason::MaxTokens,
-            "stop_sequence" => StopReason::StopSequence,
-            "refusal" => StopReason::Refusal,
-            other => StopReason::Other(other.to_owned()),
-        }
-    }
 }
 
 /// One complete assistant answer.
@@ -101,12 +134,35 @@ pub struct Turn {
     pub usage: Usage,
 }
 
+/// A tool call of a turn, owned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+    /// Why `input` is unusable (not a JSON object); such a call never runs.
+    pub input_error: Option<String>,
+}
+
 impl Turn {
-    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
-        self.content.iter().filter_map(|block| match block {
-            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
-            _ => None,
-        })
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        self.content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::ToolCall {
+                    id,
+                    name,
+                    input,
+                    input_error,
+                } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    input_error: input_error.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn text(&self) -> String {
@@ -118,5 +174,38 @@ impl Turn {
             })
             .collect::<Vec<_>>()
             .join("")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_anthropic_shaped_form_earlier_versions_stored_still_reads() {
+        let old = serde_json::json!([
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "grep", "input": {"pattern": "x"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "none", "is_error": true}
+            ]}
+        ]);
+        let messages: Vec<Message> = serde_json::from_value(old).expect("old form");
+        assert_eq!(
+            messages[0].content[0],
+            ContentBlock::tool_call("t1", "grep", serde_json::json!({"pattern": "x"}))
+        );
+        assert_eq!(
+            messages[1].content[0],
+            ContentBlock::ToolResult {
+                id: "t1".to_owned(),
+                content: "none".to_owned(),
+                is_error: true
+            }
+        );
+        let stored = serde_json::to_value(&messages).expect("json");
+        assert_eq!(stored[0]["content"][0]["type"], "tool_call");
+        assert_eq!(stored[1]["content"][0]["id"], "t1");
     }
 }

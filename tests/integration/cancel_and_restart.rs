@@ -1,10 +1,10 @@
-use crate::fake_anthropic::{FakeAnthropic, rate_limited};
+use crate::fake_llm::{FakeLlm, rate_limited};
 use crate::nvim::WAIT;
 use crate::scenario::{create_plan_turn, list_files_turn, stalled_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_slow_stream_at_once() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(stalled_turn("Thinking very slowly"));
     let mut editor = start_editor(&fake, "{}").await;
 
@@ -40,7 +40,7 @@ async fn cancel_stops_a_slow_stream_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_by_id_interrupts_a_pending_retry() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     // The server asks for a 60 s pause; only the cancel can end the wait within the test's
     // time limit.
     fake.push(rate_limited(60));
@@ -65,7 +65,7 @@ async fn cancel_by_id_interrupts_a_pending_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loop_whose_host_was_killed_mid_stream_resumes_after_restart() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(list_files_turn());
     fake.push(stalled_turn("Working"));
     let mut editor = start_editor(&fake, "{}").await;
@@ -93,7 +93,7 @@ async fn a_loop_whose_host_was_killed_mid_stream_resumes_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_host_is_restarted_on_the_next_command() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let mut editor = start_editor(&fake, "{}").await;
 

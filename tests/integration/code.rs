@@ -1,6 +1,6 @@
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
+use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
     AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, phase_input, phase_route,
@@ -12,7 +12,7 @@ const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
-async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> TestNvim {
+async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
     let mut plan = valid_plan();
     plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
@@ -36,7 +36,7 @@ async fn planned_editor(fake: &FakeAnthropic, setup: &str, validation: &str) -> 
 
 /// An auto-approving `planned_editor` with src/main.rs open in the current window; returns
 /// it and main.rs's path.
-async fn main_open_in_planned_editor(fake: &FakeAnthropic) -> (TestNvim, std::path::PathBuf) {
+async fn main_open_in_planned_editor(fake: &FakeLlm) -> (TestNvim, std::path::PathBuf) {
     let editor = planned_editor(fake, AUTO_APPROVE, "true").await;
     let main = editor.dirs.project.join("src/main.rs");
     edit(&editor, &main).await;
@@ -61,7 +61,7 @@ fn bye_and_complete() -> Reply {
 }
 
 /// The bodies of the requests of print-version's code loop.
-fn print_version_requests(fake: &FakeAnthropic) -> Vec<Value> {
+fn print_version_requests(fake: &FakeLlm) -> Vec<Value> {
     requests_routed(fake, &code_route("print-version"))
 }
 
@@ -103,7 +103,7 @@ async fn accept(editor: &TestNvim, asked: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_passes() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let validation = "grep -q CARGO_PKG_VERSION src/main.rs || { echo 'src/main.rs:2:5: error: the version is not printed'; exit 1; }";
     let mut editor = planned_editor(&fake, AUTO_APPROVE, validation).await;
     let step = |id: &str, old: &str, new: &str| {
@@ -179,7 +179,7 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, "{}", "true").await;
     fake.push_routed(
         &code_route("print-version"),
@@ -246,7 +246,7 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let (mut editor, main) = main_open_in_planned_editor(&fake).await;
     fake.push_routed(&code_route("print-version"), bye_and_complete());
     let code_id = run_code_loop(&mut editor, "print-version").await;
@@ -275,7 +275,7 @@ async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let (mut editor, main) = main_open_in_planned_editor(&fake).await;
     type_unsaved_note(&editor).await;
     fake.push_routed(
@@ -340,7 +340,7 @@ async fn quickfix_files(editor: &TestNvim) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_users() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
     fake.push_routed(
         &code_route("print-version"),
@@ -450,7 +450,7 @@ async fn the_changes_list_and_undo_cover_only_the_loops_changes_and_spare_the_us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_leaves_a_file_that_changed_while_a_command_ran_unless_forced() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     // The validation command stands in for the user saving a file while it runs: it changes
     // README.md, which the loop's tools never touch.
     let mut editor = planned_editor(
@@ -504,7 +504,7 @@ async fn undo_leaves_a_file_that_changed_while_a_command_ran_unless_forced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_without_a_prompt() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let (mut editor, main) = main_open_in_planned_editor(&fake).await;
     // A formatter rewrites the open, unmodified file behind the buffer's back.
     let formatted = "// formatted\n\nfn main() {\n    println!(\"hello\");\n}\n";
@@ -543,7 +543,7 @@ async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_withou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_after() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, "{}", "true").await;
     let project = editor.dirs.project.clone();
     for file in ["README.md", "src/main.rs"] {
@@ -610,7 +610,7 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_started() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
     // The command says through a FIFO when its child runs, so the test cancels at that moment.
     let fifo = editor.dirs.project.join("ready.fifo");
@@ -653,7 +653,7 @@ async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_while_a_change_waits_for_approval_closes_the_prompt_and_writes_nothing() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, "{}", "true").await;
     fake.push_routed(
         &code_route("print-version"),
@@ -694,7 +694,7 @@ async fn cancelling_while_a_change_waits_for_approval_closes_the_prompt_and_writ
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_sandbox_every_command_is_asked_about_and_says_unsandboxed() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     // Commands on "auto", and the command allow-listed: a sandbox-less machine still asks.
     let mut editor = planned_editor(
         &fake,

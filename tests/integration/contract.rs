@@ -10,14 +10,14 @@ use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event, 
 use loopr::store::{LoopId, LoopStatus, LoopType};
 use loopr::tools::{ApprovalRequest, BufferCheck, BufferEdit, ChangeKind};
 
-use crate::fake_anthropic::FakeAnthropic;
+use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::start_editor;
 
 const MAIN: &str = "fn main() {\n    println!(\"hello\");\n}\n";
 
-async fn editor_with_main_open() -> (FakeAnthropic, TestNvim, std::path::PathBuf) {
-    let fake = FakeAnthropic::start().await;
+async fn editor_with_main_open() -> (FakeLlm, TestNvim, std::path::PathBuf) {
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     let main = editor.dirs.project.join("src/main.rs");
     editor
@@ -253,7 +253,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_the_host_sends_is_handled_without_error() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = start_editor(&fake, "{}").await;
     let artifact = editor.dirs.home.join("plan.md");
     std::fs::write(&artifact, "# Plan\n").expect("write");

@@ -1,6 +1,6 @@
 use serde_json::Value;
 
-use crate::fake_anthropic::FakeAnthropic;
+use crate::fake_llm::FakeLlm;
 use crate::nvim::API_KEY;
 use crate::scenario::{
     create_plan_turn, revise_current, script_revised_spec, start_editor, valid_plan, wait_settled,
@@ -8,7 +8,7 @@ use crate::scenario::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{ max_turns = 7 }").await;
     let setup = |opts: &str| {
         format!(
@@ -66,7 +66,7 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_md_opens_without_pulling_the_user_out_of_insert_mode() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let mut editor = start_editor(&fake, "{}").await;
     editor.exec("vim.cmd.edit('notes.txt')").await;
@@ -102,7 +102,7 @@ async fn plan_md_opens_without_pulling_the_user_out_of_insert_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkhealth_reports_binary_version_key_and_state_dir_without_the_key() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     assert_eq!(editor.command("checkhealth loopr").await, None);
     let report: String = editor
@@ -145,7 +145,7 @@ async fn checkhealth_reports_binary_version_key_and_state_dir_without_the_key() 
 /// so it cannot go stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn help_works_from_a_fresh_checkout_and_the_committed_tags_are_current() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     let committed_tags = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/doc/tags"))
         .expect("doc/tags is committed; regenerate it with :helptags doc");
@@ -202,7 +202,7 @@ async fn help_works_from_a_fresh_checkout_and_the_committed_tags_are_current() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_a_request_becomes_an_error_reply_and_the_host_lives_on() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     let reply: Value = editor
         .lua("local result, err = require('loopr.host').request('__panic') return { result = result, err = err }")
@@ -231,7 +231,7 @@ async fn a_panic_in_a_request_becomes_an_error_reply_and_the_host_lives_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_and_tab_layouts_are_honoured() {
     for (layout, expect) in [("split", "col"), ("tab", "tab")] {
-        let fake = FakeAnthropic::start().await;
+        let fake = FakeLlm::start().await;
         fake.push(create_plan_turn("toolu_plan", valid_plan()));
         let mut editor = start_editor(&fake, &format!("{{ layout = '{layout}' }}")).await;
         let loop_id = editor.plan("Add a --version flag").await;
@@ -256,7 +256,7 @@ async fn split_and_tab_layouts_are_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopr_log_opens_the_host_log() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     assert_eq!(
         editor.command("LooprStatus").await,
@@ -273,7 +273,7 @@ async fn loopr_log_opens_the_host_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_binary_is_reported_with_the_build_command() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     // A copy of the plugin without target/, and a PATH without loopr.
     let plugin = editor.dirs.home.join("plugin-copy");
@@ -308,7 +308,7 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     script_revised_spec(&fake);
     let mut editor = start_editor(&fake, "{}").await;
     let plan_id = editor.plan("Add a --version flag").await;

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, first_user_text};
+use crate::fake_llm::{FakeLlm, first_user_text};
 use crate::nvim::TestNvim;
 use crate::scenario::{
     REVISED_PHASES, phase_input, phase_route, plan_and_approve, plan_route, restart_mid_turn,
@@ -24,7 +24,7 @@ fn two_spec_plan() -> Value {
     plan
 }
 
-fn script_hierarchy(fake: &FakeAnthropic, plan: Value, specs: &[(&str, [&str; 3])]) {
+fn script_hierarchy(fake: &FakeLlm, plan: Value, specs: &[(&str, [&str; 3])]) {
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
     for (spec, phases) in specs {
         fake.push_routed(
@@ -42,7 +42,7 @@ fn script_hierarchy(fake: &FakeAnthropic, plan: Value, specs: &[(&str, [&str; 3]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approving_a_plan_runs_specs_in_dependency_order_and_tasks_fill_the_quickfix() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     script_hierarchy(&fake, two_spec_plan(), &SPECS);
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
     editor
@@ -159,7 +159,7 @@ async fn approving_a_plan_runs_specs_in_dependency_order_and_tasks_fill_the_quic
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     script_revised_spec(&fake);
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
     plan_and_approve(&mut editor).await;
@@ -236,7 +236,7 @@ async fn revising_a_spec_makes_iteration_two_current_and_invalidates_its_phases(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cut_off_by_quitting_neovim_resumes_when_neovim_starts_again() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(crate::scenario::list_files_turn());
     fake.push(crate::scenario::stalled_turn("Working"));
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
@@ -250,7 +250,7 @@ async fn a_run_cut_off_by_quitting_neovim_resumes_when_neovim_starts_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_tree_shows_review_passes_and_approves_and_opens_from_its_keys() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut plan = two_spec_plan();
     plan["specs"].as_array_mut().expect("specs").truncate(1);
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
@@ -342,7 +342,7 @@ async fn buffer_lines(editor: &TestNvim) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_finished_plan_stops_the_specs_it_spawned() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push_routed(
         plan_route(),
         tool_turn("plan", "create_plan", two_spec_plan()),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, overloaded};
+use crate::fake_llm::{FakeLlm, overloaded};
 use crate::nvim::{StartOptions, TestDirs, TestNvim};
 use crate::scenario::{
     create_plan_turn, plan_route, stalled_turn, start_editor, start_editor_in, valid_plan,
@@ -25,7 +25,7 @@ async fn record(editor: &TestNvim, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revising_a_loop_made_before_neovim_restarted_runs_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push_routed(plan_route(), create_plan_turn("first", valid_plan()));
     let mut editor = start_editor(&fake, NO_REVIEWS).await;
     let plan_id = editor.plan("Add a --version flag").await;
@@ -96,7 +96,7 @@ impl Hold {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_between_a_loops_claim_and_its_launch_stops_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(stalled_turn("Thinking"));
     fake.push(create_plan_turn("second", valid_plan()));
     let dirs = TestDirs::new();
@@ -135,7 +135,7 @@ async fn a_cancel_between_a_loops_claim_and_its_launch_stops_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_loop_is_retried_and_a_failed_revision_leaves_the_last_iteration_approvable() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(overloaded());
     let mut editor = start_editor(&fake, "{ plan_review_passes = 0, max_retries = 0 }").await;
     let plan_id = editor.plan("Add a --version flag").await;
@@ -186,7 +186,7 @@ async fn a_failed_loop_is_retried_and_a_failed_revision_leaves_the_last_iteratio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loop_that_hits_the_turn_limit_says_what_the_model_was_last_told() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut bad_plan = valid_plan();
     bad_plan["specs"] = json!([]);
     for id in ["bad1", "bad2"] {
@@ -214,7 +214,7 @@ async fn a_loop_that_hits_the_turn_limit_says_what_the_model_was_last_told() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_from_another_host_stops_the_loop_at_its_next_turn() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let (first_turn, release) = crate::scenario::list_files_turn().held();
     fake.push(first_turn);
     let editor = crate::scenario::start_editor_in(TestDirs::new(), &fake, NO_REVIEWS).await;

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder, error_reply};
+use crate::fake_llm::{FakeLlm, Reply, TurnBuilder, error_reply};
 use crate::nvim::TestNvim;
 use crate::scenario::start_editor;
 
@@ -47,7 +47,7 @@ async fn failed_count(editor: &mut TestNvim) -> usize {
 /// fail with a long error at about the same time. Neovim must never stop at a hit-enter
 /// prompt, and every typed key must land in the buffer.
 async fn typing_survives_loopr_messages(columns: i64, mode_key: &str, mode: &str) {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut releases = Vec::new();
     for index in 0..PLANS {
         let (held, release) = long_progress_turn(index).held();
@@ -128,7 +128,7 @@ async fn messages_never_open_the_hit_enter_prompt_on_the_command_line() {
 /// every message, whether the plugin's own or the host's, starts with "Loopr:".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_vim_notify_gets_whole_messages_all_prefixed_loopr() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let editor = start_editor(&fake, "{}").await;
     editor
         .exec(

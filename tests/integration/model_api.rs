@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fake_anthropic::FakeAnthropic;
+use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{create_plan_turn, files_under, start_editor_at, valid_plan};
 
@@ -47,7 +47,7 @@ async fn assert_plan_refused_without_key(editor: &TestNvim) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_set_inside_neovim_reaches_the_running_host_and_nothing_stores_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     // Neovim starts without a key: blank in its environment, then removed altogether.
     let mut editor = start_editor_at(
@@ -121,7 +121,7 @@ async fn an_unreachable_model_api_is_named_by_its_base_url_until_one_set_in_neov
     let shown = messages(&editor).await;
     assert!(shown.contains(&expected), "{shown}");
 
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let set = format!("let $ANTHROPIC_BASE_URL = '{}'", fake.base_url());
     assert_eq!(editor.command(&set).await, None);

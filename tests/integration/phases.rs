@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
+use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
     AUTO_APPROVE, complete_phase_turn, phase_input, plan_and_approve, plan_route, requests_routed,
@@ -35,7 +35,7 @@ fn code_route(spec: &str) -> String {
 /// Plans and approves `specs` (every phase validated by `validation`); returns when every
 /// loop is complete, with `vim.notify` recording what Loopr tells the user (see `notes`).
 async fn approved_hierarchy(
-    fake: &FakeAnthropic,
+    fake: &FakeLlm,
     setup: &str,
     specs: &[(&str, [&str; 3])],
     validation: &str,
@@ -63,7 +63,7 @@ async fn approved_hierarchy(
 
 /// Scripts the model's answer `id` to the spec loop of `spec`, and those to its phase loops
 /// (each validated by `validation`).
-fn script_spec(fake: &FakeAnthropic, id: &str, spec: &str, phases: &[&str; 3], validation: &str) {
+fn script_spec(fake: &FakeLlm, id: &str, spec: &str, phases: &[&str; 3], validation: &str) {
     fake.push_routed(
         &spec_route(spec),
         tool_turn(id, "create_spec", spec_input(spec, phases)),
@@ -115,7 +115,7 @@ async fn quickfix(editor: &TestNvim) -> Value {
         .await
 }
 
-fn code_requests(fake: &FakeAnthropic, spec: &str) -> Vec<Value> {
+fn code_requests(fake: &FakeLlm, spec: &str) -> Vec<Value> {
     requests_routed(fake, &code_route(spec))
 }
 
@@ -144,7 +144,7 @@ fn code_record(records: &[Value]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &SHARED_PARSE, "true").await;
     let records = editor.status_records().await;
     let cli_parse = phase_id(&records, "cli", "parse");
@@ -253,7 +253,7 @@ async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revising_a_validated_code_loop_runs_a_second_iteration_with_the_feedback() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let validation = "test -f src/version.rs";
     let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, validation).await;
     fake.push_routed(&code_route("version-flag"), write_version_and_complete());
@@ -309,7 +309,7 @@ async fn revising_a_validated_code_loop_runs_a_second_iteration_with_the_feedbac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retrying_a_code_loop_that_ran_out_of_iterations_gives_it_another() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let validation = "test -f src/version.rs || { echo 'src/version.rs is missing'; exit 1; }";
     let setup = "{ code_max_iterations = 1, approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
     let mut editor = approved_hierarchy(&fake, setup, &ONE_SPEC, validation).await;
@@ -380,7 +380,7 @@ fn write_version_and_complete() -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = approved_hierarchy(&fake, AUTO_APPROVE, &ONE_SPEC, "true").await;
     fake.push_routed(
         &code_route("version-flag"),

@@ -2,13 +2,13 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, TurnBuilder};
+use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::API_KEY;
 use crate::scenario::{create_plan_turn, list_files_turn, start_editor, tool_results, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_explores_the_project_then_opens_plan_md_in_a_split() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(list_files_turn());
     fake.push(
         TurnBuilder::new()
@@ -160,7 +160,7 @@ async fn plan_explores_the_project_then_opens_plan_md_in_a_split() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_create_plan_is_answered_with_is_error_and_the_correction_succeeds() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut broken = valid_plan();
     broken["specs"][1]["dependencies"] = json!(["auth"]);
     fake.push(create_plan_turn("toolu_bad", broken));
@@ -198,7 +198,7 @@ async fn an_invalid_create_plan_is_answered_with_is_error_and_the_correction_suc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_errors_go_back_to_the_model_and_truncated_calls_never_run() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(
         TurnBuilder::new()
             .tool_use(
@@ -272,7 +272,7 @@ async fn tool_errors_go_back_to_the_model_and_truncated_calls_never_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_fails_with_its_reason_at_the_turn_limit() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(list_files_turn());
     fake.push(list_files_turn());
     let mut editor = start_editor(&fake, "{ max_turns = 2 }").await;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::fake_anthropic::FakeAnthropic;
+use crate::fake_llm::FakeLlm;
 use crate::nvim::TestDirs;
 use crate::scenario::{
     create_plan_turn, list_files_turn, restart_mid_turn, run_loopr, run_loopr_plan, stalled_turn,
@@ -18,7 +18,7 @@ const SETUP: &str = "{ plan_review_passes = 0 }";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(list_files_turn());
     fake.push(stalled_turn("Working"));
     let dirs = TestDirs::with_project_name(NON_ASCII_NAME);
@@ -34,7 +34,7 @@ async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_startup_check_starts_no_host_in_a_project_without_state() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let mut editor = start_editor_in(TestDirs::new(), &fake, SETUP).await;
     editor
         .exec(
@@ -57,7 +57,7 @@ async fn the_startup_check_starts_no_host_in_a_project_without_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn has_state_answers_by_exit_code() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let dirs = TestDirs::with_project_name(NON_ASCII_NAME);
     let root = dirs.project.display().to_string();

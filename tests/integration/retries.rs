@@ -1,13 +1,13 @@
 use serde_json::json;
 
-use crate::fake_anthropic::{
-    FakeAnthropic, TurnBuilder, error_reply, mid_stream_error, overloaded, rate_limited,
+use crate::fake_llm::{
+    FakeLlm, TurnBuilder, error_reply, mid_stream_error, overloaded, rate_limited,
 };
 use crate::scenario::{create_plan_turn, stalled_turn, start_editor, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overloaded_529_and_rate_limited_429_are_retried() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(overloaded());
     fake.push(rate_limited(1));
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
@@ -38,7 +38,7 @@ async fn overloaded_529_and_rate_limited_429_are_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mid_stream_error_discards_the_partial_turn_and_retries_it() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let partial: Vec<_> = TurnBuilder::new()
         .text("Half of an answer that must be thrown away")
         .tool_use("toolu_lost", "list_files", json!({}))
@@ -64,7 +64,7 @@ async fn a_mid_stream_error_discards_the_partial_turn_and_retries_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_stream_times_out_and_is_retried() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(stalled_turn("I'll start"));
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     let mut editor = start_editor(&fake, "{ stream_idle_timeout_ms = 400 }").await;
@@ -85,7 +85,7 @@ async fn a_stalled_stream_times_out_and_is_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_retries_and_client_errors_fail_the_loop_with_the_api_message() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     fake.push(overloaded());
     fake.push(overloaded());
     fake.push(error_reply(

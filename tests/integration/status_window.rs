@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::fake_anthropic::{FakeAnthropic, error_reply};
+use crate::fake_llm::{FakeLlm, error_reply};
 use crate::nvim::TestNvim;
 use crate::scenario::{
     create_plan_turn, plan_and_approve, plan_route, script_revised_spec, spec_route, stalled_turn,
@@ -32,7 +32,7 @@ async fn status_view(editor: &TestNvim) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_loops_apart() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     script_revised_spec(&fake);
     let mut editor = start_editor(&fake, "{}").await;
     plan_and_approve(&mut editor).await;
@@ -109,7 +109,7 @@ async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_asks_before_cancelling_a_running_tree_and_k_shows_the_whole_error() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     let error_tail = "and this is the very end of the error text";
     let long_error = format!(
         "the request was rejected: {} {error_tail}",

@@ -3,12 +3,12 @@
 
 use serde_json::json;
 
-use crate::fake_anthropic::{FakeAnthropic, TurnBuilder};
+use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::scenario::{plan_route, start_editor, tool_results, tool_turn, valid_plan};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planning_loop_asks_before_fetching_from_a_host_and_hears_the_rejection() {
-    let fake = FakeAnthropic::start().await;
+    let fake = FakeLlm::start().await;
     // A public address literal: checked without DNS, and never connected to, since the fetch
     // is rejected.
     let url = "http://93.184.216.34/docs/";

@@ -4,12 +4,12 @@
 
 use serde_json::{Value, json};
 
-use crate::fake_anthropic::{FakeAnthropic, Reply, TurnBuilder};
+use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::{StartOptions, TestDirs, TestNvim, WAIT};
 
 /// An editor against `fake`. Review passes are off unless `setup` (a Lua table) turns them
 /// on, so a test scripts only the turns it is about.
-pub async fn start_editor(fake: &FakeAnthropic, setup: &str) -> TestNvim {
+pub async fn start_editor(fake: &FakeLlm, setup: &str) -> TestNvim {
     start_editor_at(fake.base_url(), setup, Vec::new()).await
 }
 
@@ -35,7 +35,7 @@ pub async fn start_editor_at(
 
 /// An editor on `dirs` against `fake`, with `setup` taken as it is. Given the directories a
 /// quit editor returned, it is that editor restarted on the same project and state.
-pub async fn start_editor_in(dirs: TestDirs, fake: &FakeAnthropic, setup: &str) -> TestNvim {
+pub async fn start_editor_in(dirs: TestDirs, fake: &FakeLlm, setup: &str) -> TestNvim {
     TestNvim::start(
         dirs,
         StartOptions {
@@ -53,7 +53,7 @@ pub async fn start_editor_in(dirs: TestDirs, fake: &FakeAnthropic, setup: &str) 
 /// for events. Returns the new editor once the plan awaits approval, having checked that the
 /// cut-off turn was sent again.
 pub async fn restart_mid_turn(
-    fake: &FakeAnthropic,
+    fake: &FakeLlm,
     editor: TestNvim,
     loop_id: &str,
     setup: &str,
@@ -172,10 +172,10 @@ pub fn list_files_turn() -> Reply {
 }
 
 /// The bodies of the requests whose first user message contains `route`, in order.
-pub fn requests_routed(fake: &FakeAnthropic, route: &str) -> Vec<Value> {
+pub fn requests_routed(fake: &FakeLlm, route: &str) -> Vec<Value> {
     fake.requests()
         .into_iter()
-        .filter(|request| crate::fake_anthropic::first_user_text(&request.body).contains(route))
+        .filter(|request| crate::fake_llm::first_user_text(&request.body).contains(route))
         .map(|request| request.body)
         .collect()
 }
@@ -291,7 +291,7 @@ pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// `loopr <args>` without Neovim, in the project, against the fake server; waits for it.
 pub async fn run_loopr(
     dirs: &crate::nvim::TestDirs,
-    fake: &FakeAnthropic,
+    fake: &FakeLlm,
     args: &[&str],
 ) -> std::process::Output {
     loopr_command(dirs, fake, args)
@@ -301,10 +301,7 @@ pub async fn run_loopr(
 }
 
 /// `loopr plan "Add a --version flag"` without review passes (see `run_loopr`).
-pub async fn run_loopr_plan(
-    dirs: &crate::nvim::TestDirs,
-    fake: &FakeAnthropic,
-) -> std::process::Output {
+pub async fn run_loopr_plan(dirs: &crate::nvim::TestDirs, fake: &FakeLlm) -> std::process::Output {
     run_loopr(
         dirs,
         fake,
@@ -321,7 +318,7 @@ pub async fn run_loopr_plan(
 /// The `loopr <args>` command `run_loopr` runs, to adjust before spawning it.
 pub fn loopr_command(
     dirs: &crate::nvim::TestDirs,
-    fake: &FakeAnthropic,
+    fake: &FakeLlm,
     args: &[&str],
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
@@ -387,7 +384,7 @@ pub const REVISED_PHASES: [&str; 3] = ["parse-args", "print-it", "exit-zero"];
 
 /// Scripts a plan of one spec, the spec with `FIRST_PHASES`, and its revision with
 /// `REVISED_PHASES` (every phase answered once); returns the spec's name.
-pub fn script_revised_spec(fake: &FakeAnthropic) -> String {
+pub fn script_revised_spec(fake: &FakeLlm) -> String {
     let mut plan = valid_plan();
     plan["specs"].as_array_mut().expect("specs").truncate(1);
     let spec = plan["specs"][0]["name"].as_str().expect("name").to_owned();
@@ -409,11 +406,7 @@ pub fn script_revised_spec(fake: &FakeAnthropic) -> String {
 
 /// Plans a one-spec hierarchy headless (`loopr plan --approve-all`, no review passes) whose
 /// phases are `print-version` (validated by `validation`), `document-flag` and `exit-code`.
-pub async fn plan_code_project(
-    fake: &FakeAnthropic,
-    dirs: &crate::nvim::TestDirs,
-    validation: &str,
-) {
+pub async fn plan_code_project(fake: &FakeLlm, dirs: &crate::nvim::TestDirs, validation: &str) {
     let phases = ["print-version", "document-flag", "exit-code"];
     let mut plan = valid_plan();
     plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);

@@ -8,20 +8,7 @@ use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
-use crate::llm::{ContentBlock, ProviderEvent, StopReason, Turn, Usage};
-
-/// Why a stream did not produce a turn.
-#[derive(Debug, PartialEq)]
-pub enum StreamFailure {
-    /// No bytes arrived for the idle timeout.
-    Stalled(Duration),
-    /// The connection broke, or ended before `message_stop`.
-    Transport(String),
-    /// The server sent an `error` event mid-stream.
-    ApiError { error_type: String, message: String },
-    /// The server sent something that is not the Messages protocol.
-    Protocol(String),
-}
+use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
 /// Reads SSE events from `bytes` until `message_stop` and returns the turn.
 pub async fn read_turn<S, E>(
@@ -100,7 +87,7 @@ impl TurnAssembler {
         match kind {
             "message_start" => {
                 if let Some(usage) = payload.pointer("/message/usage") {
-                    self.usage.input_tokens = input_tokens(usage);
+                    read_input_usage(&mut self.usage, usage);
                     self.usage.output_tokens = u64_at(usage, "output_tokens");
                 }
             }
@@ -156,14 +143,14 @@ impl TurnAssembler {
                     .pointer("/delta/stop_reason")
                     .and_then(Value::as_str)
                 {
-                    self.stop_reason = Some(StopReason::from_wire(reason));
+                    self.stop_reason = Some(stop_reason(reason));
                 }
                 if let Some(usage) = payload.get("usage") {
                     if usage.get("output_tokens").is_some() {
                         self.usage.output_tokens = u64_at(usage, "output_tokens");
                     }
                     if usage.get("input_tokens").is_some_and(|v| !v.is_null()) {
-                        self.usage.input_tokens = input_tokens(usage);
+                        read_input_usage(&mut self.usage, usage);
                     }
                 }
             }
@@ -206,16 +193,31 @@ fn finish_block(block: PartialBlock) -> Result<Option<ContentBlock>, StreamFailu
     Ok(match block {
         PartialBlock::Text(text) => Some(ContentBlock::Text { text }),
         PartialBlock::ToolUse { id, name, json } => {
-            let input = if json.trim().is_empty() {
-                Value::Object(Default::default())
-            } else {
-                serde_json::from_str(&json).map_err(|err| {
-                    StreamFailure::Protocol(format!(
-                        "tool call {name} ({id}) finished with invalid JSON input: {err}"
-                    ))
-                })?
+            if json.trim().is_empty() {
+                return Ok(Some(ContentBlock::tool_call(
+                    id,
+                    name,
+                    Value::Object(Default::default()),
+                )));
+            }
+            // Input that is not a JSON object goes back to the model as an error result.
+            let (input, input_error) = match serde_json::from_str::<Value>(&json) {
+                Ok(input) if input.is_object() => (input, None),
+                Ok(_) => (
+                    Value::String(json),
+                    Some("the input is not a JSON object".to_owned()),
+                ),
+                Err(err) => (
+                    Value::String(json),
+                    Some(format!("the input is not valid JSON: {err}")),
+                ),
             };
-            Some(ContentBlock::ToolUse { id, name, input })
+            Some(ContentBlock::ToolCall {
+                id,
+                name,
+                input,
+                input_error,
+            })
         }
         PartialBlock::Ignored => None,
     })
@@ -235,11 +237,21 @@ fn u64_at(value: &Value, key: &str) -> u64 {
     value.get(key).and_then(Value::as_u64).unwrap_or_default()
 }
 
-/// Cached prompt tokens are input too; counting them keeps `:LooprStatus` honest.
-fn input_tokens(usage: &Value) -> u64 {
-    u64_at(usage, "input_tokens")
-        + u64_at(usage, "cache_creation_input_tokens")
-        + u64_at(usage, "cache_read_input_tokens")
+fn read_input_usage(usage: &mut Usage, wire: &Value) {
+    usage.input_tokens = u64_at(wire, "input_tokens");
+    usage.cache_write_tokens = u64_at(wire, "cache_creation_input_tokens");
+    usage.cache_read_tokens = u64_at(wire, "cache_read_input_tokens");
+}
+
+fn stop_reason(wire: &str) -> StopReason {
+    match wire {
+        "end_turn" => StopReason::EndTurn,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" => StopReason::MaxTokens,
+        "stop_sequence" => StopReason::StopSequence,
+        "refusal" => StopReason::Refusal,
+        other => StopReason::Other(other.to_owned()),
+    }
 }
 
 #[cfg(test)]
@@ -289,7 +301,7 @@ mod tests {
         let turn = assert_split_invariant("basic_response.sse").expect("turn");
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
         assert!(!turn.text().is_empty());
-        assert_eq!(turn.tool_calls().count(), 0);
+        assert!(turn.tool_calls().is_empty());
         assert!(turn.usage.input_tokens > 0 && turn.usage.output_tokens > 0);
     }
 
@@ -297,9 +309,11 @@ mod tests {
     fn tool_use_response_assembles_input_json_deltas_at_every_split_point() {
         let turn = assert_split_invariant("tool_use_response.sse").expect("turn");
         assert_eq!(turn.stop_reason, Some(StopReason::ToolUse));
-        let calls: Vec<_> = turn.tool_calls().collect();
+        let calls = turn.tool_calls();
         assert_eq!(calls.len(), 1);
-        let (id, name, input) = calls[0];
+        let crate::llm::ToolCall {
+            id, name, input, ..
+        } = &calls[0];
         assert_eq!(id, "toolu_01NRLabsLyVHZPKxbKvkfSMn");
         assert_eq!(name, "get_weather");
         assert_eq!(input["location"], "Paris");
@@ -311,7 +325,7 @@ mod tests {
     fn tool_use_cut_off_by_max_tokens_is_never_a_tool_call() {
         let turn = assert_split_invariant("incomplete_partial_json_response.sse").expect("turn");
         assert_eq!(turn.stop_reason, Some(StopReason::MaxTokens));
-        assert_eq!(turn.tool_calls().count(), 0);
+        assert!(turn.tool_calls().is_empty());
         assert_eq!(turn.truncated_tool_calls, vec!["make_file".to_owned()]);
     }
 
@@ -361,13 +375,20 @@ mod tests {
         let turn = runtime()
             .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
             .expect("turn");
-        let calls: Vec<_> = turn.tool_calls().collect();
-        assert_eq!(calls, vec![("t1", "list_files", &serde_json::json!({}))]);
+        assert_eq!(
+            turn.content,
+            vec![ContentBlock::tool_call(
+                "t1",
+                "list_files",
+                serde_json::json!({})
+            )]
+        );
         assert_eq!(
             turn.usage,
             Usage {
                 input_tokens: 3,
-                output_tokens: 7
+                output_tokens: 7,
+                ..Usage::default()
             }
         );
         assert_eq!(

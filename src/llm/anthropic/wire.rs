@@ -1,9 +1,13 @@
-//! The JSON shapes of the Messages API that are not streamed: the request body and error bodies.
+//! The request body of the Messages API, translated from Loopr's conversation: tool results
+//! first in a user message, no empty text, no empty message, one message per role in turn.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::{ChatRequest, Message, ToolSpec};
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
+
+/// What the API gets instead of an empty assistant message, which it refuses.
+const EMPTY_ANSWER: &str = "(no content)";
 
 #[derive(Serialize)]
 pub struct RequestBody<'a> {
@@ -11,10 +15,35 @@ pub struct RequestBody<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "str::is_empty")]
     system: &'a str,
-    messages: &'a [Message],
+    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tools: &'a [ToolSpec],
     stream: bool,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
 }
 
 impl<'a> RequestBody<'a> {
@@ -23,51 +52,70 @@ impl<'a> RequestBody<'a> {
             model: &request.model,
             max_tokens: request.max_tokens,
             system: &request.system,
-            messages: &request.messages,
+            messages: wire_messages(&request.messages),
             tools: &request.tools,
             stream: true,
         }
     }
 }
 
-/// `{"type":"error","error":{"type":..,"message":..,"details":{"error_code":..}}}`, read
-/// leniently: proxies in front of the API may answer with anything.
-#[derive(Debug, Default, PartialEq)]
-pub struct ErrorBody {
-    pub error_type: String,
-    pub message: String,
-    pub error_code: Option<String>,
-}
+static EMPTY_INPUT: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| Value::Object(Default::default()));
 
-impl ErrorBody {
-    pub fn parse(body: &str) -> ErrorBody {
-        let Ok(json) = serde_json::from_str::<Value>(body) else {
-            return ErrorBody {
-                error_type: "unknown_error".to_owned(),
-                message: summarize(body),
-                error_code: None,
-            };
-        };
-        let error = json.get("error").unwrap_or(&Value::Null);
-        let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
-        ErrorBody {
-            error_type: text(error.get("type")).unwrap_or_else(|| "unknown_error".to_owned()),
-            message: text(error.get("message")).unwrap_or_else(|| summarize(body)),
-            error_code: text(error.pointer("/details/error_code")),
+fn wire_messages(messages: &[Message]) -> Vec<WireMessage<'_>> {
+    let mut wire: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
+    for message in messages {
+        let mut results = Vec::new();
+        let mut others = Vec::new();
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text } if text.is_empty() => {}
+                ContentBlock::Text { text } => others.push(WireBlock::Text { text }),
+                ContentBlock::ToolCall {
+                    id, name, input, ..
+                } => others.push(WireBlock::ToolUse {
+                    id,
+                    name,
+                    // The API takes only objects; what else the model sent is answered with
+                    // an error result, which pairs with this call by id.
+                    input: if input.is_object() {
+                        input
+                    } else {
+                        &EMPTY_INPUT
+                    },
+                }),
+                ContentBlock::ToolResult {
+                    id,
+                    content,
+                    is_error,
+                } => results.push(WireBlock::ToolResult {
+                    tool_use_id: id,
+                    content,
+                    is_error: *is_error,
+                }),
+            }
+        }
+        results.extend(others);
+        match wire.last_mut() {
+            Some(previous) if previous.role == message.role => {
+                previous.content.extend(results);
+                // Results must come first, also when two messages join.
+                previous
+                    .content
+                    .sort_by_key(|block| !matches!(block, WireBlock::ToolResult { .. }));
+            }
+            _ => wire.push(WireMessage {
+                role: message.role,
+                content: results,
+            }),
         }
     }
-}
-
-fn summarize(body: &str) -> String {
-    const LIMIT: usize = 300;
-    let trimmed = body.trim();
-    if trimmed.is_empty() {
-        return "(empty response body)".to_owned();
+    for message in &mut wire {
+        if message.content.is_empty() {
+            message.content.push(WireBlock::Text { text: EMPTY_ANSWER });
+        }
     }
-    match trimmed.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
-        None => trimmed.to_owned(),
-    }
+    wire
 }
 
 #[cfg(test)]
@@ -84,7 +132,7 @@ mod tests {
             messages: vec![Message {
                 role: Role::User,
                 content: vec![ContentBlock::ToolResult {
-                    tool_use_id: "t1".to_owned(),
+                    id: "t1".to_owned(),
                     content: "nope".to_owned(),
                     is_error: true,
                 }],
@@ -112,18 +160,56 @@ mod tests {
     }
 
     #[test]
-    fn error_bodies_are_read_leniently() {
-        let parsed = ErrorBody::parse(
-            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down","details":{"error_code":"enforced_spend_limit_reached"}}}"#,
-        );
-        assert_eq!(parsed.error_type, "rate_limit_error");
-        assert_eq!(parsed.message, "slow down");
+    fn conversation_translates_to_the_rules_of_the_api() {
+        let request = ChatRequest {
+            model: "m".to_owned(),
+            max_tokens: 1,
+            system: String::new(),
+            messages: vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::ToolCall {
+                        id: "c1".to_owned(),
+                        name: "grep".to_owned(),
+                        input: Value::String("{bad".to_owned()),
+                        input_error: Some("not JSON".to_owned()),
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::text("note"),
+                        ContentBlock::ToolResult {
+                            id: "c1".to_owned(),
+                            content: "bad input".to_owned(),
+                            is_error: true,
+                        },
+                    ],
+                },
+                Message::user_text("and more"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::text("")],
+                },
+            ],
+            tools: Vec::new(),
+        };
+        let body = serde_json::to_value(RequestBody::streaming(&request)).expect("json");
         assert_eq!(
-            parsed.error_code.as_deref(),
-            Some("enforced_spend_limit_reached")
+            body["messages"],
+            serde_json::json!([
+                {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "c1", "name": "grep", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "c1", "content": "bad input", "is_error": true},
+                    {"type": "text", "text": "note"},
+                    {"type": "text", "text": "and more"}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "(no content)"}]}
+            ])
         );
-        let html = ErrorBody::parse("<html>bad gateway</html>");
-        assert_eq!(html.error_type, "unknown_error");
-        assert_eq!(html.message, "<html>bad gateway</html>");
     }
 }

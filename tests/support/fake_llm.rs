@@ -1,9 +1,11 @@
-//! An in-process fake of the Anthropic Messages API for integration tests.
+//! An in-process fake model server for integration tests, speaking one of three real wire
+//! protocols ([`Wire`]): the Anthropic Messages API (`POST /v1/messages`, named SSE events),
+//! OpenAI's chat completions (`POST /v1/chat/completions`, unnamed SSE chunks ending with
+//! `[DONE]`, see `fake_openai.rs`) or Ollama's native chat (`POST /api/chat`, NDJSON, see
+//! `fake_ollama.rs`). A scripted [`TurnBuilder`] is rendered in the server's wire.
 //!
-//! The server listens on `127.0.0.1:0` and speaks the real wire protocol:
-//! `POST /v1/messages` over HTTP/1.1, answered with Server-Sent Events that
-//! use named events (`event: message_start\ndata: {...}\n\n`), sent with
-//! chunked transfer encoding. The response bytes are deliberately cut at odd,
+//! The server listens on `127.0.0.1:0` and answers over HTTP/1.1 with chunked transfer
+//! encoding. The response bytes are deliberately cut at odd,
 //! varying boundaries (deterministic pseudo-random chunk sizes of 1..=23
 //! bytes), each piece sent as its own body frame, so that clients have to
 //! reassemble events, lines and even UTF-8 characters across reads.
@@ -13,7 +15,7 @@
 //! naming the request, so a test fails loudly instead of hanging.
 //!
 //! ```ignore
-//! let server = FakeAnthropic::start().await;
+//! let server = FakeLlm::start().await;
 //! server.push(TurnBuilder::new().text("Hello!").usage(12, 3).reply());
 //! // ... point the client at server.base_url() and run it ...
 //! let requests = server.wait_for_requests(1).await;
@@ -25,6 +27,11 @@
 //! `tokio::time::timeout` where a hang is possible.
 
 #![allow(dead_code)]
+
+#[path = "fake_ollama.rs"]
+pub mod ollama;
+#[path = "fake_openai.rs"]
+pub mod openai;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -52,7 +59,7 @@ pub const FAKE_REQUEST_ID: &str = "req_fake_0123456789abcdef";
 pub const DEFAULT_MODEL: &str = "claude-fake-1";
 /// Message id reported by [`TurnBuilder`] unless overridden.
 pub const DEFAULT_MESSAGE_ID: &str = "msg_fake_01";
-/// Seed used by [`FakeAnthropic::start`] for chunk boundaries.
+/// Seed used by [`FakeLlm::start`] for chunk boundaries.
 pub const DEFAULT_SEED: u64 = 0x5eed_f00d;
 /// Largest body frame the server sends for streamed replies.
 pub const MAX_CHUNK: usize = 23;
@@ -87,15 +94,43 @@ pub fn serialize_events(events: &[SseEvent]) -> String {
     events.iter().map(SseEvent::to_sse).collect()
 }
 
-/// A scripted answer to one `POST /v1/messages`.
+/// The protocol a fake server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Anthropic,
+    OpenAi,
+    Ollama,
+}
+
+impl Wire {
+    /// The one path the server answers.
+    pub fn path(self) -> &'static str {
+        match self {
+            Wire::Anthropic => "/v1/messages",
+            Wire::OpenAi => "/v1/chat/completions",
+            Wire::Ollama => "/api/chat",
+        }
+    }
+}
+
+/// A scripted answer to one request.
 #[derive(Debug, Clone)]
 pub enum Reply {
+    /// A whole turn, rendered in the server's wire and split at odd byte boundaries.
+    Turn(TurnBuilder),
+    /// Like [`Reply::Turn`], but the body then stays open until the client goes away.
+    StallTurn(TurnBuilder),
+    /// 200 with this content type and these bytes verbatim (split at odd boundaries).
+    Raw {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+    },
     /// 200, `text/event-stream`, the events serialized as SSE and split at
     /// odd byte boundaries; the body ends after the last event.
     Stream(Vec<SseEvent>),
     /// Like [`Reply::Stream`], but after the events the body stays open until
     /// the client goes away. Each such disconnect is counted; see
-    /// [`FakeAnthropic::wait_for_disconnect`].
+    /// [`FakeLlm::wait_for_disconnect`].
     Stall(Vec<SseEvent>),
     /// 200, `text/event-stream`, these bytes verbatim (still split at odd
     /// boundaries). See [`raw_sse_file`].
@@ -495,16 +530,69 @@ impl TurnBuilder {
         events
     }
 
-    /// [`Reply::Stream`] of [`TurnBuilder::events`].
+    /// This turn, in the wire of the server that sends it.
     pub fn reply(&self) -> Reply {
-        Reply::Stream(self.events())
+        Reply::Turn(self.clone())
     }
 
-    /// [`Reply::Stall`] of [`TurnBuilder::events`]: the whole message, then
-    /// the body stays open.
+    /// This whole turn, then the body stays open.
     pub fn stall(&self) -> Reply {
-        Reply::Stall(self.events())
+        Reply::StallTurn(self.clone())
     }
+
+    /// What the turn says, wire-neutral, for the renderers of the other wires.
+    pub fn parts(&self) -> TurnParts<'_> {
+        TurnParts {
+            items: self
+                .items
+                .iter()
+                .filter_map(|item| match item {
+                    Item::Text(pieces) => Some(TurnPart::Text(pieces)),
+                    Item::ToolUse {
+                        id,
+                        name,
+                        fragments,
+                        finished,
+                    } => Some(TurnPart::ToolCall {
+                        id,
+                        name,
+                        fragments,
+                        finished: *finished,
+                    }),
+                    Item::Ping | Item::Event(_) => None,
+                })
+                .collect(),
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            model: &self.model,
+            stop_reason: self.stop_reason.as_deref(),
+        }
+    }
+}
+
+/// A turn as the other wires' renderers see it.
+#[derive(Debug)]
+pub struct TurnParts<'a> {
+    pub items: Vec<TurnPart<'a>>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub model: &'a str,
+    /// The Anthropic stop reason the test set, if any (`max_tokens`, ...).
+    pub stop_reason: Option<&'a str>,
+}
+
+#[derive(Debug)]
+pub enum TurnPart<'a> {
+    /// Text, as the pieces it streams in.
+    Text(&'a [String]),
+    /// A call; `fragments` concatenated are its JSON arguments (the first is often `""`).
+    /// Not `finished`: cut off by the token limit.
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        fragments: &'a [String],
+        finished: bool,
+    },
 }
 
 fn block_start(index: u64, content_block: Value) -> SseEvent {
@@ -649,6 +737,7 @@ struct Inner {
     /// Woken (notify_waiters) whenever `requests` or `disconnects` changes.
     changed: Notify,
     seed: u64,
+    wire: Wire,
 }
 
 impl Inner {
@@ -699,30 +788,43 @@ impl Inner {
 }
 
 /// The fake server. Dropping it stops accepting and closes its connections.
-pub struct FakeAnthropic {
+pub struct FakeLlm {
     inner: Arc<Inner>,
     addr: SocketAddr,
     accept_task: JoinHandle<()>,
 }
 
-impl Drop for FakeAnthropic {
+impl Drop for FakeLlm {
     fn drop(&mut self) {
         self.accept_task.abort();
     }
 }
 
-impl FakeAnthropic {
+impl FakeLlm {
     /// Binds `127.0.0.1:0` and serves on the current tokio runtime.
-    pub async fn start() -> FakeAnthropic {
-        FakeAnthropic::start_with_seed(DEFAULT_SEED).await
+    pub async fn start() -> FakeLlm {
+        FakeLlm::start_with_seed(DEFAULT_SEED).await
     }
 
-    /// Like [`FakeAnthropic::start`], with another seed for chunk boundaries
+    /// Like [`FakeLlm::start`], with another seed for chunk boundaries
     /// (each response uses the seed mixed with its request number).
     ///
     /// # Panics
     /// If the port can't be bound.
-    pub async fn start_with_seed(seed: u64) -> FakeAnthropic {
+    pub async fn start_with_seed(seed: u64) -> FakeLlm {
+        FakeLlm::start_speaking(Wire::Anthropic, seed).await
+    }
+
+    /// A server speaking `wire`.
+    pub async fn start_wire(wire: Wire) -> FakeLlm {
+        FakeLlm::start_speaking(wire, DEFAULT_SEED).await
+    }
+
+    /// A server speaking `wire`, with `seed` for chunk boundaries.
+    ///
+    /// # Panics
+    /// If the port can't be bound.
+    pub async fn start_speaking(wire: Wire, seed: u64) -> FakeLlm {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("fake server: bind 127.0.0.1:0");
@@ -736,9 +838,10 @@ impl FakeAnthropic {
             disconnects: AtomicUsize::new(0),
             changed: Notify::new(),
             seed,
+            wire,
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&inner)));
-        FakeAnthropic {
+        FakeLlm {
             inner,
             addr,
             accept_task,
@@ -833,7 +936,7 @@ impl FakeAnthropic {
 
     /// Waits until a client has closed a connection while a [`Reply::Stall`]
     /// was being served (returns at once if that already happened; counts are
-    /// cumulative, use [`FakeAnthropic::wait_for_disconnects`] for more).
+    /// cumulative, use [`FakeLlm::wait_for_disconnects`] for more).
     pub async fn wait_for_disconnect(&self) {
         self.wait_for_disconnects(1).await
     }
@@ -869,9 +972,13 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
     }
 }
 
-/// The text of the first user message of a Messages request body.
+/// The text of the first user message of a request body, in any of the wires (OpenAI and
+/// Ollama put the system prompt first).
 pub fn first_user_text(body: &Value) -> String {
-    let content = &body["messages"][0]["content"];
+    let first_user = body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().find(|message| message["role"] == "user"));
+    let content = first_user.map_or(&Value::Null, |message| &message["content"]);
     match content {
         Value::String(text) => text.clone(),
         Value::Array(blocks) => blocks
@@ -922,7 +1029,7 @@ async fn handle(
         raw_body,
     });
 
-    if parts.method != Method::POST || path != "/v1/messages" {
+    if parts.method != Method::POST || path != inner.wire.path() {
         return Ok(json_response(
             404,
             &[],
@@ -973,6 +1080,18 @@ async fn handle(
             sse_response(&inner, serialize_events(&events).into_bytes(), seed, true)
         }
         Reply::RawSse(bytes) => sse_response(&inner, bytes, seed, false),
+        Reply::Raw {
+            content_type,
+            bytes,
+        } => streamed_response(&inner, content_type, bytes, seed, false),
+        Reply::Turn(turn) => {
+            let (content_type, bytes) = render_turn(inner.wire, &turn);
+            streamed_response(&inner, content_type, bytes, seed, false)
+        }
+        Reply::StallTurn(turn) => {
+            let (content_type, bytes) = render_turn(inner.wire, &turn);
+            streamed_response(&inner, content_type, bytes, seed, true)
+        }
     };
     Ok(response)
 }
@@ -1003,8 +1122,32 @@ fn json_response(
     response
 }
 
+/// The content type and bytes of `turn` in `wire`.
+fn render_turn(wire: Wire, turn: &TurnBuilder) -> (&'static str, Vec<u8>) {
+    match wire {
+        Wire::Anthropic => (
+            SSE_CONTENT_TYPE,
+            serialize_events(&turn.events()).into_bytes(),
+        ),
+        Wire::OpenAi => (SSE_CONTENT_TYPE, openai::render_turn(&turn.parts())),
+        Wire::Ollama => (ollama::CONTENT_TYPE, ollama::render_turn(&turn.parts())),
+    }
+}
+
+const SSE_CONTENT_TYPE: &str = "text/event-stream; charset=utf-8";
+
 fn sse_response(
     inner: &Arc<Inner>,
+    bytes: Vec<u8>,
+    seed: u64,
+    stall: bool,
+) -> Response<ResponseBody> {
+    streamed_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall)
+}
+
+fn streamed_response(
+    inner: &Arc<Inner>,
+    content_type: &'static str,
     bytes: Vec<u8>,
     seed: u64,
     stall: bool,
@@ -1038,7 +1181,7 @@ fn sse_response(
     let headers = response.headers_mut();
     headers.insert(
         hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        HeaderValue::from_static(content_type),
     );
     headers.insert(
         hyper::header::CACHE_CONTROL,

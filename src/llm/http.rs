@@ -1,0 +1,211 @@
+//! The host's one HTTP client, and what a failed send means in words a user can act on.
+//! Shared by every provider.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::attempt::{AttemptFailure, StreamFailure};
+use super::retry::{is_retryable_status, server_requested_delay};
+
+/// The host's one HTTP client: every loop's requests share its connection pool, and its
+/// TLS roots (about 150 certificate files) are read once, not for every loop. Nothing in it
+/// depends on a loop's settings; per-loop timeouts are applied per request.
+pub fn shared_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
+                .connect_timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|err| err.to_string())
+        })
+        .clone()
+}
+
+/// Why a request could not be sent, in words a user can act on. reqwest's own text ("error
+/// sending request for url (...): client error (Connect): tcp connect error: ...") is written
+/// for developers; the kind of the underlying I/O error says the same plainly.
+pub fn send_failure(err: &reqwest::Error) -> AttemptFailure {
+    let causes = error_chain(err);
+    let io_words = causes.iter().find_map(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io_kind_words(io.kind()))
+    });
+    let innermost = causes
+        .last()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| err.to_string());
+    if !err.is_connect() {
+        return AttemptFailure::Stream(StreamFailure::Transport(
+            io_words.map_or(innermost, str::to_owned),
+        ));
+    }
+    if let Some(words) = io_words {
+        return AttemptFailure::Unreachable(words.to_owned());
+    }
+    if err.is_timeout() {
+        return AttemptFailure::Unreachable("the connection timed out".to_owned());
+    }
+    // hyper-util reports name resolution as "dns error"; there is no typed way to tell.
+    let resolving = causes
+        .iter()
+        .any(|cause| cause.to_string().to_ascii_lowercase().contains("dns"));
+    if resolving {
+        return AttemptFailure::Unreachable("the host name could not be resolved".to_owned());
+    }
+    // TCP and name resolution are covered above; what fails after them on https is TLS.
+    let https = err.url().is_some_and(|url| url.scheme() == "https");
+    if https {
+        return AttemptFailure::Unreachable(format!("the TLS handshake failed ({innermost})"));
+    }
+    AttemptFailure::Unreachable(innermost)
+}
+
+/// `err` and its causes. An `io::Error` wrapping another error reports the wrapped error's
+/// source as its own, skipping the wrapped error (often the one that names the problem, such
+/// as a TLS alert), so it is followed through `get_ref` instead.
+fn error_chain(err: &reqwest::Error) -> Vec<&(dyn std::error::Error + 'static)> {
+    let mut chain: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = next {
+        chain.push(cause);
+        let wrapped = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        next = wrapped.or_else(|| cause.source());
+    }
+    chain
+}
+
+fn io_kind_words(kind: std::io::ErrorKind) -> Option<&'static str> {
+    use std::io::ErrorKind;
+    Some(match kind {
+        ErrorKind::ConnectionRefused => "connection refused",
+        ErrorKind::ConnectionReset => "the connection was reset",
+        ErrorKind::ConnectionAborted => "the connection was aborted",
+        ErrorKind::TimedOut => "the connection timed out",
+        ErrorKind::HostUnreachable => "the host is unreachable",
+        ErrorKind::NetworkUnreachable => "the network is unreachable",
+        ErrorKind::NetworkDown => "the network is down",
+        ErrorKind::AddrNotAvailable => "the address is not available",
+        _ => return None,
+    })
+}
+
+/// Reads an error answer: the status, whether it is worth retrying, the delay the server
+/// asked for, and its error body.
+pub async fn status_failure(response: reqwest::Response, idle: Duration) -> AttemptFailure {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = tokio::time::timeout(idle, response.text())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let error = ErrorBody::parse(&text);
+    AttemptFailure::Status {
+        status,
+        retryable: is_retryable_status(status, &headers, error.error_code.as_deref()),
+        server_delay: server_requested_delay(&headers, SystemTime::now()),
+        error_type: error.error_type,
+        message: error.message,
+    }
+}
+
+/// An error body, read leniently, as every provider (and any proxy in front of it) writes
+/// one: Anthropic's `{"type":"error","error":{"type","message","details":{"error_code"}}}`,
+/// OpenAI's `{"error":{"message","type","code"}}`, Ollama's `{"error":"..."}`, or anything.
+#[derive(Debug, Default, PartialEq)]
+pub struct ErrorBody {
+    pub error_type: String,
+    pub message: String,
+    pub error_code: Option<String>,
+}
+
+impl ErrorBody {
+    pub fn parse(body: &str) -> ErrorBody {
+        let unknown = || ErrorBody {
+            error_type: "unknown_error".to_owned(),
+            message: summarize(body),
+            error_code: None,
+        };
+        let Ok(json) = serde_json::from_str::<Value>(body) else {
+            return unknown();
+        };
+        ErrorBody::from_json(&json).unwrap_or_else(unknown)
+    }
+
+    /// The error `json` carries, if it carries one.
+    pub fn from_json(json: &Value) -> Option<ErrorBody> {
+        let text = |value: Option<&Value>| {
+            value.and_then(|value| match value {
+                Value::String(text) => Some(text.clone()),
+                Value::Number(number) => Some(number.to_string()),
+                _ => None,
+            })
+        };
+        let error = json.get("error")?;
+        if let Some(message) = error.as_str() {
+            return Some(ErrorBody {
+                error_type: "error".to_owned(),
+                message: message.to_owned(),
+                error_code: None,
+            });
+        }
+        Some(ErrorBody {
+            error_type: text(error.get("type")).unwrap_or_else(|| "unknown_error".to_owned()),
+            message: text(error.get("message")).unwrap_or_else(|| summarize(&error.to_string())),
+            error_code: text(error.pointer("/details/error_code"))
+                .or_else(|| text(error.get("code"))),
+        })
+    }
+}
+
+fn summarize(body: &str) -> String {
+    const LIMIT: usize = 300;
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
+        return "(empty response body)".to_owned();
+    }
+    match trimmed.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
+        None => trimmed.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_of_every_provider_are_read_leniently() {
+        let anthropic = ErrorBody::parse(
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down","details":{"error_code":"enforced_spend_limit_reached"}}}"#,
+        );
+        assert_eq!(anthropic.error_type, "rate_limit_error");
+        assert_eq!(anthropic.message, "slow down");
+        assert_eq!(
+            anthropic.error_code.as_deref(),
+            Some("enforced_spend_limit_reached")
+        );
+        let openai = ErrorBody::parse(
+            r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+        );
+        assert_eq!(openai.error_type, "requests");
+        assert_eq!(openai.error_code.as_deref(), Some("rate_limit_exceeded"));
+        let ollama =
+            ErrorBody::parse(r#"{"error":"model \"qwen\" not found, try pulling it first"}"#);
+        assert_eq!(
+            ollama.message,
+            "model \"qwen\" not found, try pulling it first"
+        );
+        let html = ErrorBody::parse("<html>bad gateway</html>");
+        assert_eq!(html.error_type, "unknown_error");
+        assert_eq!(html.message, "<html>bad gateway</html>");
+    }
+}
