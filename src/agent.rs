@@ -8,14 +8,17 @@ mod artifact_loop;
 mod artifact_store;
 mod baseline;
 mod code_loop;
+mod context;
 mod events;
 mod jobs;
+mod journal;
 mod manager;
 mod phases;
 mod progress;
 mod prompts;
 mod settings;
 mod tasks;
+mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use artifact_loop::LoopError;

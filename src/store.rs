@@ -1,6 +1,7 @@
 //! Durable state under `$LOOPR_HOME`: the per-project directory layout, atomic file writes and
 //! the SQLite database of loop records.
 
+mod append_log;
 mod atomic;
 mod db;
 mod host_lock;
@@ -8,6 +9,7 @@ mod layout;
 mod leftovers;
 mod records;
 
+pub use append_log::{AppendLog, LogLines};
 pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode};
 pub use db::{CancelledTree, LoopDb, StoreError};
 pub use host_lock::{HostLock, host_is_alive};

@@ -71,6 +71,12 @@ fn script(fake: &FakeLlm) {
 }
 
 async fn kill_at(point: &str) {
+    kill_at_then(point, |_| {}).await;
+}
+
+/// Kills the host at `point`, lets `between` change the state it left, resumes, and checks
+/// the whole hierarchy completed. Returns the fake server, for a look at the requests.
+async fn kill_at_then(point: &str, between: impl FnOnce(&TestDirs)) -> FakeLlm {
     let fake = FakeLlm::start().await;
     script(&fake);
     let dirs = TestDirs::new();
@@ -113,6 +119,7 @@ async fn kill_at(point: &str) {
     first.start_kill().expect("SIGKILL");
     let status = first.wait().await.expect("wait");
     assert!(!status.success(), "{point}: killed");
+    between(&dirs);
 
     let resumed = command(&dirs, &fake, &["resume", "--approve-all"])
         .output()
@@ -175,6 +182,7 @@ async fn kill_at(point: &str) {
             file.display()
         );
     }
+    fake
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,5 +212,61 @@ async fn killed_after_the_plan_was_written_before_its_gate_then_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_in_the_middle_of_an_atomic_write_then_resumed() {
-    kill_at("atomic_write:run.json").await;
+    kill_at("atomic_write:plan.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_in_the_middle_of_a_journal_append_then_resumed() {
+    kill_at("append:journal.jsonl").await;
+}
+
+/// A loop stored by a version before the journal (its whole run in `run.json`, in the
+/// Anthropic-shaped form) resumes after the upgrade, with its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stored_before_the_journal_resumes_after_the_upgrade() {
+    let fake = kill_at_then("before_artifact_write:plan", |dirs| {
+        let journals = files_ending_with(&dirs.loopr_home, "journal.jsonl");
+        assert_eq!(journals.len(), 1, "only the plan loop ran: {journals:?}");
+        let journal = &journals[0];
+        let first: Value = std::fs::read_to_string(journal)
+            .expect("journal")
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("line"))
+            .find(|entry| entry["type"] == "user")
+            .expect("the task message");
+        let legacy = json!({
+            "base_iteration": 0,
+            "stored_iteration": 0,
+            "stage": {"stage": "drafting"},
+            "passes_done": 0,
+            "messages": [
+                {"role": "user", "content": first["content"]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_before_upgrade", "name": "list_files", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_before_upgrade", "content": "src/main.rs"}
+                ]}
+            ]
+        });
+        std::fs::remove_file(journal).expect("remove the journal");
+        std::fs::write(journal.with_file_name("run.json"), legacy.to_string()).expect("run.json");
+    })
+    .await;
+    let resumed_plan_request = fake
+        .requests()
+        .into_iter()
+        .filter(|request| fake_llm::first_user_text(&request.body).contains(plan_route()))
+        .nth(1)
+        .expect("the resumed plan loop asked the model");
+    let messages = &resumed_plan_request.body["messages"];
+    assert_eq!(
+        messages[1]["content"][0],
+        json!({"type": "tool_use", "id": "toolu_before_upgrade", "name": "list_files", "input": {}}),
+        "{messages}"
+    );
+    assert_eq!(
+        messages[2]["content"][0]["tool_use_id"], "toolu_before_upgrade",
+        "{messages}"
+    );
 }

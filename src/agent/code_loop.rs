@@ -7,14 +7,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::artifact_loop::{LoopContext, LoopError, model_turn};
+use async_trait::async_trait;
+
+use super::artifact_loop::{LoopContext, LoopError};
 use super::baseline::Baseline;
 use super::events::LoopEvent;
 use super::jobs;
-use super::progress::{describe_provider_event, describe_tool_call};
+use super::journal::Journal;
+use super::progress::describe_tool_call;
 use super::prompts;
+use super::turn::{CallHandler, CallResult, Conversation};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
-use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolCall, ToolSpec, Usage};
+use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
@@ -37,7 +41,6 @@ struct CompletePhaseInput {
 #[derive(Debug, Serialize, Deserialize)]
 struct CodeRunState {
     iteration: u32,
-    messages: Vec<Message>,
     /// The validation of `iteration` passed: the loop is done.
     #[serde(default)]
     passed: bool,
@@ -74,32 +77,34 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         input_schema: input_schema_for::<CompletePhaseInput>(),
     });
     record_baseline(context).await?;
-    let mut state = load_or_start(context, &phase).await?;
-    let max_iterations = context.settings.code_max_iterations;
-    if let Some(feedback) = context.record.feedback.as_deref() {
-        take_feedback(context, &mut state, feedback).await?;
-    } else if state.passed {
-        return Ok(state.iteration);
-    } else if state.iteration > state.last_allowed_iteration(max_iterations) {
-        // It gave up before and the user asked for another go.
-        state.allowance_from = state.iteration;
-    }
+    let journal = Journal::of(&context.layout, &record.id);
+    let (mut state, messages) = load_or_start(context, &phase, &journal).await?;
     let project_name = context
         .root
         .path()
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut request = ChatRequest {
-        model: context
-            .settings
-            .model_for("code")
-            .map_err(LoopError::Settings)?,
-        max_tokens: context.settings.max_tokens,
-        system: prompts::code_system_prompt(&project_name, &tools.names()),
-        messages: std::mem::take(&mut state.messages),
-        tools: tool_specs,
-    };
+    let mut conversation = Conversation::new(
+        context,
+        journal,
+        prompts::code_system_prompt(&project_name, &tools.names()),
+        tool_specs,
+        messages,
+    );
+    let max_iterations = context.settings.code_max_iterations;
+    if let Some(feedback) = context.record.feedback.as_deref() {
+        take_feedback(context, &mut conversation, &mut state, feedback).await?;
+    } else if state.passed {
+        return Ok(state.iteration);
+    } else if state.iteration > state.last_allowed_iteration(max_iterations) {
+        // It gave up before and the user asked for another go.
+        state.allowance_from = state.iteration;
+    }
+    let model = context
+        .settings
+        .model_for("code")
+        .map_err(LoopError::Settings)?;
     let tool_context = ToolContext {
         root: context.root.clone(),
         cancel: context.cancel.clone(),
@@ -109,13 +114,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         buffers: context.buffers.clone(),
         journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
     };
-    let mut usage = Usage {
-        input_tokens: record.tokens_in,
-        output_tokens: record.tokens_out,
-        ..Usage::default()
-    };
     let max_turns = context.settings.max_turns;
-    let on_provider_event = |event| context.progress(describe_provider_event(&event));
     let mut turns_this_iteration = 0;
     let mut last_problem: Option<String> = None;
 
@@ -133,106 +132,112 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             state.iteration,
             state.last_allowed_iteration(max_iterations)
         ));
-        let (turn, mut calls) =
-            model_turn(context, &mut request, &mut usage, &on_provider_event).await?;
-        // complete_phase goes last, so the validation sees every change of the turn. (The
-        // results may come in another order than the calls; the API pairs them by id.)
-        calls.sort_by_key(|call| call.name == COMPLETE_PHASE);
-        let mut reply = Vec::new();
-        let mut passed = false;
-        let mut validated = false;
-        for ToolCall {
-            id: call_id,
-            name,
-            input,
-            input_error,
-        } in calls
-        {
-            let (content, is_error) = if let Some(problem) = input_error {
-                (prompts::unusable_input(&name, &problem), true)
-            } else if name == COMPLETE_PHASE && !validated {
-                match parse_input::<CompletePhaseInput>(COMPLETE_PHASE, input) {
-                    Err(err) => (err.to_string(), true),
-                    Ok(done) => {
-                        validated = true;
-                        tracing::info!(loop_id = %record.id, summary = %done.summary, "phase reported done");
-                        let outcome = validate(
-                            context,
-                            &tool_context,
-                            &phase,
-                            state.iteration,
-                            &request.messages,
-                        )
-                        .await?;
-                        passed = outcome.0;
-                        (outcome.1, !passed)
-                    }
-                }
-            } else if name == COMPLETE_PHASE {
-                (
-                    "the validation already ran for this answer".to_owned(),
-                    true,
-                )
-            } else {
-                context.progress(describe_tool_call(&name, &input));
-                match tools.get(&name) {
-                    None => (
-                        format!(
-                            "there is no tool named {name:?}; the available tools are {}, {COMPLETE_PHASE}",
-                            tools.names().join(", ")
-                        ),
-                        true,
-                    ),
-                    Some(tool) => match tool.call(input, &tool_context).await {
-                        Ok(content) => (content, false),
-                        Err(ToolError::Cancelled) => return Err(LoopError::Cancelled),
-                        Err(err) => (format!("{name} failed: {err}"), true),
-                    },
-                }
-            };
-            if is_error {
-                last_problem = Some(content.clone());
-            }
-            reply.push(ContentBlock::ToolResult {
-                id: call_id,
-                content,
-                is_error,
-            });
+        let mut calls = CodeCalls {
+            context,
+            tools: &tools,
+            tool_context: &tool_context,
+            phase: &phase,
+            iteration: state.iteration,
+            validated: false,
+            passed: false,
+        };
+        let answered = conversation
+            .take_turn(
+                context,
+                model.clone(),
+                &mut calls,
+                prompts::nudge_to_call_artifact_tool(COMPLETE_PHASE),
+            )
+            .await?;
+        if answered.last_problem.is_some() {
+            last_problem = answered.last_problem;
         }
+        let (validated, passed) = (calls.validated, calls.passed);
         if passed {
-            request.messages.push(Message {
-                role: Role::User,
-                content: reply,
-            });
             state.passed = true;
-            save_state(context, &state, &request.messages).await?;
+            conversation.commit(context, &state).await?;
             return Ok(state.iteration);
         }
         if validated {
             state.iteration += 1;
             turns_this_iteration = 0;
-        } else if !turn.truncated_tool_calls.is_empty() {
-            reply.push(ContentBlock::Text {
-                text: prompts::truncated_tool_call_note(
-                    &turn.truncated_tool_calls,
-                    context.settings.max_tokens,
-                ),
-            });
-        } else if reply.is_empty() {
-            reply.push(ContentBlock::Text {
-                text: prompts::nudge_to_call_artifact_tool(COMPLETE_PHASE),
-            });
         }
-        request.messages.push(Message {
-            role: Role::User,
-            content: reply,
-        });
-        save_state(context, &state, &request.messages).await?;
+        conversation.commit(context, &state).await?;
     }
     Err(LoopError::ValidationFailing {
         command: phase.validation_command.clone(),
         iterations: max_iterations,
     })
+}
+
+/// The calls of one turn of a code loop.
+struct CodeCalls<'a> {
+    context: &'a LoopContext,
+    tools: &'a ToolRegistry,
+    tool_context: &'a ToolContext,
+    phase: &'a PhaseArtifact,
+    iteration: u32,
+    /// `complete_phase` ran the validation in this turn.
+    validated: bool,
+    passed: bool,
+}
+
+#[async_trait]
+impl CallHandler for CodeCalls<'_> {
+    async fn answer(
+        &mut self,
+        call: ToolCall,
+        conversation: &[Message],
+    ) -> Result<CallResult, LoopError> {
+        let context = self.context;
+        let name = call.name;
+        if name == COMPLETE_PHASE {
+            if self.validated {
+                return Ok(CallResult::error(
+                    "the validation already ran for this answer".to_owned(),
+                ));
+            }
+            return match parse_input::<CompletePhaseInput>(COMPLETE_PHASE, call.input) {
+                Err(err) => Ok(CallResult::error(err.to_string())),
+                Ok(done) => {
+                    self.validated = true;
+                    tracing::info!(loop_id = %context.record.id, summary = %done.summary, "phase reported done");
+                    let (passed, text) = validate(
+                        context,
+                        self.tool_context,
+                        self.phase,
+                        self.iteration,
+                        conversation,
+                    )
+                    .await?;
+                    self.passed = passed;
+                    Ok(CallResult {
+                        content: text,
+                        is_error: !passed,
+                        follow_up: None,
+                    })
+                }
+            };
+        }
+        context.progress(describe_tool_call(&name, &call.input));
+        let Some(tool) = self.tools.get(&name) else {
+            return Ok(CallResult::error(format!(
+                "there is no tool named {name:?}; the available tools are {}, {COMPLETE_PHASE}",
+                self.tools.names().join(", ")
+            )));
+        };
+        match tool.call(call.input, self.tool_context).await {
+            Ok(content) => Ok(CallResult::ok(content)),
+            Err(ToolError::Cancelled) => Err(LoopError::Cancelled),
+            Err(err) => Ok(CallResult::error(format!("{name} failed: {err}"))),
+        }
+    }
+
+    /// `complete_phase` goes last, so the validation sees every change of the turn. (The
+    /// results may come in another order than the calls; providers pair them by id.)
+    fn order(&self, calls: &mut Vec<ToolCall>) {
+        calls.sort_by_key(|call| call.name == COMPLETE_PHASE);
+    }
 }
 
 /// The project as it is before the loop changes anything; kept across resumes.
@@ -368,25 +373,18 @@ fn tail(text: &str, max_bytes: usize) -> String {
 /// between repeats the feedback rather than losing it.
 async fn take_feedback(
     context: &LoopContext,
+    conversation: &mut Conversation,
     state: &mut CodeRunState,
     feedback: &str,
 ) -> Result<(), LoopError> {
-    let text = prompts::code_revision_request(feedback, COMPLETE_PHASE);
-    // The stored conversation always ends with our message; the feedback joins it, as two
-    // user messages in a row are refused by the API.
-    match state.messages.last_mut() {
-        Some(message) if message.role == Role::User => {
-            message.content.push(ContentBlock::Text { text });
-        }
-        _ => state.messages.push(Message::user_text(text)),
-    }
+    conversation.add_user_text(prompts::code_revision_request(feedback, COMPLETE_PHASE));
     // The iteration after the last validated one; an iteration under way goes on.
     state.iteration = state
         .iteration
         .max(context.record.iteration.saturating_add(1));
     state.passed = false;
     state.allowance_from = state.iteration;
-    save_state(context, state, &state.messages).await?;
+    conversation.commit(context, state).await?;
     let id = context.record.id.clone();
     context
         .store(move |db, _| Ok(db.clear_feedback(&id)?))
@@ -407,29 +405,38 @@ fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
 async fn load_or_start(
     context: &LoopContext,
     phase: &PhaseArtifact,
-) -> Result<CodeRunState, LoopError> {
-    let path = context.layout.run_state(&context.record.id);
-    let stored = std::fs::read(&path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<CodeRunState>(&bytes).ok())
-        .filter(|state| {
-            state
-                .messages
-                .last()
-                .is_some_and(|message| message.role == Role::User)
-        });
-    if let Some(state) = stored {
+    journal: &Journal,
+) -> Result<(CodeRunState, Vec<Message>), LoopError> {
+    let stored = journal.clone();
+    if let Some(run) = context
+        .store(move |_, _| Ok(stored.load::<CodeRunState>()?))
+        .await?
+    {
         context.progress("resuming the code conversation");
-        return Ok(state);
+        return Ok((run.state, run.messages));
     }
     let state = CodeRunState {
         iteration: 1,
-        messages: vec![Message::user_text(first_message(context, phase))],
         passed: false,
         allowance_from: 1,
     };
-    save_state(context, &state, &state.messages).await?;
-    Ok(state)
+    let first = Message::user_text(first_message(context, phase));
+    let (journal, message) = (journal.clone(), first.clone());
+    let stored_state = serde_json::to_value(&state).map_err(|err| LoopError::Artifact {
+        kind: "journal",
+        source: std::io::Error::other(err),
+    })?;
+    context
+        .store(move |_, _| {
+            journal
+                .start_run(&message, &stored_state)
+                .map_err(|source| LoopError::Artifact {
+                    kind: "journal",
+                    source,
+                })
+        })
+        .await?;
+    Ok((state, vec![first]))
 }
 
 /// The phase in full, with its spec and plan for context, as far as they can be read.
@@ -452,30 +459,6 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
         .and_then(|record| jobs::parent_artifact::<PlanArtifact>(record, &context.layout).ok())
         .map(|(_, plan)| plan);
     prompts::code_task_message(&render_phase_markdown(phase), spec.as_ref(), plan.as_ref())
-}
-
-/// `CodeRunState` as stored, borrowing the conversation rather than copying it.
-#[derive(Serialize)]
-struct StoredCodeRun<'a> {
-    iteration: u32,
-    messages: &'a [Message],
-    passed: bool,
-    allowance_from: u32,
-}
-
-async fn save_state(
-    context: &LoopContext,
-    state: &CodeRunState,
-    messages: &[Message],
-) -> Result<(), LoopError> {
-    context
-        .save_run_state(&StoredCodeRun {
-            iteration: state.iteration,
-            messages,
-            passed: state.passed,
-            allowance_from: state.allowance_from,
-        })
-        .await
 }
 
 /// Whether a phase may get a code loop: its artifact exists and is approved (a phase that

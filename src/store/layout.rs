@@ -54,8 +54,14 @@ impl ProjectLayout {
         self.iteration_dir(id, iteration).join("artifacts")
     }
 
-    /// The state of the loop's run in progress (conversation, review stage), rewritten after
-    /// every turn so a restarted host resumes where the run stood.
+    /// The loop's conversation journal (JSON lines, appended each turn), which a restarted
+    /// host resumes from.
+    pub fn journal(&self, id: &LoopId) -> PathBuf {
+        self.loop_dir(id).join("journal.jsonl")
+    }
+
+    /// Where versions before the journal kept a run's state (rewritten every turn); read
+    /// once to resume such a run, then replaced by the journal.
     pub fn run_state(&self, id: &LoopId) -> PathBuf {
         self.loop_dir(id).join("run.json")
     }

@@ -1,0 +1,122 @@
+//! What every loop run gets (`LoopContext`) and how a run can fail (`LoopError`).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::events::{EventSink, LoopEvent};
+use super::jobs::JobError;
+use super::journal::JournalError;
+use super::settings::LoopSettings;
+use crate::llm::{LlmError, LlmProvider};
+use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError};
+use crate::tools::{Approver, OpenBuffers, ProjectRoot, ToolPolicy};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error("cancelled")]
+    Cancelled,
+    #[error("model request failed: {0}")]
+    Llm(LlmError),
+    #[error(
+        "no valid {tool} call after {max_turns} model turns (the turn limit){}; raise max_turns, \
+         make the task more specific, or :LooprRetry",
+        last_problem_note(.last_problem.as_deref())
+    )]
+    TurnLimit {
+        tool: &'static str,
+        max_turns: u32,
+        /// What the model was last told was wrong, the likely reason it never got there.
+        last_problem: Option<String>,
+    },
+    #[error("saving the {kind} artifact: {source}")]
+    Artifact {
+        kind: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the validation command `{command}` still fails after {iterations} iterations; see the \
+         validation list, raise code_max_iterations or revise the phase"
+    )]
+    ValidationFailing { command: String, iterations: u32 },
+    #[error("the validation command could not run: {0}")]
+    Validation(String),
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error("the loop's settings: {0}")]
+    Settings(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Characters of the last problem kept in a failure message; the whole text is in the log.
+const LAST_PROBLEM_CHARS: usize = 300;
+
+fn last_problem_note(problem: Option<&str>) -> String {
+    let Some(problem) = problem.map(str::trim).filter(|problem| !problem.is_empty()) else {
+        return String::new();
+    };
+    let flat = problem.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = flat.chars().take(LAST_PROBLEM_CHARS).collect();
+    if shown.len() < flat.len() {
+        shown.push('…');
+    }
+    format!("; the last problem the model was told: {shown}")
+}
+
+impl From<LlmError> for LoopError {
+    fn from(err: LlmError) -> LoopError {
+        match err {
+            LlmError::Cancelled => LoopError::Cancelled,
+            other => LoopError::Llm(other),
+        }
+    }
+}
+
+/// Everything one loop run needs; built by the manager.
+pub struct LoopContext {
+    pub record: LoopRecord,
+    pub root: ProjectRoot,
+    pub layout: ProjectLayout,
+    pub db: LoopDb,
+    pub provider: Arc<dyn LlmProvider>,
+    pub settings: LoopSettings,
+    pub events: Arc<dyn EventSink>,
+    pub cancel: CancellationToken,
+    /// Asks before changes (code loops only; planning tools never change anything).
+    pub approver: Arc<dyn Approver>,
+    /// What tools may never do (secret files, denied commands).
+    pub policy: Arc<ToolPolicy>,
+    pub buffers: Arc<dyn OpenBuffers>,
+}
+
+impl LoopContext {
+    /// Runs store work (SQLite writes, atomic file writes: each ends in an fsync) on the
+    /// blocking pool, so the async workers that stream model answers never wait behind a
+    /// disk. A panic in `work` goes on unwinding in the loop's task, whose supervisor reports
+    /// it.
+    pub(super) async fn store<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&LoopDb, &ProjectLayout) -> Result<T, LoopError> + Send + 'static,
+    ) -> Result<T, LoopError> {
+        let db = self.db.clone();
+        let layout = self.layout.clone();
+        match tokio::task::spawn_blocking(move || work(&db, &layout)).await {
+            Ok(result) => result,
+            Err(join_error) if join_error.is_panic() => {
+                std::panic::resume_unwind(join_error.into_panic())
+            }
+            Err(_) => Err(LoopError::Cancelled),
+        }
+    }
+
+    pub(super) fn progress(&self, message: impl Into<String>) {
+        self.events.emit(LoopEvent::Progress {
+            loop_id: self.record.id.clone(),
+            message: message.into(),
+        });
+    }
+}

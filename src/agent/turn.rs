@@ -1,0 +1,243 @@
+//! One turn engine for every loop: ask the model, run its tool calls, answer with their
+//! results (and a note when a call was cut off, or a nudge when none came), and append the
+//! turn to the journal. What a call does, and what ends a loop, stay with the loop
+//! (`CallHandler` and the loop's own state).
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::artifact_loop::{LoopContext, LoopError};
+use super::journal::{Entry, Journal};
+use super::progress::describe_provider_event;
+use super::prompts;
+use crate::llm::{
+    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
+};
+
+/// The answer to one tool call.
+pub(super) struct CallResult {
+    pub content: String,
+    pub is_error: bool,
+    /// Text to add after the tool results, e.g. the next review request.
+    pub follow_up: Option<String>,
+}
+
+impl CallResult {
+    pub fn ok(content: String) -> CallResult {
+        CallResult {
+            content,
+            is_error: false,
+            follow_up: None,
+        }
+    }
+
+    pub fn error(content: String) -> CallResult {
+        CallResult {
+            content,
+            is_error: true,
+            follow_up: None,
+        }
+    }
+}
+
+/// What a loop does with the calls of a turn.
+#[async_trait]
+pub(super) trait CallHandler: Send {
+    /// Runs one well-formed call. `conversation` is everything up to and including the
+    /// model's answer that made the call.
+    async fn answer(
+        &mut self,
+        call: ToolCall,
+        conversation: &[Message],
+    ) -> Result<CallResult, LoopError>;
+
+    /// The order to run a turn's calls in.
+    fn order(&self, _calls: &mut Vec<ToolCall>) {}
+}
+
+/// A turn that was asked and answered, not yet in the journal.
+pub(super) struct Answered {
+    /// The last error one of its calls got back.
+    pub last_problem: Option<String>,
+}
+
+/// A loop's conversation with the model and its journal.
+pub(super) struct Conversation {
+    request: ChatRequest,
+    journal: Journal,
+    /// Entries of the turn under way, appended at `commit`.
+    pending: Vec<Entry>,
+    /// The loop's tokens so far (also in its record).
+    usage: Usage,
+}
+
+impl Conversation {
+    pub fn new(
+        context: &LoopContext,
+        journal: Journal,
+        system: String,
+        tools: Vec<ToolSpec>,
+        messages: Vec<Message>,
+    ) -> Conversation {
+        Conversation {
+            request: ChatRequest {
+                model: String::new(),
+                max_tokens: context.settings.max_tokens,
+                system,
+                messages,
+                tools,
+            },
+            journal,
+            pending: Vec::new(),
+            usage: Usage {
+                input_tokens: context.record.tokens_in,
+                output_tokens: context.record.tokens_out,
+                ..Usage::default()
+            },
+        }
+    }
+
+    /// Adds a message of ours (feedback) to the turn under way.
+    pub fn add_user_text(&mut self, text: String) {
+        let content = vec![ContentBlock::text(text)];
+        self.request.messages.push(Message {
+            role: Role::User,
+            content: content.clone(),
+        });
+        self.pending.push(Entry::User { content });
+    }
+
+    /// One turn: asks `model`, runs the calls through `handler`, and adds the answer and the
+    /// results to the conversation. `nudge` is what the model is told when it called nothing.
+    pub async fn take_turn(
+        &mut self,
+        context: &LoopContext,
+        model: String,
+        handler: &mut dyn CallHandler,
+        nudge: String,
+    ) -> Result<Answered, LoopError> {
+        // A cancel or revision from another host (another Neovim, the CLI) reaches this one
+        // only through the store: checked before each turn.
+        let id = context.record.id.clone();
+        if !context
+            .store(move |db, _| Ok(db.still_wanted(&id)?))
+            .await?
+        {
+            tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
+            return Err(LoopError::Cancelled);
+        }
+        self.request.model = model;
+        let retries = Mutex::new(Vec::new());
+        let on_provider_event = |event: ProviderEvent| {
+            if let ProviderEvent::Retrying {
+                attempt,
+                delay,
+                reason,
+                ..
+            } = &event
+            {
+                retries
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Entry::Retry {
+                        attempt: *attempt,
+                        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        reason: reason.clone(),
+                    });
+            }
+            context.progress(describe_provider_event(&event));
+        };
+        let turn = context
+            .provider
+            .complete(&self.request, &on_provider_event, &context.cancel)
+            .await?;
+        self.pending.extend(
+            retries
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.usage.input_tokens += turn.usage.total_input();
+        self.usage.output_tokens += turn.usage.output_tokens;
+        self.pending.push(Entry::Assistant {
+            content: turn.content.clone(),
+            model: self.request.model.clone(),
+            usage: turn.usage,
+            stop_reason: turn.stop_reason.clone(),
+            truncated_tool_calls: turn.truncated_tool_calls.clone(),
+        });
+        self.request.messages.push(Message {
+            role: Role::Assistant,
+            content: turn.content.clone(),
+        });
+
+        let mut calls = turn.tool_calls();
+        handler.order(&mut calls);
+        let called = !calls.is_empty();
+        let mut reply = Vec::new();
+        let mut follow_ups = Vec::new();
+        let mut last_problem = None;
+        for call in calls {
+            let id = call.id.clone();
+            let result = match call.input_error.as_deref() {
+                Some(problem) => CallResult::error(prompts::unusable_input(&call.name, problem)),
+                None => handler.answer(call, &self.request.messages).await?,
+            };
+            follow_ups.extend(result.follow_up);
+            if result.is_error {
+                last_problem = Some(result.content.clone());
+            }
+            reply.push(ContentBlock::ToolResult {
+                id,
+                content: result.content,
+                is_error: result.is_error,
+            });
+        }
+        if !turn.truncated_tool_calls.is_empty() {
+            follow_ups.push(prompts::truncated_tool_call_note(
+                &turn.truncated_tool_calls,
+                context.settings.max_tokens,
+            ));
+        } else if !called {
+            follow_ups.push(nudge);
+        }
+        reply.extend(follow_ups.into_iter().map(ContentBlock::text));
+        self.request.messages.push(Message {
+            role: Role::User,
+            content: reply.clone(),
+        });
+        self.pending.push(Entry::User { content: reply });
+        Ok(Answered { last_problem })
+    }
+
+    /// Appends the turn under way and the loop's `state` after it to the journal, and the
+    /// loop's tokens to its record, in one trip to the blocking pool.
+    pub async fn commit(
+        &mut self,
+        context: &LoopContext,
+        state: &impl serde::Serialize,
+    ) -> Result<(), LoopError> {
+        let entries = std::mem::take(&mut self.pending);
+        let state = serde_json::to_value(state).map_err(|err| LoopError::Artifact {
+            kind: "journal",
+            source: std::io::Error::other(err),
+        })?;
+        let journal = self.journal.clone();
+        let (id, tokens_in, tokens_out) = (
+            context.record.id.clone(),
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+        );
+        context
+            .store(move |db, _| {
+                journal
+                    .append(&entries, &state)
+                    .map_err(|source| LoopError::Artifact {
+                        kind: "journal",
+                        source,
+                    })?;
+                Ok(db.set_tokens(&id, tokens_in, tokens_out)?)
+            })
+            .await
+    }
+}
