@@ -109,6 +109,8 @@ async fn run() {
         ms(request_latencies[198])
     );
 
+    loops_in_flight(&host, &fake, &root, &mut events, pid).await;
+
     let plan = json!({"title": "Bench", "overview": "Measure the host: a plan with two specs, the second depending on the first, detailed enough to pass the sparseness rule of the plan artifact.", "specs": [
         {"name": "one", "title": "One", "description": "The first spec: read the project layout and settle where the change goes.", "dependencies": []},
         {"name": "two", "title": "Two", "description": "The second spec: make the change and cover it with tests.", "dependencies": ["one"]}
@@ -176,6 +178,171 @@ async fn run() {
         ms(loop_latencies[RUNS - 1])
     );
     println!("host after {RUNS} plan loops: {}", memory(pid));
+
+    long_loop(&host, &fake, &project, &root, &mut events, &plan, pid).await;
+}
+
+type Host = Neovim<Compat<ChildStdin>>;
+type Events = tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>;
+
+/// Waits for `count` loops to settle (leave pending and running).
+async fn settled(events: &mut Events, count: usize) {
+    let mut done = 0;
+    while done < count {
+        let event = tokio::time::timeout(Duration::from_secs(120), events.recv())
+            .await
+            .expect("event in time")
+            .expect("event");
+        if event["event"] == "loop_updated"
+            && event["status"] != "running"
+            && event["status"] != "pending"
+        {
+            assert_eq!(event["status"], "awaiting_approval", "{event}");
+            done += 1;
+        }
+    }
+}
+
+async fn start_plan(host: &Host, root: &Value, task: &str, settings: Vec<(&str, Value)>) {
+    host.call(
+        "plan",
+        vec![map(vec![
+            ("task", Value::from(task)),
+            ("root", root.clone()),
+            ("settings", map(settings)),
+        ])],
+    )
+    .await
+    .expect("call")
+    .expect("plan");
+}
+
+/// The host's memory while 100 loops wait for their model's answer at once.
+async fn loops_in_flight(host: &Host, fake: &FakeLlm, root: &Value, events: &mut Events, pid: u32) {
+    const LOOPS: usize = 100;
+    let plan = json!({"title": "In flight", "overview": "Many loops at once: a plan with two specs, the second depending on the first, detailed enough to pass the sparseness rule.", "specs": [
+        {"name": "one", "title": "One", "description": "The first spec: read the project layout and settle where the change goes.", "dependencies": []},
+        {"name": "two", "title": "Two", "description": "The second spec: make the change and cover it with tests.", "dependencies": ["one"]}
+    ]});
+    let before = fake.requests().len();
+    let mut releases = Vec::new();
+    for index in 0..LOOPS {
+        let (reply, release) = TurnBuilder::new()
+            .tool_use(&format!("f{index}"), "create_plan", plan.clone())
+            .reply()
+            .held();
+        fake.push(reply);
+        releases.push(release);
+    }
+    for index in 0..LOOPS {
+        start_plan(
+            host,
+            root,
+            &format!("In flight {index}"),
+            vec![
+                ("plan_review_passes", Value::from(0)),
+                ("max_concurrent_loops", Value::from(LOOPS as u64)),
+            ],
+        )
+        .await;
+    }
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        fake.wait_for_requests(before + LOOPS),
+    )
+    .await
+    .expect("every loop asked the model");
+    println!("host with {LOOPS} loops in flight: {}", memory(pid));
+    for release in releases {
+        release.notify_one();
+    }
+    settled(events, LOOPS).await;
+}
+
+/// A 200-turn loop whose conversation grows to about 3 MB: how much of its time is the
+/// host's own (the rest is the model server's), and whether a late turn costs the host more
+/// than an early one.
+async fn long_loop(
+    host: &Host,
+    fake: &FakeLlm,
+    project: &std::path::Path,
+    root: &Value,
+    events: &mut Events,
+    plan: &serde_json::Value,
+    pid: u32,
+) {
+    const TURNS: usize = 200;
+    let line = "// a line of source text that the model reads again and again, as models do\n";
+    std::fs::write(
+        project.join("src/big.rs"),
+        line.repeat(15 * 1024 / line.len()),
+    )
+    .expect("write");
+    for index in 0..TURNS - 1 {
+        fake.push(
+            TurnBuilder::new()
+                .tool_use(
+                    &format!("r{index}"),
+                    "read_file",
+                    json!({"path": "src/big.rs"}),
+                )
+                .reply(),
+        );
+    }
+    fake.push(
+        TurnBuilder::new()
+            .tool_use("done", "create_plan", plan.clone())
+            .reply(),
+    );
+    let first = fake.requests().len();
+    fake.forget_bodies();
+    let begin = Instant::now();
+    start_plan(
+        host,
+        root,
+        "A long loop",
+        vec![
+            ("plan_review_passes", Value::from(0)),
+            ("max_turns", Value::from(TURNS as u64 + 5)),
+        ],
+    )
+    .await;
+    settled(events, 1).await;
+    let wall = begin.elapsed();
+    let requests: Vec<_> = fake.requests().into_iter().skip(first).collect();
+    assert_eq!(requests.len(), TURNS, "one request per turn");
+    let served: Vec<Instant> = requests
+        .iter()
+        .map(|request| fake.served_at(request.number).expect("answer sent"))
+        .collect();
+    let service: Duration = requests
+        .iter()
+        .zip(&served)
+        .map(|(request, served)| *served - request.arrived)
+        .sum();
+    // The host's part of turn k: from its answer's last byte to the next request's arrival.
+    let host_turn = |k: usize| requests[k + 1].arrived - served[k];
+    let window = |range: std::ops::Range<usize>| {
+        let len = range.len() as u32;
+        range.map(host_turn).sum::<Duration>() / len
+    };
+    let early = window(5..15);
+    let late = window(TURNS - 11..TURNS - 1);
+    let body_kib = requests[TURNS - 1].body_len / 1024;
+    println!(
+        "{TURNS}-turn loop ({body_kib} KiB request at the end): host wall {:.2} s, model server {:.2} s, \
+         wall / server = {:.2}",
+        wall.as_secs_f64(),
+        service.as_secs_f64(),
+        wall.as_secs_f64() / service.as_secs_f64()
+    );
+    println!(
+        "host time per turn: turns 6-15 {:.2} ms, turns 190-199 {:.2} ms, late / early = {:.2}",
+        ms(early),
+        ms(late),
+        late.as_secs_f64() / early.as_secs_f64()
+    );
+    println!("host after the {TURNS}-turn loop: {}", memory(pid));
 }
 
 fn ms(duration: Duration) -> f64 {

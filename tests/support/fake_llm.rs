@@ -714,6 +714,12 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The body bytes as received.
     pub raw_body: Vec<u8>,
+    /// When the whole request body had arrived.
+    pub arrived: std::time::Instant,
+    /// The request's number, from 1 in arrival order (see [`FakeLlm::served_at`]).
+    pub number: usize,
+    /// The body's length, also when the body is not kept ([`FakeLlm::forget_bodies`]).
+    pub body_len: usize,
 }
 
 impl RecordedRequest {
@@ -738,12 +744,23 @@ struct Inner {
     changed: Notify,
     seed: u64,
     wire: Wire,
+    /// Whether recorded requests keep their bodies (benchmarks with long conversations
+    /// turn it off: they would hold gigabytes).
+    keep_bodies: std::sync::atomic::AtomicBool,
+    /// Request number (1-based) → when its streamed answer was fully sent.
+    served: Mutex<std::collections::HashMap<usize, std::time::Instant>>,
 }
 
 impl Inner {
-    fn record(&self, request: RecordedRequest) -> usize {
+    fn record(&self, mut request: RecordedRequest) -> usize {
+        request.body_len = request.raw_body.len();
+        if !self.keep_bodies.load(Ordering::SeqCst) {
+            request.raw_body = Vec::new();
+            request.body = Value::Null;
+        }
         let n = {
             let mut requests = self.requests.lock().expect("fake server: requests lock");
+            request.number = requests.len() + 1;
             requests.push(request);
             requests.len()
         };
@@ -839,6 +856,8 @@ impl FakeLlm {
             changed: Notify::new(),
             seed,
             wire,
+            served: Mutex::new(std::collections::HashMap::new()),
+            keep_bodies: std::sync::atomic::AtomicBool::new(true),
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&inner)));
         FakeLlm {
@@ -846,6 +865,22 @@ impl FakeLlm {
             addr,
             accept_task,
         }
+    }
+
+    /// Records requests from now on without their bodies (they are still routed by them).
+    pub fn forget_bodies(&self) {
+        self.inner.keep_bodies.store(false, Ordering::SeqCst);
+    }
+
+    /// When the streamed answer to request `number` (see [`RecordedRequest::number`]) was
+    /// fully handed to the connection.
+    pub fn served_at(&self, number: usize) -> Option<std::time::Instant> {
+        self.inner
+            .served
+            .lock()
+            .expect("fake server: served lock")
+            .get(&number)
+            .copied()
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash).
@@ -1008,6 +1043,7 @@ async fn handle(
             ));
         }
     };
+    let arrived = std::time::Instant::now();
     let body_json = serde_json::from_slice(&raw_body).unwrap_or(Value::Null);
     let headers = parts
         .headers
@@ -1027,6 +1063,9 @@ async fn handle(
         headers,
         body: body_json,
         raw_body,
+        arrived,
+        number: 0,
+        body_len: 0,
     });
 
     if parts.method != Method::POST || path != inner.wire.path() {
@@ -1073,24 +1112,32 @@ async fn handle(
             headers,
             body,
         } => json_response(status, &headers, &body),
-        Reply::Stream(events) => {
-            sse_response(&inner, serialize_events(&events).into_bytes(), seed, false)
-        }
-        Reply::Stall(events) => {
-            sse_response(&inner, serialize_events(&events).into_bytes(), seed, true)
-        }
-        Reply::RawSse(bytes) => sse_response(&inner, bytes, seed, false),
+        Reply::Stream(events) => sse_response(
+            &inner,
+            serialize_events(&events).into_bytes(),
+            seed,
+            false,
+            number,
+        ),
+        Reply::Stall(events) => sse_response(
+            &inner,
+            serialize_events(&events).into_bytes(),
+            seed,
+            true,
+            number,
+        ),
+        Reply::RawSse(bytes) => sse_response(&inner, bytes, seed, false, number),
         Reply::Raw {
             content_type,
             bytes,
-        } => streamed_response(&inner, content_type, bytes, seed, false),
+        } => streamed_response(&inner, content_type, bytes, seed, false, number),
         Reply::Turn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
-            streamed_response(&inner, content_type, bytes, seed, false)
+            streamed_response(&inner, content_type, bytes, seed, false, number)
         }
         Reply::StallTurn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
-            streamed_response(&inner, content_type, bytes, seed, true)
+            streamed_response(&inner, content_type, bytes, seed, true, number)
         }
     };
     Ok(response)
@@ -1141,8 +1188,9 @@ fn sse_response(
     bytes: Vec<u8>,
     seed: u64,
     stall: bool,
+    number: usize,
 ) -> Response<ResponseBody> {
-    streamed_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall)
+    streamed_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall, number)
 }
 
 fn streamed_response(
@@ -1151,6 +1199,7 @@ fn streamed_response(
     bytes: Vec<u8>,
     seed: u64,
     stall: bool,
+    number: usize,
 ) -> Response<ResponseBody> {
     let chunks = split_at_odd_boundaries(&bytes, seed);
     // Capacity 1: hyper takes (and usually flushes) one piece at a time.
@@ -1163,6 +1212,13 @@ fn streamed_response(
                 sent_all = false;
                 break;
             }
+        }
+        if sent_all {
+            inner
+                .served
+                .lock()
+                .expect("fake server: served lock")
+                .insert(number, std::time::Instant::now());
         }
         if stall {
             // The receiver lives in the response body, which hyper drops
