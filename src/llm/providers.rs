@@ -9,6 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::anthropic::{AnthropicClient, AnthropicConfig};
+use super::openai::{OpenAiClient, OpenAiConfig};
 use super::{ApiKey, LlmError, LlmProvider, RetryPolicy};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,7 +257,12 @@ pub fn build(
             api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
             retry,
         })?)),
-        ProviderName::Openai | ProviderName::Ollama => Err(LlmError::InvalidConfig {
+        ProviderName::Openai => Ok(Arc::new(OpenAiClient::new(OpenAiConfig {
+            base_url: info.base_url,
+            api_key,
+            retry,
+        })?)),
+        ProviderName::Ollama => Err(LlmError::InvalidConfig {
             name: "provider".to_owned(),
             message: format!("{} is not available yet", settings.provider.as_str()),
         }),

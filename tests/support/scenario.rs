@@ -33,6 +33,26 @@ pub async fn start_editor_at(
     .await
 }
 
+/// The key the OpenAI-provider tests set, and look for in logs.
+pub const OPENAI_KEY: &str = "sk-proj-test-81d2c7aa-never-log-me";
+
+/// An editor whose loops talk to `fake` (a server speaking `Wire::OpenAi`) as the `openai`
+/// provider with model `gpt-test`, through `OPENAI_BASE_URL`; `OPENAI_API_KEY` holds `key`
+/// if given (local servers take none). `setup` is added as for `start_editor`.
+pub async fn start_openai_editor(fake: &FakeLlm, setup: &str, key: Option<&str>) -> TestNvim {
+    let mut env = vec![(
+        "OPENAI_BASE_URL".to_owned(),
+        format!("{}/v1", fake.base_url()),
+    )];
+    env.extend(key.map(|key| ("OPENAI_API_KEY".to_owned(), key.to_owned())));
+    start_editor_at(
+        fake.base_url(),
+        &format!("vim.tbl_extend('force', {{ provider = 'openai', model = 'gpt-test' }}, {setup})"),
+        env,
+    )
+    .await
+}
+
 /// An editor on `dirs` against `fake`, with `setup` taken as it is. Given the directories a
 /// quit editor returned, it is that editor restarted on the same project and state.
 pub async fn start_editor_in(dirs: TestDirs, fake: &FakeLlm, setup: &str) -> TestNvim {

@@ -1,0 +1,458 @@
+use async_trait::async_trait;
+use reqwest::header::{HeaderMap, HeaderValue};
+use tokio_util::sync::CancellationToken;
+
+use super::stream::{read_turn, read_whole};
+use super::wire::{RequestBody, TokenLimitField};
+use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::{
+    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
+    RetryPolicy, StreamFailure, Turn, with_retries,
+};
+
+pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
+pub const API_KEY_VARIABLE: &str = "OPENAI_API_KEY";
+
+#[derive(Clone, Debug)]
+pub struct OpenAiConfig {
+    /// Up to and including the version, as the SDKs take it: `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// None for local servers, which take no key.
+    pub api_key: Option<ApiKey>,
+    pub retry: RetryPolicy,
+}
+
+pub struct OpenAiClient {
+    http: reqwest::Client,
+    completions_url: reqwest::Url,
+    headers: HeaderMap,
+    endpoint: Endpoint,
+    token_limit: TokenLimitField,
+    config: OpenAiConfig,
+}
+
+impl OpenAiClient {
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, LlmError> {
+        let invalid = |name: &str, message: String| LlmError::InvalidConfig {
+            name: name.to_owned(),
+            message,
+        };
+        let base = config.base_url.trim_end_matches('/');
+        let completions_url = reqwest::Url::parse(&format!("{base}/chat/completions"))
+            .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
+        let mut headers = HeaderMap::new();
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        // An empty key is no key: a local server must not see `Bearer ` and refuse it.
+        if let Some(key) = config
+            .api_key
+            .as_ref()
+            .filter(|key| !key.expose().is_empty())
+        {
+            let mut bearer =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+                    invalid(
+                        API_KEY_VARIABLE,
+                        "it contains characters not allowed in an HTTP header".to_owned(),
+                    )
+                })?;
+            bearer.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        }
+        let http = shared_client().map_err(|message| invalid("HTTP client", message))?;
+        Ok(OpenAiClient {
+            http,
+            completions_url,
+            headers,
+            endpoint: Endpoint {
+                base_url: base.to_owned(),
+                variable: BASE_URL_VARIABLE,
+            },
+            token_limit: TokenLimitField::for_base_url(base),
+            config,
+        })
+    }
+
+    async fn attempt(
+        &self,
+        body: &RequestBody<'_>,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<Turn, AttemptFailure> {
+        let idle = self.config.retry.stream_idle_timeout;
+        let send = self
+            .http
+            .post(self.completions_url.clone())
+            .headers(self.headers.clone())
+            .json(body)
+            .send();
+        let response = tokio::time::timeout(idle, send)
+            .await
+            .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
+            .map_err(|err| send_failure(&err))?;
+        if !response.status().is_success() {
+            return Err(status_failure(response, idle).await);
+        }
+        let whole = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|kind| kind.trim_start().starts_with("application/json"));
+        if whole {
+            let body = tokio::time::timeout(idle, response.text())
+                .await
+                .map_err(|_| StreamFailure::Stalled(idle))?
+                .map_err(|err| StreamFailure::Transport(err.to_string()))?;
+            return Ok(read_whole(&body, on_event)?);
+        }
+        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+    }
+}
+
+#[async_trait]
+impl LlmProvider for OpenAiClient {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<Turn, LlmError> {
+        let body = RequestBody::streaming(request, self.token_limit);
+        with_retries(
+            self.config.retry,
+            &self.endpoint,
+            self.config.api_key.as_ref(),
+            on_event,
+            cancel,
+            || self.attempt(&body, on_event),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const KEY: &str = "sk-proj-secret-9c1f";
+
+    /// A request as the server read it.
+    #[derive(Debug, Clone)]
+    struct Received {
+        head: String,
+        body: Value,
+    }
+
+    impl Received {
+        fn header(&self, name: &str) -> Option<String> {
+            self.head.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+        }
+    }
+
+    /// A loopback HTTP/1.1 server answering each connection with the next scripted bytes,
+    /// then closing it: enough to see what the client sends and how it reads what comes back.
+    async fn serve(replies: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<Received>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&received);
+        tokio::spawn(async move {
+            let mut replies = replies.into_iter();
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let Some(request) = read_request(&mut socket).await else {
+                    continue;
+                };
+                record.lock().expect("requests").push(request);
+                let reply = replies.next().unwrap_or_else(|| {
+                    status_reply(500, &[], &json!({"error": {"message": "no reply left"}}))
+                });
+                let _ = socket.write_all(&reply).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (format!("http://127.0.0.1:{port}/v1"), received)
+    }
+
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 4096];
+        let head_end = loop {
+            let read = socket.read(&mut buffer).await.ok()?;
+            if read == 0 {
+                return None;
+            }
+            bytes.extend_from_slice(&buffer[..read]);
+            if let Some(end) = bytes.windows(4).position(|window| window == b"\r\n\r\n") {
+                break end + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while bytes.len() < head_end + length {
+            let read = socket.read(&mut buffer).await.ok()?;
+            if read == 0 {
+                return None;
+            }
+            bytes.extend_from_slice(&buffer[..read]);
+        }
+        let body = serde_json::from_slice(&bytes[head_end..]).unwrap_or(Value::Null);
+        Some(Received { head, body })
+    }
+
+    fn status_reply(status: u16, headers: &[(&str, &str)], body: &Value) -> Vec<u8> {
+        let body = body.to_string();
+        let mut reply = format!(
+            "HTTP/1.1 {status} Whatever\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            reply.push_str(&format!("{name}: {value}\r\n"));
+        }
+        reply.push_str("\r\n");
+        reply.push_str(&body);
+        reply.into_bytes()
+    }
+
+    /// 200 with `events` as the body, delimited by the connection's end.
+    fn stream_reply(events: &[Value]) -> Vec<u8> {
+        let mut reply = String::from(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+        );
+        for event in events {
+            reply.push_str(&format!("data: {event}\n\n"));
+        }
+        reply.into_bytes()
+    }
+
+    fn text_chunk(text: &str) -> Value {
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
+    }
+
+    fn stop_chunk() -> Value {
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    }
+
+    fn answer(text: &str) -> Vec<u8> {
+        let mut reply = stream_reply(&[text_chunk(text), stop_chunk()]);
+        reply.extend_from_slice(b"data: [DONE]\n\n");
+        reply
+    }
+
+    fn openai_error(message: &str, kind: &str, code: &str) -> Value {
+        json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+    }
+
+    fn client(base_url: &str, key: Option<&str>) -> OpenAiClient {
+        OpenAiClient::new(OpenAiConfig {
+            base_url: base_url.to_owned(),
+            api_key: key.map(|key| ApiKey::new(key.to_owned())),
+            retry: RetryPolicy {
+                max_retries: 2,
+                request_timeout: Duration::from_secs(20),
+                stream_idle_timeout: Duration::from_secs(10),
+            },
+        })
+        .expect("client")
+    }
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            model: "gpt-test".to_owned(),
+            max_tokens: 64,
+            system: "sys".to_owned(),
+            messages: vec![crate::llm::Message::user_text("hi")],
+            tools: Vec::new(),
+        }
+    }
+
+    /// Runs one request; returns its result and the retries reported (reason, delay).
+    async fn complete(client: &OpenAiClient) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
+        let retries = Mutex::new(Vec::new());
+        let record = |event: ProviderEvent| {
+            if let ProviderEvent::Retrying { reason, delay, .. } = event {
+                retries.lock().expect("retries").push((reason, delay));
+            }
+        };
+        let result = tokio::time::timeout(
+            Duration::from_secs(30),
+            client.complete(&request(), &record, &CancellationToken::new()),
+        )
+        .await
+        .expect("the request ends");
+        (result, retries.into_inner().expect("retries"))
+    }
+
+    #[tokio::test]
+    async fn a_429_waits_as_the_server_asks_then_succeeds() {
+        let (base, received) = serve(vec![
+            status_reply(
+                429,
+                &[("retry-after", "1")],
+                &openai_error(
+                    "Rate limit reached for gpt-test",
+                    "requests",
+                    "rate_limit_exceeded",
+                ),
+            ),
+            answer("after the wait"),
+        ])
+        .await;
+        let (result, retries) = complete(&client(&base, Some(KEY))).await;
+        assert_eq!(result.expect("turn").text(), "after the wait");
+        assert_eq!(
+            retries,
+            vec![("HTTP 429 requests".to_owned(), Duration::from_secs(1))]
+        );
+        let received = received.lock().expect("requests").clone();
+        assert_eq!(received.len(), 2);
+        assert_eq!(received[0].body, received[1].body, "the same request again");
+        assert!(
+            received[0].head.starts_with("POST /v1/chat/completions "),
+            "{}",
+            received[0].head
+        );
+        assert_eq!(received[0].body["max_tokens"], 64, "a local server");
+        assert_eq!(received[0].body["stream"], true);
+    }
+
+    #[tokio::test]
+    async fn a_5xx_is_retried() {
+        let (base, received) = serve(vec![
+            status_reply(
+                503,
+                &[],
+                &openai_error("The server is overloaded", "server_error", "overloaded"),
+            ),
+            answer("recovered"),
+        ])
+        .await;
+        let (result, retries) = complete(&client(&base, None)).await;
+        assert_eq!(result.expect("turn").text(), "recovered");
+        assert_eq!(retries.len(), 1, "{retries:?}");
+        assert_eq!(retries[0].0, "HTTP 503 server_error");
+        assert_eq!(received.lock().expect("requests").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_mid_stream_error_is_retried_and_the_partial_turn_thrown_away() {
+        let (base, _) = serve(vec![
+            stream_reply(&[
+                text_chunk("half an answer that must vanish"),
+                json!({"error": {"message": "model crashed", "type": "server_error"}}),
+            ]),
+            answer("the whole answer"),
+        ])
+        .await;
+        let (result, retries) = complete(&client(&base, None)).await;
+        let turn = result.expect("turn");
+        assert_eq!(turn.text(), "the whole answer");
+        assert_eq!(retries.len(), 1);
+        assert_eq!(retries[0].0, "server_error mid-stream");
+    }
+
+    #[tokio::test]
+    async fn a_connection_dropped_mid_stream_is_retried() {
+        // The head promises more body than comes before the connection closes.
+        let mut cut =
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 100000\r\n\r\n"
+                .to_vec();
+        cut.extend_from_slice(format!("data: {}\n\n", text_chunk("cut off")).as_bytes());
+        let (base, _) = serve(vec![cut, answer("second try")]).await;
+        let (result, retries) = complete(&client(&base, None)).await;
+        assert_eq!(result.expect("turn").text(), "second try");
+        assert_eq!(retries.len(), 1, "{retries:?}");
+    }
+
+    #[tokio::test]
+    async fn the_key_goes_in_a_bearer_header_and_never_into_an_error_text() {
+        let echo = openai_error(
+            &format!(
+                "Incorrect API key provided: {KEY}. You can find your API key at https://platform.openai.com/account/api-keys."
+            ),
+            "invalid_request_error",
+            "invalid_api_key",
+        );
+        let (base, received) = serve(vec![status_reply(401, &[], &echo)]).await;
+        let (result, retries) = complete(&client(&base, Some(KEY))).await;
+        let message = result.expect_err("a 401 fails").to_string();
+        assert!(retries.is_empty(), "a 401 is not retried: {retries:?}");
+        assert!(!message.contains(KEY), "{message}");
+        assert!(
+            message.starts_with(
+                "HTTP 401 invalid_request_error from the model API: Incorrect API key provided: [REDACTED]."
+            ),
+            "{message}"
+        );
+        let received = received.lock().expect("requests").clone();
+        assert_eq!(
+            received[0].header("authorization"),
+            Some(format!("Bearer {KEY}"))
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_key_no_authorization_header_is_sent() {
+        for key in [None, Some("")] {
+            let (base, received) = serve(vec![answer("local")]).await;
+            let (result, _) = complete(&client(&base, key)).await;
+            assert_eq!(result.expect("turn").text(), "local");
+            let received = received.lock().expect("requests").clone();
+            assert_eq!(received[0].header("authorization"), None, "{key:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_sent_whole_as_json_is_read() {
+        let completion = json!({"id": "chatcmpl-2", "object": "chat.completion", "created": 1,
+            "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "not streamed"}}]});
+        let (base, _) = serve(vec![status_reply(200, &[], &completion)]).await;
+        let (result, retries) = complete(&client(&base, None)).await;
+        assert_eq!(result.expect("turn").text(), "not streamed");
+        assert!(retries.is_empty(), "{retries:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_base_url_and_its_variable() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("address").port()
+        };
+        let client = OpenAiClient::new(OpenAiConfig {
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: Duration::from_secs(10),
+                stream_idle_timeout: Duration::from_secs(10),
+            },
+            ..client(&format!("http://127.0.0.1:{port}/v1/"), None).config
+        })
+        .expect("client");
+        let (result, _) = complete(&client).await;
+        assert_eq!(
+            result.expect_err("nothing listens").to_string(),
+            format!(
+                "cannot reach the model API at http://127.0.0.1:{port}/v1 (OPENAI_BASE_URL): \
+                 connection refused"
+            )
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The request body of chat completions, translated from Loopr's conversation: the system
+//! prompt as the first message, each tool result its own `tool` message right after the
+//! assistant message that made the call (in call order), a user's text after its results.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
+
+/// What an assistant message without text or calls says instead: some servers (Mistral's)
+/// refuse an assistant message with neither.
+const EMPTY_ANSWER: &str = "(no content)";
+
+/// The field that bounds the answer's length. OpenAI deprecated `max_tokens` in favour of
+/// `max_completion_tokens`, and its reasoning models (o-series, gpt-5) reject `max_tokens`
+/// with a 400. Most other servers read only `max_tokens`: llama.cpp's server learned
+/// `max_completion_tokens` only in 2026 (ggml-org/llama.cpp#19831), llamafile and
+/// llama-cpp-python ignore it (mozilla-ai/llamafile#701, abetlen/llama-cpp-python#1907), and
+/// a bound a server ignores means an answer without limit. So OpenAI's own hosts get the new
+/// name and every other server the old one, which all of them read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenLimitField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl TokenLimitField {
+    pub fn for_base_url(base_url: &str) -> TokenLimitField {
+        let host = reqwest::Url::parse(base_url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_ascii_lowercase));
+        match host {
+            Some(host) if host == "api.openai.com" || host.ends_with(".openai.azure.com") => {
+                TokenLimitField::MaxCompletionTokens
+            }
+            _ => TokenLimitField::MaxTokens,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct RequestBody<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    /// Asks for the last chunk with the token counts (`choices: []`).
+    include_usage: bool,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: Cow<'a, str>,
+    },
+    Assistant {
+        /// `null` when the message only calls tools, as the API writes it.
+        content: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: Cow<'a, str>,
+    },
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// A JSON string, not an object: that is the wire's form.
+    arguments: String,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> RequestBody<'a> {
+    pub fn streaming(request: &'a ChatRequest, limit: TokenLimitField) -> RequestBody<'a> {
+        let bound = Some(request.max_tokens);
+        RequestBody {
+            model: &request.model,
+            messages: wire_messages(&request.system, &request.messages),
+            tools: request.tools.iter().map(wire_tool).collect(),
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            max_tokens: bound.filter(|_| limit == TokenLimitField::MaxTokens),
+            max_completion_tokens: bound.filter(|_| limit == TokenLimitField::MaxCompletionTokens),
+        }
+    }
+}
+
+fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
+    WireTool {
+        kind: "function",
+        function: WireFunction {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.input_schema,
+        },
+    }
+}
+
+fn wire_messages<'a>(system: &'a str, messages: &'a [Message]) -> Vec<WireMessage<'a>> {
+    let mut wire = Vec::with_capacity(messages.len() + 1);
+    if !system.is_empty() {
+        wire.push(WireMessage::System { content: system });
+    }
+    // The ids of the calls the latest assistant message made, in its order: its results must
+    // follow it in that order.
+    let mut call_order: Vec<&str> = Vec::new();
+    for message in messages {
+        match message.role {
+            Role::Assistant => {
+                let tool_calls: Vec<WireToolCall<'a>> =
+                    message.content.iter().filter_map(wire_tool_call).collect();
+                call_order = tool_calls.iter().map(|call| call.id).collect();
+                let text = joined_text(&message.content);
+                let content = match (text.is_empty(), tool_calls.is_empty()) {
+                    (false, _) => Some(text),
+                    (true, false) => None,
+                    (true, true) => Some(Cow::Borrowed(EMPTY_ANSWER)),
+                };
+                wire.push(WireMessage::Assistant {
+                    content,
+                    tool_calls,
+                });
+            }
+            Role::User => {
+                let mut results: Vec<WireMessage<'a>> = Vec::new();
+                let mut positions: Vec<usize> = Vec::new();
+                for block in &message.content {
+                    if let ContentBlock::ToolResult {
+                        id,
+                        content,
+                        is_error,
+                    } = block
+                    {
+                        positions.push(
+                            call_order
+                                .iter()
+                                .position(|call| call == id)
+                                .unwrap_or(usize::MAX),
+                        );
+                        results.push(WireMessage::Tool {
+                            tool_call_id: id,
+                            content: result_text(content, *is_error),
+                        });
+                    }
+                }
+                let mut ordered: Vec<(usize, WireMessage<'a>)> =
+                    positions.into_iter().zip(results).collect();
+                // Stable: results of calls the assistant message did not make keep their order.
+                ordered.sort_by_key(|(position, _)| *position);
+                wire.extend(ordered.into_iter().map(|(_, result)| result));
+                let text = joined_text(&message.content);
+                if !text.is_empty() {
+                    wire.push(WireMessage::User { content: text });
+                }
+            }
+        }
+    }
+    wire
+}
+
+fn wire_tool_call(block: &ContentBlock) -> Option<WireToolCall<'_>> {
+    let ContentBlock::ToolCall {
+        id, name, input, ..
+    } = block
+    else {
+        return None;
+    };
+    // Arguments that were not a JSON object go back as `{}`: servers that render the
+    // conversation through a chat template parse them (llama.cpp answers 500 to invalid
+    // JSON), and the error result paired with this call already tells the model what was
+    // wrong.
+    let arguments = if input.is_object() {
+        input.to_string()
+    } else {
+        "{}".to_owned()
+    };
+    Some(WireToolCall {
+        id,
+        kind: "function",
+        function: WireFunctionCall { name, arguments },
+    })
+}
+
+/// The wire has no error flag on a tool result; the text says it instead.
+fn result_text(content: &str, is_error: bool) -> Cow<'_, str> {
+    if is_error
+        && !content
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("error")
+    {
+        Cow::Owned(format!("Error: {content}"))
+    } else {
+        Cow::Borrowed(content)
+    }
+}
+
+fn joined_text(content: &[ContentBlock]) -> Cow<'_, str> {
+    let mut texts = content.iter().filter_map(|block| match block {
+        ContentBlock::Text { text } if !text.is_empty() => Some(text.as_str()),
+        _ => None,
+    });
+    let Some(first) = texts.next() else {
+        return Cow::Borrowed("");
+    };
+    let rest: Vec<&str> = texts.collect();
+    if rest.is_empty() {
+        return Cow::Borrowed(first);
+    }
+    let mut joined = first.to_owned();
+    for text in rest {
+        joined.push_str("\n\n");
+        joined.push_str(text);
+    }
+    Cow::Owned(joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(system: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> ChatRequest {
+        ChatRequest {
+            model: "gpt-test".to_owned(),
+            max_tokens: 100,
+            system: system.to_owned(),
+            messages,
+            tools,
+        }
+    }
+
+    fn body(request: &ChatRequest, limit: TokenLimitField) -> Value {
+        serde_json::to_value(RequestBody::streaming(request, limit)).expect("json")
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> ContentBlock {
+        ContentBlock::ToolResult {
+            id: id.to_owned(),
+            content: content.to_owned(),
+            is_error,
+        }
+    }
+
+    #[test]
+    fn the_body_streams_with_usage_and_the_system_prompt_comes_first() {
+        let request = request(
+            "be brief",
+            vec![Message::user_text("go")],
+            vec![ToolSpec {
+                name: "grep".to_owned(),
+                description: "search".to_owned(),
+                input_schema: json!({"type": "object"}),
+            }],
+        );
+        assert_eq!(
+            body(&request, TokenLimitField::MaxTokens),
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "go"}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "grep", "description": "search", "parameters": {"type": "object"}
+                }}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "max_tokens": 100
+            })
+        );
+    }
+
+    #[test]
+    fn no_tools_key_when_there_are_no_tools_and_no_system_message_when_it_is_empty() {
+        let request = request("", vec![Message::user_text("hi")], Vec::new());
+        let body = body(&request, TokenLimitField::MaxCompletionTokens);
+        assert!(body.get("tools").is_none(), "{body}");
+        assert!(body.get("max_tokens").is_none(), "{body}");
+        assert_eq!(body["max_completion_tokens"], 100);
+        assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
+    }
+
+    #[test]
+    fn openai_hosts_get_max_completion_tokens_and_other_servers_max_tokens() {
+        for (url, field) in [
+            (
+                "https://api.openai.com/v1",
+                TokenLimitField::MaxCompletionTokens,
+            ),
+            (
+                "https://my-team.openai.azure.com/openai/v1",
+                TokenLimitField::MaxCompletionTokens,
+            ),
+            ("https://openrouter.ai/api/v1", TokenLimitField::MaxTokens),
+            ("http://localhost:8000/v1", TokenLimitField::MaxTokens),
+            ("http://127.0.0.1:1234/v1", TokenLimitField::MaxTokens),
+            ("not a url", TokenLimitField::MaxTokens),
+        ] {
+            assert_eq!(TokenLimitField::for_base_url(url), field, "{url}");
+        }
+    }
+
+    #[test]
+    fn tool_results_become_tool_messages_in_call_order_after_the_assistant_message() {
+        let request = request(
+            "sys",
+            vec![
+                Message::user_text("plan it"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::text("Looking first."),
+                        ContentBlock::tool_call("call_a", "list_files", json!({})),
+                        ContentBlock::tool_call("call_b", "read_file", json!({"path": "x"})),
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::text("also note this"),
+                        result("call_b", "contents", false),
+                        result("call_a", "bad listing", true),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::tool_call(
+                        "call_c",
+                        "grep",
+                        json!({"pattern": "fn"}),
+                    )],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![result("call_c", "Error: already said", true)],
+                },
+            ],
+            Vec::new(),
+        );
+        assert_eq!(
+            body(&request, TokenLimitField::MaxTokens)["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "plan it"},
+                {"role": "assistant", "content": "Looking first.", "tool_calls": [
+                    {"id": "call_a", "type": "function", "function": {"name": "list_files", "arguments": "{}"}},
+                    {"id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"x\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_a", "content": "Error: bad listing"},
+                {"role": "tool", "tool_call_id": "call_b", "content": "contents"},
+                {"role": "user", "content": "also note this"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_c", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\":\"fn\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_c", "content": "Error: already said"}
+            ])
+        );
+    }
+
+    #[test]
+    fn arguments_that_were_not_an_object_go_back_as_an_empty_object() {
+        let request = request(
+            "",
+            vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::ToolCall {
+                        id: "call_x".to_owned(),
+                        name: "grep".to_owned(),
+                        input: Value::String("{\"pattern\": ".to_owned()),
+                        input_error: Some("not JSON".to_owned()),
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![result("call_x", "the input is not valid JSON", true)],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::text("")],
+                },
+            ],
+            Vec::new(),
+        );
+        let messages = body(&request, TokenLimitField::MaxTokens)["messages"].clone();
+        assert_eq!(messages[1]["tool_calls"][0]["function"]["arguments"], "{}");
+        assert_eq!(messages[2]["content"], "Error: the input is not valid JSON");
+        assert_eq!(
+            messages[3],
+            json!({"role": "assistant", "content": "(no content)"})
+        );
+    }
+}
