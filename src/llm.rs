@@ -7,6 +7,7 @@ mod attempt;
 mod credentials;
 mod error;
 pub mod http;
+pub mod ollama;
 mod provider;
 pub mod providers;
 mod retry;

@@ -9,6 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::anthropic::{AnthropicClient, AnthropicConfig};
+use super::ollama::{OllamaClient, OllamaConfig};
 use super::{ApiKey, LlmError, LlmProvider, RetryPolicy};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,7 +257,13 @@ pub fn build(
             api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
             retry,
         })?)),
-        ProviderName::Openai | ProviderName::Ollama => Err(LlmError::InvalidConfig {
+        ProviderName::Ollama => Ok(Arc::new(OllamaClient::new(OllamaConfig {
+            base_url: info.base_url,
+            api_key,
+            num_ctx: settings.num_ctx,
+            retry,
+        })?)),
+        ProviderName::Openai => Err(LlmError::InvalidConfig {
             name: "provider".to_owned(),
             message: format!("{} is not available yet", settings.provider.as_str()),
         }),
