@@ -5,5 +5,5 @@ mod client;
 mod stream;
 mod wire;
 
-pub use client::{BASE_URL_VARIABLE, OllamaClient, OllamaConfig};
+pub use client::{BASE_URL_VARIABLE, OllamaClient, OllamaConfig, base_url_of_bare_host};
 pub use stream::read_turn;

@@ -162,6 +162,52 @@ async fn a_stream_cut_off_before_done_is_retried() {
 }
 
 #[tokio::test]
+async fn calls_arrive_whole_without_ids_and_a_call_cut_off_by_the_limit_is_not_sent() {
+    let fake = FakeLlm::start_wire(Wire::Ollama).await;
+    fake.push_all([
+        TurnBuilder::new()
+            .text("Two looks.")
+            .tool_use("unsent", "read_file", json!({"path": "src/main.rs"}))
+            .tool_use("unsent", "list_files", json!({}))
+            .reply(),
+        TurnBuilder::new()
+            .text("The plan")
+            .truncated_tool_use("unsent", "create_plan", "{\"title\": \"Add")
+            .reply(),
+    ]);
+    let client = client(&fake, &settings(None, None), &[]);
+    let started = Mutex::new(Vec::new());
+    let record = |event: ProviderEvent| {
+        if let ProviderEvent::ToolCallStarted { name } = event {
+            started.lock().expect("started").push(name);
+        }
+    };
+    let cancel = CancellationToken::new();
+    let called = client
+        .complete(&request(), &record, &cancel)
+        .await
+        .expect("turn");
+    assert_eq!(called.stop_reason, Some(StopReason::ToolUse));
+    let calls = called.tool_calls();
+    let names: Vec<&str> = calls.iter().map(|call| call.name.as_str()).collect();
+    assert_eq!(names, ["read_file", "list_files"]);
+    assert_eq!(calls[0].input, json!({"path": "src/main.rs"}));
+    assert!(calls.iter().all(|call| call.id.starts_with("call_")));
+    assert_ne!(calls[0].id, calls[1].id);
+    assert_eq!(
+        started.into_inner().expect("started"),
+        ["read_file", "list_files"]
+    );
+    let cut = client
+        .complete(&request(), &|_| {}, &cancel)
+        .await
+        .expect("turn");
+    assert_eq!(cut.stop_reason, Some(StopReason::MaxTokens));
+    assert!(cut.tool_calls().is_empty() && cut.truncated_tool_calls.is_empty());
+    assert_eq!(cut.text(), "The plan");
+}
+
+#[tokio::test]
 async fn a_model_that_was_never_pulled_fails_at_once_with_ollamas_own_words() {
     let fake = FakeLlm::start_wire(Wire::Ollama).await;
     fake.push_all([model_not_found(MODEL), hello()]);

@@ -88,6 +88,28 @@ impl OllamaClient {
     }
 }
 
+/// The base URL of an `OLLAMA_HOST` without a scheme, read as Ollama's own CLI reads it:
+/// `http`, port 11434 unless one is given, `127.0.0.1` when only a port is.
+pub fn base_url_of_bare_host(host_port: &str) -> String {
+    const DEFAULT_PORT: u16 = 11434;
+    let with_port = if let Some(bracketed) = host_port.strip_prefix('[') {
+        // `[::1]:11434`, or `[::1]` alone.
+        match bracketed.split_once(']') {
+            Some((_, "")) | None => format!("{host_port}:{DEFAULT_PORT}"),
+            Some(_) => host_port.to_owned(),
+        }
+    } else {
+        match host_port.matches(':').count() {
+            0 => format!("{host_port}:{DEFAULT_PORT}"),
+            1 if host_port.starts_with(':') => format!("127.0.0.1{host_port}"),
+            1 => host_port.to_owned(),
+            // Several colons and no brackets: an IPv6 address alone.
+            _ => format!("[{host_port}]:{DEFAULT_PORT}"),
+        }
+    };
+    format!("http://{with_port}")
+}
+
 /// Nothing listening is, for a local Ollama, most often a server that was never started.
 fn with_serve_hint(failure: AttemptFailure) -> AttemptFailure {
     match failure {

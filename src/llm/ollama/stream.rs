@@ -310,6 +310,10 @@ mod tests {
             .iter()
             .flat_map(|line| format!("{line}\n").into_bytes())
             .collect();
+        read_bytes_at_every_split(bytes)
+    }
+
+    fn read_bytes_at_every_split(bytes: Vec<u8>) -> Result<Turn, StreamFailure> {
         let rt = runtime();
         let events = Mutex::new(Vec::new());
         let record = |event: ProviderEvent| events.lock().expect("events").push(event);
@@ -572,9 +576,7 @@ mod tests {
             "\n",
             "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true}\r\n",
         );
-        let turn = runtime()
-            .block_on(read_chunks(vec![stream.as_bytes().to_vec()], &|_| {}))
-            .expect("turn");
+        let turn = read_bytes_at_every_split(stream.as_bytes().to_vec()).expect("turn");
         assert_eq!(turn.text(), "ok");
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
         assert_eq!(turn.usage, Usage::default());
@@ -582,8 +584,7 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_json_is_a_protocol_failure() {
-        let stream = b"<html>502 Bad Gateway</html>\n".to_vec();
-        let result = runtime().block_on(read_chunks(vec![stream], &|_| {}));
+        let result = read_bytes_at_every_split(b"<html>502 Bad Gateway</html>\n".to_vec());
         assert!(
             matches!(&result, Err(StreamFailure::Protocol(message)) if message.contains("502 Bad Gateway")),
             "{result:?}"
