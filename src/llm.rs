@@ -7,6 +7,7 @@ mod attempt;
 mod credentials;
 mod error;
 pub mod http;
+pub mod ollama;
 pub mod openai;
 mod provider;
 pub mod providers;

@@ -19,6 +19,7 @@ mod integration {
     mod model_api;
     mod phases;
     mod plan_flow;
+    mod providers_ollama;
     mod providers_openai;
     mod resume;
     mod retries;

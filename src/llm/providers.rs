@@ -9,6 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::anthropic::{AnthropicClient, AnthropicConfig};
+use super::ollama::{OllamaClient, OllamaConfig};
 use super::openai::{OpenAiClient, OpenAiConfig};
 use super::{ApiKey, LlmError, LlmProvider, RetryPolicy};
 
@@ -230,7 +231,7 @@ pub fn resolve(settings: &ProviderSettings, env: &ProviderEnv) -> ProviderInfo {
 fn normalize_base_url(provider: ProviderName, url: &str) -> String {
     let url = url.trim_end_matches('/');
     if provider == ProviderName::Ollama && !url.contains("://") {
-        format!("http://{url}")
+        super::ollama::base_url_of_bare_host(url)
     } else {
         url.to_owned()
     }
@@ -262,10 +263,12 @@ pub fn build(
             api_key,
             retry,
         })?)),
-        ProviderName::Ollama => Err(LlmError::InvalidConfig {
-            name: "provider".to_owned(),
-            message: format!("{} is not available yet", settings.provider.as_str()),
-        }),
+        ProviderName::Ollama => Ok(Arc::new(OllamaClient::new(OllamaConfig {
+            base_url: info.base_url,
+            api_key,
+            num_ctx: settings.num_ctx,
+            retry,
+        })?)),
     }
 }
 
@@ -322,6 +325,25 @@ mod tests {
         assert_eq!(info.base_url, "http://10.0.0.5:11434");
         assert_eq!(info.key_variable, None);
         assert_eq!(info.problem().map(|err| err.to_string()), None);
+    }
+
+    #[test]
+    fn ollama_host_without_a_port_means_ollamas_port_as_for_its_own_cli() {
+        let settings = ProviderSettings {
+            provider: ProviderName::Ollama,
+            ..ProviderSettings::default()
+        };
+        let base_url = |host: &str| resolve(&settings, &env(&[("OLLAMA_HOST", host)])).base_url;
+        assert_eq!(base_url("gpu-box"), "http://gpu-box:11434");
+        assert_eq!(base_url("0.0.0.0"), "http://0.0.0.0:11434");
+        assert_eq!(base_url(":11500"), "http://127.0.0.1:11500");
+        assert_eq!(base_url("::1"), "http://[::1]:11434");
+        assert_eq!(base_url("[::1]:11500"), "http://[::1]:11500");
+        assert_eq!(base_url("http://gpu-box"), "http://gpu-box");
+        assert_eq!(
+            base_url("https://ollama.example/"),
+            "https://ollama.example"
+        );
     }
 
     #[test]

@@ -53,6 +53,17 @@ pub async fn start_openai_editor(fake: &FakeLlm, setup: &str, key: Option<&str>)
     .await
 }
 
+/// An editor whose `setup` (merged as in `start_editor`) picks the `ollama` provider, with
+/// `OLLAMA_HOST` set to `fake`'s bare `host:port`, as users often write it.
+pub async fn start_ollama_editor(fake: &FakeLlm, setup: &str) -> TestNvim {
+    start_editor_at(
+        fake.base_url(),
+        setup,
+        vec![("OLLAMA_HOST".to_owned(), fake.addr().to_string())],
+    )
+    .await
+}
+
 /// An editor on `dirs` against `fake`, with `setup` taken as it is. Given the directories a
 /// quit editor returned, it is that editor restarted on the same project and state.
 pub async fn start_editor_in(dirs: TestDirs, fake: &FakeLlm, setup: &str) -> TestNvim {
