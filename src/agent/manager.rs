@@ -26,7 +26,9 @@ use super::phases::PhaseLookupError;
 use super::settings::LoopSettings;
 use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
-use crate::store::{HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StoreError};
+use crate::store::{
+    HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
+};
 use crate::tools::{Approver, OpenBuffers, ProjectRoot};
 
 /// Builds the model client for a loop from its settings.
@@ -196,6 +198,11 @@ impl LoopManager {
             status,
             error,
         });
+    }
+
+    /// Tells the shells about a status the store changed.
+    fn emit_change(&self, change: StatusChange) {
+        self.emit_status(&change.id, change.loop_type, change.status, change.error);
     }
 }
 

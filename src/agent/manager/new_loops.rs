@@ -6,7 +6,7 @@ use super::{LoopManager, ManagerError};
 use crate::agent::code_loop::runnable_phase;
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
 use crate::agent::settings::LoopSettings;
-use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
+use crate::store::{CodeLoopRefused, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
 
 impl LoopManager {
     /// Starts a plan loop for `task` and returns its id at once; loops run in the background
@@ -52,17 +52,6 @@ impl LoopManager {
             PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
             ambiguous => ManagerError::Phase(ambiguous),
         })?;
-        if let Some(active) = records.iter().find(|record| {
-            record.loop_type == LoopType::Code
-                && record.parent.as_ref() == Some(&phase_record.id)
-                && record.status.is_active()
-        }) {
-            return Err(ManagerError::WrongState {
-                id: active.id.to_string(),
-                status: active.status.as_str(),
-                hint: "this phase already has a code loop; cancel it first",
-            });
-        }
         let record = LoopRecord {
             parent: Some(phase_record.id.clone()),
             name: phase_record.name.clone(),
@@ -74,7 +63,27 @@ impl LoopManager {
             ),
             ..LoopRecord::new_pending(LoopType::Code, &phase_record.task, settings.to_json())
         };
-        project.db.insert(&record, self.shared.host_pid)?;
+        match project
+            .db
+            .insert_code_loop(&record, phase_record, self.shared.host_pid)?
+        {
+            Ok(()) => {}
+            Err(CodeLoopRefused::Busy { id, status }) => {
+                return Err(ManagerError::WrongState {
+                    id: id.to_string(),
+                    status: status.as_str(),
+                    hint: "this phase already has a code loop; cancel it first",
+                });
+            }
+            Err(CodeLoopRefused::PhaseChanged(now)) => {
+                return Err(ManagerError::WrongState {
+                    id: phase_record.id.to_string(),
+                    status: now.status.as_str(),
+                    hint: "the phase changed while its code loop was being created; see \
+                           :LooprStatus",
+                });
+            }
+        }
         tracing::info!(loop_id = %record.id, phase, "code loop created");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);

@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
 
+use super::tree_operations::spawned_children;
 use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::approvals::PolicyApprover;
 use crate::agent::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
-use crate::agent::jobs::ChildLoop;
 use crate::agent::settings::LoopSettings;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
 use crate::tools::Approver;
@@ -147,7 +147,8 @@ impl LoopManager {
             "after_artifact_write:{}",
             record.loop_type.as_str()
         ));
-        let result = if settings.gates(record.loop_type.as_str()) {
+        let gated = settings.gates(record.loop_type.as_str());
+        let finished = if gated {
             project
                 .db
                 .finish_with_children(
@@ -156,35 +157,42 @@ impl LoopManager {
                     &[],
                     self.shared.host_pid,
                 )
-                .map(|()| {
-                    self.emit_status(
-                        &record.id,
-                        record.loop_type,
-                        LoopStatus::AwaitingApproval,
-                        None,
-                    )
-                })
+                .map(|finished| (finished, Vec::new()))
                 .map_err(ManagerError::from)
         } else {
-            self.complete_with_children(
-                project,
-                record,
-                outcome.iteration,
-                &outcome.accepted.children,
+            spawned_children(record, outcome.iteration, &outcome.accepted.children).and_then(
+                |children| {
+                    project
+                        .db
+                        .finish_with_children(
+                            &record.id,
+                            LoopStatus::Complete,
+                            &children,
+                            self.shared.host_pid,
+                        )
+                        .map(|finished| (finished, children))
+                        .map_err(ManagerError::from)
+                },
             )
         };
-        if let Err(err) = result {
-            let still_running = project
-                .db
-                .get(&record.id)
-                .ok()
-                .flatten()
-                .is_some_and(|now| now.status == LoopStatus::Running);
-            if still_running && project.db.cancel_requested(&record.id).unwrap_or(false) {
-                // Cancelled while it finished: the cancel wins, no child spawns.
+        match finished {
+            Ok((Ok(()), _)) if gated => self.emit_status(
+                &record.id,
+                record.loop_type,
+                LoopStatus::AwaitingApproval,
+                None,
+            ),
+            Ok((Ok(()), children)) => self.emit_completed(record, &children),
+            // A running loop is refused only when a cancel was asked while it finished: the
+            // cancel wins, no child spawns.
+            Ok((Err(refused), _)) if refused.status == LoopStatus::Running => {
                 tracing::info!(loop_id = %record.id, "cancelled as it finished");
                 self.record_end(project, record, LoopStatus::Cancelled, None);
-            } else if still_running {
+            }
+            Ok((Err(refused), _)) => {
+                tracing::info!(loop_id = %record.id, status = refused.status.as_str(), "the loop was revised or cancelled as it finished");
+            }
+            Err(err) => {
                 // Not a revision or cancel that came first: the loop cannot go on.
                 tracing::error!(loop_id = %record.id, error = %err, "recording the artifact's outcome");
                 self.record_end(
@@ -193,26 +201,8 @@ impl LoopManager {
                     LoopStatus::Failed,
                     Some(format!("recording the outcome: {err}")),
                 );
-            } else {
-                tracing::info!(loop_id = %record.id, error = %err, "the loop was revised or cancelled as it finished");
             }
         }
-    }
-
-    fn complete_with_children(
-        &self,
-        project: &Project,
-        record: &LoopRecord,
-        iteration: u32,
-        children: &[ChildLoop],
-    ) -> Result<(), ManagerError> {
-        self.complete_with_children_from(
-            project,
-            record,
-            &[LoopStatus::Running, LoopStatus::AwaitingApproval],
-            iteration,
-            children,
-        )
     }
 
     fn record_end(
@@ -226,62 +216,17 @@ impl LoopManager {
             // Left running in the store for the next host to resume.
             return;
         }
-        match project
-            .db
-            .finish_running(&record.id, status, error.as_deref())
-        {
-            Ok(true) => {
-                self.emit_status(&record.id, record.loop_type, status, error);
-                if status != LoopStatus::Complete {
-                    self.fail_dependents(project, record, status);
+        match project.db.end_running(&record.id, status, error.as_deref()) {
+            Ok(Some(changes)) => {
+                for change in changes {
+                    self.emit_change(change);
                 }
             }
-            Ok(false) => {
+            Ok(None) => {
                 tracing::debug!(loop_id = %record.id, "loop state changed meanwhile; end not recorded")
             }
             Err(err) => {
                 tracing::error!(loop_id = %record.id, error = %err, "recording the loop's end")
-            }
-        }
-    }
-
-    /// Siblings waiting for `record` can never start now; they fail with the reason, and so do
-    /// the loops waiting for them.
-    pub(super) fn fail_dependents(
-        &self,
-        project: &Project,
-        record: &LoopRecord,
-        ended: LoopStatus,
-    ) {
-        let (Some(parent), Some(name)) = (&record.parent, &record.name) else {
-            return;
-        };
-        let Ok(siblings) = project.db.children(parent) else {
-            return;
-        };
-        for sibling in siblings {
-            let waits_for_it = sibling.status == LoopStatus::Pending
-                && sibling.triggered_by == record.triggered_by
-                && sibling
-                    .depends_on
-                    .iter()
-                    .any(|dependency| dependency == name);
-            if !waits_for_it {
-                continue;
-            }
-            let reason = format!("its dependency {name} ended {}", ended.as_str());
-            if project
-                .db
-                .set_status(&sibling.id, LoopStatus::Failed, Some(&reason))
-                .is_ok()
-            {
-                self.emit_status(
-                    &sibling.id,
-                    sibling.loop_type,
-                    LoopStatus::Failed,
-                    Some(reason),
-                );
-                self.fail_dependents(project, &sibling, LoopStatus::Failed);
             }
         }
     }

@@ -1,10 +1,12 @@
-//! What the user does to the loop tree: approve, revise, retry, cancel.
+//! What the user does to the loop tree: approve, revise, retry, cancel. Which loops each one
+//! reaches is decided by one store transaction; here the request is checked, the shells hear
+//! what changed, and the tasks of stopped loops are cancelled.
 
 use std::path::Path;
 
-use super::{LoopManager, ManagerError, Project, lock};
+use super::{LoopManager, ManagerError, lock};
 use crate::agent::jobs::{self, ChildLoop};
-use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
+use crate::store::{LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, retryable};
 
 impl LoopManager {
     /// Approves loop `id` (or the newest loop awaiting approval): it completes and its
@@ -20,19 +22,16 @@ impl LoopManager {
                 .find(|record| record.status == LoopStatus::AwaitingApproval)
                 .ok_or(ManagerError::NothingTo("awaiting approval"))?,
         };
-        // A loop whose revision (or review) failed keeps its last good iteration, which the
-        // user may still approve.
-        let approvable = record.status == LoopStatus::AwaitingApproval
-            || (record.status == LoopStatus::Failed
-                && record.iteration > 0
-                && record.loop_type != LoopType::Code);
-        if !approvable {
-            return Err(ManagerError::WrongState {
-                id: record.id.to_string(),
-                status: record.status.as_str(),
-                hint: "only loops awaiting approval (or failed loops with an artifact) can be \
-                       approved",
-            });
+        let wrong_state = |status: LoopStatus| ManagerError::WrongState {
+            id: record.id.to_string(),
+            status: status.as_str(),
+            hint: "only loops awaiting approval (or failed loops with an artifact) can be \
+                   approved",
+        };
+        // Checked before reading the artifact, so a loop that has none is told why; the
+        // store checks again as it approves.
+        if !approvable(&record) {
+            return Err(wrong_state(record.status));
         }
         let kind = jobs::artifact_kind(record.loop_type)?;
         let path = project
@@ -46,13 +45,16 @@ impl LoopManager {
                 id: record.id.to_string(),
                 message: format!("{} is missing or invalid", path.display()),
             })?;
-        self.complete_with_children_from(
-            &project,
-            &record,
-            &[LoopStatus::AwaitingApproval, LoopStatus::Failed],
+        let children = spawned_children(&record, record.iteration, &accepted.children)?;
+        if let Err(refused) = project.db.approve(
+            &record.id,
             record.iteration,
-            &accepted.children,
-        )?;
+            &children,
+            self.shared.host_pid,
+        )? {
+            return Err(wrong_state(refused.status));
+        }
+        self.emit_completed(&record, &children);
         tracing::info!(loop_id = %record.id, iteration = record.iteration, "approved");
         self.schedule(&project);
         Ok(record.id)
@@ -67,37 +69,26 @@ impl LoopManager {
         }
         let project = self.project(root)?;
         let record = self.record(&project, id)?;
-        let revisable = !matches!(
-            record.status,
-            LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
-        ) && (record.iteration > 0 || record.loop_type == LoopType::Code);
-        let wrong_state = |status: LoopStatus| ManagerError::WrongState {
-            id: record.id.to_string(),
-            status: status.as_str(),
-            hint: "only a current loop that has produced its artifact and is not running \
-                   can be revised (an invalidated loop's parent was revised: revise the \
-                   parent's new children instead)",
-        };
-        if !revisable {
-            return Err(wrong_state(record.status));
-        }
-        let Some(invalidated) =
-            project
-                .db
-                .revise(&record.id, feedback.trim(), self.shared.host_pid)?
-        else {
-            let now = self.record(&project, id)?;
-            return Err(wrong_state(now.status));
-        };
+        let invalidated = project
+            .db
+            .revise(&record.id, feedback.trim(), self.shared.host_pid)?
+            .map_err(|refused| ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: refused.status.as_str(),
+                hint: "only a current loop that has produced its artifact and is not running \
+                       can be revised (an invalidated loop's parent was revised: revise the \
+                       parent's new children instead)",
+            })?;
         // After the transaction, so a descendant started in between is stopped too; its
         // supervisor finds it invalidated and leaves that be.
-        for (child, loop_type) in &invalidated {
-            if let Some(token) = lock(&self.shared.running).get(child) {
+        let count = invalidated.len();
+        for change in invalidated {
+            if let Some(token) = lock(&self.shared.running).get(&change.id) {
                 token.cancel();
             }
-            self.emit_status(child, *loop_type, LoopStatus::Invalidated, None);
+            self.emit_change(change);
         }
-        tracing::info!(loop_id = %record.id, invalidated = invalidated.len(), "revising");
+        tracing::info!(loop_id = %record.id, invalidated = count, "revising");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);
         Ok(record.id)
@@ -117,12 +108,10 @@ impl LoopManager {
                 .find(|record| retryable(record.status))
                 .ok_or(ManagerError::NothingTo("failed or cancelled"))?,
         };
-        let current = record.status != LoopStatus::Invalidated;
-        if !current || !project.db.retry(&record.id, self.shared.host_pid)? {
-            let now = self.record(&project, record.id.as_str())?;
+        if let Err(refused) = project.db.retry(&record.id, self.shared.host_pid)? {
             return Err(ManagerError::WrongState {
                 id: record.id.to_string(),
-                status: now.status.as_str(),
+                status: refused.status.as_str(),
                 hint: "only a loop that failed, was cancelled or was interrupted can be retried",
             });
         }
@@ -153,9 +142,8 @@ impl LoopManager {
                 hint: "neither it nor any loop below it is active; nothing to cancel",
             });
         }
-        for record in &tree.cancelled {
-            self.emit_status(&record.id, record.loop_type, LoopStatus::Cancelled, None);
-            self.fail_dependents(&project, record, LoopStatus::Cancelled);
+        for change in tree.changes {
+            self.emit_change(change);
         }
         for id in &tree.running {
             // Registered before its claim, so a loop the scheduler is starting right now is
@@ -169,49 +157,36 @@ impl LoopManager {
         Ok(target.id)
     }
 
-    pub(super) fn complete_with_children_from(
-        &self,
-        project: &Project,
-        record: &LoopRecord,
-        from: &[LoopStatus],
-        iteration: u32,
-        children: &[ChildLoop],
-    ) -> Result<(), ManagerError> {
-        let kind = jobs::artifact_kind(record.loop_type)?;
-        let triggered_by = ProjectLayout::iteration_relative(iteration)
-            .join("artifacts")
-            .join(format!("{}.json", kind.as_str()))
-            .to_string_lossy()
-            .into_owned();
-        let child_records: Vec<LoopRecord> = children
-            .iter()
-            .map(|child| LoopRecord {
-                parent: Some(record.id.clone()),
-                name: Some(child.name.clone()),
-                depends_on: child.depends_on.clone(),
-                triggered_by: Some(triggered_by.clone()),
-                ..LoopRecord::new_pending(child.loop_type, &child.task, record.settings.clone())
-            })
-            .collect();
-        project.db.finish_with_children_from(
-            &record.id,
-            from,
-            LoopStatus::Complete,
-            &child_records,
-            self.shared.host_pid,
-        )?;
+    /// Tells the shells that `record` completed and `children` appeared.
+    pub(super) fn emit_completed(&self, record: &LoopRecord, children: &[LoopRecord]) {
         self.emit_status(&record.id, record.loop_type, LoopStatus::Complete, None);
-        for child in &child_records {
+        for child in children {
             self.emit_status(&child.id, child.loop_type, LoopStatus::Pending, None);
         }
-        Ok(())
     }
 }
 
-/// Loops `:LooprRetry` can run again.
-fn retryable(status: LoopStatus) -> bool {
-    matches!(
-        status,
-        LoopStatus::Failed | LoopStatus::Cancelled | LoopStatus::Interrupted
-    )
+/// The loops that `parent`'s accepted artifact of iteration `iteration` spawns, pending and
+/// inheriting its settings.
+pub(super) fn spawned_children(
+    parent: &LoopRecord,
+    iteration: u32,
+    children: &[ChildLoop],
+) -> Result<Vec<LoopRecord>, ManagerError> {
+    let kind = jobs::artifact_kind(parent.loop_type)?;
+    let triggered_by = ProjectLayout::iteration_relative(iteration)
+        .join("artifacts")
+        .join(format!("{}.json", kind.as_str()))
+        .to_string_lossy()
+        .into_owned();
+    Ok(children
+        .iter()
+        .map(|child| LoopRecord {
+            parent: Some(parent.id.clone()),
+            name: Some(child.name.clone()),
+            depends_on: child.depends_on.clone(),
+            triggered_by: Some(triggered_by.clone()),
+            ..LoopRecord::new_pending(child.loop_type, &child.task, parent.settings.clone())
+        })
+        .collect())
 }
