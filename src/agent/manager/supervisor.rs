@@ -148,40 +148,25 @@ impl LoopManager {
             record.loop_type.as_str()
         ));
         let gated = settings.gates(record.loop_type.as_str());
-        let finished = if gated {
-            project
-                .db
-                .finish_with_children(
-                    &record.id,
-                    LoopStatus::AwaitingApproval,
-                    &[],
-                    self.shared.host_pid,
-                )
-                .map(|finished| (finished, Vec::new()))
-                .map_err(ManagerError::from)
+        let (status, spawned) = if gated {
+            (LoopStatus::AwaitingApproval, Ok(Vec::new()))
         } else {
-            spawned_children(record, outcome.iteration, &outcome.accepted.children).and_then(
-                |children| {
-                    project
-                        .db
-                        .finish_with_children(
-                            &record.id,
-                            LoopStatus::Complete,
-                            &children,
-                            self.shared.host_pid,
-                        )
-                        .map(|finished| (finished, children))
-                        .map_err(ManagerError::from)
-                },
-            )
+            let spawned = spawned_children(record, outcome.iteration, &outcome.accepted.children);
+            (LoopStatus::Complete, spawned)
         };
-        match finished {
-            Ok((Ok(()), _)) if gated => self.emit_status(
+        let finished = spawned.and_then(|children| {
+            let finished = project.db.finish_with_children(
                 &record.id,
-                record.loop_type,
-                LoopStatus::AwaitingApproval,
-                None,
-            ),
+                status,
+                &children,
+                self.shared.host_pid,
+            )?;
+            Ok::<_, ManagerError>((finished, children))
+        });
+        match finished {
+            Ok((Ok(()), _)) if gated => {
+                self.emit_status(&record.id, record.loop_type, status, None)
+            }
             Ok((Ok(()), children)) => self.emit_completed(record, &children),
             // A running loop is refused only when a cancel was asked while it finished: the
             // cancel wins, no child spawns.
