@@ -11,7 +11,10 @@ mod records;
 
 pub use append_log::{AppendLog, LogLines};
 pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode};
-pub use db::{CancelledTree, LoopDb, StoreError};
+pub use db::{
+    CancelledTree, CodeLoopRefused, LoopDb, Refused, StatusChange, StoreError, approvable,
+    retryable,
+};
 pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use leftovers::{remove_if_leftover, sweep_state_dir};

@@ -6,6 +6,10 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 
+mod tree;
+
+pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange, approvable, retryable};
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("loop database {path}: {source}")]
@@ -29,7 +33,7 @@ pub enum StoreError {
 /// The loop records of one project, in `loopr.db`. Several hosts (one per Neovim) may open the
 /// same database; SQLite's WAL mode and busy timeout serialise their writes. Every change that
 /// must not be seen half-done (a parent completing together with its children appearing) is
-/// one transaction.
+/// one transaction; those that reach beyond one loop are in `tree.rs`.
 #[derive(Clone)]
 pub struct LoopDb {
     path: PathBuf,
@@ -102,27 +106,6 @@ impl LoopDb {
         Ok(changed == 1)
     }
 
-    /// Records how a running loop ended; false (and nothing written) if it is no longer
-    /// running, for example because a revision invalidated it meanwhile.
-    pub fn finish_running(
-        &self,
-        id: &LoopId,
-        status: LoopStatus,
-        error: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let changed = self.with_connection(|connection| {
-            // A cancel asked while the loop was finishing wins over its success.
-            connection.execute(
-                "UPDATE loops SET status = CASE WHEN cancel_requested = 1 AND ?2 = 'complete'
-                                                THEN 'cancelled' ELSE ?2 END,
-                                  error = ?3, updated_at = ?4
-                 WHERE id = ?1 AND status = 'running'",
-                params![id.as_str(), status.as_str(), error, now_rfc3339()],
-            )
-        })?;
-        Ok(changed == 1)
-    }
-
     /// Cancels a loop that no task runs (pending or awaiting approval); false if it is in any
     /// other state by now, for example because the scheduler just started it.
     pub fn cancel_idle(&self, id: &LoopId) -> Result<bool, StoreError> {
@@ -189,138 +172,6 @@ impl LoopDb {
         self.require_changed(changed, id)
     }
 
-    /// Sets the status of a running or approval-waiting loop and inserts its children,
-    /// atomically: after a crash either both happened or neither did, so children are never
-    /// spawned twice. Fails if the loop is in any other state.
-    pub fn finish_with_children(
-        &self,
-        id: &LoopId,
-        status: LoopStatus,
-        children: &[LoopRecord],
-        host_pid: u32,
-    ) -> Result<(), StoreError> {
-        self.finish_with_children_from(
-            id,
-            &[LoopStatus::Running, LoopStatus::AwaitingApproval],
-            status,
-            children,
-            host_pid,
-        )
-    }
-
-    /// `finish_with_children` for a loop in one of the statuses `from`; approving the last
-    /// good iteration of a loop whose revision failed starts from `failed`.
-    pub fn finish_with_children_from(
-        &self,
-        id: &LoopId,
-        from: &[LoopStatus],
-        status: LoopStatus,
-        children: &[LoopRecord],
-        host_pid: u32,
-    ) -> Result<(), StoreError> {
-        let from = status_list(from);
-        self.with_transaction(|transaction| {
-            let changed = transaction.execute(
-                &format!(
-                    "UPDATE loops SET status = ?2, error = NULL, updated_at = ?3
-                     WHERE id = ?1 AND status IN ({from}) AND cancel_requested = 0"
-                ),
-                params![id.as_str(), status.as_str(), now_rfc3339()],
-            )?;
-            if changed == 0 {
-                return Ok(false);
-            }
-            for child in children {
-                insert_row(transaction, child, host_pid)?;
-            }
-            Ok(true)
-        })
-        .and_then(|changed| self.require_changed(usize::from(changed), id))
-    }
-
-    /// Prepares a loop for another iteration with the user's feedback: it becomes pending,
-    /// owned by `host_pid` (the host that will run it, which need not be the one that ran it
-    /// before), and every descendant not yet invalidated becomes invalidated. One
-    /// transaction, descendants read inside it, so a child a sibling inserts at the same
-    /// moment cannot escape. `None` (and nothing changed) when the loop is running, pending
-    /// or invalidated by then. Returns the descendants it invalidated.
-    pub fn revise(
-        &self,
-        id: &LoopId,
-        feedback: &str,
-        host_pid: u32,
-    ) -> Result<Option<Vec<(LoopId, LoopType)>>, StoreError> {
-        let path = self.path.clone();
-        self.with_transaction(|transaction| {
-            let now = now_rfc3339();
-            let changed = transaction.execute(
-                "UPDATE loops SET status = 'pending', feedback = ?2, error = NULL, updated_at = ?3,
-                                  host_pid = ?4
-                 WHERE id = ?1 AND status NOT IN ('pending', 'running', 'invalidated')",
-                params![id.as_str(), feedback, now, host_pid],
-            )?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            let invalidated: Vec<(LoopId, LoopType)> = descendants_in(transaction, id, &path)?
-                .into_iter()
-                .filter(|record| record.status != LoopStatus::Invalidated)
-                .map(|record| (record.id, record.loop_type))
-                .collect();
-            for (child, _) in &invalidated {
-                transaction.execute(
-                    "UPDATE loops SET status = 'invalidated', updated_at = ?2 WHERE id = ?1",
-                    params![child.as_str(), now],
-                )?;
-            }
-            Ok(Some(invalidated))
-        })
-    }
-
-    /// Cancels loop `id` and every loop below it, in one transaction: loops no task runs
-    /// (pending, awaiting approval) become cancelled here; running ones are returned for
-    /// their host to stop (their supervisor records the end).
-    pub fn cancel_tree(&self, id: &LoopId) -> Result<CancelledTree, StoreError> {
-        let path = self.path.clone();
-        self.with_transaction(|transaction| {
-            let target = transaction
-                .query_row(
-                    &format!("{SELECT_RECORD} WHERE id = ?1"),
-                    params![id.as_str()],
-                    RawRecord::from_row,
-                )
-                .optional()?;
-            let Some(target) = target else {
-                return Ok(CancelledTree::default());
-            };
-            let target = target.into_record(&path).map_err(store_to_sqlite)?;
-            let mut tree = vec![target];
-            tree.extend(descendants_in(transaction, id, &path)?);
-            let now = now_rfc3339();
-            let mut outcome = CancelledTree::default();
-            for record in tree {
-                match record.status {
-                    LoopStatus::Pending | LoopStatus::AwaitingApproval => {
-                        transaction.execute(
-                            "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        outcome.cancelled.push(record);
-                    }
-                    LoopStatus::Running => {
-                        transaction.execute(
-                            "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        outcome.running.push(record.id);
-                    }
-                    _ => {}
-                }
-            }
-            Ok(outcome)
-        })
-    }
-
     /// Whether a running loop should go on: it is still running and nobody (in any host)
     /// asked to cancel it or invalidated it meanwhile.
     pub fn still_wanted(&self, id: &LoopId) -> Result<bool, StoreError> {
@@ -343,19 +194,6 @@ impl LoopDb {
                 .optional()
         })?;
         Ok(flag.unwrap_or(false))
-    }
-
-    /// Makes a loop that ended without success (failed, cancelled, interrupted) pending
-    /// again, owned by `host_pid`; false if it is in any other state.
-    pub fn retry(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
-        let changed = self.with_connection(|connection| {
-            connection.execute(
-                "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2, updated_at = ?3
-                 WHERE id = ?1 AND status IN ('failed', 'cancelled', 'interrupted')",
-                params![id.as_str(), host_pid, now_rfc3339()],
-            )
-        })?;
-        Ok(changed == 1)
     }
 
     /// Uses up the user's feedback of a loop that took it into its run.
@@ -396,12 +234,6 @@ impl LoopDb {
             &format!("{SELECT_RECORD} WHERE parent = ?1 ORDER BY created_at, rowid"),
             &[id.as_str()],
         )
-    }
-
-    /// Every loop below `id`, parents before children.
-    pub fn descendants(&self, id: &LoopId) -> Result<Vec<LoopRecord>, StoreError> {
-        let path = self.path.clone();
-        self.with_connection(|connection| descendants_in(connection, id, &path))
     }
 
     /// Loops left pending or running by a host that no longer runs them become pending and
@@ -512,55 +344,9 @@ impl LoopDb {
     }
 }
 
-/// What `cancel_tree` did.
-#[derive(Debug, Default)]
-pub struct CancelledTree {
-    /// Loops it cancelled (they were pending or awaiting approval), as they were before.
-    pub cancelled: Vec<LoopRecord>,
-    /// Running loops, for their host to stop.
-    pub running: Vec<LoopId>,
-}
-
-impl CancelledTree {
-    pub fn is_empty(&self) -> bool {
-        self.cancelled.is_empty() && self.running.is_empty()
-    }
-}
-
-/// Every loop below `id`, parents before children, read through `connection` (inside a
-/// caller's transaction when it has one).
-fn descendants_in(
-    connection: &Connection,
-    id: &LoopId,
-    path: &Path,
-) -> rusqlite::Result<Vec<LoopRecord>> {
-    let mut statement = connection.prepare(&format!(
-        "WITH RECURSIVE tree(id, depth) AS (
-             SELECT id, 1 FROM loops WHERE parent = ?1
-             UNION ALL
-             SELECT loops.id, tree.depth + 1 FROM loops JOIN tree ON loops.parent = tree.id
-         )
-         {SELECT_RECORD} JOIN tree USING (id) ORDER BY tree.depth, created_at, rowid"
-    ))?;
-    let rows = statement
-        .query_map(params![id.as_str()], RawRecord::from_row)?
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter()
-        .map(|raw| raw.into_record(path).map_err(store_to_sqlite))
-        .collect()
-}
-
 /// A bad row met inside a transaction aborts it like any SQLite error would.
 fn store_to_sqlite(err: StoreError) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(err.to_string())))
-}
-
-fn status_list(statuses: &[LoopStatus]) -> String {
-    statuses
-        .iter()
-        .map(|status| format!("'{}'", status.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> rusqlite::Result<()> {
@@ -766,7 +552,7 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
-    fn record(id: &str, created_at: &str) -> LoopRecord {
+    pub(super) fn record(id: &str, created_at: &str) -> LoopRecord {
         LoopRecord {
             id: LoopId::parse(id).expect("id"),
             status: LoopStatus::Running,
@@ -776,7 +562,7 @@ mod tests {
         }
     }
 
-    fn child(id: &str, parent: &str, name: &str) -> LoopRecord {
+    pub(super) fn child(id: &str, parent: &str, name: &str) -> LoopRecord {
         LoopRecord {
             parent: LoopId::parse(parent),
             name: Some(name.to_owned()),
@@ -787,7 +573,7 @@ mod tests {
         }
     }
 
-    fn open(dir: &tempfile::TempDir) -> LoopDb {
+    pub(super) fn open(dir: &tempfile::TempDir) -> LoopDb {
         LoopDb::open(&dir.path().join("p/loopr.db")).expect("open")
     }
 
@@ -811,79 +597,6 @@ mod tests {
         assert_eq!(records[1].status, LoopStatus::Failed);
         assert_eq!(records[1].error.as_deref(), Some("turn limit"));
         assert_eq!((records[1].tokens_in, records[1].tokens_out), (120, 45));
-    }
-
-    #[test]
-    fn finishing_with_children_is_atomic_and_keeps_their_fields() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = open(&dir);
-        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
-            .expect("insert");
-        let parent = LoopId::parse("plan-1").expect("id");
-        let children = [
-            child("spec-1", "plan-1", "first"),
-            child("spec-2", "plan-1", "second"),
-        ];
-        db.finish_with_children(&parent, LoopStatus::Complete, &children, 1)
-            .expect("finish");
-        let stored = db.children(&parent).expect("children");
-        assert_eq!(stored, children.to_vec());
-        // A second attempt (say, after a crash and resume) fails as a whole: no duplicates.
-        assert!(
-            db.finish_with_children(&parent, LoopStatus::Complete, &children, 1)
-                .is_err()
-        );
-        assert_eq!(db.children(&parent).expect("children").len(), 2);
-        assert_eq!(
-            db.get(&parent).expect("get").expect("exists").status,
-            LoopStatus::Complete
-        );
-    }
-
-    #[test]
-    fn revising_invalidates_every_descendant_and_makes_the_loop_pending() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = open(&dir);
-        db.insert(
-            &LoopRecord {
-                status: LoopStatus::AwaitingApproval,
-                ..record("plan-1", "2026-01-01T00:00:00Z")
-            },
-            1,
-        )
-        .expect("insert");
-        db.insert(&child("spec-1", "plan-1", "s"), 1)
-            .expect("insert");
-        db.insert(&child("phase-1", "spec-1", "p"), 1)
-            .expect("insert");
-        let plan = LoopId::parse("plan-1").expect("id");
-        let invalidated = db
-            .revise(&plan, "split it differently", 7)
-            .expect("revise")
-            .expect("revisable");
-        assert_eq!(invalidated.len(), 2);
-        assert_eq!(
-            db.pending_for_host(7).expect("pending").len(),
-            1,
-            "the revising host runs the revision"
-        );
-        assert!(
-            db.revise(&plan, "again", 7).expect("revise").is_none(),
-            "a pending loop is not revised twice"
-        );
-        let records = db.list().expect("list");
-        for record in &records {
-            let expected = if record.id == plan {
-                LoopStatus::Pending
-            } else {
-                LoopStatus::Invalidated
-            };
-            assert_eq!(record.status, expected, "{}", record.id);
-        }
-        let revised = db.get(&plan).expect("get").expect("exists");
-        assert_eq!(revised.feedback.as_deref(), Some("split it differently"));
-        db.set_iteration(&plan, 2).expect("iteration");
-        assert_eq!(db.get(&plan).expect("get").expect("exists").feedback, None);
     }
 
     #[test]
@@ -987,102 +700,6 @@ mod tests {
                 assert!(opened.is_ok(), "round {round}: {opened:?}");
             }
         }
-    }
-
-    #[test]
-    fn children_a_finishing_loop_inserts_during_a_revision_are_invalidated_with_it() {
-        // Two hosts on one database: one revises the plan while the other's spec finishes
-        // and inserts its phases. Whatever the interleaving, nothing below the revised plan
-        // may stay able to run.
-        for round in 0..100 {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("loopr.db");
-            let revising_host = LoopDb::open(&path).expect("open");
-            let finishing_host = LoopDb::open(&path).expect("open");
-            revising_host
-                .insert(
-                    &LoopRecord {
-                        status: LoopStatus::Complete,
-                        ..record("plan-1", "2026-01-01T00:00:00Z")
-                    },
-                    1,
-                )
-                .expect("plan");
-            revising_host
-                .insert(
-                    &LoopRecord {
-                        status: LoopStatus::Running,
-                        ..child("spec-1", "plan-1", "s")
-                    },
-                    2,
-                )
-                .expect("spec");
-            let start = Arc::new(std::sync::Barrier::new(2));
-            let finishing = {
-                let start = start.clone();
-                std::thread::spawn(move || {
-                    start.wait();
-                    let phase = child("phase-1", "spec-1", "p");
-                    // Refused when the revision came first: the spec is invalidated.
-                    let _ = finishing_host.finish_with_children(
-                        &LoopId::parse("spec-1").expect("id"),
-                        LoopStatus::Complete,
-                        &[phase],
-                        2,
-                    );
-                })
-            };
-            start.wait();
-            let plan = LoopId::parse("plan-1").expect("id");
-            revising_host
-                .revise(&plan, "again", 1)
-                .expect("revise")
-                .expect("revisable");
-            finishing.join().expect("thread");
-            for below in revising_host.descendants(&plan).expect("descendants") {
-                assert_eq!(
-                    below.status,
-                    LoopStatus::Invalidated,
-                    "round {round}: {} escaped the revision",
-                    below.id
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_cancel_asked_of_a_finishing_loop_wins_over_its_success() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = open(&dir);
-        db.insert(&record("plan-1", "2026-01-01T00:00:00Z"), 1)
-            .expect("insert");
-        let plan = LoopId::parse("plan-1").expect("id");
-        assert!(db.still_wanted(&plan).expect("wanted"));
-        let tree = db.cancel_tree(&plan).expect("cancel");
-        assert_eq!(tree.running, vec![plan.clone()]);
-        assert!(!db.still_wanted(&plan).expect("wanted"), "the loop sees it");
-        // The loop's task had already finished: its success and children are refused...
-        assert!(
-            db.finish_with_children(
-                &plan,
-                LoopStatus::Complete,
-                &[child("spec-1", "plan-1", "s")],
-                1
-            )
-            .is_err()
-        );
-        assert!(db.children(&plan).expect("children").is_empty());
-        // ...and its end is recorded as cancelled.
-        assert!(
-            db.finish_running(&plan, LoopStatus::Complete, None)
-                .expect("finish")
-        );
-        let now = db.get(&plan).expect("get").expect("exists");
-        assert_eq!(now.status, LoopStatus::Cancelled);
-        // A retry is a new run: the old request is gone once it is claimed.
-        assert!(db.retry(&plan, 1).expect("retry"));
-        assert!(db.claim(&plan, 1).expect("claim"));
-        assert!(db.still_wanted(&plan).expect("wanted"));
     }
 
     #[test]

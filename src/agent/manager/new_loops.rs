@@ -1,0 +1,92 @@
+//! Recording new loops: a plan for a task, a code loop for an approved phase.
+
+use std::path::Path;
+
+use super::{LoopManager, ManagerError};
+use crate::agent::code_loop::runnable_phase;
+use crate::agent::phases::{PhaseLookupError, resolve_phase};
+use crate::agent::settings::LoopSettings;
+use crate::store::{CodeLoopRefused, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
+
+impl LoopManager {
+    /// Starts a plan loop for `task` and returns its id at once; loops run in the background
+    /// and report through events.
+    pub fn start_plan(
+        &self,
+        root: &Path,
+        task: &str,
+        settings: LoopSettings,
+    ) -> Result<LoopId, ManagerError> {
+        let task = task.trim();
+        if task.is_empty() {
+            return Err(ManagerError::EmptyTask);
+        }
+        settings.check().map_err(ManagerError::Settings)?;
+        // Fail now, not in the background, when the provider cannot be built (no API key).
+        (self.shared.provider_factory)(&settings)?;
+        let project = self.project(root)?;
+        let record = LoopRecord::new_pending(LoopType::Plan, task, settings.to_json());
+        project.db.insert(&record, self.shared.host_pid)?;
+        tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop created");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Starts a code loop that implements phase `phase` (a phase name or a phase loop id) and
+    /// returns its id at once.
+    pub fn start_code(
+        &self,
+        root: &Path,
+        phase: &str,
+        settings: LoopSettings,
+    ) -> Result<LoopId, ManagerError> {
+        settings.check().map_err(ManagerError::Settings)?;
+        (self.shared.provider_factory)(&settings)?;
+        let project = self.project(root)?;
+        let records = project.db.list()?;
+        let phase_record = resolve_phase(&records, phase, |record| {
+            runnable_phase(record.status, record.iteration)
+        })
+        .map_err(|err| match err {
+            PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
+            ambiguous => ManagerError::Phase(ambiguous),
+        })?;
+        let record = LoopRecord {
+            parent: Some(phase_record.id.clone()),
+            name: phase_record.name.clone(),
+            triggered_by: Some(
+                ProjectLayout::iteration_relative(phase_record.iteration)
+                    .join("artifacts/phase.json")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ..LoopRecord::new_pending(LoopType::Code, &phase_record.task, settings.to_json())
+        };
+        match project
+            .db
+            .insert_code_loop(&record, phase_record, self.shared.host_pid)?
+        {
+            Ok(()) => {}
+            Err(CodeLoopRefused::Busy { id, status }) => {
+                return Err(ManagerError::WrongState {
+                    id: id.to_string(),
+                    status: status.as_str(),
+                    hint: "this phase already has a code loop; cancel it first",
+                });
+            }
+            Err(CodeLoopRefused::PhaseChanged(now)) => {
+                return Err(ManagerError::WrongState {
+                    id: phase_record.id.to_string(),
+                    status: now.status.as_str(),
+                    hint: "the phase changed while its code loop was being created; see \
+                           :LooprStatus",
+                });
+            }
+        }
+        tracing::info!(loop_id = %record.id, phase, "code loop created");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+}

@@ -1,0 +1,99 @@
+//! Which projects this host has open: opening one adopts the loops a dead host left and
+//! sweeps the temporary files killed hosts left behind.
+
+use std::path::Path;
+
+use super::{LoopManager, ManagerError, Project, lock};
+use crate::store::{
+    LoopDb, LoopStatus, ProjectLayout, host_is_alive, remove_if_leftover, sweep_state_dir,
+};
+use crate::tools::{ProjectRoot, project_walker};
+
+impl LoopManager {
+    /// The project at `root`, opened once per host. Opening it adopts loops left behind by a
+    /// host that died and schedules them, so they resume.
+    pub(super) fn project(&self, root: &Path) -> Result<Project, ManagerError> {
+        let root = ProjectRoot::new(root).map_err(|source| ManagerError::Root {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let project = {
+            let mut projects = lock(&self.shared.projects);
+            if let Some(project) = projects.get(root.path()) {
+                return Ok(project.clone());
+            }
+            let layout = ProjectLayout::new(&self.shared.loopr_home, root.path());
+            let db = LoopDb::open(&layout.database())?;
+            let project = Project { root, layout, db };
+            projects.insert(project.root.path().to_path_buf(), project.clone());
+            project
+        };
+        self.remove_leftovers(&project);
+        let adopted = project
+            .db
+            .adopt_orphans(self.shared.host_pid, |owner, id, status| {
+                if owner == self.shared.host_pid {
+                    // Ours by pid, yet no task runs it: left by an earlier host with our pid.
+                    status == LoopStatus::Running && !lock(&self.shared.running).contains_key(id)
+                } else {
+                    !host_is_alive(&self.shared.loopr_home, owner)
+                }
+            })?;
+        if !adopted.is_empty() {
+            tracing::info!(
+                count = adopted.len(),
+                "resuming loops of a host that exited"
+            );
+            for id in &adopted {
+                if let Some(record) = project.db.get(id)? {
+                    self.emit_status(id, record.loop_type, LoopStatus::Pending, None);
+                }
+            }
+        }
+        self.schedule(&project);
+        Ok(project)
+    }
+
+    /// Opens the project so this host resumes its unfinished loops; returns how many loops of
+    /// the project are active.
+    pub fn resume(&self, root: &Path) -> Result<usize, ManagerError> {
+        let project = self.project(root)?;
+        Ok(project
+            .db
+            .list()?
+            .iter()
+            .filter(|record| record.status.is_active())
+            .count())
+    }
+
+    /// Removes the temporary files hosts that were killed left in the project's state (now:
+    /// it is small) and in the project itself (in the background: a tree walk, which a shell
+    /// waiting for quiet waits for).
+    fn remove_leftovers(&self, project: &Project) {
+        let home = self.shared.loopr_home.clone();
+        let removed = sweep_state_dir(project.layout.project_dir(), &home);
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed temporary files of killed hosts from the state"
+            );
+        }
+        let root = project.root.clone();
+        self.shared.busy.send_modify(|busy| *busy += 1);
+        let manager = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("loopr-leftovers".to_owned())
+            .spawn(move || {
+                if let Ok(walker) = project_walker(&root, root.path(), None) {
+                    for entry in walker.flatten() {
+                        remove_if_leftover(entry.path(), &home);
+                    }
+                }
+                manager.shared.busy.send_modify(|busy| *busy -= 1);
+            });
+        if let Err(err) = spawned {
+            tracing::warn!(error = %err, "starting the leftover sweep");
+            self.shared.busy.send_modify(|busy| *busy -= 1);
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! What runs next: pending loops of this host whose dependencies are complete, while slots
+//! are free.
+
+use std::sync::atomic::Ordering;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{LoopManager, Project, lock};
+use crate::agent::settings::LoopSettings;
+
+impl LoopManager {
+    /// Starts every pending loop of this host whose dependencies are complete, while slots
+    /// are free.
+    pub(super) fn schedule(&self, project: &Project) {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let _scheduling = lock(&self.shared.scheduling);
+        let ready = match project.db.ready_for_host(self.shared.host_pid) {
+            Ok(ready) => ready,
+            Err(err) => {
+                tracing::error!(error = %err, "listing loops ready to run");
+                return;
+            }
+        };
+        for record in ready {
+            let settings = LoopSettings::from_stored(&record.settings);
+            let limit = usize::try_from(settings.max_concurrent_loops).unwrap_or(usize::MAX);
+            if self.running_count() >= limit {
+                continue;
+            }
+            // The token exists before the claim: a cancel that comes between the claim and
+            // the launch finds it, and the loop stops as soon as it starts.
+            let cancel = CancellationToken::new();
+            lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
+            match project.db.claim(&record.id, self.shared.host_pid) {
+                Ok(true) => {
+                    crate::test_hooks::hold_point("after_claim");
+                    self.launch(project, record, settings, cancel);
+                }
+                Ok(false) => {
+                    lock(&self.shared.running).remove(&record.id);
+                }
+                Err(err) => {
+                    lock(&self.shared.running).remove(&record.id);
+                    tracing::error!(loop_id = %record.id, error = %err, "claiming a loop");
+                }
+            }
+        }
+    }
+}

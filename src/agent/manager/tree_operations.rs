@@ -1,0 +1,192 @@
+//! What the user does to the loop tree: approve, revise, retry, cancel. Which loops each one
+//! reaches is decided by one store transaction; here the request is checked, the shells hear
+//! what changed, and the tasks of stopped loops are cancelled.
+
+use std::path::Path;
+
+use super::{LoopManager, ManagerError, lock};
+use crate::agent::jobs::{self, ChildLoop};
+use crate::store::{LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, retryable};
+
+impl LoopManager {
+    /// Approves loop `id` (or the newest loop awaiting approval): it completes and its
+    /// children spawn from its stored artifact.
+    pub fn approve(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+        let project = self.project(root)?;
+        let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.record(&project, id)?,
+            None => project
+                .db
+                .list()?
+                .into_iter()
+                .find(|record| record.status == LoopStatus::AwaitingApproval)
+                .ok_or(ManagerError::NothingTo("awaiting approval"))?,
+        };
+        let wrong_state = |status: LoopStatus| ManagerError::WrongState {
+            id: record.id.to_string(),
+            status: status.as_str(),
+            hint: "only loops awaiting approval (or failed loops with an artifact) can be \
+                   approved",
+        };
+        // Checked before reading the artifact, so a loop that has none is told why; the
+        // store checks again as it approves.
+        if !approvable(&record) {
+            return Err(wrong_state(record.status));
+        }
+        let kind = jobs::artifact_kind(record.loop_type)?;
+        let path = project
+            .layout
+            .artifacts_dir(&record.id, record.iteration)
+            .join(format!("{}.json", kind.as_str()));
+        let accepted = jobs::read_json(&path)
+            .ok()
+            .and_then(|json| jobs::restore(kind, &json))
+            .ok_or_else(|| ManagerError::StoredArtifact {
+                id: record.id.to_string(),
+                message: format!("{} is missing or invalid", path.display()),
+            })?;
+        let children = spawned_children(&record, record.iteration, &accepted.children)?;
+        if let Err(refused) = project.db.approve(
+            &record.id,
+            record.iteration,
+            &children,
+            self.shared.host_pid,
+        )? {
+            return Err(wrong_state(refused.status));
+        }
+        self.emit_completed(&record, &children);
+        tracing::info!(loop_id = %record.id, iteration = record.iteration, "approved");
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Runs loop `id` again with the user's feedback. Its children, spawned from the old
+    /// artifact, are cancelled and invalidated; their artifacts stay on disk. A code loop
+    /// starts a new iteration that gets the feedback.
+    pub fn revise(&self, root: &Path, id: &str, feedback: &str) -> Result<LoopId, ManagerError> {
+        if feedback.trim().is_empty() {
+            return Err(ManagerError::EmptyFeedback);
+        }
+        let project = self.project(root)?;
+        let record = self.record(&project, id)?;
+        let invalidated = project
+            .db
+            .revise(&record.id, feedback.trim(), self.shared.host_pid)?
+            .map_err(|refused| ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: refused.status.as_str(),
+                hint: "only a current loop that has produced its artifact and is not running \
+                       can be revised (an invalidated loop's parent was revised: revise the \
+                       parent's new children instead)",
+            })?;
+        // After the transaction, so a descendant started in between is stopped too; its
+        // supervisor finds it invalidated and leaves that be.
+        let count = invalidated.len();
+        for change in invalidated {
+            if let Some(token) = lock(&self.shared.running).get(&change.id) {
+                token.cancel();
+            }
+            self.emit_change(change);
+        }
+        tracing::info!(loop_id = %record.id, invalidated = count, "revising");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Runs a loop that failed, was cancelled or was interrupted again, from where it stood:
+    /// an artifact loop resumes its stored conversation (or starts over if it had none), a
+    /// code loop gets a fresh allowance of iterations.
+    pub fn retry(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+        let project = self.project(root)?;
+        let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.record(&project, id)?,
+            None => project
+                .db
+                .list()?
+                .into_iter()
+                .find(|record| retryable(record.status))
+                .ok_or(ManagerError::NothingTo("failed or cancelled"))?,
+        };
+        if let Err(refused) = project.db.retry(&record.id, self.shared.host_pid)? {
+            return Err(ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: refused.status.as_str(),
+                hint: "only a loop that failed, was cancelled or was interrupted can be retried",
+            });
+        }
+        tracing::info!(loop_id = %record.id, "retrying");
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        self.schedule(&project);
+        Ok(record.id)
+    }
+
+    /// Cancels loop `id` (or the newest active loop) and every active loop below it; a finished
+    /// plan can be given to stop the specs and phases it spawned.
+    pub fn cancel(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+        let project = self.project(root)?;
+        let target = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.record(&project, id)?,
+            None => project
+                .db
+                .list()?
+                .into_iter()
+                .find(|record| record.status.is_active())
+                .ok_or(ManagerError::NothingTo("running"))?,
+        };
+        let tree = project.db.cancel_tree(&target.id)?;
+        if tree.is_empty() {
+            return Err(ManagerError::WrongState {
+                id: target.id.to_string(),
+                status: target.status.as_str(),
+                hint: "neither it nor any loop below it is active; nothing to cancel",
+            });
+        }
+        for change in tree.changes {
+            self.emit_change(change);
+        }
+        for id in &tree.running {
+            // Registered before its claim, so a loop the scheduler is starting right now is
+            // found here too; its supervisor records the cancellation when the task stops.
+            // (A loop another host runs is stopped by that host.)
+            if let Some(token) = lock(&self.shared.running).get(id) {
+                token.cancel();
+            }
+        }
+        tracing::info!(loop_id = %target.id, "cancel requested");
+        Ok(target.id)
+    }
+
+    /// Tells the shells that `record` completed and `children` appeared.
+    pub(super) fn emit_completed(&self, record: &LoopRecord, children: &[LoopRecord]) {
+        self.emit_status(&record.id, record.loop_type, LoopStatus::Complete, None);
+        for child in children {
+            self.emit_status(&child.id, child.loop_type, LoopStatus::Pending, None);
+        }
+    }
+}
+
+/// The loops that `parent`'s accepted artifact of iteration `iteration` spawns, pending and
+/// inheriting its settings.
+pub(super) fn spawned_children(
+    parent: &LoopRecord,
+    iteration: u32,
+    children: &[ChildLoop],
+) -> Result<Vec<LoopRecord>, ManagerError> {
+    let kind = jobs::artifact_kind(parent.loop_type)?;
+    let triggered_by = ProjectLayout::iteration_relative(iteration)
+        .join("artifacts")
+        .join(format!("{}.json", kind.as_str()))
+        .to_string_lossy()
+        .into_owned();
+    Ok(children
+        .iter()
+        .map(|child| LoopRecord {
+            parent: Some(parent.id.clone()),
+            name: Some(child.name.clone()),
+            depends_on: child.depends_on.clone(),
+            triggered_by: Some(triggered_by.clone()),
+            ..LoopRecord::new_pending(child.loop_type, &child.task, parent.settings.clone())
+        })
+        .collect())
+}
