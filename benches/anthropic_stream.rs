@@ -115,7 +115,7 @@ async fn over_http(name: &str, turn: &TurnBuilder, turns: usize) {
         model: "bench".to_owned(),
         max_tokens: 1024,
         system: String::new(),
-        messages: vec![Message::user_text("go")],
+        messages: loopr::llm::shared(vec![Message::user_text("go")]),
         tools: Vec::new(),
     };
     let cancel = CancellationToken::new();

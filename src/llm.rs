@@ -13,6 +13,7 @@ mod provider;
 pub mod providers;
 mod retry;
 mod types;
+pub mod wire_cache;
 
 pub use attempt::{AttemptFailure, Endpoint, RetryPolicy, StreamFailure, with_retries};
 pub use credentials::ApiKey;
@@ -23,5 +24,5 @@ pub use providers::{
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
 pub use types::{
-    ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage,
+    ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage, shared,
 };

@@ -180,7 +180,7 @@ impl CallHandler for ArtifactCalls<'_> {
     async fn answer(
         &mut self,
         call: ToolCall,
-        conversation: &[Message],
+        conversation: &[std::sync::Arc<Message>],
     ) -> Result<CallResult, LoopError> {
         let (context, kind) = (self.context, self.kind);
         if self.state.stage == Stage::Done {
@@ -224,7 +224,7 @@ async fn create_call(
     reviews: &[(&'static str, &'static str)],
     state: &mut RunState,
     input: &Value,
-    conversation: &[Message],
+    conversation: &[std::sync::Arc<Message>],
 ) -> Result<CallResult, LoopError> {
     let accepted = match jobs::accept(&context.record, &context.root, input)? {
         Ok(accepted) => accepted,

@@ -22,7 +22,7 @@ pub fn store_artifact<T: Serialize>(
     kind: ArtifactKind,
     artifact: &T,
     markdown: &str,
-    conversation: Option<&[Message]>,
+    conversation: Option<&[std::sync::Arc<Message>]>,
 ) -> Result<StoredArtifact, std::io::Error> {
     let artifacts_dir = layout.artifacts_dir(loop_id, iteration);
     let json_path = artifacts_dir.join(format!("{}.json", kind.as_str()));

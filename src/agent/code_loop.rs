@@ -187,7 +187,7 @@ impl CallHandler for CodeCalls<'_> {
     async fn answer(
         &mut self,
         call: ToolCall,
-        conversation: &[Message],
+        conversation: &[std::sync::Arc<Message>],
     ) -> Result<CallResult, LoopError> {
         let context = self.context;
         let name = call.name;
@@ -265,7 +265,7 @@ async fn validate(
     tool_context: &ToolContext,
     phase: &PhaseArtifact,
     iteration: u32,
-    conversation: &[Message],
+    conversation: &[std::sync::Arc<Message>],
 ) -> Result<(bool, String), LoopError> {
     let command = &phase.validation_command;
     if let Some(pattern) = context.policy.denied_by(command) {

@@ -133,18 +133,12 @@ impl Journal {
                 Entry::RunStart { .. } => run = Some((Vec::new(), None, 0)),
                 Entry::User { content } => {
                     if let Some((messages, _, _)) = run.as_mut() {
-                        messages.push(Message {
-                            role: Role::User,
-                            content,
-                        });
+                        push_alternating(messages, Role::User, content);
                     }
                 }
                 Entry::Assistant { content, .. } => {
                     if let Some((messages, _, _)) = run.as_mut() {
-                        messages.push(Message {
-                            role: Role::Assistant,
-                            content,
-                        });
+                        push_alternating(messages, Role::Assistant, content);
                     }
                 }
                 Entry::Retry { .. } => {}
@@ -277,6 +271,15 @@ impl Journal {
     }
 }
 
+/// Adds a message; one of the same role as the last joins it (feedback after our last
+/// message), so roles alternate as providers expect.
+fn push_alternating(messages: &mut Vec<Message>, role: Role, content: Vec<ContentBlock>) {
+    match messages.last_mut() {
+        Some(last) if last.role == role => last.content.extend(content),
+        _ => messages.push(Message { role, content }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +365,26 @@ mod tests {
         let run = journal.load::<TestState>().expect("load").expect("run");
         assert_eq!(run.messages.len(), 5);
         assert_eq!(run.state.turns, 2);
+    }
+
+    #[test]
+    fn our_messages_in_a_row_replay_as_one_so_roles_alternate() {
+        let (_dir, journal, _, _) = journal();
+        journal
+            .start_run(&Message::user_text("task"), &state("drafting", 0))
+            .expect("start");
+        journal
+            .append(
+                &[assistant("a1"), user("r1"), user("feedback")],
+                &state("drafting", 1),
+            )
+            .expect("turn");
+        let run = journal.load::<TestState>().expect("load").expect("run");
+        assert_eq!(run.messages.len(), 3);
+        assert_eq!(
+            run.messages[2].content,
+            vec![ContentBlock::text("r1"), ContentBlock::text("feedback")]
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! turn to the journal. What a call does, and what ends a loop, stay with the loop
 //! (`CallHandler` and the loop's own state).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -49,7 +49,7 @@ pub(super) trait CallHandler: Send {
     async fn answer(
         &mut self,
         call: ToolCall,
-        conversation: &[Message],
+        conversation: &[Arc<Message>],
     ) -> Result<CallResult, LoopError>;
 
     /// The order to run a turn's calls in.
@@ -85,7 +85,7 @@ impl Conversation {
                 model: String::new(),
                 max_tokens: context.settings.max_tokens,
                 system,
-                messages,
+                messages: crate::llm::shared(messages),
                 tools,
             },
             journal,
@@ -98,14 +98,22 @@ impl Conversation {
         }
     }
 
-    /// Adds a message of ours (feedback) to the turn under way.
+    /// Adds a message of ours (feedback) to the turn under way. It joins our last message
+    /// if the conversation ends with one: roles alternate in what providers get.
     pub fn add_user_text(&mut self, text: String) {
-        let content = vec![ContentBlock::text(text)];
-        self.request.messages.push(Message {
-            role: Role::User,
-            content: content.clone(),
+        let block = ContentBlock::text(text);
+        match self.request.messages.last_mut() {
+            Some(last) if last.role == Role::User => {
+                Arc::make_mut(last).content.push(block.clone());
+            }
+            _ => self.request.messages.push(Arc::new(Message {
+                role: Role::User,
+                content: vec![block.clone()],
+            })),
+        }
+        self.pending.push(Entry::User {
+            content: vec![block],
         });
-        self.pending.push(Entry::User { content });
     }
 
     /// One turn: asks `model`, runs the calls through `handler`, and adds the answer and the
@@ -166,10 +174,10 @@ impl Conversation {
             stop_reason: turn.stop_reason.clone(),
             truncated_tool_calls: turn.truncated_tool_calls.clone(),
         });
-        self.request.messages.push(Message {
+        self.request.messages.push(Arc::new(Message {
             role: Role::Assistant,
             content: turn.content.clone(),
-        });
+        }));
 
         let mut calls = turn.tool_calls();
         handler.order(&mut calls);
@@ -202,10 +210,10 @@ impl Conversation {
             follow_ups.push(nudge);
         }
         reply.extend(follow_ups.into_iter().map(ContentBlock::text));
-        self.request.messages.push(Message {
+        self.request.messages.push(Arc::new(Message {
             role: Role::User,
             content: reply.clone(),
-        });
+        }));
         self.pending.push(Entry::User { content: reply });
         Ok(Answered { last_problem })
     }

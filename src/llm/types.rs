@@ -3,6 +3,8 @@
 //! (journal, conversation files), which also reads the Anthropic-shaped form earlier versions
 //! stored.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -83,8 +85,15 @@ pub struct ChatRequest {
     pub model: String,
     pub max_tokens: u32,
     pub system: String,
-    pub messages: Vec<Message>,
+    /// Shared, never changed once sent: a provider may keep what it made of a message for
+    /// the next request, which repeats it (`WireCache`).
+    pub messages: Vec<Arc<Message>>,
     pub tools: Vec<ToolSpec>,
+}
+
+/// `messages` in the form a request holds them.
+pub fn shared(messages: Vec<Message>) -> Vec<Arc<Message>> {
+    messages.into_iter().map(Arc::new).collect()
 }
 
 /// Tokens of one turn (or summed over many), the same way for every provider: input read at

@@ -62,7 +62,7 @@ fn request() -> ChatRequest {
         model: MODEL.to_owned(),
         max_tokens: 512,
         system: "Answer briefly.".to_owned(),
-        messages: vec![Message::user_text("Say hello")],
+        messages: loopr::llm::shared(vec![Message::user_text("Say hello")]),
         tools: Vec::new(),
     }
 }

@@ -307,7 +307,7 @@ async fn complete(client: &OpenAiClient) -> (loopr::llm::Turn, Vec<String>) {
         model: "gpt-test".to_owned(),
         max_tokens: 256,
         system: "Answer briefly.".to_owned(),
-        messages: vec![Message::user_text("Say something.")],
+        messages: loopr::llm::shared(vec![Message::user_text("Say something.")]),
         tools: Vec::new(),
     };
     let retries = Mutex::new(Vec::new());

@@ -3,8 +3,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
-use super::wire::RequestBody;
+use super::wire::encode;
 use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::wire_cache::WireCache;
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
     RetryPolicy, Turn, with_retries,
@@ -28,6 +29,8 @@ pub struct AnthropicClient {
     headers: HeaderMap,
     endpoint: Endpoint,
     config: AnthropicConfig,
+    /// What earlier requests of this loop made of its messages.
+    cache: WireCache,
 }
 
 impl AnthropicClient {
@@ -60,12 +63,13 @@ impl AnthropicClient {
                 variable: BASE_URL_VARIABLE,
             },
             config,
+            cache: WireCache::default(),
         })
     }
 
     async fn attempt(
         &self,
-        body: &RequestBody<'_>,
+        body: &bytes::Bytes,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
@@ -73,7 +77,8 @@ impl AnthropicClient {
             .http
             .post(self.messages_url.clone())
             .headers(self.headers.clone())
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
             .send();
         let response = tokio::time::timeout(idle, send)
             .await
@@ -94,7 +99,10 @@ impl LlmProvider for AnthropicClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = RequestBody::streaming(request);
+        let body = bytes::Bytes::from(
+            encode(request, &self.cache)
+                .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?,
+        );
         with_retries(
             self.config.retry,
             &self.endpoint,

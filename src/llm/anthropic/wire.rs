@@ -4,6 +4,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What the API gets instead of an empty assistant message, which it refuses.
@@ -15,7 +18,6 @@ pub struct RequestBody<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "str::is_empty")]
     system: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tools: &'a [ToolSpec],
     stream: bool,
@@ -46,68 +48,91 @@ enum WireBlock<'a> {
     },
 }
 
-impl<'a> RequestBody<'a> {
-    pub fn streaming(request: &'a ChatRequest) -> RequestBody<'a> {
-        RequestBody {
-            model: &request.model,
-            max_tokens: request.max_tokens,
-            system: &request.system,
-            messages: wire_messages(&request.messages),
-            tools: &request.tools,
-            stream: true,
-        }
-    }
+/// The streamed request's body, its messages made through `cache`.
+pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<Vec<u8>> {
+    let head = RequestBody {
+        model: &request.model,
+        max_tokens: request.max_tokens,
+        system: &request.system,
+        tools: &request.tools,
+        stream: true,
+    };
+    let none: [WireMessage<'_>; 0] = [];
+    let array = if alternating(&request.messages) {
+        cache.messages_array(&none, &request.messages, |_, message| {
+            comma_separated(&[wire_message(message)])
+        })?
+    } else {
+        // Messages of one role in a row must join: no message stands alone to be kept.
+        serde_json::to_vec(&joined_messages(&request.messages))?
+    };
+    with_messages(&head, &array)
+}
+
+fn alternating(messages: &[Arc<Message>]) -> bool {
+    messages.windows(2).all(|pair| pair[0].role != pair[1].role)
 }
 
 static EMPTY_INPUT: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| Value::Object(Default::default()));
 
-fn wire_messages(messages: &[Message]) -> Vec<WireMessage<'_>> {
+/// One message in the API's form: tool results first, no empty text, never empty.
+fn wire_message(message: &Message) -> WireMessage<'_> {
+    let mut results = Vec::new();
+    let mut others = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::Text { text } if text.is_empty() => {}
+            ContentBlock::Text { text } => others.push(WireBlock::Text { text }),
+            ContentBlock::ToolCall {
+                id, name, input, ..
+            } => others.push(WireBlock::ToolUse {
+                id,
+                name,
+                // The API takes only objects; what else the model sent is answered with an
+                // error result, which pairs with this call by id.
+                input: if input.is_object() {
+                    input
+                } else {
+                    &EMPTY_INPUT
+                },
+            }),
+            ContentBlock::ToolResult {
+                id,
+                content,
+                is_error,
+            } => results.push(WireBlock::ToolResult {
+                tool_use_id: id,
+                content,
+                is_error: *is_error,
+            }),
+        }
+    }
+    results.extend(others);
+    if results.is_empty() {
+        results.push(WireBlock::Text { text: EMPTY_ANSWER });
+    }
+    WireMessage {
+        role: message.role,
+        content: results,
+    }
+}
+
+/// Messages of one role in a row joined into one, results still first.
+fn joined_messages(messages: &[Arc<Message>]) -> Vec<WireMessage<'_>> {
     let mut wire: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
     for message in messages {
-        let mut results = Vec::new();
-        let mut others = Vec::new();
-        for block in &message.content {
-            match block {
-                ContentBlock::Text { text } if text.is_empty() => {}
-                ContentBlock::Text { text } => others.push(WireBlock::Text { text }),
-                ContentBlock::ToolCall {
-                    id, name, input, ..
-                } => others.push(WireBlock::ToolUse {
-                    id,
-                    name,
-                    // The API takes only objects; what else the model sent is answered with
-                    // an error result, which pairs with this call by id.
-                    input: if input.is_object() {
-                        input
-                    } else {
-                        &EMPTY_INPUT
-                    },
-                }),
-                ContentBlock::ToolResult {
-                    id,
-                    content,
-                    is_error,
-                } => results.push(WireBlock::ToolResult {
-                    tool_use_id: id,
-                    content,
-                    is_error: *is_error,
-                }),
-            }
-        }
-        results.extend(others);
+        let mut next = wire_message(message);
+        next.content
+            .retain(|block| !matches!(block, WireBlock::Text { text } if *text == EMPTY_ANSWER));
         match wire.last_mut() {
             Some(previous) if previous.role == message.role => {
-                previous.content.extend(results);
-                // Results must come first, also when two messages join.
+                previous.content.extend(next.content);
                 previous
                     .content
                     .sort_by_key(|block| !matches!(block, WireBlock::ToolResult { .. }));
             }
-            _ => wire.push(WireMessage {
-                role: message.role,
-                content: results,
-            }),
+            _ => wire.push(next),
         }
     }
     for message in &mut wire {
@@ -129,21 +154,24 @@ mod tests {
             model: "claude-test".to_owned(),
             max_tokens: 100,
             system: "be brief".to_owned(),
-            messages: vec![Message {
+            messages: crate::llm::shared(vec![Message {
                 role: Role::User,
                 content: vec![ContentBlock::ToolResult {
                     id: "t1".to_owned(),
                     content: "nope".to_owned(),
                     is_error: true,
                 }],
-            }],
+            }]),
             tools: vec![ToolSpec {
                 name: "grep".to_owned(),
                 description: "search".to_owned(),
                 input_schema: serde_json::json!({"type": "object"}),
             }],
         };
-        let body = serde_json::to_value(RequestBody::streaming(&request)).expect("json");
+        let body = serde_json::from_slice::<Value>(
+            &encode(&request, &WireCache::default()).expect("encode"),
+        )
+        .expect("json");
         assert_eq!(
             body,
             serde_json::json!({
@@ -165,7 +193,7 @@ mod tests {
             model: "m".to_owned(),
             max_tokens: 1,
             system: String::new(),
-            messages: vec![
+            messages: crate::llm::shared(vec![
                 Message::user_text("go"),
                 Message {
                     role: Role::Assistant,
@@ -192,10 +220,13 @@ mod tests {
                     role: Role::Assistant,
                     content: vec![ContentBlock::text("")],
                 },
-            ],
+            ]),
             tools: Vec::new(),
         };
-        let body = serde_json::to_value(RequestBody::streaming(&request)).expect("json");
+        let body = serde_json::from_slice::<Value>(
+            &encode(&request, &WireCache::default()).expect("encode"),
+        )
+        .expect("json");
         assert_eq!(
             body["messages"],
             serde_json::json!([

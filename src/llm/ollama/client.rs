@@ -3,8 +3,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
-use super::wire::RequestBody;
+use super::wire::encode;
 use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::wire_cache::WireCache;
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
     RetryPolicy, StreamFailure, Turn, with_retries,
@@ -28,6 +29,8 @@ pub struct OllamaClient {
     headers: HeaderMap,
     endpoint: Endpoint,
     config: OllamaConfig,
+    /// What earlier requests of this loop made of its messages.
+    cache: WireCache,
 }
 
 impl OllamaClient {
@@ -62,12 +65,13 @@ impl OllamaClient {
                 variable: BASE_URL_VARIABLE,
             },
             config,
+            cache: WireCache::default(),
         })
     }
 
     async fn attempt(
         &self,
-        body: &RequestBody<'_>,
+        body: &bytes::Bytes,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
@@ -75,7 +79,8 @@ impl OllamaClient {
             .http
             .post(self.chat_url.clone())
             .headers(self.headers.clone())
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
             .send();
         let response = tokio::time::timeout(idle, send)
             .await
@@ -128,7 +133,10 @@ impl LlmProvider for OllamaClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = RequestBody::streaming(request, self.config.num_ctx);
+        let body = bytes::Bytes::from(
+            encode(request, &self.cache, self.config.num_ctx)
+                .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?,
+        );
         with_retries(
             self.config.retry,
             &self.endpoint,
@@ -167,7 +175,7 @@ mod tests {
             model: "qwen3:8b".to_owned(),
             max_tokens: 64,
             system: String::new(),
-            messages: vec![crate::llm::Message::user_text("hi")],
+            messages: crate::llm::shared(vec![crate::llm::Message::user_text("hi")]),
             tools: Vec::new(),
         }
     }

@@ -7,12 +7,12 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 #[derive(Debug, Serialize)]
 pub struct RequestBody<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
@@ -81,11 +81,27 @@ struct WireToolFunction<'a> {
     parameters: &'a Value,
 }
 
+/// The streamed request's body, its messages made through `cache`.
+pub fn encode(
+    request: &ChatRequest,
+    cache: &WireCache,
+    num_ctx: Option<u32>,
+) -> serde_json::Result<Vec<u8>> {
+    let head = RequestBody::streaming(request, num_ctx);
+    let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
+        .then(|| WireMessage::text("system", Cow::Borrowed(request.system.as_str())))
+        .into_iter()
+        .collect();
+    let array = cache.messages_array(&system, &request.messages, |previous, message| {
+        comma_separated(&wire_message_parts(previous, message))
+    })?;
+    with_messages(&head, &array)
+}
+
 impl<'a> RequestBody<'a> {
-    pub fn streaming(request: &'a ChatRequest, num_ctx: Option<u32>) -> RequestBody<'a> {
+    fn streaming(request: &'a ChatRequest, num_ctx: Option<u32>) -> RequestBody<'a> {
         RequestBody {
             model: &request.model,
-            messages: wire_messages(&request.system, &request.messages),
             tools: request.tools.iter().map(wire_tool).collect(),
             stream: true,
             options: Options {
@@ -110,87 +126,99 @@ fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
 static EMPTY_ARGUMENTS: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| Value::Object(Default::default()));
 
-fn wire_messages<'a>(system: &'a str, messages: &'a [Message]) -> Vec<WireMessage<'a>> {
-    let mut wire = Vec::with_capacity(messages.len() + 1);
-    if !system.is_empty() {
-        wire.push(WireMessage::text("system", Cow::Borrowed(system)));
-    }
-    // The calls of the latest assistant message, in order: a `tool` message carries the name
+/// The wire messages of one message of the conversation; `previous` is the one before it,
+/// whose calls a user message's results answer.
+fn wire_message_parts<'a>(
+    previous: Option<&'a Message>,
+    message: &'a Message,
+) -> Vec<WireMessage<'a>> {
+    let mut wire = Vec::new();
+    // The calls of the assistant message before, in order: a `tool` message carries the name
     // of the tool it answers (older Ollama versions match results by name, not id), and the
     // results follow in the order of the calls.
-    let mut calls: Vec<(&str, &str)> = Vec::new();
-    for message in messages {
-        match message.role {
-            Role::Assistant => {
-                calls.clear();
-                let mut tool_calls = Vec::new();
-                for block in &message.content {
-                    if let ContentBlock::ToolCall {
-                        id, name, input, ..
-                    } = block
-                    {
-                        calls.push((id, name));
-                        tool_calls.push(WireToolCall {
-                            id,
-                            function: WireFunction {
-                                name,
-                                // Only objects are arguments; what else the model sent is
-                                // answered with an error result, which pairs with this call.
-                                arguments: if input.is_object() {
-                                    input
-                                } else {
-                                    &EMPTY_ARGUMENTS
-                                },
+    let mut calls: Vec<(&str, &str)> = previous
+        .filter(|previous| previous.role == Role::Assistant)
+        .map(|previous| {
+            previous
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::ToolCall { id, name, .. } => Some((id.as_str(), name.as_str())),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    match message.role {
+        Role::Assistant => {
+            calls.clear();
+            let mut tool_calls = Vec::new();
+            for block in &message.content {
+                if let ContentBlock::ToolCall {
+                    id, name, input, ..
+                } = block
+                {
+                    calls.push((id, name));
+                    tool_calls.push(WireToolCall {
+                        id,
+                        function: WireFunction {
+                            name,
+                            // Only objects are arguments; what else the model sent is
+                            // answered with an error result, which pairs with this call.
+                            arguments: if input.is_object() {
+                                input
+                            } else {
+                                &EMPTY_ARGUMENTS
                             },
-                        });
-                    }
-                }
-                wire.push(WireMessage {
-                    tool_calls,
-                    ..WireMessage::text("assistant", joined_text(&message.content))
-                });
-            }
-            Role::User => {
-                let mut results: Vec<(&str, &str, bool)> = message
-                    .content
-                    .iter()
-                    .filter_map(|block| match block {
-                        ContentBlock::ToolResult {
-                            id,
-                            content,
-                            is_error,
-                        } => Some((id.as_str(), content.as_str(), *is_error)),
-                        _ => None,
-                    })
-                    .collect();
-                let call_position = |id: &str| {
-                    calls
-                        .iter()
-                        .position(|(call_id, _)| *call_id == id)
-                        .unwrap_or(usize::MAX)
-                };
-                results.sort_by_key(|(id, _, _)| call_position(id));
-                for (id, content, is_error) in results {
-                    let name = calls
-                        .iter()
-                        .find(|(call_id, _)| *call_id == id)
-                        .map(|(_, name)| *name);
-                    // The wire has no error flag; the model learns it from the words.
-                    let content = if is_error {
-                        Cow::Owned(format!("Error: {content}"))
-                    } else {
-                        Cow::Borrowed(content)
-                    };
-                    wire.push(WireMessage {
-                        tool_name: name,
-                        tool_call_id: Some(id),
-                        ..WireMessage::text("tool", content)
+                        },
                     });
                 }
-                let text = joined_text(&message.content);
-                if !text.is_empty() {
-                    wire.push(WireMessage::text("user", text));
-                }
+            }
+            wire.push(WireMessage {
+                tool_calls,
+                ..WireMessage::text("assistant", joined_text(&message.content))
+            });
+        }
+        Role::User => {
+            let mut results: Vec<(&str, &str, bool)> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::ToolResult {
+                        id,
+                        content,
+                        is_error,
+                    } => Some((id.as_str(), content.as_str(), *is_error)),
+                    _ => None,
+                })
+                .collect();
+            let call_position = |id: &str| {
+                calls
+                    .iter()
+                    .position(|(call_id, _)| *call_id == id)
+                    .unwrap_or(usize::MAX)
+            };
+            results.sort_by_key(|(id, _, _)| call_position(id));
+            for (id, content, is_error) in results {
+                let name = calls
+                    .iter()
+                    .find(|(call_id, _)| *call_id == id)
+                    .map(|(_, name)| *name);
+                // The wire has no error flag; the model learns it from the words.
+                let content = if is_error {
+                    Cow::Owned(format!("Error: {content}"))
+                } else {
+                    Cow::Borrowed(content)
+                };
+                wire.push(WireMessage {
+                    tool_name: name,
+                    tool_call_id: Some(id),
+                    ..WireMessage::text("tool", content)
+                });
+            }
+            let text = joined_text(&message.content);
+            if !text.is_empty() {
+                wire.push(WireMessage::text("user", text));
             }
         }
     }
@@ -229,13 +257,14 @@ mod tests {
             model: "qwen3:8b".to_owned(),
             max_tokens: 4096,
             system: "You plan changes.".to_owned(),
-            messages,
+            messages: crate::llm::shared(messages),
             tools,
         }
     }
 
     fn body(request: &ChatRequest, num_ctx: Option<u32>) -> Value {
-        serde_json::to_value(RequestBody::streaming(request, num_ctx)).expect("json")
+        serde_json::from_slice(&encode(request, &WireCache::default(), num_ctx).expect("encode"))
+            .expect("json")
     }
 
     #[test]

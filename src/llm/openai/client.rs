@@ -3,8 +3,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
-use super::wire::{RequestBody, TokenLimitField};
+use super::wire::{TokenLimitField, encode};
 use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::wire_cache::WireCache;
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
     RetryPolicy, StreamFailure, Turn, with_retries,
@@ -29,6 +30,8 @@ pub struct OpenAiClient {
     endpoint: Endpoint,
     token_limit: TokenLimitField,
     config: OpenAiConfig,
+    /// What earlier requests of this loop made of its messages.
+    cache: WireCache,
 }
 
 impl OpenAiClient {
@@ -69,12 +72,13 @@ impl OpenAiClient {
             },
             token_limit: TokenLimitField::for_base_url(base),
             config,
+            cache: WireCache::default(),
         })
     }
 
     async fn attempt(
         &self,
-        body: &RequestBody<'_>,
+        body: &bytes::Bytes,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
@@ -82,7 +86,8 @@ impl OpenAiClient {
             .http
             .post(self.completions_url.clone())
             .headers(self.headers.clone())
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
             .send();
         let response = tokio::time::timeout(idle, send)
             .await
@@ -115,7 +120,10 @@ impl LlmProvider for OpenAiClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = RequestBody::streaming(request, self.token_limit);
+        let body = bytes::Bytes::from(
+            encode(request, &self.cache, self.token_limit)
+                .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?,
+        );
         with_retries(
             self.config.retry,
             &self.endpoint,
@@ -279,7 +287,7 @@ mod tests {
             model: "gpt-test".to_owned(),
             max_tokens: 64,
             system: "sys".to_owned(),
-            messages: vec![crate::llm::Message::user_text("hi")],
+            messages: crate::llm::shared(vec![crate::llm::Message::user_text("hi")]),
             tools: Vec::new(),
         }
     }

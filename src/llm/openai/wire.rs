@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What an assistant message without text or calls says instead: some servers (Mistral's)
@@ -43,7 +44,6 @@ impl TokenLimitField {
 #[derive(Serialize)]
 pub struct RequestBody<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
@@ -110,12 +110,30 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
+/// The streamed request's body, its messages made through `cache`.
+pub fn encode(
+    request: &ChatRequest,
+    cache: &WireCache,
+    limit: TokenLimitField,
+) -> serde_json::Result<Vec<u8>> {
+    let head = RequestBody::streaming(request, limit);
+    let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
+        .then_some(WireMessage::System {
+            content: &request.system,
+        })
+        .into_iter()
+        .collect();
+    let array = cache.messages_array(&system, &request.messages, |previous, message| {
+        comma_separated(&wire_message_parts(previous, message))
+    })?;
+    with_messages(&head, &array)
+}
+
 impl<'a> RequestBody<'a> {
-    pub fn streaming(request: &'a ChatRequest, limit: TokenLimitField) -> RequestBody<'a> {
+    fn streaming(request: &'a ChatRequest, limit: TokenLimitField) -> RequestBody<'a> {
         let bound = Some(request.max_tokens);
         RequestBody {
             model: &request.model,
-            messages: wire_messages(&request.system, &request.messages),
             tools: request.tools.iter().map(wire_tool).collect(),
             stream: true,
             stream_options: StreamOptions {
@@ -138,62 +156,69 @@ fn wire_tool(tool: &ToolSpec) -> WireTool<'_> {
     }
 }
 
-fn wire_messages<'a>(system: &'a str, messages: &'a [Message]) -> Vec<WireMessage<'a>> {
-    let mut wire = Vec::with_capacity(messages.len() + 1);
-    if !system.is_empty() {
-        wire.push(WireMessage::System { content: system });
-    }
-    // The ids of the calls the latest assistant message made, in its order: its results must
-    // follow it in that order.
-    let mut call_order: Vec<&str> = Vec::new();
-    for message in messages {
-        match message.role {
-            Role::Assistant => {
-                let tool_calls: Vec<WireToolCall<'a>> =
-                    message.content.iter().filter_map(wire_tool_call).collect();
-                call_order = tool_calls.iter().map(|call| call.id).collect();
-                let text = joined_text(&message.content);
-                let content = match (text.is_empty(), tool_calls.is_empty()) {
-                    (false, _) => Some(text),
-                    (true, false) => None,
-                    (true, true) => Some(Cow::Borrowed(EMPTY_ANSWER)),
-                };
-                wire.push(WireMessage::Assistant {
+/// The wire messages of one message of the conversation; `previous` is the one before it,
+/// whose calls a user message's results answer (they follow in the order of the calls).
+fn wire_message_parts<'a>(
+    previous: Option<&'a Message>,
+    message: &'a Message,
+) -> Vec<WireMessage<'a>> {
+    let mut wire = Vec::new();
+    match message.role {
+        Role::Assistant => {
+            let tool_calls: Vec<WireToolCall<'a>> =
+                message.content.iter().filter_map(wire_tool_call).collect();
+            let text = joined_text(&message.content);
+            let content = match (text.is_empty(), tool_calls.is_empty()) {
+                (false, _) => Some(text),
+                (true, false) => None,
+                (true, true) => Some(Cow::Borrowed(EMPTY_ANSWER)),
+            };
+            wire.push(WireMessage::Assistant {
+                content,
+                tool_calls,
+            });
+        }
+        Role::User => {
+            let call_order: Vec<&str> = previous
+                .filter(|previous| previous.role == Role::Assistant)
+                .map(|previous| {
+                    previous
+                        .content
+                        .iter()
+                        .filter_map(|block| match block {
+                            ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut results: Vec<(usize, WireMessage<'a>)> = Vec::new();
+            for block in &message.content {
+                if let ContentBlock::ToolResult {
+                    id,
                     content,
-                    tool_calls,
-                });
-            }
-            Role::User => {
-                let mut results: Vec<WireMessage<'a>> = Vec::new();
-                let mut positions: Vec<usize> = Vec::new();
-                for block in &message.content {
-                    if let ContentBlock::ToolResult {
-                        id,
-                        content,
-                        is_error,
-                    } = block
-                    {
-                        positions.push(
-                            call_order
-                                .iter()
-                                .position(|call| call == id)
-                                .unwrap_or(usize::MAX),
-                        );
-                        results.push(WireMessage::Tool {
+                    is_error,
+                } = block
+                {
+                    let position = call_order
+                        .iter()
+                        .position(|call| call == id)
+                        .unwrap_or(usize::MAX);
+                    results.push((
+                        position,
+                        WireMessage::Tool {
                             tool_call_id: id,
                             content: result_text(content, *is_error),
-                        });
-                    }
+                        },
+                    ));
                 }
-                let mut ordered: Vec<(usize, WireMessage<'a>)> =
-                    positions.into_iter().zip(results).collect();
-                // Stable: results of calls the assistant message did not make keep their order.
-                ordered.sort_by_key(|(position, _)| *position);
-                wire.extend(ordered.into_iter().map(|(_, result)| result));
-                let text = joined_text(&message.content);
-                if !text.is_empty() {
-                    wire.push(WireMessage::User { content: text });
-                }
+            }
+            // Stable: results of calls the assistant message did not make keep their order.
+            results.sort_by_key(|(position, _)| *position);
+            wire.extend(results.into_iter().map(|(_, result)| result));
+            let text = joined_text(&message.content);
+            if !text.is_empty() {
+                wire.push(WireMessage::User { content: text });
             }
         }
     }
@@ -267,13 +292,14 @@ mod tests {
             model: "gpt-test".to_owned(),
             max_tokens: 100,
             system: system.to_owned(),
-            messages,
+            messages: crate::llm::shared(messages),
             tools,
         }
     }
 
     fn body(request: &ChatRequest, limit: TokenLimitField) -> Value {
-        serde_json::to_value(RequestBody::streaming(request, limit)).expect("json")
+        serde_json::from_slice(&encode(request, &WireCache::default(), limit).expect("encode"))
+            .expect("json")
     }
 
     fn result(id: &str, content: &str, is_error: bool) -> ContentBlock {

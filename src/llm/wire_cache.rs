@@ -1,0 +1,195 @@
+//! Request bodies that cost each turn only what the turn added. A conversation only grows, and
+//! every request repeats it whole: serializing megabytes of old tool results on every turn
+//! would make a long loop's late turns the slowest. A provider keeps here the JSON it made of
+//! each message (keyed by the exact shared message and the one before it, which some wires
+//! read) and splices the messages into the body.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+
+use super::Message;
+
+#[derive(Default)]
+pub struct WireCache {
+    units: Mutex<Vec<Unit>>,
+}
+
+struct Unit {
+    previous: Option<Arc<Message>>,
+    message: Arc<Message>,
+    /// The message's wire messages, comma-separated (empty when it has none).
+    json: Vec<u8>,
+}
+
+impl Unit {
+    fn is_for(&self, previous: Option<&Arc<Message>>, message: &Arc<Message>) -> bool {
+        let same_previous = match (&self.previous, previous) {
+            (None, None) => true,
+            (Some(cached), Some(current)) => Arc::ptr_eq(cached, current),
+            _ => false,
+        };
+        same_previous && Arc::ptr_eq(&self.message, message)
+    }
+}
+
+impl WireCache {
+    /// The JSON array of `lead` (wire messages before the conversation, such as a system
+    /// message) and the wire messages `render` makes of each message, given the one before
+    /// it (as `comma_separated` JSON). Messages rendered for an earlier request are reused.
+    pub fn messages_array<L: Serialize>(
+        &self,
+        lead: &[L],
+        messages: &[Arc<Message>],
+        render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
+    ) -> serde_json::Result<Vec<u8>> {
+        let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
+        let reusable = units
+            .iter()
+            .zip(messages.iter().enumerate())
+            .take_while(|(unit, (index, message))| {
+                unit.is_for(index.checked_sub(1).map(|at| &messages[at]), message)
+            })
+            .count();
+        units.truncate(reusable);
+        for (index, message) in messages.iter().enumerate().skip(reusable) {
+            let previous = index.checked_sub(1).map(|at| &messages[at]);
+            units.push(Unit {
+                previous: previous.cloned(),
+                message: Arc::clone(message),
+                json: render(previous.map(|p| &**p), message)?,
+            });
+        }
+        let lead = comma_separated(lead)?;
+        let size = lead.len() + units.iter().map(|unit| unit.json.len() + 1).sum::<usize>() + 2;
+        let mut array = Vec::with_capacity(size);
+        array.push(b'[');
+        for part in std::iter::once(&lead).chain(units.iter().map(|unit| &unit.json)) {
+            if part.is_empty() {
+                continue;
+            }
+            if array.len() > 1 {
+                array.push(b',');
+            }
+            array.extend_from_slice(part);
+        }
+        array.push(b']');
+        Ok(array)
+    }
+}
+
+/// `head` (which serializes as a JSON object) with a `messages` field holding `array`.
+pub fn with_messages(head: &impl Serialize, array: &[u8]) -> serde_json::Result<Vec<u8>> {
+    let mut body = serde_json::to_vec(head)?;
+    if body.pop() != Some(b'}') {
+        return Err(serde::ser::Error::custom("a request body is a JSON object"));
+    }
+    body.reserve(array.len() + 14);
+    if body.len() > 1 {
+        body.push(b',');
+    }
+    body.extend_from_slice(b"\"messages\":");
+    body.extend_from_slice(array);
+    body.push(b'}');
+    Ok(body)
+}
+
+/// `items` as JSON, separated by commas (the inside of an array).
+pub fn comma_separated<T: Serialize>(items: &[T]) -> serde_json::Result<Vec<u8>> {
+    let mut json = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        if index > 0 {
+            json.push(b',');
+        }
+        serde_json::to_writer(&mut json, item)?;
+    }
+    Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{Role, shared};
+    use std::cell::Cell;
+
+    fn render(previous: Option<&Message>, message: &Message) -> serde_json::Result<Vec<u8>> {
+        let after = previous.map_or("none", |p| {
+            if p.role == Role::User {
+                "user"
+            } else {
+                "assistant"
+            }
+        });
+        comma_separated(&[
+            serde_json::json!({"text": format!("{:?}", message.content), "after": after}),
+        ])
+    }
+
+    #[test]
+    fn a_growing_conversation_renders_only_its_new_messages_and_reads_the_same() {
+        let cache = WireCache::default();
+        let mut messages = shared(vec![Message::user_text("one")]);
+        let renders = Cell::new(0);
+        let counting = |previous: Option<&Message>, message: &Message| {
+            renders.set(renders.get() + 1);
+            render(previous, message)
+        };
+        let lead = [serde_json::json!({"role": "system"})];
+        cache
+            .messages_array(&lead, &messages, counting)
+            .expect("json");
+        messages.push(Arc::new(Message {
+            role: Role::Assistant,
+            content: vec![crate::llm::ContentBlock::text("two")],
+        }));
+        messages.push(Arc::new(Message::user_text("three")));
+        let cached = cache
+            .messages_array(&lead, &messages, counting)
+            .expect("json");
+        assert_eq!(renders.get(), 3, "each message rendered once");
+        let fresh = WireCache::default()
+            .messages_array(&lead, &messages, render)
+            .expect("json");
+        assert_eq!(cached, fresh);
+        let parsed: serde_json::Value = serde_json::from_slice(&cached).expect("valid JSON");
+        assert_eq!(parsed.as_array().map(Vec::len), Some(4));
+    }
+
+    #[test]
+    fn a_changed_message_and_what_follows_it_are_rendered_again() {
+        let cache = WireCache::default();
+        let mut messages = shared(vec![
+            Message::user_text("one"),
+            Message::user_text("two"),
+            Message::user_text("three"),
+        ]);
+        let none: [serde_json::Value; 0] = [];
+        cache
+            .messages_array(&none, &messages, render)
+            .expect("json");
+        // A message replaced (feedback joined to it) is another Arc: never served stale.
+        Arc::make_mut(&mut messages[1])
+            .content
+            .push(crate::llm::ContentBlock::text("more"));
+        let cached = cache
+            .messages_array(&none, &messages, render)
+            .expect("json");
+        let fresh = WireCache::default()
+            .messages_array(&none, &messages, render)
+            .expect("json");
+        assert_eq!(cached, fresh);
+        assert!(String::from_utf8_lossy(&cached).contains("more"));
+    }
+
+    #[test]
+    fn messages_are_spliced_into_the_body() {
+        let body = with_messages(&serde_json::json!({"model": "m"}), b"[1,2]").expect("body");
+        let parsed: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            parsed,
+            serde_json::json!({"model": "m", "messages": [1, 2]})
+        );
+        let empty = with_messages(&serde_json::json!({}), b"[]").expect("body");
+        assert_eq!(empty, b"{\"messages\":[]}".to_vec());
+    }
+}
