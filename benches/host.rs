@@ -330,8 +330,8 @@ async fn long_loop(
     let late = window(TURNS - 11..TURNS - 1);
     let body_kib = requests[TURNS - 1].body_len / 1024;
     println!(
-        "{TURNS}-turn loop ({body_kib} KiB request at the end): host wall {:.2} s, model server {:.2} s, \
-         wall / server = {:.2}",
+        "{TURNS}-turn loop ({body_kib} KiB request at the end): host wall {:.2} s, model server \
+         (request head to the answer's last byte) {:.2} s, wall / server = {:.2}",
         wall.as_secs_f64(),
         service.as_secs_f64(),
         wall.as_secs_f64() / service.as_secs_f64()

@@ -43,6 +43,41 @@ impl WireCache {
         messages: &[Arc<Message>],
         render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
     ) -> serde_json::Result<Vec<u8>> {
+        let mut array = Vec::new();
+        self.write_array(&mut array, lead, messages, render)?;
+        Ok(array)
+    }
+
+    /// The request body: `head` (which serializes as a JSON object) with a `messages` field
+    /// holding what `messages_array` makes, written straight into the body (a long
+    /// conversation's megabytes are copied once).
+    pub fn body<L: Serialize>(
+        &self,
+        head: &impl Serialize,
+        lead: &[L],
+        messages: &[Arc<Message>],
+        render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
+    ) -> serde_json::Result<Vec<u8>> {
+        let mut body = serde_json::to_vec(head)?;
+        if body.pop() != Some(b'}') {
+            return Err(serde::ser::Error::custom("a request body is a JSON object"));
+        }
+        if body.len() > 1 {
+            body.push(b',');
+        }
+        body.extend_from_slice(b"\"messages\":");
+        self.write_array(&mut body, lead, messages, render)?;
+        body.push(b'}');
+        Ok(body)
+    }
+
+    fn write_array<L: Serialize>(
+        &self,
+        out: &mut Vec<u8>,
+        lead: &[L],
+        messages: &[Arc<Message>],
+        render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
+    ) -> serde_json::Result<()> {
         let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
         let reusable = units
             .iter()
@@ -61,37 +96,23 @@ impl WireCache {
             });
         }
         let lead = comma_separated(lead)?;
-        let size = lead.len() + units.iter().map(|unit| unit.json.len() + 1).sum::<usize>() + 2;
-        let mut array = Vec::with_capacity(size);
-        array.push(b'[');
+        let size = lead.len() + units.iter().map(|unit| unit.json.len() + 1).sum::<usize>() + 3;
+        out.reserve(size);
+        out.push(b'[');
+        let mut first = true;
         for part in std::iter::once(&lead).chain(units.iter().map(|unit| &unit.json)) {
             if part.is_empty() {
                 continue;
             }
-            if array.len() > 1 {
-                array.push(b',');
+            if !first {
+                out.push(b',');
             }
-            array.extend_from_slice(part);
+            first = false;
+            out.extend_from_slice(part);
         }
-        array.push(b']');
-        Ok(array)
+        out.push(b']');
+        Ok(())
     }
-}
-
-/// `head` (which serializes as a JSON object) with a `messages` field holding `array`.
-pub fn with_messages(head: &impl Serialize, array: &[u8]) -> serde_json::Result<Vec<u8>> {
-    let mut body = serde_json::to_vec(head)?;
-    if body.pop() != Some(b'}') {
-        return Err(serde::ser::Error::custom("a request body is a JSON object"));
-    }
-    body.reserve(array.len() + 14);
-    if body.len() > 1 {
-        body.push(b',');
-    }
-    body.extend_from_slice(b"\"messages\":");
-    body.extend_from_slice(array);
-    body.push(b'}');
-    Ok(body)
 }
 
 /// `items` as JSON, separated by commas (the inside of an array).
@@ -183,13 +204,19 @@ mod tests {
 
     #[test]
     fn messages_are_spliced_into_the_body() {
-        let body = with_messages(&serde_json::json!({"model": "m"}), b"[1,2]").expect("body");
+        let cache = WireCache::default();
+        let messages = shared(vec![Message::user_text("one")]);
+        let lead = [serde_json::json!({"role": "system"})];
+        let body = cache
+            .body(&serde_json::json!({"model": "m"}), &lead, &messages, render)
+            .expect("body");
         let parsed: serde_json::Value = serde_json::from_slice(&body).expect("json");
-        assert_eq!(
-            parsed,
-            serde_json::json!({"model": "m", "messages": [1, 2]})
-        );
-        let empty = with_messages(&serde_json::json!({}), b"[]").expect("body");
+        assert_eq!(parsed["model"], "m");
+        assert_eq!(parsed["messages"].as_array().map(Vec::len), Some(2));
+        let none: [serde_json::Value; 0] = [];
+        let empty = WireCache::default()
+            .body(&serde_json::json!({}), &none, &[], render)
+            .expect("body");
         assert_eq!(empty, b"{\"messages\":[]}".to_vec());
     }
 }

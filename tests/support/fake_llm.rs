@@ -714,7 +714,7 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The body bytes as received.
     pub raw_body: Vec<u8>,
-    /// When the whole request body had arrived.
+    /// When the request's head arrived (its body, which the server reads, still on the way).
     pub arrived: std::time::Instant,
     /// The request's number, from 1 in arrival order (see [`FakeLlm::served_at`]).
     pub number: usize,
@@ -1029,6 +1029,7 @@ async fn handle(
     inner: Arc<Inner>,
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    let arrived = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let raw_body = match body.collect().await {
         Ok(collected) => collected.to_bytes().to_vec(),
@@ -1043,7 +1044,6 @@ async fn handle(
             ));
         }
     };
-    let arrived = std::time::Instant::now();
     let body_json = serde_json::from_slice(&raw_body).unwrap_or(Value::Null);
     let headers = parts
         .headers

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
+use crate::llm::wire_cache::{WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What the API gets instead of an empty assistant message, which it refuses.
@@ -58,15 +58,15 @@ pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<Ve
         stream: true,
     };
     let none: [WireMessage<'_>; 0] = [];
-    let array = if alternating(&request.messages) {
-        cache.messages_array(&none, &request.messages, |_, message| {
+    if alternating(&request.messages) {
+        cache.body(&head, &none, &request.messages, |_, message| {
             comma_separated(&[wire_message(message)])
-        })?
+        })
     } else {
         // Messages of one role in a row must join: no message stands alone to be kept.
-        serde_json::to_vec(&joined_messages(&request.messages))?
-    };
-    with_messages(&head, &array)
+        let joined = joined_messages(&request.messages);
+        WireCache::default().body(&head, &joined, &[], |_, _| Ok(Vec::new()))
+    }
 }
 
 fn alternating(messages: &[Arc<Message>]) -> bool {

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
+use crate::llm::wire_cache::{WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 #[derive(Debug, Serialize)]
@@ -92,10 +92,9 @@ pub fn encode(
         .then(|| WireMessage::text("system", Cow::Borrowed(request.system.as_str())))
         .into_iter()
         .collect();
-    let array = cache.messages_array(&system, &request.messages, |previous, message| {
+    cache.body(&head, &system, &request.messages, |previous, message| {
         comma_separated(&wire_message_parts(previous, message))
-    })?;
-    with_messages(&head, &array)
+    })
 }
 
 impl<'a> RequestBody<'a> {

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::wire_cache::{WireCache, comma_separated, with_messages};
+use crate::llm::wire_cache::{WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What an assistant message without text or calls says instead: some servers (Mistral's)
@@ -123,10 +123,9 @@ pub fn encode(
         })
         .into_iter()
         .collect();
-    let array = cache.messages_array(&system, &request.messages, |previous, message| {
+    cache.body(&head, &system, &request.messages, |previous, message| {
         comma_separated(&wire_message_parts(previous, message))
-    })?;
-    with_messages(&head, &array)
+    })
 }
 
 impl<'a> RequestBody<'a> {
