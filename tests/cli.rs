@@ -756,3 +756,52 @@ async fn sigterm_stops_the_cli_and_every_command_it_started() {
 async fn sigint_stops_the_cli_and_every_command_it_started() {
     a_signal_stops_the_cli_and_every_command_it_started(libc::SIGINT, 130, "SIGINT").await;
 }
+
+/// The provider settings are the same keys in the CLI's `--settings`: a plan runs against an
+/// Ollama server named by `OLLAMA_HOST`, with the model and context window from the JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_settings_work_in_the_clis_settings() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::Ollama).await;
+    fake.push(tool_turn("p1", "create_plan", valid_plan()));
+    let dirs = TestDirs::new();
+    let output = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"provider": "ollama", "model": "qwen-cli", "num_ctx": 8192, "plan_review_passes": 0}"#,
+        ],
+    )
+    .env("OLLAMA_HOST", fake.addr().to_string())
+    .output()
+    .await
+    .expect("run loopr plan");
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(requests[0].path, "/api/chat");
+    assert_eq!(requests[0].body["model"], "qwen-cli");
+    assert_eq!(requests[0].body["options"]["num_ctx"], 8192);
+    // The plan waits at its review gate: the run stops there, as with Anthropic.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("awaiting_approval"), "{stdout}");
+
+    let refused = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &["plan", "Another", "--settings", r#"{"provider": "ollama"}"#],
+    )
+    .output()
+    .await
+    .expect("run loopr plan");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("provider ollama needs a model"), "{stderr}");
+    assert_eq!(fake.requests().len(), 1, "nothing is sent");
+}

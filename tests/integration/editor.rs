@@ -112,7 +112,19 @@ async fn checkhealth_reports_binary_version_key_and_state_dir_without_the_key() 
         report.contains(env!("CARGO_PKG_VERSION")),
         "binary version: {report}"
     );
-    assert!(report.contains("ANTHROPIC_API_KEY"), "{report}");
+    assert!(report.contains("provider: anthropic"), "{report}");
+    assert!(
+        report.contains(&format!(
+            "base URL: {} ($ANTHROPIC_BASE_URL)",
+            fake.base_url()
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains("models: plan: claude-sonnet-4-5"),
+        "{report}"
+    );
+    assert!(report.contains("ANTHROPIC_API_KEY is set"), "{report}");
     assert!(!report.contains(API_KEY), "the key itself is never shown");
     assert!(
         report.contains(&editor.dirs.loopr_home.display().to_string()),
@@ -362,4 +374,56 @@ async fn a_revised_spec_replaces_its_open_window_and_opens_no_other() {
         "the new phases opened no windows: {shown}"
     );
     editor.quit().await;
+}
+
+/// The provider `:checkhealth` shows is the host's reading of the options and of Neovim's
+/// environment as it is now: a key set with `:let` after the host started counts, and
+/// options no loop could start with are an error naming the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkhealth_shows_the_provider_the_host_resolves_from_options_and_environment() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(
+        &fake,
+        "{ provider = 'openai', base_url = 'http://127.0.0.1:9/v1', api_key_env = 'OPENROUTER_API_KEY', models = { review = 'cheap-model' } }",
+    )
+    .await;
+    let before = health_report(&editor).await;
+    assert!(before.contains("provider: openai"), "{before}");
+    assert!(
+        before.contains("base URL: http://127.0.0.1:9/v1 (base_url option)"),
+        "{before}"
+    );
+    assert!(before.contains("review: cheap-model"), "{before}");
+    assert!(before.contains("plan: gpt-4.1"), "{before}");
+    assert!(
+        before.contains("OPENROUTER_API_KEY is not set (fine for a local server"),
+        "{before}"
+    );
+    let key = "sk-or-never-shown-4711";
+    assert_eq!(
+        editor
+            .command(&format!("let $OPENROUTER_API_KEY = '{key}'"))
+            .await,
+        None
+    );
+    let after = health_report(&editor).await;
+    assert!(after.contains("OPENROUTER_API_KEY is set"), "{after}");
+    assert!(!after.contains(key), "the key itself is never shown");
+    editor.quit().await;
+
+    let editor = start_editor(&fake, "{ provider = 'ollama' }").await;
+    let ollama = health_report(&editor).await;
+    assert!(ollama.contains("provider: ollama"), "{ollama}");
+    assert!(
+        ollama.contains("ERROR provider ollama needs a model: set model"),
+        "{ollama}"
+    );
+    editor.quit().await;
+}
+
+async fn health_report(editor: &crate::nvim::TestNvim) -> String {
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await
 }
