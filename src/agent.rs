@@ -14,6 +14,7 @@ mod jobs;
 mod journal;
 mod manager;
 mod phases;
+mod policy_cache;
 mod progress;
 mod prompts;
 mod settings;

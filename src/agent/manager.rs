@@ -113,6 +113,7 @@ struct Shared {
     buffers: Arc<dyn OpenBuffers>,
     events: Arc<dyn EventSink>,
     provider_factory: ProviderFactory,
+    policies: super::policy_cache::PolicyCache,
     projects: Mutex<HashMap<PathBuf, Project>>,
     running: Mutex<HashMap<LoopId, CancellationToken>>,
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
@@ -154,6 +155,7 @@ impl LoopManager {
                 buffers: shell.buffers,
                 events,
                 provider_factory,
+                policies: super::policy_cache::PolicyCache::default(),
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),

@@ -31,16 +31,20 @@ impl LoopManager {
                 return;
             }
         };
-        let policies = settings.tool_policy().and_then(|policy| {
-            PolicyApprover::new(
-                settings.approvals.clone(),
-                &settings.allow_commands,
-                policy.sandbox.is_confined(),
-                self.shared.approver.clone(),
-            )
-            .and_then(|approver| approver.allowing_hosts(&settings.web_fetch_allow_hosts))
-            .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))
-        });
+        let policies = self
+            .shared
+            .policies
+            .policy_for(&settings)
+            .and_then(|policy| {
+                PolicyApprover::new(
+                    settings.approvals.clone(),
+                    &settings.allow_commands,
+                    policy.sandbox.is_confined(),
+                    self.shared.approver.clone(),
+                )
+                .and_then(|approver| approver.allowing_hosts(&settings.web_fetch_allow_hosts))
+                .map(|approver| (policy, Arc::new(approver) as Arc<dyn Approver>))
+            });
         let (policy, approver) = match policies {
             Ok(policies) => policies,
             Err(err) => {
@@ -66,7 +70,7 @@ impl LoopManager {
             events: self.shared.events.clone(),
             cancel: cancel.clone(),
             approver,
-            policy: Arc::new(policy),
+            policy,
             buffers: self.shared.buffers.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
