@@ -4,8 +4,13 @@
 //! each message (keyed by the exact shared message and the one before it, which some wires
 //! read) and splices the messages into the body.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use serde::Serialize;
 
 use super::Message;
@@ -19,7 +24,7 @@ struct Unit {
     previous: Option<Arc<Message>>,
     message: Arc<Message>,
     /// The message's wire messages, comma-separated (empty when it has none).
-    json: Vec<u8>,
+    json: Bytes,
 }
 
 impl Unit {
@@ -43,37 +48,38 @@ impl WireCache {
         messages: &[Arc<Message>],
         render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
     ) -> serde_json::Result<Vec<u8>> {
-        let mut array = Vec::new();
-        self.write_array(&mut array, lead, messages, render)?;
-        Ok(array)
+        let mut parts = Vec::new();
+        self.array_parts(&mut parts, lead, messages, render)?;
+        Ok(parts.concat())
     }
 
     /// The request body: `head` (which serializes as a JSON object) with a `messages` field
-    /// holding what `messages_array` makes, written straight into the body (a long
-    /// conversation's megabytes are copied once).
+    /// holding what `messages_array` makes. The kept messages are not copied: the body is
+    /// sent as their pieces (a long conversation is megabytes).
     pub fn body<L: Serialize>(
         &self,
         head: &impl Serialize,
         lead: &[L],
         messages: &[Arc<Message>],
         render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
-    ) -> serde_json::Result<Vec<u8>> {
-        let mut body = serde_json::to_vec(head)?;
-        if body.pop() != Some(b'}') {
+    ) -> serde_json::Result<RequestBytes> {
+        let mut opening = serde_json::to_vec(head)?;
+        if opening.pop() != Some(b'}') {
             return Err(serde::ser::Error::custom("a request body is a JSON object"));
         }
-        if body.len() > 1 {
-            body.push(b',');
+        if opening.len() > 1 {
+            opening.push(b',');
         }
-        body.extend_from_slice(b"\"messages\":");
-        self.write_array(&mut body, lead, messages, render)?;
-        body.push(b'}');
-        Ok(body)
+        opening.extend_from_slice(b"\"messages\":");
+        let mut parts = vec![Bytes::from(opening)];
+        self.array_parts(&mut parts, lead, messages, render)?;
+        parts.push(Bytes::from_static(b"}"));
+        Ok(RequestBytes::new(parts))
     }
 
-    fn write_array<L: Serialize>(
+    fn array_parts<L: Serialize>(
         &self,
-        out: &mut Vec<u8>,
+        parts: &mut Vec<Bytes>,
         lead: &[L],
         messages: &[Arc<Message>],
         render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
@@ -92,26 +98,97 @@ impl WireCache {
             units.push(Unit {
                 previous: previous.cloned(),
                 message: Arc::clone(message),
-                json: render(previous.map(|p| &**p), message)?,
+                json: Bytes::from(render(previous.map(|p| &**p), message)?),
             });
         }
-        let lead = comma_separated(lead)?;
-        let size = lead.len() + units.iter().map(|unit| unit.json.len() + 1).sum::<usize>() + 3;
-        out.reserve(size);
-        out.push(b'[');
+        let lead = Bytes::from(comma_separated(lead)?);
+        parts.push(Bytes::from_static(b"["));
         let mut first = true;
         for part in std::iter::once(&lead).chain(units.iter().map(|unit| &unit.json)) {
             if part.is_empty() {
                 continue;
             }
             if !first {
-                out.push(b',');
+                parts.push(Bytes::from_static(b","));
             }
             first = false;
-            out.extend_from_slice(part);
+            parts.push(part.clone());
         }
-        out.push(b']');
+        parts.push(Bytes::from_static(b"]"));
         Ok(())
+    }
+}
+
+/// A request body as pieces that share the cache's bytes; sent with its exact length.
+#[derive(Clone, Debug)]
+pub struct RequestBytes {
+    parts: Arc<[Bytes]>,
+    len: u64,
+}
+
+impl RequestBytes {
+    fn new(parts: Vec<Bytes>) -> RequestBytes {
+        let len = parts.iter().map(|part| part.len() as u64).sum();
+        RequestBytes {
+            parts: parts.into(),
+            len,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole body in one buffer (tests, error reports).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+
+    /// A body for one attempt (each retry sends it again).
+    pub fn to_body(&self) -> reqwest::Body {
+        reqwest::Body::wrap(PartsBody {
+            parts: Arc::clone(&self.parts),
+            next: 0,
+            remaining: self.len,
+        })
+    }
+}
+
+struct PartsBody {
+    parts: Arc<[Bytes]>,
+    next: usize,
+    remaining: u64,
+}
+
+impl http_body::Body for PartsBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let body = &mut *self;
+        while let Some(part) = body.parts.get(body.next) {
+            body.next += 1;
+            if !part.is_empty() {
+                body.remaining -= part.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(part.clone()))));
+            }
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
     }
 }
 
@@ -209,14 +286,16 @@ mod tests {
         let lead = [serde_json::json!({"role": "system"})];
         let body = cache
             .body(&serde_json::json!({"model": "m"}), &lead, &messages, render)
-            .expect("body");
+            .expect("body")
+            .to_vec();
         let parsed: serde_json::Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(parsed["model"], "m");
         assert_eq!(parsed["messages"].as_array().map(Vec::len), Some(2));
         let none: [serde_json::Value; 0] = [];
         let empty = WireCache::default()
             .body(&serde_json::json!({}), &none, &[], render)
-            .expect("body");
+            .expect("body")
+            .to_vec();
         assert_eq!(empty, b"{\"messages\":[]}".to_vec());
     }
 }

@@ -139,12 +139,18 @@ impl LoopDb {
         tokens_in: u64,
         tokens_out: u64,
     ) -> Result<(), StoreError> {
+        // Written every turn, and also in the loop's journal: this commit does not wait for
+        // the disk (a power cut may lose the last counts, never the database's consistency,
+        // which WAL keeps). Every other write still syncs.
         let changed =
             self.with_connection(|connection| {
-                connection.execute(
+                connection.pragma_update(None, "synchronous", "NORMAL")?;
+                let changed = connection.execute(
                 "UPDATE loops SET tokens_in = ?2, tokens_out = ?3, updated_at = ?4 WHERE id = ?1",
                 params![id.as_str(), sql_count(tokens_in), sql_count(tokens_out), now_rfc3339()],
-            )
+            );
+                connection.pragma_update(None, "synchronous", "FULL")?;
+                changed
             })?;
         self.require_changed(changed, id)
     }
@@ -588,6 +594,13 @@ mod tests {
                 .expect("insert");
             let id = LoopId::parse("a-1").expect("id");
             db.set_tokens(&id, 120, 45).expect("tokens");
+            // Only the token counts skip waiting for the disk; everything after syncs again.
+            let synchronous: i64 = db
+                .with_connection(|connection| {
+                    connection.pragma_query_value(None, "synchronous", |row| row.get(0))
+                })
+                .expect("pragma");
+            assert_eq!(synchronous, 2, "FULL");
             db.set_status(&id, LoopStatus::Failed, Some("turn limit"))
                 .expect("status");
         }

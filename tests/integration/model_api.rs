@@ -130,3 +130,80 @@ async fn an_unreachable_model_api_is_named_by_its_base_url_until_one_set_in_neov
     assert_eq!(fake.requests().len(), 1);
     editor.quit().await;
 }
+
+/// A request repeats the conversation: the provider keeps what it made of earlier messages
+/// and sends the body in pieces, with its exact length (no chunked upload, which some
+/// servers refuse), byte for byte what a fresh client sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_conversation_is_sent_whole_with_its_length_and_as_a_fresh_client_sends_it() {
+    use loopr::llm::anthropic::{AnthropicClient, AnthropicConfig};
+    use loopr::llm::{ApiKey, ChatRequest, ContentBlock, LlmProvider, Message, RetryPolicy, Role};
+    use std::sync::Arc;
+
+    let fake = FakeLlm::start().await;
+    let client = || {
+        AnthropicClient::new(AnthropicConfig {
+            base_url: fake.base_url(),
+            api_key: ApiKey::new("sk-ant-pieces".to_owned()),
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: std::time::Duration::from_secs(30),
+                stream_idle_timeout: std::time::Duration::from_secs(30),
+            },
+        })
+        .expect("client")
+    };
+    let long_result = "a line a model read\n".repeat(5_000);
+    let mut request = ChatRequest {
+        model: "claude-test".to_owned(),
+        max_tokens: 100,
+        system: "be brief".to_owned(),
+        messages: loopr::llm::shared(vec![Message::user_text("task")]),
+        tools: Vec::new(),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let ignore = |_| {};
+    let kept = client();
+    for turn in 0..3 {
+        fake.push(crate::fake_llm::TurnBuilder::new().text("ok").reply());
+        kept.complete(&request, &ignore, &cancel)
+            .await
+            .expect("turn");
+        request.messages.push(Arc::new(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::tool_call(
+                format!("t{turn}"),
+                "read_file",
+                serde_json::json!({"path": "a"}),
+            )],
+        }));
+        request.messages.push(Arc::new(Message {
+            role: Role::User,
+            content: vec![ContentBlock::ToolResult {
+                id: format!("t{turn}"),
+                content: long_result.clone(),
+                is_error: false,
+            }],
+        }));
+    }
+    fake.push(crate::fake_llm::TurnBuilder::new().text("ok").reply());
+    kept.complete(&request, &ignore, &cancel)
+        .await
+        .expect("turn");
+    fake.push(crate::fake_llm::TurnBuilder::new().text("ok").reply());
+    client()
+        .complete(&request, &ignore, &cancel)
+        .await
+        .expect("turn");
+    let requests = fake.requests();
+    let (kept_body, fresh_body) = (&requests[3], &requests[4]);
+    assert_eq!(kept_body.raw_body, fresh_body.raw_body);
+    assert_eq!(kept_body.body["messages"].as_array().map(Vec::len), Some(7));
+    for sent in &requests {
+        assert_eq!(
+            sent.header("content-length"),
+            Some(sent.raw_body.len().to_string().as_str())
+        );
+        assert_eq!(sent.header("transfer-encoding"), None);
+    }
+}

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use crate::llm::wire_cache::{WireCache, comma_separated};
+use crate::llm::wire_cache::{RequestBytes, WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What the API gets instead of an empty assistant message, which it refuses.
@@ -49,7 +49,7 @@ enum WireBlock<'a> {
 }
 
 /// The streamed request's body, its messages made through `cache`.
-pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<Vec<u8>> {
+pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<RequestBytes> {
     let head = RequestBody {
         model: &request.model,
         max_tokens: request.max_tokens,
@@ -169,7 +169,9 @@ mod tests {
             }],
         };
         let body = serde_json::from_slice::<Value>(
-            &encode(&request, &WireCache::default()).expect("encode"),
+            &encode(&request, &WireCache::default())
+                .expect("encode")
+                .to_vec(),
         )
         .expect("json");
         assert_eq!(
@@ -224,7 +226,9 @@ mod tests {
             tools: Vec::new(),
         };
         let body = serde_json::from_slice::<Value>(
-            &encode(&request, &WireCache::default()).expect("encode"),
+            &encode(&request, &WireCache::default())
+                .expect("encode")
+                .to_vec(),
         )
         .expect("json");
         assert_eq!(

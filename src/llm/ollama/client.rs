@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 use super::stream::read_turn;
 use super::wire::encode;
 use crate::llm::http::{send_failure, shared_client, status_failure};
-use crate::llm::wire_cache::WireCache;
+use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
     RetryPolicy, StreamFailure, Turn, with_retries,
@@ -71,7 +71,7 @@ impl OllamaClient {
 
     async fn attempt(
         &self,
-        body: &bytes::Bytes,
+        body: &RequestBytes,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
@@ -80,7 +80,7 @@ impl OllamaClient {
             .post(self.chat_url.clone())
             .headers(self.headers.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
+            .body(body.to_body())
             .send();
         let response = tokio::time::timeout(idle, send)
             .await
@@ -133,10 +133,8 @@ impl LlmProvider for OllamaClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = bytes::Bytes::from(
-            encode(request, &self.cache, self.config.num_ctx)
-                .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?,
-        );
+        let body = encode(request, &self.cache, self.config.num_ctx)
+            .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
         with_retries(
             self.config.retry,
             &self.endpoint,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::wire_cache::{WireCache, comma_separated};
+use crate::llm::wire_cache::{RequestBytes, WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 #[derive(Debug, Serialize)]
@@ -86,7 +86,7 @@ pub fn encode(
     request: &ChatRequest,
     cache: &WireCache,
     num_ctx: Option<u32>,
-) -> serde_json::Result<Vec<u8>> {
+) -> serde_json::Result<RequestBytes> {
     let head = RequestBody::streaming(request, num_ctx);
     let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
         .then(|| WireMessage::text("system", Cow::Borrowed(request.system.as_str())))
@@ -262,8 +262,12 @@ mod tests {
     }
 
     fn body(request: &ChatRequest, num_ctx: Option<u32>) -> Value {
-        serde_json::from_slice(&encode(request, &WireCache::default(), num_ctx).expect("encode"))
-            .expect("json")
+        serde_json::from_slice(
+            &encode(request, &WireCache::default(), num_ctx)
+                .expect("encode")
+                .to_vec(),
+        )
+        .expect("json")
     }
 
     #[test]

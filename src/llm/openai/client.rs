@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 use super::stream::{read_turn, read_whole};
 use super::wire::{TokenLimitField, encode};
 use crate::llm::http::{send_failure, shared_client, status_failure};
-use crate::llm::wire_cache::WireCache;
+use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
     RetryPolicy, StreamFailure, Turn, with_retries,
@@ -78,7 +78,7 @@ impl OpenAiClient {
 
     async fn attempt(
         &self,
-        body: &bytes::Bytes,
+        body: &RequestBytes,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
@@ -87,7 +87,7 @@ impl OpenAiClient {
             .post(self.completions_url.clone())
             .headers(self.headers.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
+            .body(body.to_body())
             .send();
         let response = tokio::time::timeout(idle, send)
             .await
@@ -120,10 +120,8 @@ impl LlmProvider for OpenAiClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = bytes::Bytes::from(
-            encode(request, &self.cache, self.token_limit)
-                .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?,
-        );
+        let body = encode(request, &self.cache, self.token_limit)
+            .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
         with_retries(
             self.config.retry,
             &self.endpoint,

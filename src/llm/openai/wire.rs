@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::llm::wire_cache::{WireCache, comma_separated};
+use crate::llm::wire_cache::{RequestBytes, WireCache, comma_separated};
 use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 
 /// What an assistant message without text or calls says instead: some servers (Mistral's)
@@ -115,7 +115,7 @@ pub fn encode(
     request: &ChatRequest,
     cache: &WireCache,
     limit: TokenLimitField,
-) -> serde_json::Result<Vec<u8>> {
+) -> serde_json::Result<RequestBytes> {
     let head = RequestBody::streaming(request, limit);
     let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
         .then_some(WireMessage::System {
@@ -297,8 +297,12 @@ mod tests {
     }
 
     fn body(request: &ChatRequest, limit: TokenLimitField) -> Value {
-        serde_json::from_slice(&encode(request, &WireCache::default(), limit).expect("encode"))
-            .expect("json")
+        serde_json::from_slice(
+            &encode(request, &WireCache::default(), limit)
+                .expect("encode")
+                .to_vec(),
+        )
+        .expect("json")
     }
 
     fn result(id: &str, content: &str, is_error: bool) -> ContentBlock {
