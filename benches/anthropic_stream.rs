@@ -116,7 +116,7 @@ async fn over_http(name: &str, turn: &TurnBuilder, turns: usize) {
         max_tokens: 1024,
         system: String::new(),
         messages: loopr::llm::shared(vec![Message::user_text("go")]),
-        tools: Vec::new(),
+        tools: Vec::new().into(),
     };
     let cancel = CancellationToken::new();
     let mut latencies = Vec::with_capacity(turns);

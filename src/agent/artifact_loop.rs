@@ -3,6 +3,9 @@
 //! calls do lives here: the artifact tool stores an iteration, the review tool records a
 //! verdict, the rest are the level's read-only tools.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,7 +22,7 @@ use crate::artifacts::{
     ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
-use crate::llm::{Message, ToolCall};
+use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::tools::{NoJournal, ToolContext, ToolError, ToolRegistry};
 
 pub use super::context::{LoopContext, LoopError};
@@ -82,11 +85,12 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         return finish(context, kind, &state);
     }
     let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
-    let mut tool_specs = tools.specs();
-    tool_specs.push(jobs::artifact_tool(kind));
-    if !reviews.is_empty() {
-        tool_specs.push(review_tool_spec(kind));
-    }
+    let tool_specs = level_tools(
+        kind,
+        &tools,
+        context.settings.web_fetch,
+        !reviews.is_empty(),
+    );
     let project_name = context
         .root
         .path()
@@ -165,6 +169,30 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     })
 }
 
+/// The tools offered to loops of a level: the same for all of them, so made once per host
+/// and shared (their schemas are tens of kilobytes per loop otherwise).
+fn level_tools(
+    kind: ArtifactKind,
+    tools: &ToolRegistry,
+    web_fetch: bool,
+    reviewed: bool,
+) -> Arc<[ToolSpec]> {
+    type Key = (&'static str, bool, bool);
+    static MADE: OnceLock<Mutex<HashMap<Key, Arc<[ToolSpec]>>>> = OnceLock::new();
+    let made = MADE.get_or_init(Default::default);
+    let mut made = made.lock().unwrap_or_else(PoisonError::into_inner);
+    made.entry((kind.as_str(), web_fetch, reviewed))
+        .or_insert_with(|| {
+            let mut specs = tools.specs();
+            specs.push(jobs::artifact_tool(kind));
+            if reviewed {
+                specs.push(review_tool_spec(kind));
+            }
+            specs.into()
+        })
+        .clone()
+}
+
 /// The calls of one turn of an artifact loop.
 struct ArtifactCalls<'a> {
     context: &'a LoopContext,
@@ -180,7 +208,7 @@ impl CallHandler for ArtifactCalls<'_> {
     async fn answer(
         &mut self,
         call: ToolCall,
-        conversation: &[std::sync::Arc<Message>],
+        conversation: &[Arc<Message>],
     ) -> Result<CallResult, LoopError> {
         let (context, kind) = (self.context, self.kind);
         if self.state.stage == Stage::Done {
@@ -224,7 +252,7 @@ async fn create_call(
     reviews: &[(&'static str, &'static str)],
     state: &mut RunState,
     input: &Value,
-    conversation: &[std::sync::Arc<Message>],
+    conversation: &[Arc<Message>],
 ) -> Result<CallResult, LoopError> {
     let accepted = match jobs::accept(&context.record, &context.root, input)? {
         Ok(accepted) => accepted,

@@ -89,7 +89,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         context,
         journal,
         prompts::code_system_prompt(&project_name, &tools.names()),
-        tool_specs,
+        tool_specs.into(),
         messages,
     );
     let max_iterations = context.settings.code_max_iterations;

@@ -77,7 +77,7 @@ impl Conversation {
         context: &LoopContext,
         journal: Journal,
         system: String,
-        tools: Vec<ToolSpec>,
+        tools: Arc<[ToolSpec]>,
         messages: Vec<Message>,
     ) -> Conversation {
         Conversation {

@@ -88,7 +88,8 @@ pub struct ChatRequest {
     /// Shared, never changed once sent: a provider may keep what it made of a message for
     /// the next request, which repeats it (`WireCache`).
     pub messages: Vec<Arc<Message>>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared: a loop offers the same tools every turn, and loops of a level the same ones.
+    pub tools: Arc<[ToolSpec]>,
 }
 
 /// `messages` in the form a request holds them.

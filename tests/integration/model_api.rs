@@ -159,7 +159,7 @@ async fn a_repeated_conversation_is_sent_whole_with_its_length_and_as_a_fresh_cl
         max_tokens: 100,
         system: "be brief".to_owned(),
         messages: loopr::llm::shared(vec![Message::user_text("task")]),
-        tools: Vec::new(),
+        tools: Vec::new().into(),
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     let ignore = |_| {};

@@ -63,7 +63,7 @@ fn request() -> ChatRequest {
         max_tokens: 512,
         system: "Answer briefly.".to_owned(),
         messages: loopr::llm::shared(vec![Message::user_text("Say hello")]),
-        tools: Vec::new(),
+        tools: Vec::new().into(),
     }
 }
 

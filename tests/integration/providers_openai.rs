@@ -308,7 +308,7 @@ async fn complete(client: &OpenAiClient) -> (loopr::llm::Turn, Vec<String>) {
         max_tokens: 256,
         system: "Answer briefly.".to_owned(),
         messages: loopr::llm::shared(vec![Message::user_text("Say something.")]),
-        tools: Vec::new(),
+        tools: Vec::new().into(),
     };
     let retries = Mutex::new(Vec::new());
     let record = |event: ProviderEvent| {

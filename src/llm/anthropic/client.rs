@@ -144,7 +144,7 @@ mod tests {
             max_tokens: 1,
             system: String::new(),
             messages: Vec::new(),
-            tools: Vec::new(),
+            tools: Vec::new().into(),
         };
         let retries = std::sync::Mutex::new(Vec::new());
         let record = |event: ProviderEvent| {

@@ -54,7 +54,7 @@ pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<Re
         model: &request.model,
         max_tokens: request.max_tokens,
         system: &request.system,
-        tools: &request.tools,
+        tools: &request.tools[..],
         stream: true,
     };
     let none: [WireMessage<'_>; 0] = [];
@@ -166,7 +166,8 @@ mod tests {
                 name: "grep".to_owned(),
                 description: "search".to_owned(),
                 input_schema: serde_json::json!({"type": "object"}),
-            }],
+            }]
+            .into(),
         };
         let body = serde_json::from_slice::<Value>(
             &encode(&request, &WireCache::default())
@@ -223,7 +224,7 @@ mod tests {
                     content: vec![ContentBlock::text("")],
                 },
             ]),
-            tools: Vec::new(),
+            tools: Vec::new().into(),
         };
         let body = serde_json::from_slice::<Value>(
             &encode(&request, &WireCache::default())

@@ -174,7 +174,7 @@ mod tests {
             max_tokens: 64,
             system: String::new(),
             messages: crate::llm::shared(vec![crate::llm::Message::user_text("hi")]),
-            tools: Vec::new(),
+            tools: Vec::new().into(),
         }
     }
 

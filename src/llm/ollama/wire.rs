@@ -257,7 +257,7 @@ mod tests {
             max_tokens: 4096,
             system: "You plan changes.".to_owned(),
             messages: crate::llm::shared(messages),
-            tools,
+            tools: tools.into(),
         }
     }
 

@@ -286,7 +286,7 @@ mod tests {
             max_tokens: 64,
             system: "sys".to_owned(),
             messages: crate::llm::shared(vec![crate::llm::Message::user_text("hi")]),
-            tools: Vec::new(),
+            tools: Vec::new().into(),
         }
     }
 

@@ -292,7 +292,7 @@ mod tests {
             max_tokens: 100,
             system: system.to_owned(),
             messages: crate::llm::shared(messages),
-            tools,
+            tools: tools.into(),
         }
     }
 
