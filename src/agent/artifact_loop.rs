@@ -154,11 +154,13 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         if answered.last_problem.is_some() {
             state.last_problem = answered.last_problem;
         }
-        conversation.commit(context, &state).await?;
         if state.stage == Stage::Done {
+            conversation.commit(context, &state).await?;
             return finish(context, kind, &state);
         }
+        conversation.commit_while_asking(context, &state)?;
     }
+    conversation.flush().await?;
     Err(LoopError::TurnLimit {
         tool: match state.stage {
             Stage::Reviewing { .. } => review_tool_name(kind),

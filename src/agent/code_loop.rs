@@ -120,6 +120,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
 
     while state.iteration <= state.last_allowed_iteration(max_iterations) {
         if turns_this_iteration >= max_turns {
+            conversation.flush().await?;
             return Err(LoopError::TurnLimit {
                 tool: COMPLETE_PHASE,
                 max_turns,
@@ -162,8 +163,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             state.iteration += 1;
             turns_this_iteration = 0;
         }
-        conversation.commit(context, &state).await?;
+        conversation.commit_while_asking(context, &state)?;
     }
+    conversation.flush().await?;
     Err(LoopError::ValidationFailing {
         command: phase.validation_command.clone(),
         iterations: max_iterations,

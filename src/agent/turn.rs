@@ -70,6 +70,24 @@ pub(super) struct Conversation {
     pending: Vec<Entry>,
     /// The loop's tokens so far (also in its record).
     usage: Usage,
+    /// The last turn's journal write, finishing while the model answers the next one.
+    writing: Option<PendingWrite>,
+}
+
+type PendingWrite = tokio::task::JoinHandle<Result<(), LoopError>>;
+
+/// Waits for a journal write started earlier; a panic in it goes on unwinding here.
+async fn written(write: Option<PendingWrite>) -> Result<(), LoopError> {
+    match write {
+        None => Ok(()),
+        Some(handle) => match handle.await {
+            Ok(result) => result,
+            Err(join_error) if join_error.is_panic() => {
+                std::panic::resume_unwind(join_error.into_panic())
+            }
+            Err(_) => Err(LoopError::Cancelled),
+        },
+    }
 }
 
 impl Conversation {
@@ -90,6 +108,7 @@ impl Conversation {
             },
             journal,
             pending: Vec::new(),
+            writing: None,
             usage: Usage {
                 input_tokens: context.record.tokens_in,
                 output_tokens: context.record.tokens_out,
@@ -128,10 +147,13 @@ impl Conversation {
         // A cancel or revision from another host (another Neovim, the CLI) reaches this one
         // only through the store: checked before each turn.
         let id = context.record.id.clone();
-        if !context
+        let wanted = context
             .store(move |db, _| Ok(db.still_wanted(&id)?))
-            .await?
-        {
+            .await;
+        if !matches!(wanted, Ok(true)) {
+            // Nothing may follow the last turn's write but that write.
+            self.flush().await?;
+            wanted?;
             tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
             return Err(LoopError::Cancelled);
         }
@@ -156,10 +178,16 @@ impl Conversation {
             }
             context.progress(describe_provider_event(&event));
         };
-        let turn = context
-            .provider
-            .complete(&self.request, &on_provider_event, &context.cancel)
-            .await?;
+        // The last turn's journal write and this turn's question run at once; nothing this
+        // turn does (its calls) starts before that write is done.
+        let (answer, last_turn_written) = tokio::join!(
+            context
+                .provider
+                .complete(&self.request, &on_provider_event, &context.cancel),
+            written(self.writing.take()),
+        );
+        last_turn_written?;
+        let turn = answer?;
         self.pending.extend(
             retries
                 .into_inner()
@@ -219,12 +247,30 @@ impl Conversation {
     }
 
     /// Appends the turn under way and the loop's `state` after it to the journal, and the
-    /// loop's tokens to its record, in one trip to the blocking pool.
+    /// loop's tokens to its record, and waits until they are written.
     pub async fn commit(
         &mut self,
         context: &LoopContext,
         state: &impl serde::Serialize,
     ) -> Result<(), LoopError> {
+        self.commit_while_asking(context, state)?;
+        self.flush().await
+    }
+
+    /// Waits for the journal write under way, if any.
+    pub async fn flush(&mut self) -> Result<(), LoopError> {
+        written(self.writing.take()).await
+    }
+
+    /// Starts writing what `commit` writes; the next turn's question goes out meanwhile,
+    /// and the turn waits for the write before it runs anything. A loop that ends instead
+    /// calls `flush` (or `commit`).
+    pub fn commit_while_asking(
+        &mut self,
+        context: &LoopContext,
+        state: &impl serde::Serialize,
+    ) -> Result<(), LoopError> {
+        debug_assert!(self.writing.is_none(), "one journal write at a time");
         let entries = std::mem::take(&mut self.pending);
         let state = serde_json::to_value(state).map_err(|err| LoopError::Artifact {
             kind: "journal",
@@ -236,16 +282,20 @@ impl Conversation {
             self.usage.input_tokens,
             self.usage.output_tokens,
         );
-        context
-            .store(move |db, _| {
-                journal
-                    .append(&entries, &state)
-                    .map_err(|source| LoopError::Artifact {
-                        kind: "journal",
-                        source,
-                    })?;
-                Ok(db.set_tokens(&id, tokens_in, tokens_out)?)
-            })
-            .await
+        let (db, previous) = (context.db.clone(), self.writing.take());
+        self.writing = Some(tokio::task::spawn_blocking(move || {
+            // Never two writes of one journal at once (appends must not interleave).
+            if let Some(previous) = previous {
+                tokio::runtime::Handle::current().block_on(written(Some(previous)))?;
+            }
+            journal
+                .append(&entries, &state)
+                .map_err(|source| LoopError::Artifact {
+                    kind: "journal",
+                    source,
+                })?;
+            Ok(db.set_tokens(&id, tokens_in, tokens_out)?)
+        }));
+        Ok(())
     }
 }
