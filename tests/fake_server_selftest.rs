@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 const BOUND: Duration = Duration::from_secs(5);
 
 fn client() -> reqwest::Client {
+    // reqwest is built without a TLS provider of its own; the host installs one.
+    loopr::llm::http::install_tls_provider();
     reqwest::Client::builder()
         .no_proxy()
         .build()

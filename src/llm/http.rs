@@ -16,6 +16,7 @@ pub fn shared_client() -> Result<reqwest::Client, String> {
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
+            install_tls_provider();
             reqwest::Client::builder()
                 .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
                 .connect_timeout(Duration::from_secs(30))
@@ -23,6 +24,17 @@ pub fn shared_client() -> Result<reqwest::Client, String> {
                 .map_err(|err| err.to_string())
         })
         .clone()
+}
+
+/// Makes ring the process's TLS crypto provider, which every reqwest client uses: reqwest is
+/// built without a provider of its own (see Cargo.toml) and panics when building a client
+/// before one is installed. Call before building any client; later calls do nothing.
+pub fn install_tls_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // Fails only if a provider is already installed, which then serves just as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// Why a request could not be sent, in words a user can act on. reqwest's own text ("error

@@ -56,6 +56,7 @@ impl WebFetchTool {
 
     /// A tool that refuses the addresses `check` names a reason for.
     pub(crate) fn with_address_check(check: AddressCheck) -> WebFetchTool {
+        crate::llm::http::install_tls_provider();
         let client = reqwest::Client::builder()
             .user_agent(concat!("loopr/", env!("CARGO_PKG_VERSION")))
             .timeout(TIMEOUT)
