@@ -147,9 +147,7 @@ impl Conversation {
         // A cancel or revision from another host (another Neovim, the CLI) reaches this one
         // only through the store: checked before each turn.
         let id = context.record.id.clone();
-        let wanted = context
-            .store(move |db, _| Ok(db.still_wanted(&id)?))
-            .await;
+        let wanted = context.store(move |db, _| Ok(db.still_wanted(&id)?)).await;
         if !matches!(wanted, Ok(true)) {
             // Nothing may follow the last turn's write but that write.
             self.flush().await?;

@@ -109,6 +109,31 @@ fn io_kind_words(kind: std::io::ErrorKind) -> Option<&'static str> {
     })
 }
 
+/// Posts a request body and returns the response once it says success: the send bounded by
+/// the idle timeout, a failed send or an error status as the attempt's failure.
+pub async fn post(
+    http: &reqwest::Client,
+    url: &reqwest::Url,
+    headers: &reqwest::header::HeaderMap,
+    body: &super::wire_cache::RequestBytes,
+    idle: Duration,
+) -> Result<reqwest::Response, AttemptFailure> {
+    let send = http
+        .post(url.clone())
+        .headers(headers.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_body())
+        .send();
+    let response = tokio::time::timeout(idle, send)
+        .await
+        .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
+        .map_err(|err| send_failure(&err))?;
+    if !response.status().is_success() {
+        return Err(status_failure(response, idle).await);
+    }
+    Ok(response)
+}
+
 /// Reads an error answer: the status, whether it is worth retrying, the delay the server
 /// asked for, and its error body.
 pub async fn status_failure(response: reqwest::Response, idle: Duration) -> AttemptFailure {

@@ -4,7 +4,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
 use super::wire::encode;
-use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
@@ -73,20 +73,7 @@ impl AnthropicClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
-        let send = self
-            .http
-            .post(self.messages_url.clone())
-            .headers(self.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_body())
-            .send();
-        let response = tokio::time::timeout(idle, send)
-            .await
-            .map_err(|_| AttemptFailure::Stream(crate::llm::StreamFailure::Stalled(idle)))?
-            .map_err(|err| send_failure(&err))?;
-        if !response.status().is_success() {
-            return Err(status_failure(response, idle).await);
-        }
+        let response = post(&self.http, &self.messages_url, &self.headers, body, idle).await?;
         Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
     }
 }

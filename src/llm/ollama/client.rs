@@ -4,11 +4,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
 use super::wire::encode;
-use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, StreamFailure, Turn, with_retries,
+    RetryPolicy, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -75,20 +75,9 @@ impl OllamaClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
-        let send = self
-            .http
-            .post(self.chat_url.clone())
-            .headers(self.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_body())
-            .send();
-        let response = tokio::time::timeout(idle, send)
+        let response = post(&self.http, &self.chat_url, &self.headers, body, idle)
             .await
-            .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
-            .map_err(|err| with_serve_hint(send_failure(&err)))?;
-        if !response.status().is_success() {
-            return Err(status_failure(response, idle).await);
-        }
+            .map_err(with_serve_hint)?;
         Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
     }
 }

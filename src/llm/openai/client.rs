@@ -4,7 +4,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
 use super::wire::{TokenLimitField, encode};
-use crate::llm::http::{send_failure, shared_client, status_failure};
+use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
@@ -82,20 +82,7 @@ impl OpenAiClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
-        let send = self
-            .http
-            .post(self.completions_url.clone())
-            .headers(self.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_body())
-            .send();
-        let response = tokio::time::timeout(idle, send)
-            .await
-            .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
-            .map_err(|err| send_failure(&err))?;
-        if !response.status().is_success() {
-            return Err(status_failure(response, idle).await);
-        }
+        let response = post(&self.http, &self.completions_url, &self.headers, body, idle).await?;
         let whole = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
