@@ -17,7 +17,7 @@ use super::journal::Journal;
 use super::progress::describe_tool_call;
 use super::prompts;
 use super::settings::LoopSettings;
-use super::turn::{CallHandler, CallResult, Conversation};
+use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{
     ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
@@ -471,17 +471,14 @@ async fn load_or_start(
     journal: &Journal,
 ) -> Result<(RunState, Vec<Message>), LoopError> {
     let record = &context.record;
-    if record.feedback.is_none() {
-        let stored = journal.clone();
-        if let Some(run) = context
-            .store(move |_, _| Ok(stored.load::<RunState>()?))
-            .await?
-        {
-            if run.state.stage != Stage::Done {
-                context.progress(format!("resuming the {} conversation", kind.as_str()));
-            }
-            return Ok((run.state, run.messages));
+    // A revision asked for with feedback starts over; anything else continues what is stored.
+    if record.feedback.is_none()
+        && let Some(run) = stored_run::<RunState>(context, journal).await?
+    {
+        if run.state.stage != Stage::Done {
+            context.progress(format!("resuming the {} conversation", kind.as_str()));
         }
+        return Ok((run.state, run.messages));
     }
     let previous = previous_artifact(context, kind);
     let state = RunState {
@@ -497,24 +494,7 @@ async fn load_or_start(
         previous.as_ref(),
     )?);
     set_review_passes(context, 0).await?;
-    let (journal, message, stored_state) = (
-        journal.clone(),
-        first.clone(),
-        serde_json::to_value(&state).map_err(|err| LoopError::Artifact {
-            kind: "journal",
-            source: std::io::Error::other(err),
-        })?,
-    );
-    context
-        .store(move |_, _| {
-            journal
-                .start_run(&message, &stored_state)
-                .map_err(|source| LoopError::Artifact {
-                    kind: "journal",
-                    source,
-                })
-        })
-        .await?;
+    start_run(context, journal, &first, &state).await?;
     Ok((state, vec![first]))
 }
 

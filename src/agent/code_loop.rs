@@ -16,7 +16,7 @@ use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
 use super::prompts;
-use super::turn::{CallHandler, CallResult, Conversation};
+use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::schema::input_schema_for;
@@ -409,11 +409,7 @@ async fn load_or_start(
     phase: &PhaseArtifact,
     journal: &Journal,
 ) -> Result<(CodeRunState, Vec<Message>), LoopError> {
-    let stored = journal.clone();
-    if let Some(run) = context
-        .store(move |_, _| Ok(stored.load::<CodeRunState>()?))
-        .await?
-    {
+    if let Some(run) = stored_run::<CodeRunState>(context, journal).await? {
         context.progress("resuming the code conversation");
         return Ok((run.state, run.messages));
     }
@@ -423,21 +419,7 @@ async fn load_or_start(
         allowance_from: 1,
     };
     let first = Message::user_text(first_message(context, phase));
-    let (journal, message) = (journal.clone(), first.clone());
-    let stored_state = serde_json::to_value(&state).map_err(|err| LoopError::Artifact {
-        kind: "journal",
-        source: std::io::Error::other(err),
-    })?;
-    context
-        .store(move |_, _| {
-            journal
-                .start_run(&message, &stored_state)
-                .map_err(|source| LoopError::Artifact {
-                    kind: "journal",
-                    source,
-                })
-        })
-        .await?;
+    start_run(context, journal, &first, &state).await?;
     Ok((state, vec![first]))
 }
 

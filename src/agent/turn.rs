@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
-use super::journal::{Entry, Journal};
+use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use crate::llm::{
@@ -38,6 +38,46 @@ impl CallResult {
             is_error: true,
             follow_up: None,
         }
+    }
+}
+
+/// The last run stored in `journal`, read off the async threads.
+pub(super) async fn stored_run<S>(
+    context: &LoopContext,
+    journal: &Journal,
+) -> Result<Option<Replayed<S>>, LoopError>
+where
+    S: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+{
+    let journal = journal.clone();
+    context.store(move |_, _| Ok(journal.load::<S>()?)).await
+}
+
+/// Starts a new run in `journal`: its first message and the loop's state.
+pub(super) async fn start_run(
+    context: &LoopContext,
+    journal: &Journal,
+    first: &Message,
+    state: &impl serde::Serialize,
+) -> Result<(), LoopError> {
+    let (journal, first, state) = (journal.clone(), first.clone(), state_value(state)?);
+    context
+        .store(move |_, _| {
+            journal
+                .start_run(&first, &state)
+                .map_err(journal_write_error)
+        })
+        .await
+}
+
+fn state_value(state: &impl serde::Serialize) -> Result<serde_json::Value, LoopError> {
+    serde_json::to_value(state).map_err(|err| journal_write_error(std::io::Error::other(err)))
+}
+
+fn journal_write_error(source: std::io::Error) -> LoopError {
+    LoopError::Artifact {
+        kind: "journal",
+        source,
     }
 }
 
@@ -270,10 +310,7 @@ impl Conversation {
     ) -> Result<(), LoopError> {
         debug_assert!(self.writing.is_none(), "one journal write at a time");
         let entries = std::mem::take(&mut self.pending);
-        let state = serde_json::to_value(state).map_err(|err| LoopError::Artifact {
-            kind: "journal",
-            source: std::io::Error::other(err),
-        })?;
+        let state = state_value(state)?;
         let journal = self.journal.clone();
         let (id, tokens_in, tokens_out) = (
             context.record.id.clone(),
@@ -288,10 +325,7 @@ impl Conversation {
             }
             journal
                 .append(&entries, &state)
-                .map_err(|source| LoopError::Artifact {
-                    kind: "journal",
-                    source,
-                })?;
+                .map_err(journal_write_error)?;
             Ok(db.set_tokens(&id, tokens_in, tokens_out)?)
         }));
         Ok(())
