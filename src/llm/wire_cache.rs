@@ -23,7 +23,7 @@ pub struct WireCache {
 struct Unit {
     previous: Option<Arc<Message>>,
     message: Arc<Message>,
-    /// The message's wire messages, comma-separated (empty when it has none).
+    /// A comma, then the message's wire messages comma-separated (empty when it has none).
     json: Bytes,
 }
 
@@ -95,24 +95,37 @@ impl WireCache {
         units.truncate(reusable);
         for (index, message) in messages.iter().enumerate().skip(reusable) {
             let previous = index.checked_sub(1).map(|at| &messages[at]);
+            let rendered = render(previous.map(|p| &**p), message)?;
+            let mut json = Vec::with_capacity(rendered.len() + 1);
+            if !rendered.is_empty() {
+                json.push(b',');
+                json.extend_from_slice(&rendered);
+            }
             units.push(Unit {
                 previous: previous.cloned(),
                 message: Arc::clone(message),
-                json: Bytes::from(render(previous.map(|p| &**p), message)?),
+                json: Bytes::from(json),
             });
         }
-        let lead = Bytes::from(comma_separated(lead)?);
+        let mut lead = comma_separated(lead)?;
+        if !lead.is_empty() {
+            lead.insert(0, b',');
+        }
         parts.push(Bytes::from_static(b"["));
+        // Each piece carries its leading comma, so a message is one piece of the body (and
+        // one slot of a vectored write); the first piece's comma is sliced off.
         let mut first = true;
-        for part in std::iter::once(&lead).chain(units.iter().map(|unit| &unit.json)) {
+        for part in
+            std::iter::once(Bytes::from(lead)).chain(units.iter().map(|unit| unit.json.clone()))
+        {
             if part.is_empty() {
                 continue;
             }
-            if !first {
-                parts.push(Bytes::from_static(b","));
-            }
-            first = false;
-            parts.push(part.clone());
+            parts.push(if std::mem::take(&mut first) {
+                part.slice(1..)
+            } else {
+                part
+            });
         }
         parts.push(Bytes::from_static(b"]"));
         Ok(())

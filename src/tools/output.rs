@@ -1,5 +1,7 @@
 //! Capping what a tool returns, so one call cannot flood the model's context.
 
+use std::borrow::Cow;
+
 /// Collects lines up to a byte budget and remembers whether anything was dropped.
 pub struct CappedOutput {
     text: String,
@@ -44,10 +46,14 @@ impl CappedOutput {
 }
 
 /// `line` cut to at most `max_chars` characters, marking the cut.
-pub fn clip_line(line: &str, max_chars: usize) -> String {
+pub fn clip_line(line: &str, max_chars: usize) -> Cow<'_, str> {
+    // A line of no more bytes than the limit has no more characters either.
+    if line.len() <= max_chars {
+        return Cow::Borrowed(line);
+    }
     match line.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}… [line clipped]", &line[..cut]),
-        None => line.to_owned(),
+        Some((cut, _)) => Cow::Owned(format!("{}… [line clipped]", &line[..cut])),
+        None => Cow::Borrowed(line),
     }
 }
 
@@ -72,5 +78,7 @@ mod tests {
     fn clip_line_respects_char_boundaries() {
         assert_eq!(clip_line("héllo", 2), "hé… [line clipped]");
         assert_eq!(clip_line("hi", 2), "hi");
+        assert_eq!(clip_line("héllo", 5), "héllo", "six bytes, five characters");
+        assert_eq!(clip_line("héllo", 4), "héll… [line clipped]");
     }
 }

@@ -1,3 +1,5 @@
+use std::fmt::Write as _;
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -56,6 +58,12 @@ impl Tool for ReadFileTool {
     }
 }
 
+/// The number of lines `str::lines` yields, counted without decoding characters.
+fn line_count(text: &str) -> usize {
+    let newlines = text.bytes().filter(|&byte| byte == b'\n').count();
+    newlines + usize::from(!text.is_empty() && !text.ends_with('\n'))
+}
+
 fn read_numbered(
     path: &std::path::Path,
     shown: &str,
@@ -83,7 +91,10 @@ fn read_numbered(
             "is a binary file; only text files can be read".to_owned(),
         ));
     }
-    let text = String::from_utf8_lossy(&bytes);
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(&bytes),
+    };
     let start = input.start_line.unwrap_or(1).max(1);
     let end = input
         .end_line
@@ -93,7 +104,7 @@ fn read_numbered(
             "end_line {end} is before start_line {start}"
         )));
     }
-    let total_lines = text.lines().count();
+    let total_lines = line_count(&text);
     if total_lines == 0 {
         return Ok(format!("{shown} is empty\n"));
     }
@@ -106,17 +117,18 @@ fn read_numbered(
         .min(total_lines)
         .min(start.saturating_add(MAX_LINES - 1));
     let mut output = CappedOutput::new(MAX_OUTPUT_BYTES);
+    // One buffer for every numbered line: a long read is thousands of lines.
+    let mut numbered = String::new();
     for (index, line) in text
         .lines()
         .enumerate()
         .skip(start - 1)
         .take(last + 1 - start)
     {
-        if !output.push_line(&format!(
-            "{:>6}\t{}",
-            index + 1,
-            clip_line(line, MAX_LINE_CHARS)
-        )) {
+        numbered.clear();
+        let _ = write!(numbered, "{:>6}\t", index + 1);
+        numbered.push_str(&clip_line(line, MAX_LINE_CHARS));
+        if !output.push_line(&numbered) {
             break;
         }
     }
@@ -128,4 +140,26 @@ fn read_numbered(
         ));
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_count;
+
+    #[test]
+    fn lines_are_counted_as_str_lines_counts_them() {
+        for text in [
+            "",
+            "a",
+            "a\n",
+            "a\nb",
+            "\n",
+            "\n\n",
+            "a\r\nb\r\n",
+            "a\n\nb\n",
+            "é\nü",
+        ] {
+            assert_eq!(line_count(text), text.lines().count(), "{text:?}");
+        }
+    }
 }

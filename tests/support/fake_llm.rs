@@ -716,6 +716,8 @@ pub struct RecordedRequest {
     pub raw_body: Vec<u8>,
     /// When the request's head arrived (its body, which the server reads, still on the way).
     pub arrived: std::time::Instant,
+    /// When the last byte of its body arrived.
+    pub received: std::time::Instant,
     /// The request's number, from 1 in arrival order (see [`FakeLlm::served_at`]).
     pub number: usize,
     /// The body's length, also when the body is not kept ([`FakeLlm::forget_bodies`]).
@@ -740,6 +742,8 @@ struct Inner {
     requests: Mutex<Vec<RecordedRequest>>,
     /// Connections closed by the client while a Stall reply was open.
     disconnects: AtomicUsize,
+    /// Connections accepted so far (a client that keeps its connection alive opens one).
+    connections: AtomicUsize,
     /// Woken (notify_waiters) whenever `requests` or `disconnects` changes.
     changed: Notify,
     seed: u64,
@@ -853,6 +857,7 @@ impl FakeLlm {
             routes: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
             changed: Notify::new(),
             seed,
             wire,
@@ -962,6 +967,11 @@ impl FakeLlm {
         self.inner.disconnects.load(Ordering::SeqCst)
     }
 
+    /// How many connections clients have opened so far.
+    pub fn connections(&self) -> usize {
+        self.inner.connections.load(Ordering::SeqCst)
+    }
+
     /// Waits until at least `n` such disconnects have happened in total.
     pub async fn wait_for_disconnects(&self, n: usize) {
         self.inner
@@ -994,6 +1004,7 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                inner.connections.fetch_add(1, Ordering::SeqCst);
                 let inner = Arc::clone(&inner);
                 connections.spawn(async move {
                     let service = service_fn(move |request| handle(Arc::clone(&inner), request));
@@ -1044,6 +1055,7 @@ async fn handle(
             ));
         }
     };
+    let received = std::time::Instant::now();
     let body_json = serde_json::from_slice(&raw_body).unwrap_or(Value::Null);
     let headers = parts
         .headers
@@ -1064,6 +1076,7 @@ async fn handle(
         body: body_json,
         raw_body,
         arrived,
+        received,
         number: 0,
         body_len: 0,
     });
@@ -1204,7 +1217,7 @@ fn streamed_response(
     let chunks = split_at_odd_boundaries(&bytes, seed);
     // Capacity 1: hyper takes (and usually flushes) one piece at a time.
     let (tx, mut rx) = mpsc::channel::<Bytes>(1);
-    let inner = Arc::clone(inner);
+    let producer_inner = Arc::clone(inner);
     tokio::spawn(async move {
         let mut sent_all = true;
         for chunk in chunks {
@@ -1213,25 +1226,29 @@ fn streamed_response(
                 break;
             }
         }
-        if sent_all {
-            inner
-                .served
-                .lock()
-                .expect("fake server: served lock")
-                .insert(number, std::time::Instant::now());
-        }
         if stall {
             // The receiver lives in the response body, which hyper drops
             // when the connection goes away.
             if sent_all {
                 tx.closed().await;
             }
-            inner.note_disconnect();
+            producer_inner.note_disconnect();
         }
     });
+    // The answer is served when hyper asks for more and hears it has it all: it has taken
+    // the last piece by then (a stalled answer never ends).
+    let inner = Arc::clone(inner);
+    let mut ended = false;
     let stream = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))))
+        let next = std::task::ready!(rx.poll_recv(cx));
+        if next.is_none() && !std::mem::replace(&mut ended, true) {
+            inner
+                .served
+                .lock()
+                .expect("fake server: served lock")
+                .insert(number, std::time::Instant::now());
+        }
+        std::task::Poll::Ready(next.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))))
     });
     let mut response = Response::new(StreamBody::new(stream).boxed());
     let headers = response.headers_mut();
