@@ -12,6 +12,7 @@ pub mod openai;
 mod provider;
 pub mod providers;
 mod retry;
+mod tool_protocol;
 mod types;
 pub mod wire_cache;
 
@@ -23,6 +24,7 @@ pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
+pub use tool_protocol::{ToolFormat, ToolProtocol};
 pub use types::{
     ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage, shared,
 };
