@@ -12,8 +12,9 @@ use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use crate::llm::{
-    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn, Usage,
+    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
 };
+use crate::store::{LoopDb, LoopId, StoreError};
 
 /// The answer to one tool call.
 pub(super) struct CallResult {
@@ -102,36 +103,6 @@ pub(super) struct Answered {
     pub last_problem: Option<String>,
 }
 
-/// Asks the model, while checking in the store that the loop is still wanted: a cancel or
-/// revision from another host (another Neovim, the CLI) reaches this one only through the
-/// store. The check runs alongside the question, not before it, because it waits on the
-/// database that the last turn's write holds; an unwanted loop's answer is dropped
-/// unread and nothing of its turn runs.
-async fn ask_if_still_wanted(
-    context: &LoopContext,
-    request: &ChatRequest,
-    on_provider_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-) -> Result<Turn, LoopError> {
-    let id = context.record.id.clone();
-    let check = context.store(move |db, _| Ok(db.still_wanted(&id)?));
-    let ask = context
-        .provider
-        .complete(request, on_provider_event, &context.cancel);
-    tokio::pin!(check, ask);
-    let (wanted, answer) = tokio::select! {
-        wanted = &mut check => (wanted, None),
-        answer = &mut ask => ((&mut check).await, Some(answer)),
-    };
-    if !wanted? {
-        tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
-        return Err(LoopError::Cancelled);
-    }
-    Ok(match answer {
-        Some(answer) => answer,
-        None => ask.await,
-    }?)
-}
-
 /// A loop's conversation with the model and its journal.
 pub(super) struct Conversation {
     request: ChatRequest,
@@ -140,9 +111,22 @@ pub(super) struct Conversation {
     pending: Vec<Entry>,
     /// The loop's tokens so far (also in its record).
     usage: Usage,
+    /// The last turn, committed but not yet written: its write starts with the next turn.
+    unwritten: Option<UnwrittenTurn>,
     /// The last turn's journal write, finishing while the model answers the next one.
     writing: Option<PendingWrite>,
+    db: LoopDb,
+    id: LoopId,
 }
+
+struct UnwrittenTurn {
+    entries: Vec<Entry>,
+    state: serde_json::Value,
+    tokens_in: u64,
+    tokens_out: u64,
+}
+
+type WantedCheck = tokio::sync::oneshot::Receiver<Result<bool, StoreError>>;
 
 type PendingWrite = tokio::task::JoinHandle<Result<(), LoopError>>;
 
@@ -178,7 +162,10 @@ impl Conversation {
             },
             journal,
             pending: Vec::new(),
+            unwritten: None,
             writing: None,
+            db: context.db.clone(),
+            id: context.record.id.clone(),
             usage: Usage {
                 input_tokens: context.record.tokens_in,
                 output_tokens: context.record.tokens_out,
@@ -214,6 +201,20 @@ impl Conversation {
         handler: &mut dyn CallHandler,
         nudge: String,
     ) -> Result<Answered, LoopError> {
+        // A cancel or revision from another host (another Neovim, the CLI) reaches this one
+        // only through the store: checked before each question, in the task that then writes
+        // the last turn (one trip to the blocking threads, and no wait on that write).
+        let wanted = match self.start_blocking_work(true) {
+            Some(check) => check.await.unwrap_or(Ok(false)),
+            None => Ok(true),
+        };
+        if !matches!(wanted, Ok(true)) {
+            // Nothing may follow the last turn's write but that write.
+            self.flush().await?;
+            wanted?;
+            tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
+            return Err(LoopError::Cancelled);
+        }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
         let on_provider_event = |event: ProviderEvent| {
@@ -238,7 +239,9 @@ impl Conversation {
         // The last turn's journal write and this turn's question run at once; nothing this
         // turn does (its calls) starts before that write is done.
         let (answer, last_turn_written) = tokio::join!(
-            ask_if_still_wanted(context, &self.request, &on_provider_event),
+            context
+                .provider
+                .complete(&self.request, &on_provider_event, &context.cancel),
             written(self.writing.take()),
         );
         last_turn_written?;
@@ -312,42 +315,64 @@ impl Conversation {
         self.flush().await
     }
 
-    /// Waits for the journal write under way, if any.
+    /// Writes what was committed and waits for every journal write under way.
     pub async fn flush(&mut self) -> Result<(), LoopError> {
+        self.start_blocking_work(false);
         written(self.writing.take()).await
     }
 
-    /// Starts writing what `commit` writes; the next turn's question goes out meanwhile,
-    /// and the turn waits for the write before it runs anything. A loop that ends instead
-    /// calls `flush` (or `commit`).
+    /// Keeps the turn under way and the loop's `state` after it, to be written (with the
+    /// loop's tokens) while the model answers the next question; the next turn runs nothing
+    /// before that write is done. A loop that ends instead calls `flush` (or `commit`).
     pub fn commit_while_asking(
         &mut self,
-        context: &LoopContext,
+        _context: &LoopContext,
         state: &impl serde::Serialize,
     ) -> Result<(), LoopError> {
-        debug_assert!(self.writing.is_none(), "one journal write at a time");
-        let entries = std::mem::take(&mut self.pending);
-        let state = state_value(state)?;
-        let journal = self.journal.clone();
-        let (id, tokens_in, tokens_out) = (
-            context.record.id.clone(),
-            self.usage.input_tokens,
-            self.usage.output_tokens,
-        );
-        let (db, previous) = (context.db.clone(), self.writing.take());
+        debug_assert!(self.unwritten.is_none(), "one unwritten turn at a time");
+        self.unwritten = Some(UnwrittenTurn {
+            entries: std::mem::take(&mut self.pending),
+            state: state_value(state)?,
+            tokens_in: self.usage.input_tokens,
+            tokens_out: self.usage.output_tokens,
+        });
+        Ok(())
+    }
+
+    /// Starts, in one blocking task, whether the loop is still wanted (when `check`) and then
+    /// the write of the committed turn. Returns the check's answer, which comes before the
+    /// write is done.
+    fn start_blocking_work(&mut self, check: bool) -> Option<WantedCheck> {
+        let unwritten = self.unwritten.take();
+        if !check && unwritten.is_none() {
+            return None;
+        }
+        let (answer, asked) = if check {
+            let (answer, asked) = tokio::sync::oneshot::channel();
+            (Some(answer), Some(asked))
+        } else {
+            (None, None)
+        };
+        let (db, id, journal) = (self.db.clone(), self.id.clone(), self.journal.clone());
+        let previous = self.writing.take();
         self.writing = Some(tokio::task::spawn_blocking(move || {
+            if let Some(answer) = answer {
+                // The receiver may be gone (the loop was cancelled meanwhile); the write
+                // still happens.
+                let _ = answer.send(db.still_wanted(&id));
+            }
             // Never two writes of one journal at once (appends must not interleave).
             if let Some(previous) = previous {
                 tokio::runtime::Handle::current().block_on(written(Some(previous)))?;
             }
-            if std::env::var_os("TMP_NO_JOURNAL").is_some() {
+            let Some(turn) = unwritten else {
                 return Ok(());
-            }
+            };
             journal
-                .append(&entries, &state)
+                .append(&turn.entries, &turn.state)
                 .map_err(journal_write_error)?;
-            Ok(db.set_tokens(&id, tokens_in, tokens_out)?)
+            Ok(db.set_tokens(&id, turn.tokens_in, turn.tokens_out)?)
         }));
-        Ok(())
+        asked
     }
 }
