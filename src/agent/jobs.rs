@@ -7,21 +7,20 @@ use serde_json::Value;
 
 use super::prompts;
 use crate::artifacts::{
-    ArtifactKind, FileState, PhaseArtifact, PlanArtifact, SpecArtifact, ValidationReport,
-    create_phase_spec, create_plan_spec, create_spec_spec, render_phase_markdown,
-    render_plan_markdown, render_spec_markdown, validate_phase, validate_plan, validate_spec,
+    ArtifactKind, Checked, FileState, LinkedDocument, PhaseArtifact, PlanArtifact, ReferenceScope,
+    SpecArtifact, ValidationReport, create_phase_spec, create_plan_spec, create_spec_spec,
+    linked_plan_document, linked_spec_document, validate_phase, validate_plan, validate_spec,
 };
 use crate::llm::ToolSpec;
 use crate::store::{LoopRecord, LoopType, ProjectLayout};
 use crate::tools::{PathError, ProjectRoot};
 
-/// An artifact the host accepted, with what it spawns.
+/// An artifact the host accepted: what is stored, and what the model is told.
 #[derive(Clone, Debug)]
 pub struct Accepted {
     pub json: Value,
     pub markdown: String,
     pub summary: String,
-    pub children: Vec<ChildLoop>,
 }
 
 /// A loop an artifact spawns, from its structured data.
@@ -108,38 +107,99 @@ pub fn first_message(
     Ok(message)
 }
 
-/// Validates an artifact tool's input for this loop and renders it.
+/// Validates an artifact tool's input for this loop and renders it, references linked. Reads
+/// the parent's stored artifact and markdown (what references may point into) and probes the
+/// project and absolute paths: run it on the blocking pool.
 pub fn accept(
     record: &LoopRecord,
     root: &ProjectRoot,
+    layout: &ProjectLayout,
     input: &Value,
 ) -> Result<Result<Accepted, ValidationReport>, JobError> {
     let kind = artifact_kind(record.loop_type)?;
+    let path_exists = |path: &Path| path.exists();
     Ok(match kind {
-        ArtifactKind::Plan => validate_plan(input).map(plan_accepted),
-        ArtifactKind::Spec => validate_spec(input, required_name(record, kind)?).map(spec_accepted),
+        ArtifactKind::Plan => {
+            let scope = ReferenceScope {
+                parent: None,
+                path_exists: &path_exists,
+            };
+            validate_plan(input, &scope)
+                .map(|checked| plan_accepted(checked.artifact, checked.markdown))
+        }
+        ArtifactKind::Spec => {
+            let name = required_name(record, kind)?;
+            let scope = ReferenceScope {
+                parent: parent_document(record, layout, |plan: &PlanArtifact, href, stored| {
+                    linked_plan_document(plan, href, stored)
+                })?,
+                path_exists: &path_exists,
+            };
+            validate_spec(input, name, &scope)
+                .map(|checked| spec_accepted(checked.artifact, checked.markdown))
+        }
         ArtifactKind::Phase => {
+            let name = required_name(record, kind)?;
+            let scope = ReferenceScope {
+                parent: parent_document(record, layout, |spec: &SpecArtifact, href, stored| {
+                    linked_spec_document(spec, href, stored)
+                })?,
+                path_exists: &path_exists,
+            };
             let probe = |file: &str| probe_file(root, file);
-            validate_phase(input, required_name(record, kind)?, &probe).map(phase_accepted)
+            validate_phase(input, name, &probe, &scope).map(|checked: Checked<PhaseArtifact>| {
+                phase_accepted(checked.artifact, checked.markdown)
+            })
         }
     })
 }
 
-/// Rebuilds an accepted artifact from its stored JSON (after a crash between storing it and
-/// recording it), without running the rules again: they held when it was stored.
-pub fn restore(kind: ArtifactKind, json: &Value) -> Option<Accepted> {
-    match kind {
-        ArtifactKind::Plan => serde_json::from_value(json.clone()).ok().map(plan_accepted),
-        ArtifactKind::Spec => serde_json::from_value(json.clone()).ok().map(spec_accepted),
-        ArtifactKind::Phase => serde_json::from_value(json.clone())
-            .ok()
-            .map(phase_accepted),
+/// The parent's markdown as the child's references see it, linked from where the child's
+/// markdown is written. The parent's JSON must be readable (the loop's task came from it); its
+/// markdown only serves links, so without it the child can still reference its own headings.
+fn parent_document<T: serde::de::DeserializeOwned>(
+    record: &LoopRecord,
+    layout: &ProjectLayout,
+    link: impl FnOnce(&T, String, &str) -> LinkedDocument,
+) -> Result<Option<LinkedDocument>, JobError> {
+    let (_, parent) = parent_artifact::<T>(record, layout)?;
+    let (Some(parent_id), Some(triggered_by)) = (&record.parent, &record.triggered_by) else {
+        return Ok(None);
+    };
+    let in_loop = Path::new(triggered_by).with_extension("md");
+    let stored_path = layout.loop_dir(parent_id).join(&in_loop);
+    match std::fs::read_to_string(&stored_path) {
+        Ok(stored) => {
+            let href = ProjectLayout::from_artifacts_dir(parent_id, &in_loop)
+                .to_string_lossy()
+                .into_owned();
+            Ok(Some(link(&parent, href, &stored)))
+        }
+        Err(err) => {
+            tracing::warn!(path = %stored_path.display(), error = %err, "the parent's markdown is unreadable; references cannot point into it");
+            Ok(None)
+        }
     }
 }
 
-fn plan_accepted(plan: PlanArtifact) -> Accepted {
-    let children = plan
-        .specs
+/// The loops a stored artifact spawns (after a crash between storing it and recording it, or
+/// on approval), without running the rules again: they held when it was stored.
+pub fn spawned_by(kind: ArtifactKind, json: &Value) -> Option<Vec<ChildLoop>> {
+    match kind {
+        ArtifactKind::Plan => serde_json::from_value(json.clone())
+            .ok()
+            .map(|plan: PlanArtifact| plan_children(&plan)),
+        ArtifactKind::Spec => serde_json::from_value(json.clone())
+            .ok()
+            .map(|spec: SpecArtifact| spec_children(&spec)),
+        ArtifactKind::Phase => serde_json::from_value::<PhaseArtifact>(json.clone())
+            .ok()
+            .map(|_| Vec::new()),
+    }
+}
+
+fn plan_children(plan: &PlanArtifact) -> Vec<ChildLoop> {
+    plan.specs
         .iter()
         .map(|spec| ChildLoop {
             loop_type: LoopType::Spec,
@@ -147,21 +207,11 @@ fn plan_accepted(plan: PlanArtifact) -> Accepted {
             task: spec.title.clone(),
             depends_on: spec.dependencies.clone(),
         })
-        .collect();
-    Accepted {
-        markdown: render_plan_markdown(&plan),
-        summary: format!(
-            "Plan accepted with {} spec(s); plan.md was written for review.",
-            plan.specs.len()
-        ),
-        json: serde_json::to_value(&plan).unwrap_or_default(),
-        children,
-    }
+        .collect()
 }
 
-fn spec_accepted(spec: SpecArtifact) -> Accepted {
-    let children = spec
-        .phases
+fn spec_children(spec: &SpecArtifact) -> Vec<ChildLoop> {
+    spec.phases
         .iter()
         .map(|phase| ChildLoop {
             loop_type: LoopType::Phase,
@@ -169,27 +219,39 @@ fn spec_accepted(spec: SpecArtifact) -> Accepted {
             task: phase.title.clone(),
             depends_on: Vec::new(),
         })
-        .collect();
+        .collect()
+}
+
+fn plan_accepted(plan: PlanArtifact, markdown: String) -> Accepted {
     Accepted {
-        markdown: render_spec_markdown(&spec),
+        markdown,
+        summary: format!(
+            "Plan accepted with {} spec(s); plan.md was written for review.",
+            plan.specs.len()
+        ),
+        json: serde_json::to_value(&plan).unwrap_or_default(),
+    }
+}
+
+fn spec_accepted(spec: SpecArtifact, markdown: String) -> Accepted {
+    Accepted {
+        markdown,
         summary: format!(
             "Spec accepted with {} phase(s); spec.md was written.",
             spec.phases.len()
         ),
         json: serde_json::to_value(&spec).unwrap_or_default(),
-        children,
     }
 }
 
-fn phase_accepted(phase: PhaseArtifact) -> Accepted {
+fn phase_accepted(phase: PhaseArtifact, markdown: String) -> Accepted {
     Accepted {
-        markdown: render_phase_markdown(&phase),
+        markdown,
         summary: format!(
             "Phase accepted with {} task(s); phase.md was written.",
             phase.tasks.len()
         ),
         json: serde_json::to_value(&phase).unwrap_or_default(),
-        children: Vec::new(),
     }
 }
 

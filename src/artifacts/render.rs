@@ -1,10 +1,26 @@
 use std::fmt::Write;
 
-use super::{PhaseArtifact, PlanArtifact, SpecArtifact};
+use super::{PhaseArtifact, PlanArtifact, ReferenceLinks, SpecArtifact};
 
-/// plan.md, rendered from the structured plan. Rendering is one-way: nothing parses it back.
+/// A plan's or spec's markdown and the heading line of each spec's or phase's section, so a
+/// reference can link to the section that describes an output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedSections {
+    pub markdown: String,
+    /// The zero-based line of each section's heading, in spec or phase order.
+    pub section_lines: Vec<u32>,
+}
+
+/// plan.md, rendered from the structured plan with references as code. Rendering is one-way:
+/// nothing parses it back.
 pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
+    render_plan(plan, &ReferenceLinks::none()).markdown
+}
+
+/// plan.md with references rendered through `links`.
+pub fn render_plan(plan: &PlanArtifact, links: &ReferenceLinks) -> RenderedSections {
     let mut md = String::new();
+    let mut section_lines = Vec::with_capacity(plan.specs.len());
     // Writing to a String cannot fail; the results are ignored for that reason.
     let _ = writeln!(md, "# Plan: {}\n", one_line(&plan.title));
     let _ = writeln!(md, "## Overview\n\n{}\n", plan.overview.trim());
@@ -16,6 +32,7 @@ pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
         if plan.specs.len() == 1 { "" } else { "s" }
     );
     for (index, spec) in plan.specs.iter().enumerate() {
+        section_lines.push(line_count(&md));
         let _ = writeln!(md, "### Spec {}: {}\n", index + 1, one_line(&spec.title));
         let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
         let _ = writeln!(md, "{}\n", spec.description.trim());
@@ -27,20 +44,31 @@ pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
                 .collect();
             let _ = writeln!(md, "**Depends on:** {}\n", names.join(", "));
         }
+        write_references(&mut md, &spec.references, links);
     }
     write_list(&mut md, "Non-Goals", &plan.non_goals);
     write_list(&mut md, "Risks", &plan.risks);
-    finish(md)
+    RenderedSections {
+        markdown: finish(md),
+        section_lines,
+    }
 }
 
-/// spec.md, rendered from the structured spec.
+/// spec.md, rendered from the structured spec with references as code.
 pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
+    render_spec(spec, &ReferenceLinks::none()).markdown
+}
+
+/// spec.md with references rendered through `links`.
+pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSections {
     let mut md = String::new();
+    let mut section_lines = Vec::with_capacity(spec.phases.len());
     let _ = writeln!(md, "# Spec: {}\n", one_line(&spec.title));
     let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
     let _ = writeln!(md, "## Overview\n\n{}\n", spec.overview.trim());
     let _ = writeln!(md, "## Phases\n");
     for (index, phase) in spec.phases.iter().enumerate() {
+        section_lines.push(line_count(&md));
         let _ = writeln!(md, "### Phase {}: {}\n", index + 1, one_line(&phase.title));
         let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
         let _ = writeln!(md, "{}\n", phase.description.trim());
@@ -58,6 +86,7 @@ pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
         {
             let _ = writeln!(md, "**Validation:** {}\n", one_line(validation));
         }
+        write_references(&mut md, &phase.references, links);
     }
     if !spec.acceptance_criteria.is_empty() {
         let _ = writeln!(md, "## Acceptance Criteria\n");
@@ -73,7 +102,10 @@ pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
     {
         let _ = writeln!(md, "## Test Strategy\n\n{}\n", strategy.trim());
     }
-    finish(md)
+    RenderedSections {
+        markdown: finish(md),
+        section_lines,
+    }
 }
 
 /// phase.md and where each task landed in it, so a shell can point at a task without
@@ -90,8 +122,14 @@ pub fn render_phase_markdown(phase: &PhaseArtifact) -> String {
     render_phase(phase).markdown
 }
 
-/// phase.md with the line of each task.
+/// phase.md with the line of each task, references rendered as code. The lines are those of
+/// the stored phase.md: a reference, linked or not, stays on its task's line.
 pub fn render_phase(phase: &PhaseArtifact) -> RenderedPhase {
+    render_phase_with(phase, &ReferenceLinks::none())
+}
+
+/// phase.md with the line of each task and references rendered through `links`.
+pub fn render_phase_with(phase: &PhaseArtifact, links: &ReferenceLinks) -> RenderedPhase {
     let mut md = String::new();
     let _ = writeln!(md, "# Phase: {}\n", one_line(&phase.title));
     let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
@@ -104,8 +142,18 @@ pub fn render_phase(phase: &PhaseArtifact) -> RenderedPhase {
             (Some(file), None) => format!(" (`{}`)", one_line(file)),
             _ => String::new(),
         };
+        let references = if task.references.is_empty() {
+            String::new()
+        } else {
+            format!(" — see {}", links.render(&task.references))
+        };
         task_lines.push(line_count(&md));
-        let _ = writeln!(md, "{}. {}{target}", index + 1, one_line(&task.description));
+        let _ = writeln!(
+            md,
+            "{}. {}{target}{references}",
+            index + 1,
+            one_line(&task.description)
+        );
     }
     md.push('\n');
     if !phase.success_criteria.is_empty() {
@@ -146,6 +194,12 @@ fn finish(mut md: String) -> String {
     md
 }
 
+fn write_references(md: &mut String, references: &[String], links: &ReferenceLinks) {
+    if !references.is_empty() {
+        let _ = writeln!(md, "**References:** {}\n", links.render(references));
+    }
+}
+
 fn write_list(md: &mut String, heading: &str, items: &[String]) {
     if items.is_empty() {
         return;
@@ -177,12 +231,14 @@ mod tests {
                     title: "Parse the flag".to_owned(),
                     description: "Add `--version` to the argument parser.".to_owned(),
                     dependencies: vec![],
+                    references: vec![],
                 },
                 SpecReference {
                     name: "docs".to_owned(),
                     title: "Document the flag".to_owned(),
                     description: "Mention it in README.md and the man page.".to_owned(),
                     dependencies: vec!["cli-flag".to_owned()],
+                    references: vec![],
                 },
             ],
             non_goals: vec!["A `version` subcommand".to_owned()],
