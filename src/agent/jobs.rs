@@ -314,6 +314,199 @@ pub fn read_json(path: &Path) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::artifact_store::store_artifact;
+    use crate::artifacts::heading_slugs;
+    use serde_json::json;
+
+    fn long(text: &str) -> String {
+        format!(
+            "{text} This sentence is here so the artifact is detailed enough to be accepted by the sparseness rule."
+        )
+    }
+
+    /// Accepts `input` for `record` and stores it as iteration 1, returning its markdown.
+    fn accept_and_store(
+        record: &LoopRecord,
+        root: &ProjectRoot,
+        layout: &ProjectLayout,
+        input: Value,
+    ) -> String {
+        let kind = artifact_kind(record.loop_type).expect("artifact loop");
+        let accepted = accept(record, root, layout, &input)
+            .expect("job")
+            .unwrap_or_else(|report| panic!("{report}"));
+        store_artifact(
+            layout,
+            &record.id,
+            1,
+            kind,
+            &accepted.json,
+            &accepted.markdown,
+            None,
+        )
+        .expect("stored");
+        accepted.markdown
+    }
+
+    fn child_of(parent: &LoopRecord, loop_type: LoopType, name: &str) -> LoopRecord {
+        let kind = artifact_kind(parent.loop_type).expect("artifact loop");
+        LoopRecord {
+            parent: Some(parent.id.clone()),
+            name: Some(name.to_owned()),
+            triggered_by: Some(format!("iterations/001/artifacts/{}.json", kind.as_str())),
+            ..LoopRecord::new_pending(loop_type, name, "{}".to_owned())
+        }
+    }
+
+    /// Every link of `markdown` (written in `dir`) that is not a URL: its file exists and has
+    /// the heading its fragment names. Returns how many relative links there were.
+    fn assert_links_resolve(markdown: &str, dir: &Path) -> usize {
+        let own_slugs: Vec<String> = heading_slugs(markdown)
+            .into_iter()
+            .map(|(_, slug)| slug)
+            .collect();
+        let mut relative = 0;
+        for (start, _) in markdown.match_indices("](") {
+            let rest = &markdown[start + 2..];
+            let destination = match rest.strip_prefix('<') {
+                Some(angled) => &angled[..angled.find('>').expect("closing >")],
+                None => &rest[..rest.find(')').expect("closing )")],
+            };
+            if destination.contains("://") {
+                continue;
+            }
+            let (file, fragment) = destination.split_once('#').unwrap_or((destination, ""));
+            let slugs = if file.is_empty() {
+                own_slugs.clone()
+            } else {
+                relative += 1;
+                let target = dir.join(file);
+                let text = std::fs::read_to_string(&target)
+                    .unwrap_or_else(|err| panic!("{destination} -> {}: {err}", target.display()));
+                heading_slugs(&text)
+                    .into_iter()
+                    .map(|(_, slug)| slug)
+                    .collect()
+            };
+            assert!(
+                fragment.is_empty() || slugs.iter().any(|slug| slug == fragment),
+                "{destination}: no heading #{fragment} in {slugs:?}"
+            );
+        }
+        relative
+    }
+
+    #[test]
+    fn every_relative_link_of_a_child_resolves_to_a_stored_file_and_heading() {
+        let temp = tempfile::tempdir().expect("temp");
+        let project = temp.path().join("project");
+        std::fs::create_dir_all(&project).expect("project");
+        std::fs::write(project.join("notes.md"), "notes").expect("notes");
+        let root = ProjectRoot::new(&project).expect("root");
+        let layout = ProjectLayout::new(&temp.path().join("home"), root.path());
+        let notes = root.path().join("notes.md").display().to_string();
+
+        let plan = LoopRecord::new_pending(LoopType::Plan, "version", "{}".to_owned());
+        accept_and_store(
+            &plan,
+            &root,
+            &layout,
+            json!({
+                "title": "Add a --version flag",
+                "overview": long("Print the version."),
+                "specs": [
+                    {"name": "version-flag", "title": "Parse it: flags & values", "description": long("Parse --version."),
+                     "references": ["#risks", "output:docs", notes]},
+                    {"name": "docs", "title": "Document it", "description": long("Write the docs.")}
+                ],
+                "risks": ["Drift between the docs and the flag"]
+            }),
+        );
+
+        let spec = child_of(&plan, LoopType::Spec, "version-flag");
+        let phase = |name: &str, references: Value| {
+            json!({
+                "name": name, "title": format!("Phase {name}"), "description": long("Do it."), "references": references
+            })
+        };
+        let spec_markdown = accept_and_store(
+            &spec,
+            &root,
+            &layout,
+            json!({
+                "name": "version-flag",
+                "title": "Parse --version",
+                "overview": long("Teach the CLI the flag."),
+                "phases": [
+                    phase("parse", json!(["#risks", "#spec-1-parse-it-flags--values", "output:docs", "#overview"])),
+                    phase("print", json!(["output:parse", "output:version-flag"])),
+                    phase("exit", json!([]))
+                ],
+                "test_strategy": "An integration test runs the binary."
+            }),
+        );
+        let spec_dir = layout.artifacts_dir(&spec.id, 1);
+        assert_eq!(
+            assert_links_resolve(&spec_markdown, &spec_dir),
+            4,
+            "{spec_markdown}"
+        );
+
+        let phase_record = child_of(&spec, LoopType::Phase, "print");
+        let phase_markdown = accept_and_store(
+            &phase_record,
+            &root,
+            &layout,
+            json!({
+                "name": "print",
+                "title": "Print the version",
+                "objective": long("Print it."),
+                "tasks": [
+                    {"description": "Print CARGO_PKG_VERSION", "references": ["#objective", "#phase-1-phase-parse", "output:exit", "#test-strategy"]}
+                ],
+                "validation_command": "cargo test"
+            }),
+        );
+        let phase_dir = layout.artifacts_dir(&phase_record.id, 1);
+        assert_eq!(
+            assert_links_resolve(&phase_markdown, &phase_dir),
+            3,
+            "{phase_markdown}"
+        );
+        assert!(
+            phase_markdown.contains("[`#objective`](#objective)"),
+            "{phase_markdown}"
+        );
+    }
+
+    #[test]
+    fn a_reference_into_an_unreadable_parent_markdown_is_reported_not_fatal() {
+        let temp = tempfile::tempdir().expect("temp");
+        let root = ProjectRoot::new(temp.path()).expect("root");
+        let layout = ProjectLayout::new(&temp.path().join("home"), root.path());
+        let plan = LoopRecord::new_pending(LoopType::Plan, "version", "{}".to_owned());
+        let plan_json = json!({
+            "title": "T", "overview": "O",
+            "specs": [{"name": "only", "title": "Only", "description": "D"}]
+        });
+        let dir = layout.artifacts_dir(&plan.id, 1);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("plan.json"), plan_json.to_string()).expect("plan.json");
+        let spec = child_of(&plan, LoopType::Spec, "only");
+        let input = json!({
+            "name": "only", "title": "Only", "overview": long("Overview."),
+            "phases": [
+                {"name": "a", "title": "A", "description": long("A."), "references": ["#overview"]},
+                {"name": "b", "title": "B", "description": long("B."), "references": ["#spec-1-only"]},
+                {"name": "c", "title": "C", "description": long("C.")}
+            ]
+        });
+        let report = accept(&spec, &root, &layout, &input)
+            .expect("job")
+            .expect_err("plan.md is missing");
+        assert_eq!(report.issues.len(), 1, "{report}");
+        assert_eq!(report.issues[0].location, "phases[1].references[0]");
+    }
 
     #[cfg(unix)]
     #[test]

@@ -353,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn task_references_are_checked_and_stay_on_the_task_line() {
+        let mut input = valid_phase();
+        input["tasks"][1]["references"] = json!(["#objective", "https://example.com/a b"]);
+        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
+            .expect_err("bad URL")
+            .issues;
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_has_issue(&issues, "tasks[1].references[1]", "is not a valid URL");
+        input["tasks"][1]["references"] = json!(["#objective"]);
+        let checked =
+            validate_phase(&input, "parse-flag", &probe, &detached_scope()).expect("valid");
+        let line = render_phase(&checked.artifact).task_lines[1] as usize;
+        assert_eq!(
+            checked.markdown.split('\n').nth(line),
+            Some(
+                "2. Add a test for the flag (`tests/version.rs`, create) — see \
+                 [`#objective`](#objective)"
+            )
+        );
+    }
+
+    #[test]
     fn a_sparse_phase_is_rejected() {
         let input = json!({"name": "parse-flag", "title": "P", "objective": "O", "tasks": [{"description": "do"}], "validation_command": "true"});
         assert_issue(input, "input", "too sparse");

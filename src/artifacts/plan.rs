@@ -382,6 +382,29 @@ mod tests {
     }
 
     #[test]
+    fn references_are_checked_where_they_stand_and_rendered_as_links() {
+        let mut input = valid_input();
+        input["specs"][1]["references"] = json!(["#risks", "output:cli-flag", "src/main.rs"]);
+        let issues = issues_of(input.clone());
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_has_issue(
+            &issues,
+            "specs[1].references[2]",
+            "\"src/main.rs\" is not an accepted reference; a reference is one of: \"#anchor\"",
+        );
+        input["specs"][1]["references"] = json!(["#risks", "output:cli-flag"]);
+        let checked = validate_plan(&input, &detached_scope()).expect("valid");
+        assert!(
+            checked.markdown.contains(
+                "**References:** [`#risks`](#risks), [`output:cli-flag`](#spec-1-cli-flag)\n"
+            ),
+            "{}",
+            checked.markdown
+        );
+        assert_eq!(checked.artifact.specs[1].references.len(), 2);
+    }
+
+    #[test]
     fn the_report_tells_the_model_to_call_again() {
         let mut input = valid_input();
         input["specs"][1]["dependencies"] = json!(["auth"]);

@@ -218,8 +218,77 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
-    use crate::artifacts::SpecReference;
+    use crate::artifacts::references::{LinkedDocument, ReferenceScope, check_references};
+    use crate::artifacts::{SpecReference, linked_plan_document, linked_spec_document};
+
+    /// Where a spec's or phase's markdown finds its parent's, as the layout lays them out.
+    const PARENT_DIR: &str = "../../../../20261120-000000-abcd/iterations/001/artifacts";
+
+    fn exists(path: &Path) -> bool {
+        path == Path::new("/usr/share/man/man1")
+    }
+
+    /// The links `references` render as, every one of them accepted.
+    fn links_for<'a>(
+        own: &LinkedDocument,
+        parent: Option<LinkedDocument>,
+        references: impl IntoIterator<Item = &'a Vec<String>>,
+    ) -> ReferenceLinks {
+        let scope = ReferenceScope {
+            parent,
+            path_exists: &exists,
+        };
+        let mut links = ReferenceLinks::none();
+        let mut issues = Vec::new();
+        for list in references {
+            check_references("references", list, own, &scope, &mut links, &mut issues);
+        }
+        assert!(issues.is_empty(), "{issues:#?}");
+        links
+    }
+
+    fn own_document(
+        name: &str,
+        rendered: &RenderedSections,
+        outputs: Vec<String>,
+    ) -> LinkedDocument {
+        LinkedDocument::own(
+            name,
+            &rendered.markdown,
+            outputs
+                .into_iter()
+                .zip(rendered.section_lines.iter().copied()),
+        )
+    }
+
+    fn plan_markdown_with_links(plan: &PlanArtifact) -> String {
+        let draft = render_plan(plan, &ReferenceLinks::none());
+        let names = plan.specs.iter().map(|spec| spec.name.clone()).collect();
+        let own = own_document("this plan", &draft, names);
+        let links = links_for(&own, None, plan.specs.iter().map(|spec| &spec.references));
+        render_plan(plan, &links).markdown
+    }
+
+    fn spec() -> SpecArtifact {
+        serde_json::from_value(serde_json::json!({
+            "name": "version-flag",
+            "title": "Parse --version",
+            "overview": "Teach the CLI to print its version.",
+            "phases": [
+                {"name": "parse-flag", "title": "Parse the flag", "description": "Match --version.", "files": ["src/main.rs"], "validation": "cargo test",
+                 "references": ["#test-strategy", "#risks", "output:docs"]},
+                {"name": "print-version", "title": "Print it", "description": "Use CARGO_PKG_VERSION.",
+                 "references": ["output:cli-flag", "#spec-1-parse-the-flag"]},
+                {"name": "docs", "title": "Document it", "description": "README.", "files": ["README.md"]}
+            ],
+            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
+            "test_strategy": "An integration test runs the binary."
+        }))
+        .expect("spec")
+    }
 
     fn plan() -> PlanArtifact {
         PlanArtifact {
@@ -231,7 +300,12 @@ mod tests {
                     title: "Parse the flag".to_owned(),
                     description: "Add `--version` to the argument parser.".to_owned(),
                     dependencies: vec![],
-                    references: vec![],
+                    references: vec![
+                        "https://docs.rs/clap/latest/clap/_derive/#arg-attributes".to_owned(),
+                        "output:docs".to_owned(),
+                        "#risks".to_owned(),
+                        "/usr/share/man/man1".to_owned(),
+                    ],
                 },
                 SpecReference {
                     name: "docs".to_owned(),
@@ -248,25 +322,38 @@ mod tests {
 
     #[test]
     fn plan_markdown_snapshot() {
-        insta::assert_snapshot!(render_plan_markdown(&plan()));
+        insta::assert_snapshot!(plan_markdown_with_links(&plan()));
+    }
+
+    #[test]
+    fn unlinked_references_render_as_code() {
+        let md = render_plan_markdown(&plan());
+        assert!(
+            md.contains(
+                "**References:** `https://docs.rs/clap/latest/clap/_derive/#arg-attributes`, \
+                 `output:docs`, `#risks`, `/usr/share/man/man1`\n"
+            ),
+            "{md}"
+        );
     }
 
     #[test]
     fn spec_markdown_snapshot() {
-        let spec: SpecArtifact = serde_json::from_value(serde_json::json!({
-            "name": "version-flag",
-            "title": "Parse --version",
-            "overview": "Teach the CLI to print its version.",
-            "phases": [
-                {"name": "parse-flag", "title": "Parse the flag", "description": "Match --version.", "files": ["src/main.rs"], "validation": "cargo test"},
-                {"name": "print-version", "title": "Print it", "description": "Use CARGO_PKG_VERSION."},
-                {"name": "docs", "title": "Document it", "description": "README.", "files": ["README.md"]}
-            ],
-            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
-            "test_strategy": "An integration test runs the binary."
-        }))
-        .expect("spec");
-        insta::assert_snapshot!(render_spec_markdown(&spec));
+        let spec = spec();
+        let parent = linked_plan_document(
+            &plan(),
+            format!("{PARENT_DIR}/plan.md"),
+            &plan_markdown_with_links(&plan()),
+        );
+        let draft = render_spec(&spec, &ReferenceLinks::none());
+        let names = spec.phases.iter().map(|phase| phase.name.clone()).collect();
+        let own = own_document("this spec", &draft, names);
+        let links = links_for(
+            &own,
+            Some(parent),
+            spec.phases.iter().map(|phase| &phase.references),
+        );
+        insta::assert_snapshot!(render_spec(&spec, &links).markdown);
     }
 
     #[test]
@@ -276,15 +363,30 @@ mod tests {
             "title": "Parse the flag",
             "objective": "Recognise --version first.",
             "tasks": [
-                {"description": "Match --version in main", "file": "src/main.rs", "action": "modify"},
+                {"description": "Match --version in main", "file": "src/main.rs", "action": "modify",
+                 "references": ["#objective", "#phase-2-print-it", "output:docs"]},
                 {"description": "Add a test", "file": "tests/version.rs", "action": "create"},
-                {"description": "Run the formatter"}
+                {"description": "Run the formatter", "references": ["https://rust-lang.github.io/rustfmt/"]}
             ],
             "validation_command": "cargo test --test version && echo ```done```",
             "success_criteria": ["The flag works"]
         }))
         .expect("phase");
-        insta::assert_snapshot!(render_phase_markdown(&phase));
+        let spec = spec();
+        let parent = linked_spec_document(
+            &spec,
+            format!("{PARENT_DIR}/spec.md"),
+            &render_spec_markdown(&spec),
+        );
+        let own = LinkedDocument::own("this phase", &render_phase_markdown(&phase), []);
+        let links = links_for(
+            &own,
+            Some(parent),
+            phase.tasks.iter().map(|task| &task.references),
+        );
+        let rendered = render_phase_with(&phase, &links);
+        assert_eq!(rendered.task_lines, render_phase(&phase).task_lines);
+        insta::assert_snapshot!(rendered.markdown);
     }
 
     #[test]

@@ -247,6 +247,50 @@ mod tests {
     }
 
     #[test]
+    fn phase_references_may_point_into_the_plan() {
+        let plan: crate::artifacts::PlanArtifact = serde_json::from_value(json!({
+            "title": "Version", "overview": "Add a flag.",
+            "specs": [{"name": "version-flag", "title": "Flag", "description": "Parse it."},
+                      {"name": "docs", "title": "Docs", "description": "Write them."}]
+        }))
+        .expect("plan");
+        let stored = crate::artifacts::render_plan_markdown(&plan);
+        let parent =
+            crate::artifacts::linked_plan_document(&plan, "../p/plan.md".to_owned(), &stored);
+        let scope = ReferenceScope {
+            parent: Some(parent),
+            path_exists: &|_| false,
+        };
+        let mut input = valid_spec();
+        input["phases"][2]["references"] = json!([
+            "#overview",
+            "#spec-2-docs",
+            "output:docs",
+            "output:parse-flag"
+        ]);
+        let checked = validate_spec(&input, "version-flag", &scope).expect("valid");
+        assert!(
+            checked.markdown.contains(
+                "**References:** [`#overview`](#overview), \
+                 [`#spec-2-docs`](../p/plan.md#spec-2-docs), \
+                 [`output:docs`](../p/plan.md#spec-2-docs), \
+                 [`output:parse-flag`](#phase-1-parse-the-flag)\n"
+            ),
+            "{}",
+            checked.markdown
+        );
+        input["phases"][2]["references"] = json!(["#risks"]);
+        let issues = validate_spec(&input, "version-flag", &scope)
+            .expect_err("no such heading")
+            .issues;
+        assert_has_issue(
+            &issues,
+            "phases[2].references[0]",
+            "\"#risks\" is not a heading of this spec or of plan.md",
+        );
+    }
+
+    #[test]
     fn a_sparse_spec_is_rejected() {
         let phase = |name: &str| json!({"name": name, "title": "T", "description": "D"});
         let input = json!({"name": "version-flag", "title": "V", "overview": "O", "phases": [phase("a"), phase("b"), phase("c")]});
