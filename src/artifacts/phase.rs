@@ -96,8 +96,9 @@ pub fn create_phase_spec() -> ToolSpec {
         description: "Create the phase with its concrete tasks and validation command. Call \
                       this once you know exactly which files change; it is how you deliver your \
                       answer. The host validates the input (files to modify or delete must \
-                      exist, files to create must not), stores it and renders phase.md. If it \
-                      reports problems, fix them and call create_phase again."
+                      exist, files to create must not; references must resolve, and may point \
+                      into spec.md), stores it and renders phase.md. If it reports problems, \
+                      fix them and call create_phase again."
             .to_owned(),
         input_schema: input_schema_for::<PhaseArtifact>(),
     }

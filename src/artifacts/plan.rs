@@ -69,8 +69,9 @@ pub fn create_plan_spec() -> ToolSpec {
         name: CREATE_PLAN.to_owned(),
         description: "Create the plan with its specs. Call this once you understand the project \
                       well enough; it is how you deliver your answer. The host validates the \
-                      input, stores it and renders plan.md for the user to review. If it \
-                      reports problems, fix them and call create_plan again."
+                      input (including each spec's references), stores it and renders plan.md \
+                      for the user to review. If it reports problems, fix them and call \
+                      create_plan again."
             .to_owned(),
         input_schema: input_schema_for::<PlanArtifact>(),
     }

@@ -209,7 +209,7 @@ fn resolve_anchor(
         let _ = write!(problem, " or of {}", parent.name);
     }
     let suggestion = github_slug(anchor);
-    let known = |document: &LinkedDocument| document.slugs.iter().any(|slug| *slug == suggestion);
+    let known = |document: &LinkedDocument| document.slugs.contains(&suggestion);
     if suggestion != anchor && (known(own) || parent.is_some_and(known)) {
         let _ = write!(problem, "; did you mean \"#{suggestion}\"?");
     }

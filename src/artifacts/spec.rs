@@ -74,7 +74,8 @@ pub fn create_spec_spec() -> ToolSpec {
         name: CREATE_SPEC.to_owned(),
         description: "Create the spec with its phases. Call this once you understand the part \
                       of the project the spec touches; it is how you deliver your answer. The \
-                      host validates the input, stores it and renders spec.md. If it reports \
+                      host validates the input (including each phase's references, which may \
+                      point into plan.md), stores it and renders spec.md. If it reports \
                       problems, fix them and call create_spec again."
             .to_owned(),
         input_schema: input_schema_for::<SpecArtifact>(),
