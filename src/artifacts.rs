@@ -5,6 +5,7 @@
 
 mod phase;
 mod plan;
+mod references;
 mod render;
 mod review;
 mod spec;
@@ -13,16 +14,25 @@ mod validation;
 pub use phase::{
     CREATE_PHASE, FileState, PhaseArtifact, TaskAction, TaskItem, create_phase_spec, validate_phase,
 };
-pub use plan::{CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, validate_plan};
+pub use plan::{
+    CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, linked_plan_document, validate_plan,
+};
+pub use references::{
+    ACCEPTED_FORMS, LinkedDocument, ReferenceLinks, ReferenceScope, github_slug, heading_slugs,
+};
 pub use render::{
-    RenderedPhase, render_phase, render_phase_markdown, render_plan_markdown, render_spec_markdown,
+    RenderedPhase, RenderedSections, render_phase, render_phase_markdown, render_phase_with,
+    render_plan, render_plan_markdown, render_spec, render_spec_markdown,
 };
 pub use review::{
     REVIEW_FOCI, ReviewInput, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
-pub use spec::{CREATE_SPEC, PhaseReference, SpecArtifact, create_spec_spec, validate_spec};
-pub use validation::ValidationReport;
+pub use spec::{
+    CREATE_SPEC, PhaseReference, SpecArtifact, create_spec_spec, linked_spec_document,
+    validate_spec,
+};
+pub use validation::{Checked, ValidationReport};
 
 /// The kinds of artifact a loop can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

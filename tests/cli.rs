@@ -31,6 +31,15 @@ fn with(mut value: Value, edit: impl FnOnce(&mut Value)) -> Value {
     value
 }
 
+/// The plan of the two-spec hierarchy: `version-docs` depends on `version-flag`.
+fn two_spec_plan() -> Value {
+    with(valid_plan(), |plan| {
+        plan["specs"][0]["name"] = json!("version-flag");
+        plan["specs"][1]["name"] = json!("version-docs");
+        plan["specs"][1]["dependencies"] = json!(["version-flag"]);
+    })
+}
+
 fn cases() -> Vec<Case> {
     let flag_phases = ["parse-flag", "print-version", "exit-code"];
     let docs_phases = ["readme", "changelog", "help-text", "man-page"];
@@ -44,6 +53,18 @@ fn cases() -> Vec<Case> {
         complaint,
     };
     vec![
+        Case {
+            route: plan_route().to_owned(),
+            tool: "create_plan",
+            broken: with(two_spec_plan(), |plan| {
+                plan["specs"][1]["references"] = json!(["#risks", "README.md"]);
+            }),
+            fixed: with(two_spec_plan(), |plan| {
+                plan["specs"][1]["references"] = json!(["#risks", "output:version-flag"]);
+            }),
+            complaint: "specs[1].references[1]: \"README.md\" is not an accepted reference; a \
+                        reference is one of: \"#anchor\"",
+        },
         Case {
             route: spec_route("version-flag"),
             tool: "create_spec",
@@ -79,13 +100,19 @@ fn cases() -> Vec<Case> {
             }),
             "is absolute",
         ),
-        phase(
-            "readme",
-            with(phase_input("readme"), |p| {
-                p["tasks"][0]["file"] = json!("src/missing.rs")
+        Case {
+            // The corrected phase points into its spec's markdown.
+            fixed: with(phase_input("readme"), |p| {
+                p["tasks"][0]["references"] = json!(["#test-strategy", "#objective"])
             }),
-            "does not exist, so it cannot be modified",
-        ),
+            ..phase(
+                "readme",
+                with(phase_input("readme"), |p| {
+                    p["tasks"][0]["file"] = json!("src/missing.rs")
+                }),
+                "does not exist, so it cannot be modified",
+            )
+        },
         phase(
             "changelog",
             with(phase_input("changelog"), |p| {
@@ -112,11 +139,6 @@ fn cases() -> Vec<Case> {
 async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_corrected() {
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
-    let mut plan = valid_plan();
-    plan["specs"][0]["name"] = json!("version-flag");
-    plan["specs"][1]["name"] = json!("version-docs");
-    plan["specs"][1]["dependencies"] = json!(["version-flag"]);
-    fake.push_routed(plan_route(), tool_turn("toolu_plan", "create_plan", plan));
     let cases = cases();
     for (index, case) in cases.iter().enumerate() {
         fake.push_routed(
@@ -225,6 +247,44 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
         assert!(markdown.contains("```sh\ncargo test\n```"), "{markdown}");
     }
     assert_eq!(files_ending_with(&dirs.loopr_home, "/spec.md").len(), 2);
+
+    // The corrected references are links: within plan.md, and from the readme phase into
+    // its spec's spec.md, which exists and has the heading.
+    let plan_md = files_ending_with(&dirs.loopr_home, "/plan.md");
+    let plan_md = std::fs::read_to_string(&plan_md[0]).expect("plan.md");
+    assert!(
+        plan_md.contains(
+            "**References:** [`#risks`](#risks), [`output:version-flag`](#spec-1-parse---version)"
+        ),
+        "{plan_md}"
+    );
+    assert!(
+        plan_md.contains("\n## Risks\n") && plan_md.contains("\n### Spec 1: Parse --version\n")
+    );
+    let readme = phase_files
+        .iter()
+        .find(|file| {
+            std::fs::read_to_string(file).is_ok_and(|md| md.starts_with("# Phase: Phase readme"))
+        })
+        .expect("the readme phase");
+    let markdown = std::fs::read_to_string(readme).expect("phase.md");
+    let link_start =
+        markdown.find("[`#test-strategy`](").expect("a link") + "[`#test-strategy`](".len();
+    let link = &markdown[link_start..link_start + markdown[link_start..].find(')').expect(")")];
+    let (file, fragment) = link.split_once('#').expect("a fragment");
+    assert_eq!(fragment, "test-strategy");
+    assert!(
+        file.starts_with("../../../../") && file.ends_with("/spec.md"),
+        "{link}"
+    );
+    let spec_md = std::fs::read_to_string(readme.parent().expect("dir").join(file))
+        .expect("the linked spec.md");
+    assert!(spec_md.contains("# Spec: Spec version-docs\n"), "{spec_md}");
+    assert!(spec_md.contains("\n## Test Strategy\n"), "{spec_md}");
+    assert!(
+        markdown.contains("[`#objective`](#objective)"),
+        "{markdown}"
+    );
 
     // `loopr status` reads the same records without running anything.
     let requests_before = fake.requests().len();

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::artifact_store::store_artifact;
 use super::events::LoopEvent;
-use super::jobs::{self, Accepted};
+use super::jobs::{self, ChildLoop};
 use super::journal::Journal;
 use super::progress::describe_tool_call;
 use super::prompts;
@@ -30,7 +30,8 @@ pub use super::context::{LoopContext, LoopError};
 #[derive(Debug)]
 pub struct ArtifactOutcome {
     pub iteration: u32,
-    pub accepted: Accepted,
+    /// The loops the accepted artifact spawns.
+    pub children: Vec<ChildLoop>,
 }
 
 /// Where a run stands; stored with every turn.
@@ -256,7 +257,11 @@ async fn create_call(
     input: &Value,
     conversation: &[Arc<Message>],
 ) -> Result<CallResult, LoopError> {
-    let accepted = match jobs::accept(&context.record, &context.root, input)? {
+    let (record, root, owned_input) = (context.record.clone(), context.root.clone(), input.clone());
+    let checked = context
+        .store(move |_, layout| Ok(jobs::accept(&record, &root, layout, &owned_input)?))
+        .await?;
+    let accepted = match checked {
         Ok(accepted) => accepted,
         Err(report) => {
             let problems = report.issues.len();
@@ -443,9 +448,9 @@ fn finish(
     let iteration = state.stored_iteration;
     let artifacts = context.layout.artifacts_dir(&context.record.id, iteration);
     let json_path = artifacts.join(format!("{}.json", kind.as_str()));
-    let accepted = jobs::read_json(&json_path)
+    let children = jobs::read_json(&json_path)
         .ok()
-        .and_then(|json| jobs::restore(kind, &json))
+        .and_then(|json| jobs::spawned_by(kind, &json))
         .ok_or_else(|| LoopError::Artifact {
             kind: kind.as_str(),
             source: std::io::Error::other(format!("{} is missing or invalid", json_path.display())),
@@ -459,7 +464,7 @@ fn finish(
     });
     Ok(ArtifactOutcome {
         iteration,
-        accepted,
+        children,
     })
 }
 

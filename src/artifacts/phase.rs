@@ -4,8 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::render::render_phase_markdown;
-use super::validation::{ValidationReport, parse_against_schema, sparseness_issue};
+use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
+use super::render::{render_phase, render_phase_with};
+use super::validation::{Checked, ValidationReport, parse_against_schema, sparseness_issue};
 use crate::llm::ToolSpec;
 use crate::schema::{InputIssue, input_schema_for};
 
@@ -51,6 +52,13 @@ pub struct TaskItem {
     /// What happens to `file`.
     #[serde(default)]
     pub action: Option<TaskAction>,
+    /// What this task builds on, each one of: "#anchor", a heading of this phase's markdown
+    /// or of the spec's (spec.md) by its GitHub slug (lowercase, spaces become hyphens,
+    /// punctuation removed, "-1", "-2" for repeated headings: "### Phase 2: Print it" is
+    /// "#phase-2-print-it"); "output:<name>", a phase of the spec by name; an http:// or
+    /// https:// URL; or an absolute path that exists. Rendered as links in phase.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -88,8 +96,9 @@ pub fn create_phase_spec() -> ToolSpec {
         description: "Create the phase with its concrete tasks and validation command. Call \
                       this once you know exactly which files change; it is how you deliver your \
                       answer. The host validates the input (files to modify or delete must \
-                      exist, files to create must not), stores it and renders phase.md. If it \
-                      reports problems, fix them and call create_phase again."
+                      exist, files to create must not; references must resolve, and may point \
+                      into spec.md), stores it and renders phase.md. If it reports problems, \
+                      fix them and call create_phase again."
             .to_owned(),
         input_schema: input_schema_for::<PhaseArtifact>(),
     }
@@ -97,12 +106,13 @@ pub fn create_phase_spec() -> ToolSpec {
 
 /// Checks a `create_phase` input: the schema, the phase name it was spawned for, a
 /// validation command, task files that are relative paths inside the project and exist (or,
-/// for `create`, do not), and enough content.
+/// for `create`, do not), references that resolve, and enough content.
 pub fn validate_phase(
     input: &Value,
     expected_name: &str,
     probe: &dyn Fn(&str) -> FileState,
-) -> Result<PhaseArtifact, ValidationReport> {
+    scope: &ReferenceScope,
+) -> Result<Checked<PhaseArtifact>, ValidationReport> {
     let phase: PhaseArtifact = parse_against_schema(CREATE_PHASE, input)?;
     let mut issues = Vec::new();
     if phase.name != expected_name {
@@ -122,16 +132,27 @@ pub fn validate_phase(
              \"cargo test\"",
         ));
     }
+    let draft = render_phase(&phase).markdown;
+    // A phase names no outputs of its own: its tasks have no names.
+    let own = LinkedDocument::own("this phase", &draft, []);
+    let mut links = ReferenceLinks::none();
     for (index, task) in phase.tasks.iter().enumerate() {
         issues.extend(task_issue(index, task, probe));
+        check_references(
+            &format!("tasks[{index}].references"),
+            &task.references,
+            &own,
+            scope,
+            &mut links,
+            &mut issues,
+        );
     }
-    issues.extend(sparseness_issue(
-        "phase",
-        &render_phase_markdown(&phase),
-        MIN_PHASE_CONTENT,
-    ));
+    issues.extend(sparseness_issue("phase", &draft, MIN_PHASE_CONTENT));
     if issues.is_empty() {
-        Ok(phase)
+        Ok(Checked {
+            markdown: render_phase_with(&phase, &links).markdown,
+            artifact: phase,
+        })
     } else {
         Err(ValidationReport {
             tool: CREATE_PHASE,
@@ -215,7 +236,7 @@ fn task_issue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifacts::validation::assert_has_issue;
+    use crate::artifacts::validation::{assert_has_issue, detached_scope};
     use serde_json::json;
 
     fn probe(path: &str) -> FileState {
@@ -242,7 +263,7 @@ mod tests {
     }
 
     fn assert_issue(input: Value, location: &str, needle: &str) {
-        let issues = validate_phase(&input, "parse-flag", &probe)
+        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
             .expect_err("rejected")
             .issues;
         assert_has_issue(&issues, location, needle);
@@ -250,7 +271,9 @@ mod tests {
 
     #[test]
     fn a_valid_phase_is_accepted() {
-        let phase = validate_phase(&valid_phase(), "parse-flag", &probe).expect("valid");
+        let phase = validate_phase(&valid_phase(), "parse-flag", &probe, &detached_scope())
+            .expect("valid")
+            .artifact;
         assert_eq!(phase.tasks[1].action, Some(TaskAction::Create));
     }
 
@@ -319,7 +342,7 @@ mod tests {
     fn an_unknown_action_is_rejected_by_the_schema() {
         let mut input = valid_phase();
         input["tasks"][0]["action"] = json!("rename");
-        let issues = validate_phase(&input, "parse-flag", &probe)
+        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
             .expect_err("rejected")
             .issues;
         assert!(
@@ -327,6 +350,28 @@ mod tests {
                 .iter()
                 .any(|issue| issue.location == "tasks[0].action"),
             "{issues:#?}"
+        );
+    }
+
+    #[test]
+    fn task_references_are_checked_and_stay_on_the_task_line() {
+        let mut input = valid_phase();
+        input["tasks"][1]["references"] = json!(["#objective", "https://example.com/a b"]);
+        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
+            .expect_err("bad URL")
+            .issues;
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_has_issue(&issues, "tasks[1].references[1]", "is not a valid URL");
+        input["tasks"][1]["references"] = json!(["#objective"]);
+        let checked =
+            validate_phase(&input, "parse-flag", &probe, &detached_scope()).expect("valid");
+        let line = render_phase(&checked.artifact).task_lines[1] as usize;
+        assert_eq!(
+            checked.markdown.split('\n').nth(line),
+            Some(
+                "2. Add a test for the flag (`tests/version.rs`, create) — see \
+                 [`#objective`](#objective)"
+            )
         );
     }
 

@@ -4,8 +4,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::render::render_plan_markdown;
-use super::validation::{ValidationReport, name_issues, parse_against_schema, sparseness_issue};
+use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
+use super::render::{RenderedSections, render_plan};
+use super::validation::{
+    Checked, ValidationReport, name_issues, parse_against_schema, sparseness_issue,
+};
 use crate::llm::ToolSpec;
 use crate::schema::{InputIssue, input_schema_for};
 
@@ -51,6 +54,13 @@ pub struct SpecReference {
     /// Names of specs of this plan that must be complete before this one starts.
     #[serde(default)]
     pub dependencies: Vec<String>,
+    /// What this spec builds on, each one of: "#anchor", a heading of this plan's markdown
+    /// by its GitHub slug (lowercase, spaces become hyphens, punctuation removed, "-1", "-2"
+    /// for repeated headings: "### Spec 2: JWT auth & keys" is "#spec-2-jwt-auth--keys");
+    /// "output:<name>", another spec of this plan by name; an http:// or https:// URL; or an
+    /// absolute path that exists. Rendered as links in plan.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
 }
 
 /// The `create_plan` tool as offered to the model.
@@ -59,32 +69,75 @@ pub fn create_plan_spec() -> ToolSpec {
         name: CREATE_PLAN.to_owned(),
         description: "Create the plan with its specs. Call this once you understand the project \
                       well enough; it is how you deliver your answer. The host validates the \
-                      input, stores it and renders plan.md for the user to review. If it \
-                      reports problems, fix them and call create_plan again."
+                      input (including each spec's references), stores it and renders plan.md \
+                      for the user to review. If it reports problems, fix them and call \
+                      create_plan again."
             .to_owned(),
         input_schema: input_schema_for::<PlanArtifact>(),
     }
 }
 
 /// Checks a `create_plan` input against its schema and the plan rules: 1–10 specs, unique
-/// kebab-case names, dependencies that name specs of the plan, no dependency cycles, and
-/// enough content to act on.
-pub fn validate_plan(input: &Value) -> Result<PlanArtifact, ValidationReport> {
+/// kebab-case names, dependencies that name specs of the plan, no dependency cycles,
+/// references that resolve, and enough content to act on.
+pub fn validate_plan(
+    input: &Value,
+    scope: &ReferenceScope,
+) -> Result<Checked<PlanArtifact>, ValidationReport> {
     let plan: PlanArtifact = parse_against_schema(CREATE_PLAN, input)?;
     let mut issues = rule_issues(&plan);
-    issues.extend(sparseness_issue(
-        "plan",
-        &render_plan_markdown(&plan),
-        MIN_PLAN_CONTENT,
-    ));
+    let draft = render_plan(&plan, &ReferenceLinks::none());
+    let own = plan_document(&plan, &draft, "this plan", String::new());
+    let mut links = ReferenceLinks::none();
+    for (index, spec) in plan.specs.iter().enumerate() {
+        check_references(
+            &format!("specs[{index}].references"),
+            &spec.references,
+            &own,
+            scope,
+            &mut links,
+            &mut issues,
+        );
+    }
+    issues.extend(sparseness_issue("plan", &draft.markdown, MIN_PLAN_CONTENT));
     if issues.is_empty() {
-        Ok(plan)
+        Ok(Checked {
+            markdown: render_plan(&plan, &links).markdown,
+            artifact: plan,
+        })
     } else {
         Err(ValidationReport {
             tool: CREATE_PLAN,
             issues,
         })
     }
+}
+
+/// A stored plan as its children's references see it: plan.md at `href` (from the child's
+/// markdown), its headings as `stored_markdown` has them, each spec by the section that
+/// describes it.
+pub fn linked_plan_document(
+    plan: &PlanArtifact,
+    href: String,
+    stored_markdown: &str,
+) -> LinkedDocument {
+    let rendered = render_plan(plan, &ReferenceLinks::none());
+    plan_document(plan, &rendered, "plan.md", href).confirmed_by(stored_markdown)
+}
+
+fn plan_document(
+    plan: &PlanArtifact,
+    rendered: &RenderedSections,
+    name: &str,
+    href: String,
+) -> LinkedDocument {
+    let outputs = plan.specs.iter().map(|spec| spec.name.clone());
+    LinkedDocument::at(
+        name,
+        href,
+        &rendered.markdown,
+        outputs.zip(rendered.section_lines.iter().copied()),
+    )
 }
 
 fn rule_issues(plan: &PlanArtifact) -> Vec<InputIssue> {
@@ -193,7 +246,7 @@ fn visit<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifacts::validation::assert_has_issue;
+    use crate::artifacts::validation::{assert_has_issue, detached_scope};
     use serde_json::json;
 
     fn valid_input() -> Value {
@@ -210,7 +263,7 @@ mod tests {
     }
 
     fn issues_of(input: Value) -> Vec<InputIssue> {
-        validate_plan(&input)
+        validate_plan(&input, &detached_scope())
             .expect_err("should be rejected")
             .issues
     }
@@ -221,7 +274,9 @@ mod tests {
 
     #[test]
     fn a_valid_plan_is_accepted_with_optional_fields_defaulted() {
-        let plan = validate_plan(&valid_input()).expect("valid");
+        let plan = validate_plan(&valid_input(), &detached_scope())
+            .expect("valid")
+            .artifact;
         assert_eq!(plan.specs.len(), 2);
         let mut minimal = valid_input();
         minimal.as_object_mut().expect("object").remove("risks");
@@ -229,7 +284,9 @@ mod tests {
             .as_object_mut()
             .expect("object")
             .remove("dependencies");
-        let plan = validate_plan(&minimal).expect("valid");
+        let plan = validate_plan(&minimal, &detached_scope())
+            .expect("valid")
+            .artifact;
         assert!(plan.risks.is_empty() && plan.specs[0].dependencies.is_empty());
     }
 
@@ -326,10 +383,35 @@ mod tests {
     }
 
     #[test]
+    fn references_are_checked_where_they_stand_and_rendered_as_links() {
+        let mut input = valid_input();
+        input["specs"][1]["references"] = json!(["#risks", "output:cli-flag", "src/main.rs"]);
+        let issues = issues_of(input.clone());
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_has_issue(
+            &issues,
+            "specs[1].references[2]",
+            "\"src/main.rs\" is not an accepted reference; a reference is one of: \"#anchor\"",
+        );
+        input["specs"][1]["references"] = json!(["#risks", "output:cli-flag"]);
+        let checked = validate_plan(&input, &detached_scope()).expect("valid");
+        assert!(
+            checked.markdown.contains(
+                "**References:** [`#risks`](#risks), [`output:cli-flag`](#spec-1-cli-flag)\n"
+            ),
+            "{}",
+            checked.markdown
+        );
+        assert_eq!(checked.artifact.specs[1].references.len(), 2);
+    }
+
+    #[test]
     fn the_report_tells_the_model_to_call_again() {
         let mut input = valid_input();
         input["specs"][1]["dependencies"] = json!(["auth"]);
-        let text = validate_plan(&input).expect_err("invalid").to_string();
+        let text = validate_plan(&input, &detached_scope())
+            .expect_err("invalid")
+            .to_string();
         assert!(
             text.starts_with("create_plan rejected the input (1 problem)"),
             "{text}"

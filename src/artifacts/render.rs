@@ -1,10 +1,26 @@
 use std::fmt::Write;
 
-use super::{PhaseArtifact, PlanArtifact, SpecArtifact};
+use super::{PhaseArtifact, PlanArtifact, ReferenceLinks, SpecArtifact};
 
-/// plan.md, rendered from the structured plan. Rendering is one-way: nothing parses it back.
+/// A plan's or spec's markdown and the heading line of each spec's or phase's section, so a
+/// reference can link to the section that describes an output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedSections {
+    pub markdown: String,
+    /// The zero-based line of each section's heading, in spec or phase order.
+    pub section_lines: Vec<u32>,
+}
+
+/// plan.md, rendered from the structured plan with references as code. Rendering is one-way:
+/// nothing parses it back.
 pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
+    render_plan(plan, &ReferenceLinks::none()).markdown
+}
+
+/// plan.md with references rendered through `links`.
+pub fn render_plan(plan: &PlanArtifact, links: &ReferenceLinks) -> RenderedSections {
     let mut md = String::new();
+    let mut section_lines = Vec::with_capacity(plan.specs.len());
     // Writing to a String cannot fail; the results are ignored for that reason.
     let _ = writeln!(md, "# Plan: {}\n", one_line(&plan.title));
     let _ = writeln!(md, "## Overview\n\n{}\n", plan.overview.trim());
@@ -16,6 +32,7 @@ pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
         if plan.specs.len() == 1 { "" } else { "s" }
     );
     for (index, spec) in plan.specs.iter().enumerate() {
+        section_lines.push(line_count(&md));
         let _ = writeln!(md, "### Spec {}: {}\n", index + 1, one_line(&spec.title));
         let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
         let _ = writeln!(md, "{}\n", spec.description.trim());
@@ -27,20 +44,31 @@ pub fn render_plan_markdown(plan: &PlanArtifact) -> String {
                 .collect();
             let _ = writeln!(md, "**Depends on:** {}\n", names.join(", "));
         }
+        write_references(&mut md, &spec.references, links);
     }
     write_list(&mut md, "Non-Goals", &plan.non_goals);
     write_list(&mut md, "Risks", &plan.risks);
-    finish(md)
+    RenderedSections {
+        markdown: finish(md),
+        section_lines,
+    }
 }
 
-/// spec.md, rendered from the structured spec.
+/// spec.md, rendered from the structured spec with references as code.
 pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
+    render_spec(spec, &ReferenceLinks::none()).markdown
+}
+
+/// spec.md with references rendered through `links`.
+pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSections {
     let mut md = String::new();
+    let mut section_lines = Vec::with_capacity(spec.phases.len());
     let _ = writeln!(md, "# Spec: {}\n", one_line(&spec.title));
     let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
     let _ = writeln!(md, "## Overview\n\n{}\n", spec.overview.trim());
     let _ = writeln!(md, "## Phases\n");
     for (index, phase) in spec.phases.iter().enumerate() {
+        section_lines.push(line_count(&md));
         let _ = writeln!(md, "### Phase {}: {}\n", index + 1, one_line(&phase.title));
         let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
         let _ = writeln!(md, "{}\n", phase.description.trim());
@@ -58,6 +86,7 @@ pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
         {
             let _ = writeln!(md, "**Validation:** {}\n", one_line(validation));
         }
+        write_references(&mut md, &phase.references, links);
     }
     if !spec.acceptance_criteria.is_empty() {
         let _ = writeln!(md, "## Acceptance Criteria\n");
@@ -73,7 +102,10 @@ pub fn render_spec_markdown(spec: &SpecArtifact) -> String {
     {
         let _ = writeln!(md, "## Test Strategy\n\n{}\n", strategy.trim());
     }
-    finish(md)
+    RenderedSections {
+        markdown: finish(md),
+        section_lines,
+    }
 }
 
 /// phase.md and where each task landed in it, so a shell can point at a task without
@@ -90,8 +122,14 @@ pub fn render_phase_markdown(phase: &PhaseArtifact) -> String {
     render_phase(phase).markdown
 }
 
-/// phase.md with the line of each task.
+/// phase.md with the line of each task, references rendered as code. The lines are those of
+/// the stored phase.md: a reference, linked or not, stays on its task's line.
 pub fn render_phase(phase: &PhaseArtifact) -> RenderedPhase {
+    render_phase_with(phase, &ReferenceLinks::none())
+}
+
+/// phase.md with the line of each task and references rendered through `links`.
+pub fn render_phase_with(phase: &PhaseArtifact, links: &ReferenceLinks) -> RenderedPhase {
     let mut md = String::new();
     let _ = writeln!(md, "# Phase: {}\n", one_line(&phase.title));
     let _ = writeln!(md, "**Name:** `{}`\n", phase.name);
@@ -104,8 +142,18 @@ pub fn render_phase(phase: &PhaseArtifact) -> RenderedPhase {
             (Some(file), None) => format!(" (`{}`)", one_line(file)),
             _ => String::new(),
         };
+        let references = if task.references.is_empty() {
+            String::new()
+        } else {
+            format!(" — see {}", links.render(&task.references))
+        };
         task_lines.push(line_count(&md));
-        let _ = writeln!(md, "{}. {}{target}", index + 1, one_line(&task.description));
+        let _ = writeln!(
+            md,
+            "{}. {}{target}{references}",
+            index + 1,
+            one_line(&task.description)
+        );
     }
     md.push('\n');
     if !phase.success_criteria.is_empty() {
@@ -146,6 +194,12 @@ fn finish(mut md: String) -> String {
     md
 }
 
+fn write_references(md: &mut String, references: &[String], links: &ReferenceLinks) {
+    if !references.is_empty() {
+        let _ = writeln!(md, "**References:** {}\n", links.render(references));
+    }
+}
+
 fn write_list(md: &mut String, heading: &str, items: &[String]) {
     if items.is_empty() {
         return;
@@ -164,8 +218,77 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
-    use crate::artifacts::SpecReference;
+    use crate::artifacts::references::{LinkedDocument, ReferenceScope, check_references};
+    use crate::artifacts::{SpecReference, linked_plan_document, linked_spec_document};
+
+    /// Where a spec's or phase's markdown finds its parent's, as the layout lays them out.
+    const PARENT_DIR: &str = "../../../../20261120-000000-abcd/iterations/001/artifacts";
+
+    fn exists(path: &Path) -> bool {
+        path == Path::new("/usr/share/man/man1")
+    }
+
+    /// The links `references` render as, every one of them accepted.
+    fn links_for<'a>(
+        own: &LinkedDocument,
+        parent: Option<LinkedDocument>,
+        references: impl IntoIterator<Item = &'a Vec<String>>,
+    ) -> ReferenceLinks {
+        let scope = ReferenceScope {
+            parent,
+            path_exists: &exists,
+        };
+        let mut links = ReferenceLinks::none();
+        let mut issues = Vec::new();
+        for list in references {
+            check_references("references", list, own, &scope, &mut links, &mut issues);
+        }
+        assert!(issues.is_empty(), "{issues:#?}");
+        links
+    }
+
+    fn own_document(
+        name: &str,
+        rendered: &RenderedSections,
+        outputs: Vec<String>,
+    ) -> LinkedDocument {
+        LinkedDocument::own(
+            name,
+            &rendered.markdown,
+            outputs
+                .into_iter()
+                .zip(rendered.section_lines.iter().copied()),
+        )
+    }
+
+    fn plan_markdown_with_links(plan: &PlanArtifact) -> String {
+        let draft = render_plan(plan, &ReferenceLinks::none());
+        let names = plan.specs.iter().map(|spec| spec.name.clone()).collect();
+        let own = own_document("this plan", &draft, names);
+        let links = links_for(&own, None, plan.specs.iter().map(|spec| &spec.references));
+        render_plan(plan, &links).markdown
+    }
+
+    fn spec() -> SpecArtifact {
+        serde_json::from_value(serde_json::json!({
+            "name": "version-flag",
+            "title": "Parse --version",
+            "overview": "Teach the CLI to print its version.",
+            "phases": [
+                {"name": "parse-flag", "title": "Parse the flag", "description": "Match --version.", "files": ["src/main.rs"], "validation": "cargo test",
+                 "references": ["#test-strategy", "#risks", "output:docs"]},
+                {"name": "print-version", "title": "Print it", "description": "Use CARGO_PKG_VERSION.",
+                 "references": ["output:cli-flag", "#spec-1-parse-the-flag"]},
+                {"name": "docs", "title": "Document it", "description": "README.", "files": ["README.md"]}
+            ],
+            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
+            "test_strategy": "An integration test runs the binary."
+        }))
+        .expect("spec")
+    }
 
     fn plan() -> PlanArtifact {
         PlanArtifact {
@@ -177,12 +300,19 @@ mod tests {
                     title: "Parse the flag".to_owned(),
                     description: "Add `--version` to the argument parser.".to_owned(),
                     dependencies: vec![],
+                    references: vec![
+                        "https://docs.rs/clap/latest/clap/_derive/#arg-attributes".to_owned(),
+                        "output:docs".to_owned(),
+                        "#risks".to_owned(),
+                        "/usr/share/man/man1".to_owned(),
+                    ],
                 },
                 SpecReference {
                     name: "docs".to_owned(),
                     title: "Document the flag".to_owned(),
                     description: "Mention it in README.md and the man page.".to_owned(),
                     dependencies: vec!["cli-flag".to_owned()],
+                    references: vec![],
                 },
             ],
             non_goals: vec!["A `version` subcommand".to_owned()],
@@ -192,25 +322,38 @@ mod tests {
 
     #[test]
     fn plan_markdown_snapshot() {
-        insta::assert_snapshot!(render_plan_markdown(&plan()));
+        insta::assert_snapshot!(plan_markdown_with_links(&plan()));
+    }
+
+    #[test]
+    fn unlinked_references_render_as_code() {
+        let md = render_plan_markdown(&plan());
+        assert!(
+            md.contains(
+                "**References:** `https://docs.rs/clap/latest/clap/_derive/#arg-attributes`, \
+                 `output:docs`, `#risks`, `/usr/share/man/man1`\n"
+            ),
+            "{md}"
+        );
     }
 
     #[test]
     fn spec_markdown_snapshot() {
-        let spec: SpecArtifact = serde_json::from_value(serde_json::json!({
-            "name": "version-flag",
-            "title": "Parse --version",
-            "overview": "Teach the CLI to print its version.",
-            "phases": [
-                {"name": "parse-flag", "title": "Parse the flag", "description": "Match --version.", "files": ["src/main.rs"], "validation": "cargo test"},
-                {"name": "print-version", "title": "Print it", "description": "Use CARGO_PKG_VERSION."},
-                {"name": "docs", "title": "Document it", "description": "README.", "files": ["README.md"]}
-            ],
-            "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
-            "test_strategy": "An integration test runs the binary."
-        }))
-        .expect("spec");
-        insta::assert_snapshot!(render_spec_markdown(&spec));
+        let spec = spec();
+        let parent = linked_plan_document(
+            &plan(),
+            format!("{PARENT_DIR}/plan.md"),
+            &plan_markdown_with_links(&plan()),
+        );
+        let draft = render_spec(&spec, &ReferenceLinks::none());
+        let names = spec.phases.iter().map(|phase| phase.name.clone()).collect();
+        let own = own_document("this spec", &draft, names);
+        let links = links_for(
+            &own,
+            Some(parent),
+            spec.phases.iter().map(|phase| &phase.references),
+        );
+        insta::assert_snapshot!(render_spec(&spec, &links).markdown);
     }
 
     #[test]
@@ -220,15 +363,30 @@ mod tests {
             "title": "Parse the flag",
             "objective": "Recognise --version first.",
             "tasks": [
-                {"description": "Match --version in main", "file": "src/main.rs", "action": "modify"},
+                {"description": "Match --version in main", "file": "src/main.rs", "action": "modify",
+                 "references": ["#objective", "#phase-2-print-it", "output:docs"]},
                 {"description": "Add a test", "file": "tests/version.rs", "action": "create"},
-                {"description": "Run the formatter"}
+                {"description": "Run the formatter", "references": ["https://rust-lang.github.io/rustfmt/"]}
             ],
             "validation_command": "cargo test --test version && echo ```done```",
             "success_criteria": ["The flag works"]
         }))
         .expect("phase");
-        insta::assert_snapshot!(render_phase_markdown(&phase));
+        let spec = spec();
+        let parent = linked_spec_document(
+            &spec,
+            format!("{PARENT_DIR}/spec.md"),
+            &render_spec_markdown(&spec),
+        );
+        let own = LinkedDocument::own("this phase", &render_phase_markdown(&phase), []);
+        let links = links_for(
+            &own,
+            Some(parent),
+            phase.tasks.iter().map(|task| &task.references),
+        );
+        let rendered = render_phase_with(&phase, &links);
+        assert_eq!(rendered.task_lines, render_phase(&phase).task_lines);
+        insta::assert_snapshot!(rendered.markdown);
     }
 
     #[test]

@@ -2,8 +2,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::render::render_spec_markdown;
-use super::validation::{ValidationReport, name_issues, parse_against_schema, sparseness_issue};
+use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
+use super::render::{RenderedSections, render_spec};
+use super::validation::{
+    Checked, ValidationReport, name_issues, parse_against_schema, sparseness_issue,
+};
 use crate::llm::ToolSpec;
 use crate::schema::{InputIssue, input_schema_for};
 
@@ -56,6 +59,14 @@ pub struct PhaseReference {
     /// How to verify the phase is complete, e.g. a test command.
     #[serde(default)]
     pub validation: Option<String>,
+    /// What this phase builds on, each one of: "#anchor", a heading of this spec's markdown
+    /// or of the plan's (plan.md) by its GitHub slug (lowercase, spaces become hyphens,
+    /// punctuation removed, "-1", "-2" for repeated headings: "## Test Strategy" is
+    /// "#test-strategy"); "output:<name>", a phase of this spec or a spec of the plan by name;
+    /// an http:// or https:// URL; or an absolute path that exists. Rendered as links in
+    /// spec.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<String>,
 }
 
 pub fn create_spec_spec() -> ToolSpec {
@@ -63,7 +74,8 @@ pub fn create_spec_spec() -> ToolSpec {
         name: CREATE_SPEC.to_owned(),
         description: "Create the spec with its phases. Call this once you understand the part \
                       of the project the spec touches; it is how you deliver your answer. The \
-                      host validates the input, stores it and renders spec.md. If it reports \
+                      host validates the input (including each phase's references, which may \
+                      point into plan.md), stores it and renders spec.md. If it reports \
                       problems, fix them and call create_spec again."
             .to_owned(),
         input_schema: input_schema_for::<SpecArtifact>(),
@@ -71,8 +83,12 @@ pub fn create_spec_spec() -> ToolSpec {
 }
 
 /// Checks a `create_spec` input: the schema, the name of the spec it was spawned for, 3–7
-/// phases with unique kebab-case names, and enough content.
-pub fn validate_spec(input: &Value, expected_name: &str) -> Result<SpecArtifact, ValidationReport> {
+/// phases with unique kebab-case names, references that resolve, and enough content.
+pub fn validate_spec(
+    input: &Value,
+    expected_name: &str,
+    scope: &ReferenceScope,
+) -> Result<Checked<SpecArtifact>, ValidationReport> {
     let spec: SpecArtifact = parse_against_schema(CREATE_SPEC, input)?;
     let mut issues = Vec::new();
     if spec.name != expected_name {
@@ -99,13 +115,25 @@ pub fn validate_spec(input: &Value, expected_name: &str) -> Result<SpecArtifact,
         spec.phases.iter().map(|phase| phase.name.as_str()),
         &mut issues,
     );
-    issues.extend(sparseness_issue(
-        "spec",
-        &render_spec_markdown(&spec),
-        MIN_SPEC_CONTENT,
-    ));
+    let draft = render_spec(&spec, &ReferenceLinks::none());
+    let own = spec_document(&spec, &draft, "this spec", String::new());
+    let mut links = ReferenceLinks::none();
+    for (index, phase) in spec.phases.iter().enumerate() {
+        check_references(
+            &format!("phases[{index}].references"),
+            &phase.references,
+            &own,
+            scope,
+            &mut links,
+            &mut issues,
+        );
+    }
+    issues.extend(sparseness_issue("spec", &draft.markdown, MIN_SPEC_CONTENT));
     if issues.is_empty() {
-        Ok(spec)
+        Ok(Checked {
+            markdown: render_spec(&spec, &links).markdown,
+            artifact: spec,
+        })
     } else {
         Err(ValidationReport {
             tool: CREATE_SPEC,
@@ -114,10 +142,37 @@ pub fn validate_spec(input: &Value, expected_name: &str) -> Result<SpecArtifact,
     }
 }
 
+/// A stored spec as its phases' references see it: spec.md at `href` (from the phase's
+/// markdown), its headings as `stored_markdown` has them, each phase by the section that
+/// describes it.
+pub fn linked_spec_document(
+    spec: &SpecArtifact,
+    href: String,
+    stored_markdown: &str,
+) -> LinkedDocument {
+    let rendered = render_spec(spec, &ReferenceLinks::none());
+    spec_document(spec, &rendered, "spec.md", href).confirmed_by(stored_markdown)
+}
+
+fn spec_document(
+    spec: &SpecArtifact,
+    rendered: &RenderedSections,
+    name: &str,
+    href: String,
+) -> LinkedDocument {
+    let outputs = spec.phases.iter().map(|phase| phase.name.clone());
+    LinkedDocument::at(
+        name,
+        href,
+        &rendered.markdown,
+        outputs.zip(rendered.section_lines.iter().copied()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifacts::validation::assert_has_issue;
+    use crate::artifacts::validation::{assert_has_issue, detached_scope};
     use serde_json::json;
 
     fn valid_spec() -> Value {
@@ -141,7 +196,7 @@ mod tests {
     }
 
     fn assert_issue(input: Value, location: &str, needle: &str) {
-        let issues = validate_spec(&input, "version-flag")
+        let issues = validate_spec(&input, "version-flag", &detached_scope())
             .expect_err("rejected")
             .issues;
         assert_has_issue(&issues, location, needle);
@@ -149,7 +204,9 @@ mod tests {
 
     #[test]
     fn a_valid_spec_is_accepted() {
-        let spec = validate_spec(&valid_spec(), "version-flag").expect("valid");
+        let spec = validate_spec(&valid_spec(), "version-flag", &detached_scope())
+            .expect("valid")
+            .artifact;
         assert_eq!(spec.phases.len(), 3);
     }
 
@@ -187,6 +244,50 @@ mod tests {
             shouty,
             "phases[1].name",
             "lowercase words joined by hyphens",
+        );
+    }
+
+    #[test]
+    fn phase_references_may_point_into_the_plan() {
+        let plan: crate::artifacts::PlanArtifact = serde_json::from_value(json!({
+            "title": "Version", "overview": "Add a flag.",
+            "specs": [{"name": "version-flag", "title": "Flag", "description": "Parse it."},
+                      {"name": "docs", "title": "Docs", "description": "Write them."}]
+        }))
+        .expect("plan");
+        let stored = crate::artifacts::render_plan_markdown(&plan);
+        let parent =
+            crate::artifacts::linked_plan_document(&plan, "../p/plan.md".to_owned(), &stored);
+        let scope = ReferenceScope {
+            parent: Some(parent),
+            path_exists: &|_| false,
+        };
+        let mut input = valid_spec();
+        input["phases"][2]["references"] = json!([
+            "#overview",
+            "#spec-2-docs",
+            "output:docs",
+            "output:parse-flag"
+        ]);
+        let checked = validate_spec(&input, "version-flag", &scope).expect("valid");
+        assert!(
+            checked.markdown.contains(
+                "**References:** [`#overview`](#overview), \
+                 [`#spec-2-docs`](../p/plan.md#spec-2-docs), \
+                 [`output:docs`](../p/plan.md#spec-2-docs), \
+                 [`output:parse-flag`](#phase-1-parse-the-flag)\n"
+            ),
+            "{}",
+            checked.markdown
+        );
+        input["phases"][2]["references"] = json!(["#risks"]);
+        let issues = validate_spec(&input, "version-flag", &scope)
+            .expect_err("no such heading")
+            .issues;
+        assert_has_issue(
+            &issues,
+            "phases[2].references[0]",
+            "\"#risks\" is not a heading of this spec or of plan.md",
         );
     }
 

@@ -7,6 +7,13 @@ use serde_json::Value;
 
 use crate::schema::{InputIssue, input_schema_for, schema_issues};
 
+/// An accepted artifact and its markdown, references linked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked<T> {
+    pub artifact: T,
+    pub markdown: String,
+}
+
 /// Everything wrong with one artifact tool call, written for the model: each issue names the
 /// field and what to change, and the whole report asks for a corrected call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +139,18 @@ pub fn sparseness_issue(kind: &str, markdown: &str, minimum: usize) -> Option<In
             ),
         )
     })
+}
+
+/// Test helper: a scope with no parent where no absolute path exists.
+#[cfg(test)]
+pub fn detached_scope() -> super::ReferenceScope<'static> {
+    fn nothing_exists(_: &std::path::Path) -> bool {
+        false
+    }
+    super::ReferenceScope {
+        parent: None,
+        path_exists: &nothing_exists,
+    }
 }
 
 /// Test helper: `issues` has one at `location` whose message contains `needle`.

@@ -54,6 +54,13 @@ impl ProjectLayout {
         self.iteration_dir(id, iteration).join("artifacts")
     }
 
+    /// `in_loop` (a path relative to loop `id`'s directory) as seen from any loop's artifacts
+    /// directory: up through `artifacts`, `NNN`, `iterations` and that loop's directory. A
+    /// markdown link written this way keeps working when `$LOOPR_HOME` moves.
+    pub fn from_artifacts_dir(id: &LoopId, in_loop: &Path) -> PathBuf {
+        Path::new("../../../..").join(id.as_str()).join(in_loop)
+    }
+
     /// The loop's conversation journal (JSON lines, appended each turn), which a restarted
     /// host resumes from.
     pub fn journal(&self, id: &LoopId) -> PathBuf {
@@ -102,6 +109,30 @@ mod tests {
         assert!(first.starts_with("app-") && first.len() == "app-".len() + 8);
         assert_ne!(first, second);
         assert_eq!(first, project_key(Path::new("/home/me/work/app")));
+    }
+
+    #[test]
+    fn a_path_from_one_artifacts_directory_reaches_another_loop() {
+        let layout = ProjectLayout::new(Path::new("/state"), Path::new("/p/app"));
+        let child = LoopId::parse("20261121-000000-abcd").expect("id");
+        let parent = LoopId::parse("20261120-000000-dcba").expect("id");
+        let relative = ProjectLayout::from_artifacts_dir(
+            &parent,
+            Path::new("iterations/002/artifacts/plan.md"),
+        );
+        let mut reached = layout.artifacts_dir(&child, 7);
+        for component in relative.components() {
+            match component {
+                std::path::Component::ParentDir => assert!(reached.pop()),
+                other => reached.push(other),
+            }
+        }
+        assert_eq!(
+            reached,
+            layout.artifacts_dir(&parent, 2).join("plan.md"),
+            "{}",
+            relative.display()
+        );
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl LoopManager {
         let (status, spawned) = if gated {
             (LoopStatus::AwaitingApproval, Ok(Vec::new()))
         } else {
-            let spawned = spawned_children(record, outcome.iteration, &outcome.accepted.children);
+            let spawned = spawned_children(record, outcome.iteration, &outcome.children);
             (LoopStatus::Complete, spawned)
         };
         let finished = spawned.and_then(|children| {

@@ -38,14 +38,14 @@ impl LoopManager {
             .layout
             .artifacts_dir(&record.id, record.iteration)
             .join(format!("{}.json", kind.as_str()));
-        let accepted = jobs::read_json(&path)
+        let spawned = jobs::read_json(&path)
             .ok()
-            .and_then(|json| jobs::restore(kind, &json))
+            .and_then(|json| jobs::spawned_by(kind, &json))
             .ok_or_else(|| ManagerError::StoredArtifact {
                 id: record.id.to_string(),
                 message: format!("{} is missing or invalid", path.display()),
             })?;
-        let children = spawned_children(&record, record.iteration, &accepted.children)?;
+        let children = spawned_children(&record, record.iteration, &spawned)?;
         if let Err(refused) = project.db.approve(
             &record.id,
             record.iteration,
