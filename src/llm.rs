@@ -12,6 +12,7 @@ pub mod openai;
 mod provider;
 pub mod providers;
 mod retry;
+pub mod text_protocol;
 mod tool_protocol;
 mod types;
 pub mod wire_cache;
