@@ -13,6 +13,8 @@ mod provider;
 pub mod providers;
 mod retry;
 pub mod text_protocol;
+mod text_provider;
+mod text_results;
 mod tool_protocol;
 mod types;
 pub mod wire_cache;
@@ -25,6 +27,7 @@ pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
+pub use text_provider::{TextProtocolProvider, with_tool_protocol};
 pub use tool_protocol::{ToolFormat, ToolProtocol};
 pub use types::{
     ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage, shared,

@@ -368,7 +368,13 @@ fn require_confinement(
 }
 
 fn parse_settings(settings: &str) -> anyhow::Result<LoopSettings> {
-    serde_json::from_str(settings)
+    // The path names the option at fault (`tool_protocol: unknown variant ...`).
+    let mut json = serde_json::Deserializer::from_str(settings);
+    serde_path_to_error::deserialize(&mut json)
+        .map_err(|err| match err.path().to_string().as_str() {
+            "." => anyhow::anyhow!("{}", err.inner()),
+            path => anyhow::anyhow!("option {path}: {}", err.inner()),
+        })
         .context("--settings must be a JSON object of setup options, e.g. '{\"max_turns\": 10}'")
 }
 

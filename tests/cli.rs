@@ -865,3 +865,162 @@ async fn provider_settings_work_in_the_clis_settings() {
     assert!(stderr.contains("provider ollama needs a model"), "{stderr}");
     assert_eq!(fake.requests().len(), 1, "nothing is sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_tool_protocol_works_from_the_clis_settings() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::Ollama).await;
+    let protocol = loopr::llm::text_protocol::TextProtocol::new(
+        loopr::llm::ToolProtocol::ToolCalls,
+        loopr::llm::ToolFormat::Json,
+    )
+    .expect("a text protocol");
+    let call = loopr::llm::text_protocol::render_call(&protocol, "create_plan", &valid_plan());
+    fake.push(
+        fake_llm::TurnBuilder::new()
+            .text(&format!("The plan follows.\n\n{call}"))
+            .reply(),
+    );
+    let dirs = TestDirs::new();
+    let output = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"provider": "ollama", "model": "qwen-cli", "tool_protocol": "tool_calls", "plan_review_passes": 0}"#,
+        ],
+    )
+    .env("OLLAMA_HOST", fake.addr().to_string())
+    .output()
+    .await
+    .expect("run loopr plan");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("awaiting_approval"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let body = &fake.requests()[0].body;
+    assert!(body.get("tools").is_none(), "{body:#}");
+    let system = body["messages"][0]["content"]
+        .as_str()
+        .expect("system prompt");
+    assert!(system.contains("## Tool Calls"), "{system}");
+
+    let refused = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Another",
+            "--settings",
+            r#"{"model": "m", "tool_protocol": "function_calls"}"#,
+        ],
+    )
+    .output()
+    .await
+    .expect("run loopr plan");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("tool_protocol"), "{stderr}");
+    assert_eq!(fake.requests().len(), 1, "nothing is sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_passes_work_through_a_text_protocol() {
+    let protocol = loopr::llm::text_protocol::TextProtocol::new(
+        loopr::llm::ToolProtocol::Markdown,
+        loopr::llm::ToolFormat::Yaml,
+    )
+    .expect("a text protocol");
+    let answer = |tool: &str, input: Value| {
+        let call = loopr::llm::text_protocol::render_call(&protocol, tool, &input);
+        fake_llm::TurnBuilder::new()
+            .text(&format!("# Thinking\nDone looking.\n\n{call}"))
+            .reply()
+    };
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{
+        "name": "version-flag",
+        "title": "Parse --version",
+        "description": "Teach src/main.rs to recognise --version and print CARGO_PKG_VERSION, then exit 0.",
+        "dependencies": []
+    }]);
+    let mut revised_plan = plan.clone();
+    revised_plan["risks"] = json!(["Clap may already reserve --version; check first"]);
+    let review = |verdict: &str, issues: Value| json!({"verdict": verdict, "issues": issues});
+    for (tool, input) in [
+        ("create_plan", plan),
+        ("review_plan", review("approve", json!([]))),
+        (
+            "review_plan",
+            review("revise", json!(["The clash with clap is missing"])),
+        ),
+        ("create_plan", revised_plan),
+    ] {
+        fake.push_routed(plan_route(), answer(tool, input));
+    }
+    let phases = ["parse-flag", "print-version", "exit-code"];
+    fake.push_routed(
+        &spec_route("version-flag"),
+        answer("create_spec", spec_input("version-flag", &phases)),
+    );
+    for phase in phases {
+        fake.push_routed(
+            &phase_route(phase),
+            answer("create_phase", phase_input(phase)),
+        );
+    }
+
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 2, "spec_review": false, "tool_protocol": "markdown", "tool_format": "yaml"}"#,
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stderr:\n{}\nstdout:\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = fake.requests();
+    let plan_requests: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|request| first_user_text(&request.body).contains(plan_route()))
+        .collect();
+    assert_eq!(plan_requests.len(), 4);
+    let system = plan_requests[1].body["system"].as_str().expect("system");
+    assert!(
+        system.contains("review_plan"),
+        "the review tool is described: {system}"
+    );
+    let last_text = |request: &RecordedRequest| {
+        request.body["messages"]
+            .as_array()
+            .and_then(|messages| messages.last())
+            .map(|message| message["content"].to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        last_text(plan_requests[1]).contains("Review pass 1 of 2"),
+        "{}",
+        last_text(plan_requests[1])
+    );
+    let plan_row = stdout.lines().nth(1).expect("plan row");
+    let fields: Vec<&str> = plan_row.split_whitespace().collect();
+    assert_eq!(
+        (fields[1], fields[4], fields[5]),
+        ("plan", "2", "2"),
+        "the revision after two passes: {stdout}"
+    );
+}

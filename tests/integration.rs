@@ -24,5 +24,6 @@ mod integration {
     mod resume;
     mod retries;
     mod status_window;
+    mod text_protocols;
     mod web;
 }

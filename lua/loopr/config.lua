@@ -19,6 +19,8 @@
 ---@field env string[] Environment variables passed to commands besides the defaults.
 
 ---@alias loopr.Provider "anthropic"|"openai"|"ollama"
+---@alias loopr.ToolProtocol "native"|"xml"|"markdown"|"tool_calls"
+---@alias loopr.ToolFormat "json"|"yaml"
 
 ---@class loopr.Models Models per level; a level left out uses `model`.
 ---@field plan? string
@@ -35,6 +37,9 @@
 ---@field base_url string|nil nil: the provider's variable, else its default.
 ---@field api_key_env string|nil nil: the provider's usual key variable.
 ---@field num_ctx integer|nil Ollama's context window.
+---@field tool_protocol loopr.ToolProtocol
+---@field tool_format loopr.ToolFormat
+---@field max_format_retries integer
 ---@field max_tokens integer
 ---@field max_turns integer
 ---@field max_retries integer
@@ -69,6 +74,9 @@
 ---@field base_url? string
 ---@field api_key_env? string
 ---@field num_ctx? integer
+---@field tool_protocol? loopr.ToolProtocol
+---@field tool_format? loopr.ToolFormat
+---@field max_format_retries? integer
 ---@field max_tokens? integer
 ---@field max_turns? integer
 ---@field max_retries? integer
@@ -219,6 +227,13 @@ local spec = {
     default = const(nil),
   },
   num_ctx = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
+  tool_protocol = {
+    expect = 'one of "native", "xml", "markdown", "tool_calls"',
+    check = one_of({ 'native', 'xml', 'markdown', 'tool_calls' }),
+    default = const('native'),
+  },
+  tool_format = { expect = 'one of "json", "yaml"', check = one_of({ 'json', 'yaml' }), default = const('json') },
+  max_format_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(3) },
   max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
   max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },
@@ -416,6 +431,9 @@ function M.settings()
     base_url = c.base_url,
     api_key_env = c.api_key_env,
     num_ctx = c.num_ctx,
+    tool_protocol = c.tool_protocol,
+    tool_format = c.tool_format,
+    max_format_retries = c.max_format_retries,
     max_tokens = c.max_tokens,
     max_turns = c.max_turns,
     max_retries = c.max_retries,

@@ -72,6 +72,12 @@ local function check_provider()
   if #models > 0 then
     health.info('models: ' .. table.concat(models, ', '))
   end
+  if info.tool_protocol ~= 'native' then
+    local format = (info.tool_protocol == 'xml' or info.tool_protocol == 'markdown')
+        and (', calls as %s'):format(info.tool_format)
+      or ''
+    health.info(('tool calls: %s text protocol%s'):format(info.tool_protocol, format))
+  end
   local key = info.key_variable
   if key == vim.NIL or key == nil then
     health.info('no API key used')

@@ -44,6 +44,18 @@ pub enum LoopError {
     Validation(String),
     #[error(transparent)]
     Job(#[from] JobError),
+    #[error(
+        "the model's last {answers} answers did not follow the {protocol} tool protocol{}; \
+         try tool_protocol = \"native\" if the model supports tool calling, another \
+         tool_format, a larger max_format_retries, or a stronger model",
+        last_problem_note(Some(.last_problem.as_str()))
+    )]
+    UnreadableAnswers {
+        protocol: &'static str,
+        answers: u32,
+        /// What the model was last told about its answer.
+        last_problem: String,
+    },
     #[error("the loop's settings: {0}")]
     Settings(String),
     #[error(transparent)]

@@ -38,11 +38,16 @@ pub type ProviderFactory =
 /// The production providers, with the variables current when a loop starts.
 pub fn provider_factory(env: SharedEnv) -> ProviderFactory {
     Arc::new(move |settings: &LoopSettings| {
-        crate::llm::providers::build(
+        let provider = crate::llm::providers::build(
             &settings.provider_settings(),
             &env.current(),
             settings.retry_policy(),
-        )
+        )?;
+        Ok(crate::llm::with_tool_protocol(
+            provider,
+            settings.tool_protocol,
+            settings.tool_format,
+        ))
     })
 }
 

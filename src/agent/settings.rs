@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
-use crate::llm::{ProviderName, ProviderSettings, RetryPolicy};
+use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
     ToolPolicy,
@@ -30,6 +30,12 @@ pub struct LoopSettings {
     pub api_key_env: Option<String>,
     /// Ollama's context window; its small default silently truncates long prompts.
     pub num_ctx: Option<u32>,
+    /// How the model calls tools: its provider's tool calling, or a text protocol.
+    pub tool_protocol: ToolProtocol,
+    /// How calls are written in the `xml` and `markdown` protocols.
+    pub tool_format: ToolFormat,
+    /// Answers in a row a text protocol could not read before the loop gives up.
+    pub max_format_retries: u32,
     pub max_tokens: u32,
     /// Model turns before the loop gives up.
     pub max_turns: u32,
@@ -75,6 +81,9 @@ impl Default for LoopSettings {
             base_url: None,
             api_key_env: None,
             num_ctx: None,
+            tool_protocol: ToolProtocol::default(),
+            tool_format: ToolFormat::default(),
+            max_format_retries: 3,
             max_tokens: 8192,
             max_turns: 25,
             max_retries: 2,

@@ -117,6 +117,8 @@ pub(super) struct Conversation {
     writing: Option<PendingWrite>,
     db: LoopDb,
     id: LoopId,
+    /// Answers in a row a text protocol could not read.
+    unreadable_in_a_row: u32,
 }
 
 struct UnwrittenTurn {
@@ -166,6 +168,7 @@ impl Conversation {
             writing: None,
             db: context.db.clone(),
             id: context.record.id.clone(),
+            unreadable_in_a_row: 0,
             usage: Usage {
                 input_tokens: context.record.tokens_in,
                 output_tokens: context.record.tokens_out,
@@ -264,6 +267,10 @@ impl Conversation {
             role: Role::Assistant,
             content: turn.content.clone(),
         }));
+        if let Some(feedback) = turn.unreadable {
+            return self.answer_unreadable(context, feedback);
+        }
+        self.unreadable_in_a_row = 0;
 
         let mut calls = turn.tool_calls();
         handler.order(&mut calls);
@@ -302,6 +309,34 @@ impl Conversation {
         }));
         self.pending.push(Entry::User { content: reply });
         Ok(Answered { last_problem })
+    }
+
+    /// An answer the text protocol could not read: nothing of it runs, and the model is told
+    /// what was wrong until it has failed `max_format_retries` times in a row.
+    fn answer_unreadable(
+        &mut self,
+        context: &LoopContext,
+        feedback: String,
+    ) -> Result<Answered, LoopError> {
+        self.unreadable_in_a_row += 1;
+        tracing::info!(
+            loop_id = %context.record.id,
+            in_a_row = self.unreadable_in_a_row,
+            feedback = %feedback,
+            "answer did not follow the tool protocol"
+        );
+        if self.unreadable_in_a_row > context.settings.max_format_retries {
+            return Err(LoopError::UnreadableAnswers {
+                protocol: context.settings.tool_protocol.as_str(),
+                answers: self.unreadable_in_a_row,
+                last_problem: feedback,
+            });
+        }
+        context.progress("the answer did not follow the tool protocol; asking again");
+        self.add_user_text(feedback.clone());
+        Ok(Answered {
+            last_problem: Some(feedback),
+        })
     }
 
     /// Appends the turn under way and the loop's `state` after it to the journal, and the

@@ -87,6 +87,10 @@ pub struct ProviderReply {
     pub models: std::collections::BTreeMap<&'static str, String>,
     /// Why a loop could not start with these settings, and the fix.
     pub problem: Option<String>,
+    /// `native`, or the text protocol the model calls tools with.
+    pub tool_protocol: crate::llm::ToolProtocol,
+    /// How calls are written, for the `xml` and `markdown` protocols.
+    pub tool_format: crate::llm::ToolFormat,
 }
 
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.

@@ -264,5 +264,7 @@ fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> P
         info,
         models,
         problem,
+        tool_protocol: settings.tool_protocol,
+        tool_format: settings.tool_format,
     }
 }

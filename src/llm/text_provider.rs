@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::text_protocol::{self, TextProtocol};
 use super::text_results::render_result;
 use super::{
-    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, ToolFormat, ToolProtocol, ToolSpec, Turn,
+    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, StopReason,
+    ToolFormat, ToolProtocol, ToolSpec, Turn,
 };
 
 /// `inner` as the loops use it: itself for native tool calling, or spoken to in a text
@@ -20,13 +21,9 @@ pub fn with_tool_protocol(
     protocol: ToolProtocol,
     format: ToolFormat,
 ) -> Arc<dyn LlmProvider> {
-    if protocol.is_text() {
-        Arc::new(TextProtocolProvider::new(
-            inner,
-            TextProtocol { protocol, format },
-        ))
-    } else {
-        inner
+    match TextProtocol::new(protocol, format) {
+        Some(protocol) => Arc::new(TextProtocolProvider::new(inner, protocol)),
+        None => inner,
     }
 }
 
@@ -113,7 +110,10 @@ impl TextProtocolProvider {
                 text: Arc::new(self.as_text(previous.map(|p| &**p), message)),
             });
         }
-        translated.iter().map(|kept| Arc::clone(&kept.text)).collect()
+        translated
+            .iter()
+            .map(|kept| Arc::clone(&kept.text))
+            .collect()
     }
 
     fn as_text(&self, previous: Option<&Message>, message: &Message) -> Message {
@@ -122,9 +122,9 @@ impl TextProtocolProvider {
                 .into_iter()
                 .flat_map(|previous| &previous.content)
                 .find_map(|block| match block {
-                    ContentBlock::ToolCall {
-                        id: call, name, ..
-                    } if call == id => Some(name.as_str()),
+                    ContentBlock::ToolCall { id: call, name, .. } if call == id => {
+                        Some(name.as_str())
+                    }
                     _ => None,
                 })
                 .unwrap_or("tool")
@@ -141,7 +141,7 @@ impl TextProtocolProvider {
                     content,
                     is_error,
                 } => Some(ContentBlock::text(render_result(
-                    self.protocol.protocol,
+                    self.protocol.protocol(),
                     tool_name(id),
                     id,
                     content,
@@ -157,7 +157,7 @@ impl TextProtocolProvider {
 
     /// The answer with the calls read out of its text, or what to tell the model when it
     /// could not be read.
-    fn read(&self, mut turn: Turn, tools: &[ToolSpec]) -> Turn {
+    fn read(&self, mut turn: Turn, tools: &[ToolSpec], max_tokens: u32) -> Turn {
         let text = turn.text();
         let parsed = text_protocol::parse(&self.protocol, &text, tools);
         let mut content = vec![ContentBlock::text(text)];
@@ -169,10 +169,17 @@ impl TextProtocolProvider {
                     .map(|call| ContentBlock::tool_call(call.id, call.name, call.input)),
             );
         } else {
-            turn.unreadable = Some(text_protocol::feedback(&self.protocol, &parsed.issues));
+            let mut feedback = String::new();
+            if turn.stop_reason == Some(StopReason::MaxTokens) {
+                feedback.push_str(&format!(
+                    "Your reply was cut off at the limit of {max_tokens} tokens, so its end is \
+                     missing; keep the thinking short and make fewer or smaller calls.\n"
+                ));
+            }
+            feedback.push_str(&text_protocol::feedback(&self.protocol, &parsed.issues));
+            turn.unreadable = Some(feedback);
         }
         turn.content = content;
-        turn.repairs = parsed.repairs;
         turn
     }
 }
@@ -193,6 +200,6 @@ impl LlmProvider for TextProtocolProvider {
             tools: Arc::from(Vec::new()),
         };
         let turn = self.inner.complete(&wire, on_event, cancel).await?;
-        Ok(self.read(turn, &request.tools))
+        Ok(self.read(turn, &request.tools, request.max_tokens))
     }
 }

@@ -28,11 +28,7 @@ pub fn render_result(
 /// A backtick fence longer than any run of backticks in `content`, so nothing inside closes
 /// it (CommonMark closes a fence only with at least as many backticks).
 fn fence_for(content: &str) -> String {
-    let longest = content
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = content.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     "`".repeat((longest + 1).max(3))
 }
 

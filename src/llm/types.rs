@@ -142,6 +142,9 @@ pub struct Turn {
     pub truncated_tool_calls: Vec<String>,
     pub stop_reason: Option<StopReason>,
     pub usage: Usage,
+    /// Set when the answer was to follow a text protocol and could not be read: what to tell
+    /// the model (the problems and their fixes). Nothing of such an answer runs.
+    pub unreadable: Option<String>,
 }
 
 /// A tool call of a turn, owned.

@@ -37,6 +37,14 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
             "Loopr: setup(): option layout expects one of \"vsplit\", \"split\", \"tab\", got \"float\"",
         ),
         (
+            "{ tool_protocol = 'json' }",
+            "Loopr: setup(): option tool_protocol expects one of \"native\", \"xml\", \"markdown\", \"tool_calls\", got \"json\"",
+        ),
+        (
+            "{ max_format_retries = -1 }",
+            "Loopr: setup(): option max_format_retries expects an integer >= 0, got -1",
+        ),
+        (
             "{ progress = 'yes' }",
             "Loopr: setup(): option progress expects a boolean, got \"yes\" (string)",
         ),
@@ -396,6 +404,10 @@ async fn checkhealth_shows_the_provider_the_host_resolves_from_options_and_envir
     assert!(before.contains("review: cheap-model"), "{before}");
     assert!(before.contains("plan: gpt-4.1"), "{before}");
     assert!(
+        !before.contains("tool calls:"),
+        "native tool calling goes unmentioned: {before}"
+    );
+    assert!(
         before.contains("OPENROUTER_API_KEY is not set (fine for a local server"),
         "{before}"
     );
@@ -411,9 +423,17 @@ async fn checkhealth_shows_the_provider_the_host_resolves_from_options_and_envir
     assert!(!after.contains(key), "the key itself is never shown");
     editor.quit().await;
 
-    let editor = start_editor(&fake, "{ provider = 'ollama' }").await;
+    let editor = start_editor(
+        &fake,
+        "{ provider = 'ollama', tool_protocol = 'markdown', tool_format = 'yaml' }",
+    )
+    .await;
     let ollama = health_report(&editor).await;
     assert!(ollama.contains("provider: ollama"), "{ollama}");
+    assert!(
+        ollama.contains("tool calls: markdown text protocol, calls as yaml"),
+        "{ollama}"
+    );
     assert!(
         ollama.contains("ERROR provider ollama needs a model: set model"),
         "{ollama}"

@@ -185,6 +185,7 @@ impl TurnAssembler {
             truncated_tool_calls,
             stop_reason: self.stop_reason,
             usage: self.usage,
+            unreadable: None,
         }
     }
 }

@@ -227,6 +227,7 @@ impl TurnAssembler {
             truncated_tool_calls: Vec::new(),
             stop_reason: self.stop_reason,
             usage: self.usage,
+            unreadable: None,
         }
     }
 }

@@ -349,6 +349,7 @@ impl TurnAssembler {
             truncated_tool_calls,
             stop_reason: Some(stop_reason),
             usage: self.usage.unwrap_or_default(),
+            unreadable: None,
         }
     }
 }
