@@ -419,10 +419,9 @@ async fn hosts_started_together_on_a_new_project_all_plan() {
     assert_eq!(table.matches("awaiting_approval").count(), HOSTS, "{table}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
-    let fake = FakeLlm::start().await;
-    let dirs = TestDirs::new();
+/// The plan loop of a plan reviewed twice: the plan, a pass that approves it, a pass that
+/// asks for a revision, and the revised plan (whose risks differ).
+fn reviewed_plan_script() -> Vec<(&'static str, Value)> {
     let mut plan = valid_plan();
     plan["specs"] = json!([{
         "name": "version-flag",
@@ -433,21 +432,30 @@ async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
     let mut revised_plan = plan.clone();
     revised_plan["risks"] = json!(["Clap may already reserve --version; check before adding it"]);
     let review = |verdict: &str, issues: Value| json!({"verdict": verdict, "issues": issues});
-    for (id, tool, input) in [
-        ("p1", "create_plan", plan),
-        ("p2", "review_plan", review("approve", json!([]))),
+    vec![
+        ("create_plan", plan),
+        ("review_plan", review("approve", json!([]))),
         (
-            "p3",
             "review_plan",
             review(
                 "revise",
                 json!(["The risk of a clash with clap is missing"]),
             ),
         ),
-        ("p4", "create_plan", revised_plan.clone()),
-    ] {
+        ("create_plan", revised_plan),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_go_through_review_passes_and_specs_through_one_judged_review() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let script = reviewed_plan_script();
+    let revised_plan = script[3].1.clone();
+    for ((tool, input), id) in script.into_iter().zip(["p1", "p2", "p3", "p4"]) {
         fake.push_routed(plan_route(), tool_turn(id, tool, input));
     }
+    let review = |verdict: &str, issues: Value| json!({"verdict": verdict, "issues": issues});
     let phases = ["parse-flag", "print-version", "exit-code"];
     let spec = spec_input("version-flag", &phases);
     let mut revised_spec = spec.clone();
@@ -942,25 +950,7 @@ async fn review_passes_work_through_a_text_protocol() {
     };
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{
-        "name": "version-flag",
-        "title": "Parse --version",
-        "description": "Teach src/main.rs to recognise --version and print CARGO_PKG_VERSION, then exit 0.",
-        "dependencies": []
-    }]);
-    let mut revised_plan = plan.clone();
-    revised_plan["risks"] = json!(["Clap may already reserve --version; check first"]);
-    let review = |verdict: &str, issues: Value| json!({"verdict": verdict, "issues": issues});
-    for (tool, input) in [
-        ("create_plan", plan),
-        ("review_plan", review("approve", json!([]))),
-        (
-            "review_plan",
-            review("revise", json!(["The clash with clap is missing"])),
-        ),
-        ("create_plan", revised_plan),
-    ] {
+    for (tool, input) in reviewed_plan_script() {
         fake.push_routed(plan_route(), answer(tool, input));
     }
     let phases = ["parse-flag", "print-version", "exit-code"];

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::fake_llm::openai::{dropped_stream, mid_stream_error, overloaded, rate_limited};
 use crate::fake_llm::{FakeLlm, TurnBuilder, Wire};
 use crate::scenario::{
-    AUTO_APPROVE, OPENAI_KEY, code_route, commit_everything, complete_phase_turn, phase_input,
-    phase_route, plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input,
-    spec_route, start_openai_editor, tool_turn, valid_plan, wait_all_complete,
+    AUTO_APPROVE, OPENAI_KEY, code_route, complete_phase_turn, phase_input, phase_route,
+    plan_route, requests_routed, run_print_version, spec_input, spec_route, start_openai_editor,
+    tool_turn, valid_plan, wait_all_complete,
 };
 
 const SPECS: [(&str, [&str; 3]); 2] = [
@@ -254,14 +254,7 @@ async fn a_code_loop_completes_over_chat_completions_without_a_key() {
         complete_phase_turn("greets differently"),
     );
     let mut editor = start_openai_editor(&fake, AUTO_APPROVE, None).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
-
-    let code_id = run_code_loop(&mut editor, "print-version").await;
-    editor.wait_status(&code_id, "complete").await;
-
-    let main = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs");
+    let main = run_print_version(&mut editor).await;
     assert!(main.contains("\"bye\""), "{main}");
     let code_bodies = requests_routed(&fake, &code_route("print-version"));
     assert_eq!(code_bodies.len(), 2);

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder, Wire};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, OPENAI_KEY, code_route, commit_everything, phase_input, phase_route,
-    plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input, spec_route,
-    start_editor, start_openai_editor, valid_plan, wait_all_complete,
+    AUTO_APPROVE, OPENAI_KEY, code_route, phase_input, phase_route, plan_and_approve, plan_route,
+    requests_routed, run_print_version, spec_input, spec_route, start_editor, start_openai_editor,
+    valid_plan, wait_all_complete,
 };
 
 const SPECS: [(&str, [&str; 3]); 2] = [
@@ -31,6 +31,8 @@ struct Case {
     malformed: &'static str,
     /// What the feedback on it must quote or name.
     named: &'static str,
+    /// Whether the broken answer ends at the token limit (its end is missing).
+    cut_off: bool,
 }
 
 fn text_protocol(case: &Case) -> TextProtocol {
@@ -92,7 +94,15 @@ async fn editor_for(fake: &FakeLlm, case: &Case, extra: &str) -> TestNvim {
 async fn the_hierarchy_runs_through(case: Case) {
     let protocol = text_protocol(&case);
     let fake = FakeLlm::start_wire(case.wire).await;
-    fake.push_routed(plan_route(), text_turn(case.malformed));
+    let malformed = TurnBuilder::new().text(case.malformed).usage(300, 100);
+    fake.push_routed(
+        plan_route(),
+        if case.cut_off {
+            malformed.stop_reason("max_tokens").reply()
+        } else {
+            malformed.reply()
+        },
+    );
     fake.push_routed(
         plan_route(),
         call_turn(&protocol, "create_plan", valid_plan()),
@@ -132,6 +142,11 @@ async fn the_hierarchy_runs_through(case: Case) {
     let told = all_text(last_message(&plan_bodies[1]));
     assert!(told.contains(FEEDBACK), "{told}");
     assert!(told.contains(case.named), "{told}");
+    assert_eq!(
+        told.contains("Your reply was cut off at the limit of 8192 tokens"),
+        case.cut_off,
+        "{told}"
+    );
     editor.quit().await;
 }
 
@@ -143,6 +158,7 @@ async fn xml_sections_with_json_calls_over_anthropic() {
         wire: Wire::Anthropic,
         malformed: "<thinking>Planning.</thinking>\n<action>\n{\"tool\": \"create_plan\", \"args\": {\"title\": \"x\",}}\n</action>",
         named: "\"title\": \"x\",}",
+        cut_off: false,
     })
     .await;
 }
@@ -155,6 +171,7 @@ async fn xml_sections_with_yaml_calls_over_chat_completions() {
         wire: Wire::OpenAi,
         malformed: "<thinking>Planning.</thinking>\n<action>\ntool: create_plan\nargs:\n  title: Add a flag\n",
         named: "<action>",
+        cut_off: true,
     })
     .await;
 }
@@ -167,6 +184,7 @@ async fn markdown_sections_with_json_calls_over_chat_completions() {
         wire: Wire::OpenAi,
         malformed: "# Thinking\nPlanning.\n\n# Action\n{\"tool\": \"create_plans\", \"args\": {}}\n",
         named: "create_plans",
+        cut_off: false,
     })
     .await;
 }
@@ -179,6 +197,7 @@ async fn markdown_sections_with_yaml_calls_over_anthropic() {
         wire: Wire::Anthropic,
         malformed: "# Action\ntool: create_plan\nargs:\n  title: Add a --version flag\n  overview: Print the version.\n",
         named: "specs",
+        cut_off: false,
     })
     .await;
 }
@@ -191,6 +210,7 @@ async fn tool_calls_blocks_over_anthropic() {
         wire: Wire::Anthropic,
         malformed: "Here is the plan.\n\n## Tool Calls\n\n```json\n{\"uid\": \"c1\", \"name\": \"\", \"arguments\": {}}\n```\n",
         named: "name",
+        cut_off: false,
     })
     .await;
 }
@@ -203,6 +223,7 @@ async fn tool_calls_blocks_over_chat_completions() {
         wire: Wire::OpenAi,
         malformed: "## Tool Calls\n\n```json\n{\"uid\": \"c1\", \"name\": \"create_plan\", \"arguments\": {\"title\": \"x\"}}\n",
         named: "```",
+        cut_off: false,
     })
     .await;
 }
@@ -215,6 +236,7 @@ async fn a_code_loop_completes_through_xml_sections_and_reads_its_results_as_tex
         wire: Wire::Anthropic,
         malformed: "",
         named: "",
+        cut_off: false,
     };
     let protocol = text_protocol(&case);
     let fake = FakeLlm::start_wire(case.wire).await;
@@ -257,14 +279,7 @@ async fn a_code_loop_completes_through_xml_sections_and_reads_its_results_as_tex
         ),
     );
     let mut editor = editor_for(&fake, &case, AUTO_APPROVE).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
-
-    let code_id = run_code_loop(&mut editor, "print-version").await;
-    editor.wait_status(&code_id, "complete").await;
-
-    let main = std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs");
+    let main = run_print_version(&mut editor).await;
     assert!(main.contains("\"bye\""), "{main}");
     let code_bodies = requests_routed(&fake, &code_route("print-version"));
     assert_eq!(code_bodies.len(), 2);
@@ -291,6 +306,7 @@ async fn answers_that_keep_breaking_the_protocol_fail_the_loop_naming_the_fixes(
         wire: Wire::Anthropic,
         malformed: "<action>{\"tool\": \"create_plan\", \"args\": }</action>",
         named: "",
+        cut_off: false,
     };
     let fake = FakeLlm::start_wire(case.wire).await;
     for _ in 0..3 {

@@ -385,6 +385,17 @@ pub async fn run_code_loop(editor: &mut TestNvim, phase: &str) -> String {
     code_loop_id(editor).await
 }
 
+/// In a git project, plans and approves a one-spec hierarchy (5 loops), then runs the code
+/// loop of its `print-version` phase to completion; returns `src/main.rs` as it then reads.
+pub async fn run_print_version(editor: &mut TestNvim) -> String {
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(editor).await;
+    wait_all_complete(editor, 5).await;
+    let code_id = run_code_loop(editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs")
+}
+
 /// Makes the project a real git repository with one commit.
 pub fn commit_everything(project: &std::path::Path) {
     for args in [
