@@ -156,10 +156,10 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
             state.last_problem = answered.last_problem;
         }
         if state.stage == Stage::Done {
-            conversation.commit(context, &state).await?;
+            conversation.commit(&state).await?;
             return finish(context, kind, &state);
         }
-        conversation.commit_while_asking(context, &state)?;
+        conversation.commit_later(&state)?;
     }
     conversation.flush().await?;
     Err(LoopError::TurnLimit {

@@ -156,14 +156,14 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         let (validated, passed) = (calls.validated, calls.passed);
         if passed {
             state.passed = true;
-            conversation.commit(context, &state).await?;
+            conversation.commit(&state).await?;
             return Ok(state.iteration);
         }
         if validated {
             state.iteration += 1;
             turns_this_iteration = 0;
         }
-        conversation.commit_while_asking(context, &state)?;
+        conversation.commit_later(&state)?;
     }
     conversation.flush().await?;
     Err(LoopError::ValidationFailing {
@@ -386,7 +386,7 @@ async fn take_feedback(
         .max(context.record.iteration.saturating_add(1));
     state.passed = false;
     state.allowance_from = state.iteration;
-    conversation.commit(context, state).await?;
+    conversation.commit(state).await?;
     let id = context.record.id.clone();
     context
         .store(move |db, _| Ok(db.clear_feedback(&id)?))

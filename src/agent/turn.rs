@@ -14,7 +14,7 @@ use super::prompts;
 use crate::llm::{
     ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
 };
-use crate::store::{LoopDb, LoopId, StoreError};
+use crate::store::{LoopDb, LoopId};
 
 /// The answer to one tool call.
 pub(super) struct CallResult {
@@ -111,10 +111,8 @@ pub(super) struct Conversation {
     pending: Vec<Entry>,
     /// The loop's tokens so far (also in its record).
     usage: Usage,
-    /// The last turn, committed but not yet written: its write starts with the next turn.
+    /// The last turn, committed but not yet written: the next turn writes it first.
     unwritten: Option<UnwrittenTurn>,
-    /// The last turn's journal write, finishing while the model answers the next one.
-    writing: Option<PendingWrite>,
     db: LoopDb,
     id: LoopId,
     /// Answers in a row a text protocol could not read.
@@ -128,21 +126,16 @@ struct UnwrittenTurn {
     tokens_out: u64,
 }
 
-type WantedCheck = tokio::sync::oneshot::Receiver<Result<bool, StoreError>>;
-
-type PendingWrite = tokio::task::JoinHandle<Result<(), LoopError>>;
-
-/// Waits for a journal write started earlier; a panic in it goes on unwinding here.
-async fn written(write: Option<PendingWrite>) -> Result<(), LoopError> {
-    match write {
-        None => Ok(()),
-        Some(handle) => match handle.await {
-            Ok(result) => result,
-            Err(join_error) if join_error.is_panic() => {
-                std::panic::resume_unwind(join_error.into_panic())
-            }
-            Err(_) => Err(LoopError::Cancelled),
-        },
+/// Runs `work` on the blocking threads; a panic in it goes on unwinding here.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LoopError> + Send + 'static,
+) -> Result<T, LoopError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join_error) if join_error.is_panic() => {
+            std::panic::resume_unwind(join_error.into_panic())
+        }
+        Err(_) => Err(LoopError::Cancelled),
     }
 }
 
@@ -165,7 +158,6 @@ impl Conversation {
             journal,
             pending: Vec::new(),
             unwritten: None,
-            writing: None,
             db: context.db.clone(),
             id: context.record.id.clone(),
             unreadable_in_a_row: 0,
@@ -204,17 +196,11 @@ impl Conversation {
         handler: &mut dyn CallHandler,
         nudge: String,
     ) -> Result<Answered, LoopError> {
-        // A cancel or revision from another host (another Neovim, the CLI) reaches this one
-        // only through the store: checked before each question, in the task that then writes
-        // the last turn (one trip to the blocking threads, and no wait on that write).
-        let wanted = match self.start_blocking_work(true) {
-            Some(check) => check.await.unwrap_or(Ok(false)),
-            None => Ok(true),
-        };
-        if !matches!(wanted, Ok(true)) {
-            // Nothing may follow the last turn's write but that write.
-            self.flush().await?;
-            wanted?;
+        // The last turn is on disk before the next question goes out: a host killed while
+        // the model answers loses only the turn in flight. A cancel or revision from another
+        // host (another Neovim, the CLI) reaches this one only through the store: checked in
+        // the same trip to the blocking threads.
+        if !self.write_then_check().await? {
             tracing::info!(loop_id = %context.record.id, "cancelled or invalidated elsewhere; stopping");
             return Err(LoopError::Cancelled);
         }
@@ -239,15 +225,10 @@ impl Conversation {
             }
             context.progress(describe_provider_event(&event));
         };
-        // The last turn's journal write and this turn's question run at once; nothing this
-        // turn does (its calls) starts before that write is done.
-        let (answer, last_turn_written) = tokio::join!(
-            context
-                .provider
-                .complete(&self.request, &on_provider_event, &context.cancel),
-            written(self.writing.take()),
-        );
-        last_turn_written?;
+        let answer = context
+            .provider
+            .complete(&self.request, &on_provider_event, &context.cancel)
+            .await;
         let turn = answer?;
         self.pending.extend(
             retries
@@ -341,29 +322,21 @@ impl Conversation {
 
     /// Appends the turn under way and the loop's `state` after it to the journal, and the
     /// loop's tokens to its record, and waits until they are written.
-    pub async fn commit(
-        &mut self,
-        context: &LoopContext,
-        state: &impl serde::Serialize,
-    ) -> Result<(), LoopError> {
-        self.commit_while_asking(context, state)?;
+    pub async fn commit(&mut self, state: &impl serde::Serialize) -> Result<(), LoopError> {
+        self.commit_later(state)?;
         self.flush().await
     }
 
-    /// Writes what was committed and waits for every journal write under way.
+    /// Writes the turn kept by `commit_later`, if any.
     pub async fn flush(&mut self) -> Result<(), LoopError> {
-        self.start_blocking_work(false);
-        written(self.writing.take()).await
+        let write = self.write_unwritten();
+        blocking(write).await
     }
 
     /// Keeps the turn under way and the loop's `state` after it, to be written (with the
-    /// loop's tokens) while the model answers the next question; the next turn runs nothing
-    /// before that write is done. A loop that ends instead calls `flush` (or `commit`).
-    pub fn commit_while_asking(
-        &mut self,
-        _context: &LoopContext,
-        state: &impl serde::Serialize,
-    ) -> Result<(), LoopError> {
+    /// loop's tokens) when the next turn starts, with its check that the loop is still
+    /// wanted. A loop that ends instead calls `flush` (or `commit`).
+    pub fn commit_later(&mut self, state: &impl serde::Serialize) -> Result<(), LoopError> {
         debug_assert!(self.unwritten.is_none(), "one unwritten turn at a time");
         self.unwritten = Some(UnwrittenTurn {
             entries: std::mem::take(&mut self.pending),
@@ -374,32 +347,22 @@ impl Conversation {
         Ok(())
     }
 
-    /// Starts, in one blocking task, whether the loop is still wanted (when `check`) and then
-    /// the write of the committed turn. Returns the check's answer, which comes before the
-    /// write is done.
-    fn start_blocking_work(&mut self, check: bool) -> Option<WantedCheck> {
+    /// Writes the kept turn, then asks the store whether the loop is still wanted.
+    async fn write_then_check(&mut self) -> Result<bool, LoopError> {
+        let write = self.write_unwritten();
+        let (db, id) = (self.db.clone(), self.id.clone());
+        blocking(move || {
+            write()?;
+            Ok(db.still_wanted(&id)?)
+        })
+        .await
+    }
+
+    /// The blocking work of writing the kept turn (nothing when there is none).
+    fn write_unwritten(&mut self) -> impl FnOnce() -> Result<(), LoopError> + Send + 'static {
         let unwritten = self.unwritten.take();
-        if !check && unwritten.is_none() {
-            return None;
-        }
-        let (answer, asked) = if check {
-            let (answer, asked) = tokio::sync::oneshot::channel();
-            (Some(answer), Some(asked))
-        } else {
-            (None, None)
-        };
         let (db, id, journal) = (self.db.clone(), self.id.clone(), self.journal.clone());
-        let previous = self.writing.take();
-        self.writing = Some(tokio::task::spawn_blocking(move || {
-            if let Some(answer) = answer {
-                // The receiver may be gone (the loop was cancelled meanwhile); the write
-                // still happens.
-                let _ = answer.send(db.still_wanted(&id));
-            }
-            // Never two writes of one journal at once (appends must not interleave).
-            if let Some(previous) = previous {
-                tokio::runtime::Handle::current().block_on(written(Some(previous)))?;
-            }
+        move || {
             let Some(turn) = unwritten else {
                 return Ok(());
             };
@@ -407,7 +370,6 @@ impl Conversation {
                 .append(&turn.entries, &turn.state)
                 .map_err(journal_write_error)?;
             Ok(db.set_tokens(&id, turn.tokens_in, turn.tokens_out)?)
-        }));
-        asked
+        }
     }
 }
