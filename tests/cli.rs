@@ -985,7 +985,9 @@ async fn review_passes_work_through_a_text_protocol() {
         .filter(|request| first_user_text(&request.body).contains(plan_route()))
         .collect();
     assert_eq!(plan_requests.len(), 4);
-    let system = plan_requests[1].body["system"].as_str().expect("system");
+    let system = plan_requests[1].body["system"][0]["text"]
+        .as_str()
+        .expect("system");
     assert!(
         system.contains("review_plan"),
         "the review tool is described: {system}"

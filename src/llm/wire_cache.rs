@@ -77,6 +77,27 @@ impl WireCache {
         Ok(RequestBytes::new(parts))
     }
 
+    /// Like `body`, but the last message is made by `render_last` and not kept: a wire that
+    /// marks the end of the conversation sends that message unmarked once it is no longer
+    /// the last.
+    pub fn body_with_last<L: Serialize>(
+        &self,
+        head: &impl Serialize,
+        lead: &[L],
+        messages: &[Arc<Message>],
+        render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
+        render_last: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
+    ) -> serde_json::Result<RequestBytes> {
+        let Some((last, kept)) = messages.split_last() else {
+            return self.body(head, lead, messages, render);
+        };
+        let mut body = self.body(head, lead, kept, render)?;
+        let previous = kept.last().map(|previous| &**previous);
+        let rendered = render_last(previous, last)?;
+        body.insert_before_end(&rendered);
+        Ok(body)
+    }
+
     fn array_parts<L: Serialize>(
         &self,
         parts: &mut Vec<Bytes>,
@@ -150,6 +171,24 @@ impl RequestBytes {
 
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Adds `json` as the last element of the messages array, which the body's last two
+    /// pieces close (`]` and `}`).
+    fn insert_before_end(&mut self, json: &[u8]) {
+        let mut parts: Vec<Bytes> = self.parts.iter().cloned().collect();
+        let closing = parts.split_off(parts.len().saturating_sub(2));
+        if !json.is_empty() {
+            let array_is_empty = parts.last().is_some_and(|part| part.as_ref() == b"[");
+            let mut piece = Vec::with_capacity(json.len() + 1);
+            if !array_is_empty {
+                piece.push(b',');
+            }
+            piece.extend_from_slice(json);
+            parts.push(Bytes::from(piece));
+        }
+        parts.extend(closing);
+        *self = RequestBytes::new(parts);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -290,6 +329,40 @@ mod tests {
             .expect("json");
         assert_eq!(cached, fresh);
         assert!(String::from_utf8_lossy(&cached).contains("more"));
+    }
+
+    #[test]
+    fn the_last_message_made_apart_joins_the_body_and_is_never_kept() {
+        let cache = WireCache::default();
+        let mut messages = shared(vec![Message::user_text("one"), Message::user_text("two")]);
+        let none: [serde_json::Value; 0] = [];
+        let marked = |_: Option<&Message>, message: &Message| {
+            comma_separated(&[serde_json::json!({"marked": format!("{:?}", message.content)})])
+        };
+        let head = serde_json::json!({"model": "m"});
+        let body = cache
+            .body_with_last(&head, &none, &messages, render, marked)
+            .expect("body");
+        let parsed: serde_json::Value = serde_json::from_slice(&body.to_vec()).expect("json");
+        assert_eq!(body.len() as usize, body.to_vec().len());
+        let sent = parsed["messages"].as_array().expect("messages");
+        assert_eq!(sent.len(), 2);
+        assert!(sent[0].get("marked").is_none() && sent[1].get("marked").is_some());
+        // Next turn, "two" is no longer last: it goes out as `render` makes it.
+        messages.push(Arc::new(Message::user_text("three")));
+        let next = cache
+            .body_with_last(&head, &none, &messages, render, marked)
+            .expect("body");
+        let fresh = WireCache::default()
+            .body_with_last(&head, &none, &messages, render, marked)
+            .expect("body");
+        assert_eq!(next.to_vec(), fresh.to_vec());
+        let only = WireCache::default()
+            .body_with_last(&head, &none, &messages[..1], render, marked)
+            .expect("body")
+            .to_vec();
+        let parsed: serde_json::Value = serde_json::from_slice(&only).expect("one message");
+        assert_eq!(parsed["messages"].as_array().map(Vec::len), Some(1));
     }
 
     #[test]

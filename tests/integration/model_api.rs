@@ -207,3 +207,100 @@ async fn a_repeated_conversation_is_sent_whole_with_its_length_and_as_a_fresh_cl
         assert_eq!(sent.header("transfer-encoding"), None);
     }
 }
+
+/// The blocks of a request's messages that carry `cache_control`, as (message, block).
+fn cache_breakpoints(body: &serde_json::Value) -> Vec<(usize, usize)> {
+    let mut marks = Vec::new();
+    for (m, message) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (b, block) in message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if block.get("cache_control").is_some() {
+                marks.push((m, b));
+            }
+        }
+    }
+    marks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_carry_cache_breakpoints_and_the_cache_tokens_are_recorded() {
+    let fake = FakeLlm::start().await;
+    let turn = |builder: crate::fake_llm::TurnBuilder, write: u64, read: u64| {
+        builder.usage(100, 20).cache_usage(write, read).reply()
+    };
+    fake.push(turn(
+        crate::fake_llm::TurnBuilder::new().tool_use("t1", "list_files", serde_json::json!({})),
+        3000,
+        0,
+    ));
+    fake.push(turn(
+        crate::fake_llm::TurnBuilder::new().tool_use(
+            "t2",
+            "read_file",
+            serde_json::json!({"path": "src/main.rs"}),
+        ),
+        400,
+        3000,
+    ));
+    fake.push(turn(
+        crate::fake_llm::TurnBuilder::new().tool_use("t3", "create_plan", valid_plan()),
+        500,
+        3400,
+    ));
+    let mut editor = crate::scenario::start_editor(&fake, "{}").await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(
+            request.body["system"][0]["cache_control"],
+            serde_json::json!({"type": "ephemeral"}),
+            "the tools and system prompt are one cached prefix: {:#}",
+            request.body["system"]
+        );
+    }
+    assert_eq!(
+        cache_breakpoints(&requests[0].body),
+        vec![],
+        "one message: nothing to reuse"
+    );
+    assert_eq!(cache_breakpoints(&requests[1].body), vec![(2, 0)]);
+    assert_eq!(cache_breakpoints(&requests[2].body), vec![(4, 0)]);
+
+    // Each turn's cache tokens are in the journal; the record counts every input token.
+    let journal = files_under(&editor.dirs.loopr_home)
+        .into_iter()
+        .find(|path| path.ends_with("journal.jsonl"))
+        .expect("journal");
+    let usages: Vec<(u64, u64)> = std::fs::read_to_string(&journal)
+        .expect("journal")
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["type"] == "assistant")
+        .map(|entry| {
+            let usage = &entry["usage"];
+            (
+                usage["cache_write_tokens"].as_u64().unwrap_or(0),
+                usage["cache_read_tokens"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(usages, vec![(3000, 0), (400, 3000), (500, 3400)]);
+    let records = editor.status_records().await;
+    assert_eq!(
+        records[0]["tokens_in"].as_u64(),
+        Some(3 * 100 + 3000 + 400 + 3000 + 500 + 3400)
+    );
+    editor.quit().await;
+}

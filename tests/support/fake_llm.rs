@@ -304,6 +304,8 @@ pub struct TurnBuilder {
     items: Vec<Item>,
     input_tokens: u64,
     output_tokens: u64,
+    cache_write_tokens: u64,
+    cache_read_tokens: u64,
     stop_reason: Option<String>,
     model: String,
     message_id: String,
@@ -322,6 +324,8 @@ impl TurnBuilder {
             items: Vec::new(),
             input_tokens: 10,
             output_tokens: 5,
+            cache_write_tokens: 0,
+            cache_read_tokens: 0,
             stop_reason: None,
             model: DEFAULT_MODEL.to_string(),
             message_id: DEFAULT_MESSAGE_ID.to_string(),
@@ -427,6 +431,14 @@ impl TurnBuilder {
         self
     }
 
+    /// Prompt-cache tokens in `message_start` (Anthropic's `cache_creation_input_tokens` and
+    /// `cache_read_input_tokens`). Defaults: 0 and 0.
+    pub fn cache_usage(mut self, write_tokens: u64, read_tokens: u64) -> Self {
+        self.cache_write_tokens = write_tokens;
+        self.cache_read_tokens = read_tokens;
+        self
+    }
+
     /// Defaults to `"max_tokens"` after a truncated tool call, else
     /// `"tool_use"` if there is a tool call, else `"end_turn"`.
     pub fn stop_reason(mut self, reason: &str) -> Self {
@@ -465,8 +477,8 @@ impl TurnBuilder {
                     "stop_sequence": null,
                     "usage": {
                         "input_tokens": self.input_tokens,
-                        "cache_creation_input_tokens": 0,
-                        "cache_read_input_tokens": 0,
+                        "cache_creation_input_tokens": self.cache_write_tokens,
+                        "cache_read_input_tokens": self.cache_read_tokens,
                         "output_tokens": 1,
                     },
                 },

@@ -12,21 +12,53 @@ use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
 /// What the API gets instead of an empty assistant message, which it refuses.
 const EMPTY_ANSWER: &str = "(no content)";
 
+/// Conversations with at least this many messages (one whole exchange) mark their end as a
+/// prompt-cache breakpoint: the next turn reads everything before it from the cache.
+const CACHED_CONVERSATION_MESSAGES: usize = 3;
+
 #[derive(Serialize)]
 pub struct RequestBody<'a> {
     model: &'a str,
     max_tokens: u32,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    system: &'a str,
+    /// One text block marked as a cache breakpoint: the tools and the system prompt, which
+    /// every turn of a loop repeats, are billed as cache reads after the first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<SystemBlock<'a>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tools: &'a [ToolSpec],
     stream: bool,
 }
 
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    cache_control: CacheControl,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// The API's cache breakpoint with its default lifetime (five minutes, renewed by each hit).
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
 #[derive(Debug, PartialEq, Serialize)]
 struct WireMessage<'a> {
     role: Role,
     content: Vec<WireBlock<'a>>,
+}
+
+/// A block, and whether it ends the prefix the API should cache.
+#[derive(Debug, PartialEq, Serialize)]
+struct MarkedBlock<'a> {
+    #[serde(flatten)]
+    block: WireBlock<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
 #[derive(Debug, PartialEq, Serialize)]
@@ -50,22 +82,66 @@ enum WireBlock<'a> {
 
 /// The streamed request's body, its messages made through `cache`.
 pub fn encode(request: &ChatRequest, cache: &WireCache) -> serde_json::Result<RequestBytes> {
+    let system = if request.system.is_empty() {
+        Vec::new()
+    } else {
+        vec![SystemBlock {
+            kind: "text",
+            text: &request.system,
+            cache_control: EPHEMERAL,
+        }]
+    };
     let head = RequestBody {
         model: &request.model,
         max_tokens: request.max_tokens,
-        system: &request.system,
+        system,
         tools: &request.tools[..],
         stream: true,
     };
     let none: [WireMessage<'_>; 0] = [];
     if alternating(&request.messages) {
-        cache.body(&head, &none, &request.messages, |_, message| {
-            comma_separated(&[wire_message(message)])
-        })
+        let render = |_: Option<&Message>, message: &Message| {
+            comma_separated(&[marked(wire_message(message), None)])
+        };
+        if request.messages.len() >= CACHED_CONVERSATION_MESSAGES {
+            // The end of the conversation so far is a breakpoint; rendered apart, since the
+            // same message is sent unmarked once the conversation goes on.
+            cache.body_with_last(&head, &none, &request.messages, render, |_, message| {
+                comma_separated(&[marked(wire_message(message), Some(EPHEMERAL))])
+            })
+        } else {
+            cache.body(&head, &none, &request.messages, render)
+        }
     } else {
         // Messages of one role in a row must join: no message stands alone to be kept.
-        let joined = joined_messages(&request.messages);
+        let joined: Vec<_> = joined_messages(&request.messages)
+            .into_iter()
+            .map(|message| marked(message, None))
+            .collect();
         WireCache::default().body(&head, &joined, &[], |_, _| Ok(Vec::new()))
+    }
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+struct MarkedMessage<'a> {
+    role: Role,
+    content: Vec<MarkedBlock<'a>>,
+}
+
+/// `message` with its last block marked by `cache_control`, if any.
+fn marked(message: WireMessage<'_>, cache_control: Option<CacheControl>) -> MarkedMessage<'_> {
+    let last = message.content.len().saturating_sub(1);
+    MarkedMessage {
+        role: message.role,
+        content: message
+            .content
+            .into_iter()
+            .enumerate()
+            .map(|(index, block)| MarkedBlock {
+                block,
+                cache_control: cache_control.filter(|_| index == last),
+            })
+            .collect(),
     }
 }
 
@@ -148,6 +224,89 @@ mod tests {
     use super::*;
     use crate::llm::{ContentBlock, Role};
 
+    fn cache_marks(body: &Value) -> Vec<(usize, usize)> {
+        let mut marks = Vec::new();
+        for (m, message) in body["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .enumerate()
+        {
+            for (b, block) in message["content"]
+                .as_array()
+                .expect("content")
+                .iter()
+                .enumerate()
+            {
+                if block.get("cache_control").is_some() {
+                    marks.push((m, b));
+                }
+            }
+        }
+        marks
+    }
+
+    #[test]
+    fn the_end_of_a_conversation_past_its_first_exchange_is_a_cache_breakpoint() {
+        let cache = WireCache::default();
+        let mut request = ChatRequest {
+            model: "claude-test".to_owned(),
+            max_tokens: 100,
+            system: String::new(),
+            messages: crate::llm::shared(vec![Message::user_text("task")]),
+            tools: Vec::new().into(),
+        };
+        let body = |request: &ChatRequest, cache: &WireCache| {
+            serde_json::from_slice::<Value>(&encode(request, cache).expect("encode").to_vec())
+                .expect("json")
+        };
+        let first = body(&request, &cache);
+        assert_eq!(cache_marks(&first), vec![], "nothing to reuse yet");
+        assert!(first.get("system").is_none(), "no empty system block");
+        request.messages.push(Arc::new(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::text("reading"),
+                ContentBlock::tool_call("t1", "read_file", serde_json::json!({"path": "a"})),
+            ],
+        }));
+        request.messages.push(Arc::new(Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::ToolResult {
+                    id: "t1".to_owned(),
+                    content: "text".to_owned(),
+                    is_error: false,
+                },
+                ContentBlock::text("go on"),
+            ],
+        }));
+        let second = body(&request, &cache);
+        assert_eq!(
+            cache_marks(&second),
+            vec![(2, 1)],
+            "the last block of the last message"
+        );
+        request.messages.push(Arc::new(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text("done")],
+        }));
+        request
+            .messages
+            .push(Arc::new(Message::user_text("thanks")));
+        let third = body(&request, &cache);
+        assert_eq!(
+            cache_marks(&third),
+            vec![(4, 0)],
+            "only the newest end is marked"
+        );
+        assert_eq!(
+            third,
+            body(&request, &WireCache::default()),
+            "as a fresh client sends it"
+        );
+    }
+
     #[test]
     fn request_body_streams_and_carries_tools_and_system() {
         let request = ChatRequest {
@@ -180,7 +339,7 @@ mod tests {
             serde_json::json!({
                 "model": "claude-test",
                 "max_tokens": 100,
-                "system": "be brief",
+                "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
                 "messages": [{"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "t1", "content": "nope", "is_error": true}
                 ]}],
