@@ -225,11 +225,10 @@ impl Conversation {
             }
             context.progress(describe_provider_event(&event));
         };
-        let answer = context
+        let turn = context
             .provider
             .complete(&self.request, &on_provider_event, &context.cancel)
-            .await;
-        let turn = answer?;
+            .await?;
         self.pending.extend(
             retries
                 .into_inner()
