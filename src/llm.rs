@@ -9,6 +9,7 @@ mod error;
 pub mod http;
 pub mod ollama;
 pub mod openai;
+mod per_message;
 mod provider;
 pub mod providers;
 mod retry;

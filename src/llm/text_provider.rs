@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::per_message::PerMessage;
 use super::text_protocol::{self, TextProtocol};
 use super::text_results::render_result;
 use super::{
@@ -30,18 +31,12 @@ pub fn with_tool_protocol(
 pub struct TextProtocolProvider {
     inner: Arc<dyn LlmProvider>,
     protocol: TextProtocol,
-    /// What each message became as text, kept because a conversation only grows and a
-    /// provider keeps its wire form by message (`WireCache`): a fresh copy every turn would
-    /// make it serialize the whole conversation again.
-    translated: Mutex<Vec<Translated>>,
+    /// What each message became as text, kept because a provider keeps its wire form by
+    /// message (`WireCache`): a fresh copy every turn would make it serialize the whole
+    /// conversation again.
+    translated: PerMessage<Arc<Message>>,
     /// The system prompt with the protocol's instructions, for the tools it was made for.
     system: Mutex<Option<System>>,
-}
-
-struct Translated {
-    previous: Option<Arc<Message>>,
-    message: Arc<Message>,
-    text: Arc<Message>,
 }
 
 struct System {
@@ -55,7 +50,7 @@ impl TextProtocolProvider {
         TextProtocolProvider {
             inner,
             protocol,
-            translated: Mutex::new(Vec::new()),
+            translated: PerMessage::default(),
             system: Mutex::new(None),
         }
     }
@@ -84,36 +79,13 @@ impl TextProtocolProvider {
 
     /// The conversation with calls left in the text that made them and results as text.
     fn messages(&self, messages: &[Arc<Message>]) -> Vec<Arc<Message>> {
-        let mut translated = self
-            .translated
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let reusable = translated
-            .iter()
-            .zip(messages.iter().enumerate())
-            .take_while(|(kept, (index, message))| {
-                let previous = index.checked_sub(1).map(|at| &messages[at]);
-                let same_previous = match (&kept.previous, previous) {
-                    (None, None) => true,
-                    (Some(kept), Some(current)) => Arc::ptr_eq(kept, current),
-                    _ => false,
-                };
-                same_previous && Arc::ptr_eq(&kept.message, message)
-            })
-            .count();
-        translated.truncate(reusable);
-        for (index, message) in messages.iter().enumerate().skip(reusable) {
-            let previous = index.checked_sub(1).map(|at| &messages[at]);
-            translated.push(Translated {
-                previous: previous.cloned(),
-                message: Arc::clone(message),
-                text: Arc::new(self.as_text(previous.map(|p| &**p), message)),
-            });
+        let made = self.translated.made(messages, |previous, message| {
+            Ok::<_, std::convert::Infallible>(Arc::new(self.as_text(previous, message)))
+        });
+        match made {
+            Ok(messages) => messages,
+            Err(never) => match never {},
         }
-        translated
-            .iter()
-            .map(|kept| Arc::clone(&kept.text))
-            .collect()
     }
 
     fn as_text(&self, previous: Option<&Message>, message: &Message) -> Message {

@@ -6,7 +6,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,28 +14,12 @@ use http_body::{Frame, SizeHint};
 use serde::Serialize;
 
 use super::Message;
+use super::per_message::PerMessage;
 
 #[derive(Default)]
 pub struct WireCache {
-    units: Mutex<Vec<Unit>>,
-}
-
-struct Unit {
-    previous: Option<Arc<Message>>,
-    message: Arc<Message>,
-    /// A comma, then the message's wire messages comma-separated (empty when it has none).
-    json: Bytes,
-}
-
-impl Unit {
-    fn is_for(&self, previous: Option<&Arc<Message>>, message: &Arc<Message>) -> bool {
-        let same_previous = match (&self.previous, previous) {
-            (None, None) => true,
-            (Some(cached), Some(current)) => Arc::ptr_eq(cached, current),
-            _ => false,
-        };
-        same_previous && Arc::ptr_eq(&self.message, message)
-    }
+    /// Per message: a comma, then its wire messages comma-separated (empty when it has none).
+    units: PerMessage<Bytes>,
 }
 
 impl WireCache {
@@ -105,29 +89,15 @@ impl WireCache {
         messages: &[Arc<Message>],
         render: impl Fn(Option<&Message>, &Message) -> serde_json::Result<Vec<u8>>,
     ) -> serde_json::Result<()> {
-        let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
-        let reusable = units
-            .iter()
-            .zip(messages.iter().enumerate())
-            .take_while(|(unit, (index, message))| {
-                unit.is_for(index.checked_sub(1).map(|at| &messages[at]), message)
-            })
-            .count();
-        units.truncate(reusable);
-        for (index, message) in messages.iter().enumerate().skip(reusable) {
-            let previous = index.checked_sub(1).map(|at| &messages[at]);
-            let rendered = render(previous.map(|p| &**p), message)?;
+        let units = self.units.made(messages, |previous, message| {
+            let rendered = render(previous, message)?;
             let mut json = Vec::with_capacity(rendered.len() + 1);
             if !rendered.is_empty() {
                 json.push(b',');
                 json.extend_from_slice(&rendered);
             }
-            units.push(Unit {
-                previous: previous.cloned(),
-                message: Arc::clone(message),
-                json: Bytes::from(json),
-            });
-        }
+            Ok::<_, serde_json::Error>(Bytes::from(json))
+        })?;
         let mut lead = comma_separated(lead)?;
         if !lead.is_empty() {
             lead.insert(0, b',');
@@ -136,9 +106,7 @@ impl WireCache {
         // Each piece carries its leading comma, so a message is one piece of the body (and
         // one slot of a vectored write); the first piece's comma is sliced off.
         let mut first = true;
-        for part in
-            std::iter::once(Bytes::from(lead)).chain(units.iter().map(|unit| unit.json.clone()))
-        {
+        for part in std::iter::once(Bytes::from(lead)).chain(units) {
             if part.is_empty() {
                 continue;
             }
