@@ -20,6 +20,16 @@ command('LooprStatus', function()
   require('loopr').status()
 end, { nargs = 0, desc = "Loopr: list this project's loops" })
 
+command('LooprTranscript', function(args)
+  require('loopr').transcript(args.args)
+end, {
+  nargs = '?',
+  desc = "Loopr: follow a loop's transcript (default: this artifact's loop, else the newest running)",
+  complete = function(arglead)
+    return require('loopr').complete_all_loop_ids(arglead)
+  end,
+})
+
 command('LooprLog', function()
   require('loopr').open_log()
 end, { nargs = 0, desc = "Loopr: open the host's log file" })

@@ -19,6 +19,7 @@ mod progress;
 mod prompts;
 mod settings;
 mod tasks;
+mod transcript;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
@@ -29,3 +30,4 @@ pub use manager::{LoopManager, ManagerError, ProviderFactory, ShellServices, pro
 pub use phases::PhaseLookupError;
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
+pub use transcript::{TranscriptHub, TranscriptText};

@@ -6,10 +6,12 @@ mod dto;
 mod event_pump;
 mod handler;
 mod lua_call;
+mod transcript_pump;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
 pub use event_pump::{Delivery, deliver_event};
+pub use transcript_pump::deliver_transcript;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
     let events: Arc<dyn crate::agent::EventSink> = Arc::new(event_sender);
     let approvals = Arc::new(InteractiveApprover::new(events.clone()));
     let buffers = buffers::NeovimBuffers::default();
+    let (transcript_sender, transcript_receiver) = tokio::sync::mpsc::unbounded_channel();
     let manager = LoopManager::new(
         options.loopr_home,
         events,
@@ -48,16 +51,22 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         manager.clone(),
         approvals,
         options.credentials,
+        transcript_sender,
         options.test_hooks,
     );
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;
     buffers.connect(neovim.clone());
+    let transcript_pump = tokio::spawn(transcript_pump::forward_transcripts(
+        neovim.clone(),
+        transcript_receiver,
+    ));
     let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
     let io_result = io_handle.await;
     manager.shut_down();
     pump.abort();
+    transcript_pump.abort();
     match io_result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(err)) if err.is_channel_closed() => {

@@ -25,5 +25,6 @@ mod integration {
     mod retries;
     mod status_window;
     mod text_protocols;
+    mod transcript;
     mod web;
 }

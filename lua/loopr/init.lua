@@ -66,6 +66,15 @@ function M.plan(task)
   return id
 end
 
+---Open the transcript of loop `id` (default: the loop of the artifact in the current buffer,
+---else the newest running loop) and follow it live.
+---@param id string|nil
+---@param opts? loopr.TargetOpts
+---@return integer|nil buf nil on error (already notified).
+function M.transcript(id, opts)
+  return require('loopr.transcript').open(id, opts)
+end
+
 ---Open or refresh the status buffer.
 ---@return integer|nil buf
 function M.status()
@@ -343,6 +352,14 @@ end
 ---@return string[]
 function M.complete_loop_ids(arglead)
   local ids = require('loopr.host').request('loop_ids', { root = config.root(), running_only = true })
+  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+end
+
+---Complete the ids of every loop of the project (for `:LooprTranscript`).
+---@param arglead string
+---@return string[]
+function M.complete_all_loop_ids(arglead)
+  local ids = require('loopr.host').request('loop_ids', { root = config.root() })
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
 end
 

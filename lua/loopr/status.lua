@@ -105,7 +105,7 @@ end
 ---@return string
 function M.hint()
   local retry = require('loopr').retry and '  R retry' or ''
-  return ('keys: <CR> open  a approve  r revise  x cancel%s  K error  q close'):format(retry)
+  return ('keys: <CR> open  t transcript  a approve  r revise  x cancel%s  K error  q close'):format(retry)
 end
 
 ---Format loop records as an aligned tree with a header line first and the key hints last.
@@ -310,6 +310,14 @@ local function keymaps(buf)
     if win then
       vim.api.nvim_set_current_win(win)
     end
+  end)
+  on_loop('t', "Loopr: follow this loop's transcript", function(r, root)
+    -- Split the window the user came from rather than the short status window.
+    local prev = vim.fn.win_getid(vim.fn.winnr('#'))
+    if prev ~= 0 and vim.api.nvim_win_get_buf(prev) ~= buf and vim.api.nvim_win_get_config(prev).relative == '' then
+      vim.api.nvim_set_current_win(prev)
+    end
+    require('loopr').transcript(r.id, { root = root })
   end)
   on_loop('a', 'Loopr: approve this loop', function(r, root)
     require('loopr').approve(r.id, { root = root })

@@ -95,6 +95,25 @@ function M.replace_older(path)
   return older
 end
 
+---Show `buf` (a Loopr scratch buffer): in the window of the current tab already showing it,
+---else in a split (or tab) per the `layout` option, entered unless the user is typing.
+---@param buf integer
+---@return integer|nil win nil if a tab waits for normal mode.
+function M.show(buf)
+  local win = visible(buf)
+  if win then
+    if not M.typing() then
+      vim.api.nvim_set_current_win(win)
+    end
+    return win
+  end
+  local layout = require('loopr.config').get().layout
+  if layout == 'tab' then
+    return tab(buf)
+  end
+  return split(buf, layout == 'split' and 'below' or 'right', not M.typing())
+end
+
 ---Open an artifact for review in a split (or tab) per `layout`; a window of the current tab
 ---that shows an older, unmodified artifact of the same loop shows it instead. While the user
 ---types (insert, replace, terminal, command-line mode) the window opens without focus; a tab

@@ -81,7 +81,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let kind = jobs::artifact_kind(record.loop_type)?;
     let reviews = review_schedule(kind, &context.settings);
     let journal = Journal::of(&context.layout, &record.id);
-    let (mut state, messages) = load_or_start(context, kind, &journal).await?;
+    let (mut state, messages, batches) = load_or_start(context, kind, &journal).await?;
     if state.stage == Stage::Done {
         return finish(context, kind, &state);
     }
@@ -104,6 +104,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         prompts::system_prompt(kind, &project_name, &tools.names()),
         tool_specs,
         messages,
+        batches,
     );
     let draft_model = context
         .settings
@@ -474,7 +475,7 @@ async fn load_or_start(
     context: &LoopContext,
     kind: ArtifactKind,
     journal: &Journal,
-) -> Result<(RunState, Vec<Message>), LoopError> {
+) -> Result<(RunState, Vec<Message>, u64), LoopError> {
     let record = &context.record;
     // A revision asked for with feedback starts over; anything else continues what is stored.
     if record.feedback.is_none()
@@ -483,7 +484,7 @@ async fn load_or_start(
         if run.state.stage != Stage::Done {
             context.progress(format!("resuming the {} conversation", kind.as_str()));
         }
-        return Ok((run.state, run.messages));
+        return Ok((run.state, run.messages, run.batches));
     }
     let previous = previous_artifact(context, kind);
     let state = RunState {
@@ -499,8 +500,8 @@ async fn load_or_start(
         previous.as_ref(),
     )?);
     set_review_passes(context, 0).await?;
-    start_run(context, journal, &first, &state).await?;
-    Ok((state, vec![first]))
+    let batches = start_run(context, journal, &first, &state).await?;
+    Ok((state, vec![first], batches))
 }
 
 fn previous_artifact(context: &LoopContext, kind: ArtifactKind) -> Option<Value> {

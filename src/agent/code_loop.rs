@@ -78,7 +78,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     });
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
-    let (mut state, messages) = load_or_start(context, &phase, &journal).await?;
+    let (mut state, messages, batches) = load_or_start(context, &phase, &journal).await?;
     let project_name = context
         .root
         .path()
@@ -91,6 +91,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         prompts::code_system_prompt(&project_name, &tools.names()),
         tool_specs.into(),
         messages,
+        batches,
     );
     let max_iterations = context.settings.code_max_iterations;
     if let Some(feedback) = context.record.feedback.as_deref() {
@@ -408,10 +409,10 @@ async fn load_or_start(
     context: &LoopContext,
     phase: &PhaseArtifact,
     journal: &Journal,
-) -> Result<(CodeRunState, Vec<Message>), LoopError> {
+) -> Result<(CodeRunState, Vec<Message>, u64), LoopError> {
     if let Some(run) = stored_run::<CodeRunState>(context, journal).await? {
         context.progress("resuming the code conversation");
-        return Ok((run.state, run.messages));
+        return Ok((run.state, run.messages, run.batches));
     }
     let state = CodeRunState {
         iteration: 1,
@@ -419,8 +420,8 @@ async fn load_or_start(
         allowance_from: 1,
     };
     let first = Message::user_text(first_message(context, phase));
-    start_run(context, journal, &first, &state).await?;
-    Ok((state, vec![first]))
+    let batches = start_run(context, journal, &first, &state).await?;
+    Ok((state, vec![first], batches))
 }
 
 /// The phase in full, with its spec and plan for context, as far as they can be read.

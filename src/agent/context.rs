@@ -103,6 +103,8 @@ pub struct LoopContext {
     /// What tools may never do (secret files, denied commands).
     pub policy: Arc<ToolPolicy>,
     pub buffers: Arc<dyn OpenBuffers>,
+    /// Where the loop's transcript goes as it happens.
+    pub transcripts: Arc<super::transcript::TranscriptHub>,
 }
 
 impl LoopContext {

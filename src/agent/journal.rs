@@ -69,6 +69,16 @@ pub enum JournalError {
 pub struct Replayed<S> {
     pub messages: Vec<Message>,
     pub state: S,
+    /// Whole turns (batches ending in a state line) in the journal, every run counted.
+    pub batches: u64,
+}
+
+/// Every whole turn of a journal, every run, for reading back (the transcript).
+#[derive(Debug, Default)]
+pub struct WholeEntries {
+    pub entries: Vec<Entry>,
+    /// Whole turns (batches ending in a state line) among them.
+    pub batches: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +117,7 @@ impl Journal {
         let mut run: Option<(Vec<Message>, Option<Value>, usize)> = None;
         // Lines up to the last state line: a whole batch ends with one.
         let mut whole_lines = 0;
+        let mut batches = 0;
         for (number, line) in read.lines.iter().enumerate() {
             let value: Value =
                 serde_json::from_slice(line).map_err(|err| JournalError::Corrupt {
@@ -144,6 +155,7 @@ impl Journal {
                 Entry::Retry { .. } => {}
                 Entry::State { state } => {
                     whole_lines = number + 1;
+                    batches += 1;
                     if let Some((messages, stored, whole)) = run.as_mut() {
                         *stored = Some(state);
                         *whole = messages.len();
@@ -171,12 +183,51 @@ impl Journal {
             line: read.lines.len(),
             message: format!("the loop state does not read: {err}"),
         })?;
-        Ok(Some(Replayed { messages, state }))
+        Ok(Some(Replayed {
+            messages,
+            state,
+            batches,
+        }))
+    }
+
+    /// The journal's whole turns, read without changing the file (an unfinished last turn is
+    /// left for the loop's own `load` to cut). No journal reads as none.
+    pub fn whole_entries(&self) -> Result<WholeEntries, JournalError> {
+        if !self.log.exists() {
+            return Ok(WholeEntries::default());
+        }
+        let path = self.log.path().display().to_string();
+        let read = self.log.read().map_err(|source| JournalError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let mut whole = WholeEntries::default();
+        let mut unfinished = Vec::new();
+        for (number, line) in read.lines.iter().enumerate() {
+            let entry: Entry =
+                serde_json::from_slice(line).map_err(|err| JournalError::Corrupt {
+                    path: path.clone(),
+                    line: number + 1,
+                    message: err.to_string(),
+                })?;
+            let ends_batch = matches!(entry, Entry::State { .. });
+            unfinished.push(entry);
+            if ends_batch {
+                whole.entries.append(&mut unfinished);
+                whole.batches += 1;
+            }
+        }
+        Ok(whole)
     }
 
     /// Starts a new run with its first message and state.
     pub fn start_run(&self, first: &Message, state: &impl Serialize) -> std::io::Result<()> {
-        let entries = [
+        self.append(&Journal::run_start_entries(first), state)
+    }
+
+    /// The entries that start a run with `first`.
+    pub fn run_start_entries(first: &Message) -> [Entry; 2] {
+        [
             Entry::RunStart {
                 version: JOURNAL_VERSION,
                 at: now_rfc3339(),
@@ -184,8 +235,7 @@ impl Journal {
             Entry::User {
                 content: first.content.clone(),
             },
-        ];
-        self.append(&entries, state)
+        ]
     }
 
     /// Appends a turn's entries and the state after it, in one write.

@@ -11,6 +11,7 @@ mod project_registry;
 mod queries;
 mod scheduler;
 mod supervisor;
+mod transcripts;
 mod tree_operations;
 
 use std::collections::HashMap;
@@ -73,6 +74,11 @@ pub enum ManagerError {
     Job(#[from] JobError),
     #[error("no {0} loop in this project")]
     NothingTo(&'static str),
+    #[error(
+        "no loop is running in this project and the current buffer is no artifact; name one: \
+         :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
+    )]
+    NoTranscriptTarget,
     #[error("no loop {0} in this project")]
     UnknownLoop(String),
     #[error("loop {id} is {status}; {hint}")]
@@ -127,6 +133,8 @@ struct Shared {
     /// Loop tasks under way, including their supervision (recording the end, scheduling what
     /// follows); a shell waiting for quiet watches it.
     busy: tokio::sync::watch::Sender<usize>,
+    /// Running loops' transcripts, for whoever follows them.
+    transcripts: Arc<super::transcript::TranscriptHub>,
     _host_lock: Option<HostLock>,
 }
 
@@ -166,6 +174,7 @@ impl LoopManager {
                 scheduling: Mutex::new(()),
                 shutting_down: AtomicBool::new(false),
                 busy: tokio::sync::watch::Sender::new(0),
+                transcripts: super::transcript::TranscriptHub::new(),
                 _host_lock: host_lock,
             }),
         }

@@ -20,8 +20,10 @@ pub fn describe_tool_call(name: &str, input: &Value) -> String {
     }
 }
 
-pub fn describe_provider_event(event: &ProviderEvent) -> String {
-    match event {
+/// The progress line for `event`; streamed text has none (the transcript shows it).
+pub fn describe_provider_event(event: &ProviderEvent) -> Option<String> {
+    Some(match event {
+        ProviderEvent::TextDelta { .. } => return None,
         ProviderEvent::ToolCallStarted { name } => format!("model is writing a {name} call"),
         ProviderEvent::Retrying {
             attempt,
@@ -32,7 +34,7 @@ pub fn describe_provider_event(event: &ProviderEvent) -> String {
             "{reason}; retrying in {:.1}s (retry {attempt} of {max_retries})",
             delay.as_secs_f64()
         ),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -66,8 +68,8 @@ mod tests {
             reason: "HTTP 529 overloaded_error".to_owned(),
         });
         assert_eq!(
-            text,
-            "HTTP 529 overloaded_error; retrying in 1.5s (retry 1 of 2)"
+            text.as_deref(),
+            Some("HTTP 529 overloaded_error; retrying in 1.5s (retry 1 of 2)")
         );
     }
 }

@@ -11,6 +11,7 @@ use super::artifact_loop::{LoopContext, LoopError};
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
+use super::transcript::{LiveTranscript, emit_batch};
 use crate::llm::{
     ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
 };
@@ -54,19 +55,26 @@ where
     context.store(move |_, _| Ok(journal.load::<S>()?)).await
 }
 
-/// Starts a new run in `journal`: its first message and the loop's state.
+/// Starts a new run in `journal`: its first message and the loop's state. Returns the whole
+/// batches the journal then holds.
 pub(super) async fn start_run(
     context: &LoopContext,
     journal: &Journal,
     first: &Message,
     state: &impl serde::Serialize,
-) -> Result<(), LoopError> {
+) -> Result<u64, LoopError> {
     let (journal, first, state) = (journal.clone(), first.clone(), state_value(state)?);
+    let (hub, id) = (context.transcripts.clone(), context.record.id.clone());
     context
         .store(move |_, _| {
+            let before = journal.whole_entries()?.batches;
+            let entries = Journal::run_start_entries(&first);
+            emit_batch(&hub, &id, before, &entries);
             journal
-                .start_run(&first, &state)
-                .map_err(journal_write_error)
+                .append(&entries, &state)
+                .map_err(journal_write_error)?;
+            hub.written(&id, before + 1);
+            Ok(before + 1)
         })
         .await
 }
@@ -117,9 +125,12 @@ pub(super) struct Conversation {
     id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
+    transcript: LiveTranscript,
 }
 
 struct UnwrittenTurn {
+    /// Its journal batch number.
+    batch: u64,
     entries: Vec<Entry>,
     state: serde_json::Value,
     tokens_in: u64,
@@ -140,14 +151,27 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Conversation {
+    /// A conversation continuing `messages`, whose journal holds `batches` whole batches.
     pub fn new(
         context: &LoopContext,
         journal: Journal,
         system: String,
         tools: Arc<[ToolSpec]>,
         messages: Vec<Message>,
+        batches: u64,
     ) -> Conversation {
+        let turns = messages
+            .iter()
+            .filter(|message| message.role == Role::Assistant)
+            .count();
+        let transcript = LiveTranscript::new(
+            context.transcripts.clone(),
+            context.record.id.clone(),
+            batches,
+            u32::try_from(turns).unwrap_or(u32::MAX),
+        );
         Conversation {
+            transcript,
             request: ChatRequest {
                 model: String::new(),
                 max_tokens: context.settings.max_tokens,
@@ -182,9 +206,11 @@ impl Conversation {
                 content: vec![block.clone()],
             })),
         }
-        self.pending.push(Entry::User {
+        let entry = Entry::User {
             content: vec![block],
-        });
+        };
+        self.transcript.entry(&entry);
+        self.pending.push(entry);
     }
 
     /// One turn: asks `model`, runs the calls through `handler`, and adds the answer and the
@@ -206,24 +232,32 @@ impl Conversation {
         }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
+        let transcript = &self.transcript;
         let on_provider_event = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying {
-                attempt,
-                delay,
-                reason,
-                ..
-            } = &event
-            {
-                retries
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(Entry::Retry {
-                        attempt: *attempt,
-                        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        reason: reason.clone(),
-                    });
+            match &event {
+                ProviderEvent::TextDelta { text } => transcript.text_delta(text),
+                ProviderEvent::Retrying {
+                    attempt,
+                    delay,
+                    reason,
+                    ..
+                } => {
+                    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                    transcript.retry(*attempt, delay_ms, reason);
+                    retries
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(Entry::Retry {
+                            attempt: *attempt,
+                            delay_ms,
+                            reason: reason.clone(),
+                        });
+                }
+                ProviderEvent::ToolCallStarted { .. } => {}
             }
-            context.progress(describe_provider_event(&event));
+            if let Some(progress) = describe_provider_event(&event) {
+                context.progress(progress);
+            }
         };
         let turn = context
             .provider
@@ -236,6 +270,13 @@ impl Conversation {
         );
         self.usage.input_tokens += turn.usage.total_input();
         self.usage.output_tokens += turn.usage.output_tokens;
+        self.transcript.answer_end(
+            &turn.content,
+            &self.request.model,
+            &turn.usage,
+            turn.stop_reason.as_ref(),
+            &turn.truncated_tool_calls,
+        );
         self.pending.push(Entry::Assistant {
             content: turn.content.clone(),
             model: self.request.model.clone(),
@@ -287,7 +328,9 @@ impl Conversation {
             role: Role::User,
             content: reply.clone(),
         }));
-        self.pending.push(Entry::User { content: reply });
+        let entry = Entry::User { content: reply };
+        self.transcript.entry(&entry);
+        self.pending.push(entry);
         Ok(Answered { last_problem })
     }
 
@@ -338,11 +381,13 @@ impl Conversation {
     pub fn commit_later(&mut self, state: &impl serde::Serialize) -> Result<(), LoopError> {
         debug_assert!(self.unwritten.is_none(), "one unwritten turn at a time");
         self.unwritten = Some(UnwrittenTurn {
+            batch: self.transcript.batch(),
             entries: std::mem::take(&mut self.pending),
             state: state_value(state)?,
             tokens_in: self.usage.input_tokens,
             tokens_out: self.usage.output_tokens,
         });
+        self.transcript.next_batch();
         Ok(())
     }
 
@@ -361,6 +406,7 @@ impl Conversation {
     fn write_unwritten(&mut self) -> impl FnOnce() -> Result<(), LoopError> + Send + 'static {
         let unwritten = self.unwritten.take();
         let (db, id, journal) = (self.db.clone(), self.id.clone(), self.journal.clone());
+        let transcripts = self.transcript.hub();
         move || {
             let Some(turn) = unwritten else {
                 return Ok(());
@@ -368,6 +414,7 @@ impl Conversation {
             journal
                 .append(&turn.entries, &turn.state)
                 .map_err(journal_write_error)?;
+            transcripts.written(&id, turn.batch + 1);
             Ok(db.set_tokens(&id, turn.tokens_in, turn.tokens_out)?)
         }
     }

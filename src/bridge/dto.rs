@@ -329,6 +329,33 @@ fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, St
     })
 }
 
+/// `:LooprTranscript`: which loop (by id, else the artifact at `path`, else the newest
+/// running one) and the token its text is sent with.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The current buffer's file, when it has one.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    pub token: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptCloseParams {
+    pub token: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TranscriptReply {
+    pub loop_id: String,
+    pub loop_type: &'static str,
+    pub status: &'static str,
+}
+
 #[derive(Debug, Serialize)]
 pub struct LoopIdReply {
     pub loop_id: String,

@@ -13,7 +13,7 @@ use crate::agent::LoopEvent;
 const DISPATCH: &str = "return require('loopr.events').dispatch(...)";
 /// A blocked Neovim (a hit-enter prompt, a long `:!`) must not hold events forever; the event
 /// is dropped and the next one tried.
-const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Writer = Compat<tokio::fs::File>;
 
@@ -43,10 +43,17 @@ where
 {
     let message = EventMessage::from(event);
     let value = to_value(&message).map_err(Delivery::Encoding)?;
-    match exec_lua_within(neovim, DISPATCH, vec![value], DELIVERY_TIMEOUT).await {
-        Some(Ok(_)) => Ok(()),
-        Some(Err(err)) if err.is_channel_closed() => Err(Delivery::ChannelClosed),
-        Some(Err(err)) => Err(Delivery::Rejected(err)),
-        None => Err(Delivery::TimedOut),
+    Delivery::outcome(exec_lua_within(neovim, DISPATCH, vec![value], DELIVERY_TIMEOUT).await)
+}
+
+impl Delivery {
+    /// What became of a call into Lua, from `exec_lua_within`'s answer.
+    pub(super) fn outcome<T>(answer: Option<Result<T, Box<CallError>>>) -> Result<(), Delivery> {
+        match answer {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(err)) if err.is_channel_closed() => Err(Delivery::ChannelClosed),
+            Some(Err(err)) => Err(Delivery::Rejected(err)),
+            None => Err(Delivery::TimedOut),
+        }
     }
 }

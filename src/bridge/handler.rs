@@ -5,11 +5,12 @@ use nvim_rs::{Handler, Neovim, Value};
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
     LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, ReviseParams,
-    RootParams, RunParams, TasksParams, TasksReply, UndoParams, UndoReply, params, to_value,
+    RootParams, RunParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
+    TranscriptReply, UndoParams, UndoReply, params, to_value,
 };
 use std::sync::Arc;
 
-use crate::agent::{InteractiveApprover, LoopManager};
+use crate::agent::{InteractiveApprover, LoopManager, TranscriptText};
 use crate::llm::{ProviderEnv, SharedEnv};
 
 type Writer = Compat<tokio::fs::File>;
@@ -19,6 +20,8 @@ pub struct RpcHandler {
     manager: LoopManager,
     approvals: Arc<InteractiveApprover>,
     credentials: SharedEnv,
+    /// Where followed transcripts' text goes (to Lua, through the transcript pump).
+    transcripts: tokio::sync::mpsc::UnboundedSender<TranscriptText>,
     test_hooks: bool,
 }
 
@@ -27,12 +30,14 @@ impl RpcHandler {
         manager: LoopManager,
         approvals: Arc<InteractiveApprover>,
         credentials: SharedEnv,
+        transcripts: tokio::sync::mpsc::UnboundedSender<TranscriptText>,
         test_hooks: bool,
     ) -> RpcHandler {
         RpcHandler {
             manager,
             approvals,
             credentials,
+            transcripts,
             test_hooks,
         }
     }
@@ -77,6 +82,32 @@ impl RpcHandler {
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
+            }
+            "transcript" => {
+                let params: TranscriptParams = params(method, args)?;
+                let target = self
+                    .manager
+                    .transcript_target(&params.root, params.id.as_deref(), params.path.as_deref())
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                let record = self
+                    .manager
+                    .follow_transcript(
+                        &params.root,
+                        target.id.as_str(),
+                        params.token,
+                        self.transcripts.clone(),
+                    )
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                to_value(&TranscriptReply {
+                    loop_id: record.id.to_string(),
+                    loop_type: record.loop_type.as_str(),
+                    status: record.status.as_str(),
+                })
+            }
+            "transcript_close" => {
+                let params: TranscriptCloseParams = params(method, args)?;
+                self.manager.unfollow_transcript(params.token);
+                Ok(Value::Nil)
             }
             "status" => {
                 let params: RootParams = params(method, args)?;
@@ -207,9 +238,9 @@ impl RpcHandler {
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
-                 changes, undo, status, cancel, approve, revise, retry, resume, tasks, loop_ids, \
-                 phase_names, credentials, provider and version (is the plugin newer than the binary? \
-                 rebuild it)"
+                 changes, undo, status, transcript, transcript_close, cancel, approve, revise, \
+                 retry, resume, tasks, loop_ids, phase_names, credentials, provider and version \
+                 (is the plugin newer than the binary? rebuild it)"
             )),
         }
     }

@@ -5,9 +5,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ChatRequest, LlmError, Turn};
 
-/// What a provider reports while a turn is under way, for progress display.
+/// What a provider reports while a turn is under way, for progress display and the
+/// transcript.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ProviderEvent {
+    /// Text of the answer as it streams in (never a call's input, never the model's
+    /// reasoning). A failed attempt's text is followed by `Retrying`.
+    TextDelta { text: String },
     /// The model started writing a tool call.
     ToolCallStarted { name: String },
     /// The attempt failed in a way worth retrying; the next one starts after `delay`.

@@ -19,17 +19,10 @@ pub fn render_result(
         }
         ToolProtocol::Native | ToolProtocol::Markdown | ToolProtocol::ToolCalls => {
             let what = if is_error { "Error from" } else { "Result of" };
-            let fence = fence_for(content);
+            let fence = crate::markdown::fence_for(content);
             format!("{what} `{tool}` (call {id}):\n{fence}\n{content}\n{fence}")
         }
     }
-}
-
-/// A backtick fence longer than any run of backticks in `content`, so nothing inside closes
-/// it (CommonMark closes a fence only with at least as many backticks).
-fn fence_for(content: &str) -> String {
-    let longest = content.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    "`".repeat((longest + 1).max(3))
 }
 
 #[cfg(test)]

@@ -36,6 +36,21 @@ impl ProjectLayout {
         self.project_dir.join("loopr.db")
     }
 
+    /// The loop a file of this project's state belongs to (an artifact, a journal), if any.
+    pub fn loop_of(&self, path: &Path) -> Option<LoopId> {
+        let loops = self.project_dir.join("loops");
+        let inside = |loops: &Path, path: &Path| {
+            let name = path.strip_prefix(loops).ok()?.components().next()?;
+            LoopId::parse(name.as_os_str().to_str()?)
+        };
+        inside(&loops, path).or_else(|| {
+            inside(
+                &std::fs::canonicalize(&loops).ok()?,
+                &std::fs::canonicalize(path).ok()?,
+            )
+        })
+    }
+
     pub fn loop_dir(&self, id: &LoopId) -> PathBuf {
         self.project_dir.join("loops").join(id.as_str())
     }

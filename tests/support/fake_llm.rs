@@ -144,6 +144,13 @@ pub enum Reply {
     /// The inner reply, sent only once the test releases it (see [`Reply::held`]); until then
     /// the request waits with no response headers.
     Held(Arc<Notify>, Box<Reply>),
+    /// A turn whose body stops after the event carrying `pause_after` until the test releases
+    /// it (see [`TurnBuilder::paused_after`]).
+    PausedTurn {
+        turn: TurnBuilder,
+        pause_after: String,
+        release: Arc<Notify>,
+    },
 }
 
 impl Reply {
@@ -545,6 +552,18 @@ impl TurnBuilder {
     /// This turn, in the wire of the server that sends it.
     pub fn reply(&self) -> Reply {
         Reply::Turn(self.clone())
+    }
+
+    /// This turn, its body stopping after the event that carries `text` (an SSE wire) until
+    /// the returned handle's `notify_one()`.
+    pub fn paused_after(&self, text: &str) -> (Reply, Arc<Notify>) {
+        let release = Arc::new(Notify::new());
+        let reply = Reply::PausedTurn {
+            turn: self.clone(),
+            pause_after: text.to_owned(),
+            release: Arc::clone(&release),
+        };
+        (reply, release)
     }
 
     /// This whole turn, then the body stays open.
@@ -1155,14 +1174,44 @@ async fn handle(
         Reply::Raw {
             content_type,
             bytes,
-        } => streamed_response(&inner, content_type, bytes, seed, false, number),
+        } => stream_response(&inner, content_type, bytes, seed, false, number, None),
         Reply::Turn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
-            streamed_response(&inner, content_type, bytes, seed, false, number)
+            stream_response(&inner, content_type, bytes, seed, false, number, None)
         }
         Reply::StallTurn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
-            streamed_response(&inner, content_type, bytes, seed, true, number)
+            stream_response(&inner, content_type, bytes, seed, true, number, None)
+        }
+        Reply::PausedTurn {
+            turn,
+            pause_after,
+            release,
+        } => {
+            let (content_type, bytes) = render_turn(inner.wire, &turn);
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let at = text
+                .find(&pause_after)
+                .and_then(|at| text[at..].find("\n\n").map(|end| at + end + 2));
+            match at {
+                Some(cut) => stream_response(
+                    &inner,
+                    content_type,
+                    bytes,
+                    seed,
+                    false,
+                    number,
+                    Some((cut, release)),
+                ),
+                None => json_response(
+                    500,
+                    &[],
+                    &error_body(
+                        "api_error",
+                        &format!("fake server: {pause_after:?} is in no event of the turn"),
+                    ),
+                ),
+            }
         }
     };
     Ok(response)
@@ -1215,25 +1264,44 @@ fn sse_response(
     stall: bool,
     number: usize,
 ) -> Response<ResponseBody> {
-    streamed_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall, number)
+    stream_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall, number, None)
 }
 
-fn streamed_response(
+/// A streamed answer; with `pause`, it stops after `pause.0` bytes until `pause.1` is
+/// notified.
+fn stream_response(
     inner: &Arc<Inner>,
     content_type: &'static str,
     bytes: Vec<u8>,
     seed: u64,
     stall: bool,
     number: usize,
+    pause: Option<(usize, Arc<Notify>)>,
 ) -> Response<ResponseBody> {
-    let chunks = split_at_odd_boundaries(&bytes, seed);
+    let (first, rest, release) = match pause {
+        Some((cut, release)) => (
+            split_at_odd_boundaries(&bytes[..cut], seed),
+            split_at_odd_boundaries(&bytes[cut..], seed.rotate_left(7)),
+            Some(release),
+        ),
+        None => (split_at_odd_boundaries(&bytes, seed), Vec::new(), None),
+    };
     // Capacity 1: hyper takes (and usually flushes) one piece at a time.
     let (tx, mut rx) = mpsc::channel::<Bytes>(1);
     let producer_inner = Arc::clone(inner);
     tokio::spawn(async move {
         let mut sent_all = true;
-        for chunk in chunks {
+        for chunk in first {
             if tx.send(chunk).await.is_err() {
+                sent_all = false;
+                break;
+            }
+        }
+        if let Some(release) = release {
+            release.notified().await;
+        }
+        for chunk in rest {
+            if !sent_all || tx.send(chunk).await.is_err() {
                 sent_all = false;
                 break;
             }

@@ -72,6 +72,7 @@ impl LoopManager {
             approver,
             policy,
             buffers: self.shared.buffers.clone(),
+            transcripts: self.shared.transcripts.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the

@@ -95,7 +95,15 @@ impl TurnAssembler {
                 let index = block_index(&payload)?;
                 let block = payload.get("content_block").unwrap_or(&Value::Null);
                 let partial = match block.get("type").and_then(Value::as_str) {
-                    Some("text") => PartialBlock::Text(str_at(block, "text").to_owned()),
+                    Some("text") => {
+                        let text = str_at(block, "text");
+                        if !text.is_empty() {
+                            on_event(ProviderEvent::TextDelta {
+                                text: text.to_owned(),
+                            });
+                        }
+                        PartialBlock::Text(text.to_owned())
+                    }
                     Some("tool_use") => {
                         let name = str_at(block, "name").to_owned();
                         on_event(ProviderEvent::ToolCallStarted { name: name.clone() });
@@ -117,7 +125,13 @@ impl TurnAssembler {
                     delta.get("type").and_then(Value::as_str),
                 ) {
                     (Some(PartialBlock::Text(text)), Some("text_delta")) => {
-                        text.push_str(str_at(delta, "text"));
+                        let delta = str_at(delta, "text");
+                        text.push_str(delta);
+                        if !delta.is_empty() {
+                            on_event(ProviderEvent::TextDelta {
+                                text: delta.to_owned(),
+                            });
+                        }
                     }
                     (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
                         json.push_str(str_at(delta, "partial_json"));

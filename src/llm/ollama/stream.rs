@@ -131,8 +131,13 @@ impl TurnAssembler {
         }
         if let Some(message) = chunk.get("message") {
             // `message.thinking` is the model's reasoning, never part of the answer.
-            if let Some(text) = message.get("content").and_then(Value::as_str) {
+            if let Some(text) = message.get("content").and_then(Value::as_str)
+                && !text.is_empty()
+            {
                 self.push_text(text);
+                on_event(ProviderEvent::TextDelta {
+                    text: text.to_owned(),
+                });
             }
             if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
                 for call in calls {
@@ -319,14 +324,27 @@ mod tests {
         let events = Mutex::new(Vec::new());
         let record = |event: ProviderEvent| events.lock().expect("events").push(event);
         let whole = rt.block_on(read_chunks(vec![bytes.clone()], &record));
-        let started: Vec<ProviderEvent> = events.lock().expect("events").drain(..).collect();
+        let seen: Vec<ProviderEvent> = events.lock().expect("events").drain(..).collect();
         if let Ok(turn) = &whole {
             let calls: Vec<ProviderEvent> = turn
                 .tool_calls()
                 .into_iter()
                 .map(|call| ProviderEvent::ToolCallStarted { name: call.name })
                 .collect();
+            let started: Vec<ProviderEvent> = seen
+                .iter()
+                .filter(|event| matches!(event, ProviderEvent::ToolCallStarted { .. }))
+                .cloned()
+                .collect();
             assert_eq!(started, calls, "one event per call, in order");
+            let streamed: String = seen
+                .iter()
+                .filter_map(|event| match event {
+                    ProviderEvent::TextDelta { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(streamed, turn.text(), "the text streams as it comes");
         }
         let whole = without_made_up_ids(whole);
         for split in 1..bytes.len() {

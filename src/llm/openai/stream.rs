@@ -186,8 +186,13 @@ impl TurnAssembler {
             self.read_usage(choice.get("usage"));
             if let Some(delta) = choice.get("delta") {
                 // `reasoning` / `reasoning_content` are the model thinking, never the answer.
-                if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                if let Some(text) = delta.get("content").and_then(Value::as_str)
+                    && !text.is_empty()
+                {
                     self.text.push_str(text);
+                    on_event(ProviderEvent::TextDelta {
+                        text: text.to_owned(),
+                    });
                 }
                 for fragment in delta
                     .get("tool_calls")

@@ -84,8 +84,7 @@ fn section_call(format: ToolFormat, name: &str, args: &Value, in_xml: bool) -> S
 
 /// `body` in a backtick fence longer than any backtick run inside it.
 fn fenced(body: &str, info: &str) -> String {
-    let longest_run = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat((longest_run + 1).max(3));
+    let fence = crate::markdown::fence_for(body);
     format!("{fence}{info}\n{body}\n{fence}")
 }
 

@@ -1,0 +1,171 @@
+-- `loopr://transcript/<id>` buffers: a loop's transcript as the host renders it, followed
+-- live. The host sends text (`append`), batched; it only ever goes at the end of the buffer,
+-- so an update costs the same at the 10,000th line as at the first and never moves a cursor
+-- the user is using. Wiping the buffer stops the host sending.
+
+local M = {}
+
+---Buffer of each follow token; the host sends text with the token it was given.
+---@type table<integer, integer>
+local followed = {}
+---Transcript buffer of each loop id.
+---@type table<string, integer>
+local by_loop = {}
+local last_token = 0
+
+---@class loopr.TranscriptText
+---@field token integer
+---@field text string
+
+---@param buf integer
+---@param token integer
+local function close(buf, token)
+  followed[token] = nil
+  for id, b in pairs(by_loop) do
+    if b == buf then
+      by_loop[id] = nil
+    end
+  end
+  local chan = require('loopr.host').chan()
+  if chan then
+    pcall(vim.rpcrequest, chan, 'transcript_close', { token = token })
+  end
+end
+
+---Window options of a window showing a transcript: long blocks are `<details>`, folded.
+local function window_options()
+  vim.wo.foldmethod = 'marker'
+  vim.wo.foldmarker = '<details>,</details>'
+  vim.wo.foldlevel = 0
+  vim.wo.foldtext = "v:lua.require'loopr.transcript'.foldtext()"
+  vim.wo.wrap = true
+  vim.wo.linebreak = true
+end
+
+---A hidden scratch buffer that follows `token`.
+---@param token integer
+---@return integer buf
+local function new_buffer(token)
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].undolevels = -1
+  vim.bo[buf].modifiable = false
+  followed[token] = buf
+  vim.api.nvim_create_autocmd('BufWipeout', {
+    buffer = buf,
+    once = true,
+    desc = 'Loopr: stop following this transcript',
+    callback = function()
+      close(buf, token)
+    end,
+  })
+  vim.api.nvim_create_autocmd('BufWinEnter', {
+    buffer = buf,
+    desc = 'Loopr: transcript window options',
+    callback = window_options,
+  })
+  return buf
+end
+
+---Text of a closed fold: the block's summary.
+---@return string
+function M.foldtext()
+  local line = vim.fn.getline(vim.v.foldstart)
+  local summary = line:match('<summary>(.-)</summary>') or line
+  return ('▸ %s  [%d lines]'):format(summary, vim.v.foldend - vim.v.foldstart + 1)
+end
+
+---Open the transcript of loop `id`: by default the loop of the artifact in the current
+---buffer, else the newest running loop. It shows what the loop's journal holds, then follows
+---the loop live while the buffer exists.
+---@param id string|nil
+---@param opts? { root?: string }
+---@return integer|nil buf nil on error (already notified).
+function M.open(id, opts)
+  id = id and vim.trim(id) or nil
+  if id == '' then
+    id = nil
+  end
+  local name = vim.api.nvim_buf_get_name(0)
+  last_token = last_token + 1
+  local token = last_token
+  -- The buffer exists before the request: text may arrive before the reply does.
+  local buf = new_buffer(token)
+  local reply, err = require('loopr.host').request('transcript', {
+    root = (opts and opts.root) or require('loopr.config').root(),
+    id = id,
+    path = name ~= '' and name or nil,
+    token = token,
+  })
+  if err or type(reply) ~= 'table' or type(reply.loop_id) ~= 'string' then
+    vim.api.nvim_buf_delete(buf, { force = true })
+    require('loopr.notify').notify(
+      err or ('Loopr: unexpected reply to transcript: %s'):format(vim.inspect(reply)),
+      vim.log.levels.ERROR
+    )
+    return nil
+  end
+  local open = by_loop[reply.loop_id]
+  if open and vim.api.nvim_buf_is_valid(open) then
+    -- Already followed: show that one.
+    vim.api.nvim_buf_delete(buf, { force = true })
+    buf = open
+  else
+    by_loop[reply.loop_id] = buf
+    vim.api.nvim_buf_set_name(buf, 'loopr://transcript/' .. reply.loop_id)
+    vim.bo[buf].filetype = 'markdown'
+    vim.b[buf].loopr_loop_id = reply.loop_id
+    vim.b[buf].loopr_transcript_token = token
+    vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
+  end
+  require('loopr.ui').show(buf)
+  return buf
+end
+
+---@param buf integer
+---@param text string
+local function append_text(buf, text)
+  local count = vim.api.nvim_buf_line_count(buf)
+  local last = vim.api.nvim_buf_get_lines(buf, count - 1, count, true)[1]
+  local current = vim.api.nvim_get_current_win()
+  local cursors = {}
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    cursors[win] = vim.api.nvim_win_get_cursor(win)
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_text(buf, count - 1, #last, count - 1, #last, vim.split(text, '\n', { plain = true }))
+  vim.bo[buf].modifiable = false
+  local new_count = vim.api.nvim_buf_line_count(buf)
+  for win in pairs(cursors) do
+    if new_count > count then
+      -- Blocks that came in are folded like the ones there before ('foldlevel' 0 applies
+      -- only when folds are first made).
+      vim.api.nvim_win_call(win, function()
+        vim.cmd(('silent! %d,%dfoldclose'):format(count + 1, new_count))
+      end)
+    end
+  end
+  for win, cursor in pairs(cursors) do
+    if win ~= current and cursor[1] == count then
+      -- A window the user is not in, at the end: it follows the end.
+      vim.api.nvim_win_set_cursor(win, { new_count, 0 })
+    elseif not vim.deep_equal(vim.api.nvim_win_get_cursor(win), cursor) then
+      -- Text inserted where the cursor was (an empty last line) pushed it along.
+      vim.api.nvim_win_set_cursor(win, cursor)
+    end
+  end
+end
+
+---Called by the host with text for followed transcripts, in order.
+---@param items loopr.TranscriptText[]
+function M.append(items)
+  for _, item in ipairs(items) do
+    local buf = followed[item.token]
+    if buf and vim.api.nvim_buf_is_valid(buf) then
+      append_text(buf, item.text)
+    end
+  end
+end
+
+return M

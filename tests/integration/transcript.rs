@@ -1,0 +1,321 @@
+//! `:LooprTranscript`: a loop's transcript followed live in a buffer, and read back from the
+//! journal after a restart.
+
+use serde_json::{Value, json};
+
+use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::nvim::{TestNvim, WAIT};
+use crate::scenario::{start_editor, start_editor_in, valid_plan};
+
+/// Makes every transcript append also tell the test, so it can wait for text to arrive.
+async fn watch_transcripts(editor: &TestNvim) {
+    editor
+        .exec(
+            "local transcript = require('loopr.transcript')
+             local append = transcript.append
+             transcript.append = function(items)
+               append(items)
+               vim.rpcnotify(vim.g.loopr_test_channel, 'loopr_test_event', 'TranscriptAppended', vim.empty_dict())
+             end",
+        )
+        .await;
+}
+
+async fn buffer_text(editor: &TestNvim, buf: i64) -> String {
+    let lines: Vec<String> = editor
+        .lua(&format!(
+            "return vim.api.nvim_buf_get_lines({buf}, 0, -1, true)"
+        ))
+        .await;
+    lines.join("\n")
+}
+
+/// The text of transcript buffer `buf` once it contains `needle`.
+async fn transcript_with(editor: &mut TestNvim, buf: i64, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = buffer_text(editor, buf).await;
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the transcript never showed {needle:?}:\n{text}"
+        );
+        editor.wait_event("TranscriptAppended", |_| true).await;
+    }
+}
+
+/// Opens `:LooprTranscript [id]` and returns its buffer.
+async fn open_transcript(editor: &TestNvim, id: Option<&str>) -> i64 {
+    let command = match id {
+        Some(id) => format!("LooprTranscript {id}"),
+        None => "LooprTranscript".to_owned(),
+    };
+    assert_eq!(editor.command(&command).await, None);
+    editor.lua("return vim.api.nvim_get_current_buf()").await
+}
+
+/// Asserts that `needles` appear in `text` in this order, each once.
+fn assert_in_order(text: &str, needles: &[&str]) {
+    let mut from = 0;
+    for needle in needles {
+        assert_eq!(
+            text.matches(needle).count(),
+            1,
+            "{needle:?} should appear once in:\n{text}"
+        );
+        let at = text[from..]
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing after byte {from} in:\n{text}"));
+        from += at + needle.len();
+    }
+}
+
+const EXPECTED_ORDER: [&str; 13] = [
+    "> Plan this change:",
+    "### Turn 1",
+    "Let me look at the project first.",
+    "→ **list_files** `{}`",
+    "_turn 1 · ",
+    "← **list_files**",
+    "### Turn 2",
+    "→ **read_file** `{\"path\":\"missing.rs\"}`",
+    "← **read_file** ✗ error",
+    "### Turn 3",
+    "Drafting the plan: part one and part two.",
+    "<details><summary>→ create_plan (",
+    "_turn 3 · claude-sonnet-4-5 · 4,700 in (3,000 from cache, 200 to cache) · 300 out_",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_loops_transcript_follows_it_live_and_reads_back_after_a_restart() {
+    let fake = FakeLlm::start().await;
+    fake.push(
+        TurnBuilder::new()
+            .text_deltas(["Let me look ", "at the project", " first."])
+            .tool_use("toolu_list", "list_files", json!({}))
+            .usage(500, 40)
+            .reply(),
+    );
+    fake.push(
+        TurnBuilder::new()
+            .tool_use("toolu_read", "read_file", json!({"path": "missing.rs"}))
+            .usage(700, 30)
+            .reply(),
+    );
+    let (paused, release) = TurnBuilder::new()
+        .text_deltas(["Drafting the plan: ", "part one", " and part two."])
+        .tool_use("toolu_plan", "create_plan", valid_plan())
+        .usage(1500, 300)
+        .cache_usage(200, 3000)
+        .paused_after("part one");
+    fake.push(paused);
+    let mut editor = start_editor(&fake, "{}").await;
+    watch_transcripts(&editor).await;
+
+    let loop_id = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(3).await;
+    // No id: the newest running loop.
+    let buf = open_transcript(&editor, None).await;
+    let name: String = editor
+        .lua(&format!("return vim.api.nvim_buf_get_name({buf})"))
+        .await;
+    assert!(
+        name.ends_with(&format!("loopr://transcript/{loop_id}")),
+        "{name}"
+    );
+
+    // The turn under way shows as far as the model has written it.
+    let live = transcript_with(&mut editor, buf, "part one").await;
+    assert!(
+        live.starts_with(&format!("# plan loop {loop_id}")),
+        "{live}"
+    );
+    assert!(!live.contains("part two"), "{live}");
+    assert_in_order(&live, &EXPECTED_ORDER[..9]);
+
+    release.notify_one();
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    let followed = transcript_with(&mut editor, buf, "_turn 3 · ").await;
+    assert_in_order(&followed, &EXPECTED_ORDER);
+    let state: Value = editor
+        .lua(&format!(
+            "local win = vim.fn.win_findbuf({buf})[1]
+             return vim.api.nvim_win_call(win, function()
+               local line = vim.fn.search('create_plan (', 'n')
+               return {{ modifiable = vim.bo.modifiable, ft = vim.bo.filetype, fold = vim.wo.foldmethod,
+                         line = line, closed = vim.fn.foldclosed(line) }}
+             end)"
+        ))
+        .await;
+    assert_eq!(state["modifiable"], false, "{state}");
+    assert_eq!(state["ft"], "markdown", "{state}");
+    assert_eq!(state["fold"], "marker", "{state}");
+    assert_ne!(
+        state["closed"], -1,
+        "the long create_plan input is folded: {state}"
+    );
+
+    // After a restart the loop has finished before Neovim started: its journal reads back.
+    let dirs = editor.quit().await;
+    let mut editor = start_editor_in(dirs, &fake, "{ plan_review_passes = 0 }").await;
+    watch_transcripts(&editor).await;
+    let buf = open_transcript(&editor, Some(&loop_id)).await;
+    let stored = transcript_with(&mut editor, buf, "_turn 3 · ").await;
+    assert_in_order(&stored, &EXPECTED_ORDER);
+    assert!(
+        stored.contains("Drafting the plan: part one and part two.\n"),
+        "{stored}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
+    let fake = FakeLlm::start().await;
+    let (first, release_first) = TurnBuilder::new()
+        .text_deltas(["alpha", " beta\n\nmore"])
+        .tool_use("toolu_list", "list_files", json!({}))
+        .paused_after("alpha");
+    fake.push(first);
+    let (second, release_second) = TurnBuilder::new()
+        .text_deltas(["gamma", " delta"])
+        .tool_use("toolu_plan", "create_plan", valid_plan())
+        .paused_after("gamma");
+    fake.push(second);
+    let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
+    editor.attach_ui(120, 40).await;
+    watch_transcripts(&editor).await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(1).await;
+    let buf = open_transcript(&editor, Some(&loop_id)).await;
+    transcript_with(&mut editor, buf, "alpha").await;
+
+    // The cursor in the transcript, on its last line (where new text lands).
+    let before: Value = editor
+        .lua("vim.cmd('normal! G') return { win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }")
+        .await;
+    release_first.notify_one();
+    fake.wait_for_requests(2).await;
+    transcript_with(&mut editor, buf, "gamma").await;
+    let after: Value = editor
+        .lua("return { win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }")
+        .await;
+    assert_eq!(before, after, "appending moved the cursor or the window");
+
+    // Typing in another window while the transcript, at its end, follows along.
+    let typing: Value = editor
+        .lua(&format!(
+            "local transcript_win = vim.api.nvim_get_current_win()
+             vim.api.nvim_win_set_cursor(transcript_win, {{ vim.api.nvim_buf_line_count({buf}), 0 }})
+             vim.cmd('wincmd p')
+             return {{ win = vim.api.nvim_get_current_win(), transcript_win = transcript_win }}"
+        ))
+        .await;
+    assert_ne!(typing["win"], typing["transcript_win"]);
+    editor.type_keys("ihello").await;
+    let (mode, _) = editor.mode().await;
+    assert_eq!(mode, "i");
+    let typed_cursor: Value = editor.lua("return vim.api.nvim_win_get_cursor(0)").await;
+    release_second.notify_one();
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    let text = transcript_with(&mut editor, buf, "create_plan").await;
+    let now: Value = editor
+        .lua(&format!(
+            "return {{ win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0),
+                       transcript_line = vim.api.nvim_win_get_cursor({})[1],
+                       lines = vim.api.nvim_buf_line_count({buf}) }}",
+            typing["transcript_win"]
+        ))
+        .await;
+    assert_eq!(editor.mode().await.0, "i", "still typing");
+    assert_eq!(now["win"], typing["win"], "the current window stayed");
+    assert_eq!(now["cursor"], typed_cursor, "the typing cursor stayed");
+    assert_eq!(
+        now["transcript_line"], now["lines"],
+        "the transcript window, at its end, followed the new text: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_id_or_a_running_loop_the_message_names_the_fix() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let error = editor.command("LooprTranscript").await.expect("an error");
+    assert!(error.contains(":LooprTranscript <id>"), "{error}");
+    let error = editor
+        .command("LooprTranscript 20990101-000000-nope")
+        .await
+        .expect("an error");
+    assert!(error.contains("no loop 20990101-000000-nope"), "{error}");
+    let buffers: i64 = editor
+        .lua("return #vim.tbl_filter(function(b) return vim.api.nvim_buf_get_name(b):find('transcript') ~= nil end, vim.api.nvim_list_bufs())")
+        .await;
+    assert_eq!(buffers, 0, "a failed open leaves no buffer behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_append_call() {
+    let fake = FakeLlm::start().await;
+    fake.push(crate::scenario::list_files_turn());
+    fake.push(crate::scenario::create_plan_turn(
+        "toolu_plan",
+        valid_plan(),
+    ));
+    let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
+    watch_transcripts(&editor).await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+
+    // In plan.md, no id needed: the artifact's loop (none is running any more).
+    let current: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
+    assert!(current.ends_with("plan.md"), "{current}");
+    let from_artifact = open_transcript(&editor, None).await;
+    transcript_with(&mut editor, from_artifact, "→ create_plan (").await;
+    assert_eq!(editor.command("close").await, None);
+    let wiped: bool = editor
+        .lua(&format!(
+            "return not vim.api.nvim_buf_is_valid({from_artifact})"
+        ))
+        .await;
+    assert!(wiped, "closing the window wipes the transcript buffer");
+
+    // From :LooprStatus, `t` on the loop's line.
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let opened: i64 = editor
+        .lua(&format!(
+            "vim.fn.search({loop_id:?})
+             vim.api.nvim_feedkeys('t', 'x', false)
+             return vim.api.nvim_get_current_buf()"
+        ))
+        .await;
+    let text = transcript_with(&mut editor, opened, "→ create_plan (").await;
+    assert!(
+        text.starts_with(&format!("# plan loop {loop_id}")),
+        "{text}"
+    );
+
+    // The host's call, as the host makes it: text for a followed token lands at the end,
+    // text for a token nobody follows any more is dropped without an error.
+    let token: u64 = editor
+        .lua(&format!("return vim.b[{opened}].loopr_transcript_token"))
+        .await;
+    let before = buffer_text(&editor, opened).await;
+    loopr::bridge::deliver_transcript(
+        &editor.nvim,
+        &[
+            loopr::agent::TranscriptText {
+                token,
+                text: "more from the host\nand a line".to_owned(),
+            },
+            loopr::agent::TranscriptText {
+                token: token + 100,
+                text: "for nobody".to_owned(),
+            },
+        ],
+    )
+    .await
+    .expect("Lua takes the text");
+    let after = buffer_text(&editor, opened).await;
+    assert_eq!(after, format!("{before}more from the host\nand a line"));
+}
