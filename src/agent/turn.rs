@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
+use super::context_budget::{self, ContextBudget, SentView};
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
@@ -117,6 +118,11 @@ pub(super) struct Conversation {
     id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
+    /// What is sent of `request.messages`: old results shortened to fit the budget.
+    sent: SentView,
+    budget: ContextBudget,
+    /// The estimated tokens of the system prompt and the tools, sent with every request.
+    fixed_tokens: u64,
 }
 
 struct UnwrittenTurn {
@@ -147,12 +153,19 @@ impl Conversation {
         tools: Arc<[ToolSpec]>,
         messages: Vec<Message>,
     ) -> Conversation {
+        let budget = context.settings.context_budget();
+        let fixed_tokens = context_budget::estimate_text(&system)
+            + context_budget::estimate_text(&serde_json::to_string(&*tools).unwrap_or_default());
+        let messages = crate::llm::shared(messages);
         Conversation {
+            sent: SentView::replayed(&messages, fixed_tokens, &budget),
+            budget,
+            fixed_tokens,
             request: ChatRequest {
                 model: String::new(),
                 max_tokens: context.settings.max_tokens,
                 system,
-                messages: crate::llm::shared(messages),
+                messages,
                 tools,
             },
             journal,
@@ -227,7 +240,7 @@ impl Conversation {
         };
         let turn = context
             .provider
-            .complete(&self.request, &on_provider_event, &context.cancel)
+            .complete(&self.request_to_send(), &on_provider_event, &context.cancel)
             .await?;
         self.pending.extend(
             retries
@@ -289,6 +302,17 @@ impl Conversation {
         }));
         self.pending.push(Entry::User { content: reply });
         Ok(Answered { last_problem })
+    }
+
+    /// The request as sent: the conversation within its context budget. The journal and
+    /// the calls' handlers keep the whole conversation.
+    fn request_to_send(&mut self) -> ChatRequest {
+        ChatRequest {
+            messages: self
+                .sent
+                .messages(&self.request.messages, self.fixed_tokens, &self.budget),
+            ..self.request.clone()
+        }
     }
 
     /// An answer the text protocol could not read: nothing of it runs, and the model is told
