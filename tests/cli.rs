@@ -1170,3 +1170,47 @@ async fn a_resumed_loop_sends_what_the_killed_one_sent() {
         "the resumed loop asks what the killed one asked"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_the_model_finds_too_long_is_shortened_and_asked_again() {
+    const READS: usize = 4;
+    let fake = FakeLlm::start().await;
+    let (dirs, _) = large_reads(&fake, READS);
+    // A budget larger than the model's window: the provider refuses the fifth request.
+    fake.push(fake_llm::error_reply(
+        400,
+        "invalid_request_error",
+        "prompt is too long: 210000 tokens > 200000 maximum",
+    ));
+    fake.push(tool_turn("plan", "create_plan", valid_plan()));
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0, "context_keep_turns": 1}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("awaiting_approval"),
+        "{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), READS + 2, "{stderr}");
+    let (refused, again) = (&requests[READS], &requests[READS + 1]);
+    assert!(
+        sent_results(&refused.body)
+            .iter()
+            .all(|result| !result.starts_with("[Shortened by Loopr"))
+    );
+    let shortened = sent_results(&again.body)
+        .iter()
+        .filter(|result| result.starts_with("[Shortened by Loopr"))
+        .count();
+    assert_eq!(shortened, READS - 1, "all but the latest result");
+    assert!(again.body_len * 2 < refused.body_len);
+}

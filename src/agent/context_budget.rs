@@ -80,6 +80,16 @@ pub fn estimate_message(message: &Message) -> u64 {
     bytes_to_tokens(bytes)
 }
 
+/// The estimated input tokens of a request of `messages` with `fixed_tokens` (system prompt
+/// and tools).
+pub fn estimate(messages: &[Arc<Message>], fixed_tokens: u64) -> u64 {
+    fixed_tokens
+        + messages
+            .iter()
+            .map(|message| estimate_message(message))
+            .sum::<u64>()
+}
+
 fn json_len(value: &Value) -> usize {
     serde_json::to_string(value).map_or(0, |json| json.len())
 }
@@ -93,11 +103,7 @@ pub fn shorten(
     fixed_tokens: u64,
     budget: &ContextBudget,
 ) -> Vec<(usize, Message)> {
-    let mut total = fixed_tokens
-        + messages
-            .iter()
-            .map(|message| estimate_message(message))
-            .sum::<u64>();
+    let mut total = estimate(messages, fixed_tokens);
     if total <= budget.tokens {
         return Vec::new();
     }

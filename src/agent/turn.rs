@@ -13,7 +13,8 @@ use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use crate::llm::{
-    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
+    ChatRequest, ContentBlock, LlmError, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn,
+    Usage,
 };
 use crate::store::{LoopDb, LoopId};
 
@@ -238,10 +239,7 @@ impl Conversation {
             }
             context.progress(describe_provider_event(&event));
         };
-        let turn = context
-            .provider
-            .complete(&self.request_to_send(), &on_provider_event, &context.cancel)
-            .await?;
+        let turn = self.ask(context, &on_provider_event).await?;
         self.pending.extend(
             retries
                 .into_inner()
@@ -302,6 +300,41 @@ impl Conversation {
         }));
         self.pending.push(Entry::User { content: reply });
         Ok(Answered { last_problem })
+    }
+
+    /// Sends the conversation within its budget. A provider that still finds it too long (the
+    /// budget is more than the model takes) is asked once more, with the budget lowered to
+    /// half of what it refused for the rest of the run.
+    async fn ask(
+        &mut self,
+        context: &LoopContext,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<Turn, LlmError> {
+        let request = self.request_to_send();
+        match context
+            .provider
+            .complete(&request, on_event, &context.cancel)
+            .await
+        {
+            Err(err) if err.is_context_overflow() => {
+                let refused = context_budget::estimate(&request.messages, self.fixed_tokens);
+                self.budget.tokens = self.budget.tokens.min(refused / 2);
+                tracing::warn!(
+                    loop_id = %context.record.id,
+                    refused_tokens = refused,
+                    budget = self.budget.tokens,
+                    error = %err,
+                    "the model found the conversation too long; lowering the context budget"
+                );
+                context.progress("the conversation was too long for the model; shortening it");
+                let request = self.request_to_send();
+                context
+                    .provider
+                    .complete(&request, on_event, &context.cancel)
+                    .await
+            }
+            other => other,
+        }
     }
 
     /// The request as sent: the conversation within its context budget. The journal and
