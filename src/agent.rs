@@ -9,6 +9,7 @@ mod artifact_store;
 mod baseline;
 mod code_loop;
 mod context;
+mod context_budget;
 mod events;
 mod jobs;
 mod journal;

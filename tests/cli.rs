@@ -1012,3 +1012,205 @@ async fn review_passes_work_through_a_text_protocol() {
         "the revision after two passes: {stdout}"
     );
 }
+
+/// The context budget of the tests below, in tokens, with only the latest turn kept whole.
+const BUDGET: usize = 30_000;
+
+/// A project with a file whose `read_file` result is about 14 KB (300 numbered lines), a
+/// fake model that reads it `reads` times, and the settings of a 30,000-token budget.
+fn large_reads(fake: &FakeLlm, reads: usize) -> (TestDirs, String) {
+    for read in 0..reads {
+        fake.push(tool_turn(
+            &format!("read{read}"),
+            "read_file",
+            json!({"path": "big.txt"}),
+        ));
+    }
+    let dirs = TestDirs::new();
+    let file: String = (1..=300)
+        .map(|line| format!("line {line:04}: the quick brown fox jumps over it\n"))
+        .collect();
+    std::fs::write(dirs.project.join("big.txt"), &file).expect("write big.txt");
+    let settings = format!(
+        r#"{{"plan_review_passes": 0, "context_budget": {BUDGET}, "context_keep_turns": 1}}"#
+    );
+    (dirs, settings)
+}
+
+/// The contents of every tool result in a recorded request.
+fn sent_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+        .filter(|block| block["type"] == "tool_result")
+        .map(|block| block["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_with_large_tool_outputs_over_many_turns_stays_under_its_context_budget() {
+    const READS: usize = 16;
+    let fake = FakeLlm::start().await;
+    let (dirs, settings) = large_reads(&fake, READS);
+    fake.push(tool_turn("plan", "create_plan", valid_plan()));
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &["plan", "Add a --version flag", "--settings", &settings],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), READS + 1, "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("awaiting_approval"),
+        "{stderr}"
+    );
+
+    // Loopr estimates 3 bytes a token; the body is what the estimate is of, with the wire's
+    // framing and escapes (under a tenth) on top. Sent whole, the last request would be
+    // about 250 KB.
+    let largest = requests.iter().map(|r| r.body_len).max().unwrap_or(0);
+    assert!(
+        largest <= BUDGET * 3 * 11 / 10,
+        "a request of {largest} bytes passed the budget of {BUDGET} tokens"
+    );
+    let last = sent_results(&requests[READS].body);
+    assert_eq!(last.len(), READS);
+    assert!(
+        last[READS - 1].contains("line 0300: the quick brown fox"),
+        "the latest result is sent whole"
+    );
+    // Shortened in steps, not a little every turn: four results at a time here.
+    let shortened_counts: Vec<usize> = requests
+        .iter()
+        .map(|request| {
+            sent_results(&request.body)
+                .iter()
+                .filter(|result| result.starts_with("[Shortened by Loopr"))
+                .count()
+        })
+        .collect();
+    let mut steps = shortened_counts.clone();
+    steps.dedup();
+    assert_eq!(steps, [0, 4, 8, 12], "{shortened_counts:?}");
+    let shortened = &last[0];
+    assert!(
+        shortened.starts_with("[Shortened by Loopr")
+            && shortened.contains(r#"read_file {"path":"big.txt"}"#)
+            && shortened.contains("call read_file again with the same input"),
+        "{shortened}"
+    );
+
+    // The journal keeps every result whole.
+    let journal = files_ending_with(&dirs.loopr_home, "journal.jsonl");
+    assert_eq!(journal.len(), 1, "{journal:?}");
+    let journal = std::fs::read_to_string(&journal[0]).expect("read the journal");
+    let whole_in_journal = journal
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .flat_map(|entry| entry["content"].as_array().cloned().unwrap_or_default())
+        .filter(|block| {
+            block["type"] == "tool_result"
+                && block["content"]
+                    .as_str()
+                    .is_some_and(|content| content.contains("line 0300: the quick brown fox"))
+        })
+        .count();
+    assert_eq!(whole_in_journal, READS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_loop_sends_what_the_killed_one_sent() {
+    // Killed between two shortenings: a resumed loop that only fitted what it loaded to the
+    // budget would send every result whole.
+    const READS: usize = 8;
+    let fake = FakeLlm::start().await;
+    let (dirs, settings) = large_reads(&fake, READS);
+    fake.push(scenario::stalled_turn("Reading more."));
+    let mut first = scenario::loopr_command(
+        &dirs,
+        &fake,
+        &["plan", "Add a --version flag", "--settings", &settings],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("start loopr plan");
+    let in_flight = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(READS + 1),
+    )
+    .await
+    .expect("the model is asked after the last read")
+    .swap_remove(READS);
+    first.start_kill().expect("SIGKILL");
+    first.wait().await.expect("wait");
+
+    fake.push(tool_turn("plan", "create_plan", valid_plan()));
+    let resumed = run_loopr(&dirs, &fake, &["resume"]).await;
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        READS + 2,
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let sent = sent_results(&in_flight.body);
+    assert!(
+        sent[0].starts_with("[Shortened by Loopr"),
+        "the killed loop had shortened its oldest result: {}",
+        sent[0]
+    );
+    assert_eq!(
+        requests[READS + 1].body["messages"],
+        in_flight.body["messages"],
+        "the resumed loop asks what the killed one asked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_the_model_finds_too_long_is_shortened_and_asked_again() {
+    const READS: usize = 4;
+    let fake = FakeLlm::start().await;
+    let (dirs, _) = large_reads(&fake, READS);
+    // A budget larger than the model's window: the provider refuses the fifth request.
+    fake.push(fake_llm::error_reply(
+        400,
+        "invalid_request_error",
+        "prompt is too long: 210000 tokens > 200000 maximum",
+    ));
+    fake.push(tool_turn("plan", "create_plan", valid_plan()));
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0, "context_keep_turns": 1}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("awaiting_approval"),
+        "{stderr}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), READS + 2, "{stderr}");
+    let (refused, again) = (&requests[READS], &requests[READS + 1]);
+    assert!(
+        sent_results(&refused.body)
+            .iter()
+            .all(|result| !result.starts_with("[Shortened by Loopr"))
+    );
+    let shortened = sent_results(&again.body)
+        .iter()
+        .filter(|result| result.starts_with("[Shortened by Loopr"))
+        .count();
+    assert_eq!(shortened, READS - 1, "all but the latest result");
+    assert!(again.body_len * 2 < refused.body_len);
+}

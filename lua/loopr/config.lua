@@ -42,6 +42,8 @@
 ---@field max_format_retries integer
 ---@field max_tokens integer
 ---@field max_turns integer
+---@field context_budget integer Estimated input tokens a request may reach before old tool results are shortened.
+---@field context_keep_turns integer Latest turns whose tool results are always sent whole.
 ---@field max_retries integer
 ---@field request_timeout_ms integer
 ---@field stream_idle_timeout_ms integer
@@ -79,6 +81,8 @@
 ---@field max_format_retries? integer
 ---@field max_tokens? integer
 ---@field max_turns? integer
+---@field context_budget? integer
+---@field context_keep_turns? integer
 ---@field max_retries? integer
 ---@field request_timeout_ms? integer
 ---@field stream_idle_timeout_ms? integer
@@ -236,6 +240,13 @@ local spec = {
   max_format_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(3) },
   max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
+  -- The host's minimum: below it the system prompt and tools leave no room for a conversation.
+  context_budget = {
+    expect = 'an integer >= 4000 (tokens)',
+    check = integer_at_least(4000),
+    default = const(100000),
+  },
+  context_keep_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(3) },
   max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },
   request_timeout_ms = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600000) },
   stream_idle_timeout_ms = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(90000) },
@@ -436,6 +447,8 @@ function M.settings()
     max_format_retries = c.max_format_retries,
     max_tokens = c.max_tokens,
     max_turns = c.max_turns,
+    context_budget = c.context_budget,
+    context_keep_turns = c.context_keep_turns,
     max_retries = c.max_retries,
     request_timeout_ms = c.request_timeout_ms,
     stream_idle_timeout_ms = c.stream_idle_timeout_ms,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
+use super::context_budget::ContextBudget;
 use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
@@ -39,6 +40,11 @@ pub struct LoopSettings {
     pub max_tokens: u32,
     /// Model turns before the loop gives up.
     pub max_turns: u32,
+    /// Estimated input tokens a request may reach before older tool results are shortened
+    /// in what is sent (`context_budget.rs`).
+    pub context_budget: u32,
+    /// The latest turns whose tool results are always sent whole.
+    pub context_keep_turns: u32,
     pub max_retries: u32,
     pub request_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
@@ -86,6 +92,8 @@ impl Default for LoopSettings {
             max_format_retries: 3,
             max_tokens: 8192,
             max_turns: 25,
+            context_budget: 100_000,
+            context_keep_turns: 3,
             max_retries: 2,
             request_timeout_ms: 600_000,
             stream_idle_timeout_ms: 90_000,
@@ -112,6 +120,9 @@ impl Default for LoopSettings {
         }
     }
 }
+
+/// Below this a loop could not send its system prompt and tools with any conversation.
+const MIN_CONTEXT_BUDGET: u32 = 4000;
 
 const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
 pub const MODEL_LEVELS: [&str; 5] = ["plan", "spec", "phase", "review", "code"];
@@ -162,6 +173,7 @@ impl LoopSettings {
         for (name, value) in [
             ("max_tokens", u64::from(self.max_tokens)),
             ("max_turns", u64::from(self.max_turns)),
+            ("context_keep_turns", u64::from(self.context_keep_turns)),
             ("request_timeout_ms", self.request_timeout_ms),
             ("stream_idle_timeout_ms", self.stream_idle_timeout_ms),
             ("max_concurrent_loops", u64::from(self.max_concurrent_loops)),
@@ -172,6 +184,13 @@ impl LoopSettings {
             if value == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if self.context_budget < MIN_CONTEXT_BUDGET {
+            return Err(format!(
+                "context_budget is {}; set at least {MIN_CONTEXT_BUDGET} tokens (the system \
+                 prompt and the tools alone take several thousand)",
+                self.context_budget
+            ));
         }
         self.tool_policy()?;
         PolicyApprover::new(
@@ -220,6 +239,25 @@ impl LoopSettings {
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             num_ctx: self.num_ctx,
+        }
+    }
+
+    /// How much of a conversation is sent. With Ollama and `num_ctx` set, the window left
+    /// for input (the answer shares it) bounds the budget too.
+    pub fn context_budget(&self) -> ContextBudget {
+        let mut tokens = u64::from(self.context_budget);
+        if self.provider == ProviderName::Ollama
+            && let Some(window) = self.num_ctx
+        {
+            let window = u64::from(window);
+            let for_input = window
+                .saturating_sub(u64::from(self.max_tokens))
+                .max(window / 2);
+            tokens = tokens.min(for_input);
+        }
+        ContextBudget {
+            tokens,
+            keep_turns: usize::try_from(self.context_keep_turns).unwrap_or(usize::MAX),
         }
     }
 
@@ -351,6 +389,39 @@ mod tests {
                 .expect_err("PATH")
                 .contains("api_key_env is \"PATH\"")
         );
+    }
+
+    #[test]
+    fn the_context_budget_is_checked_and_bounded_by_ollamas_window() {
+        let small = LoopSettings {
+            context_budget: 100,
+            ..LoopSettings::default()
+        };
+        let err = small.check().expect_err("too small");
+        assert!(
+            err.contains("context_budget is 100; set at least 4000"),
+            "{err}"
+        );
+        let no_turns = LoopSettings {
+            context_keep_turns: 0,
+            ..LoopSettings::default()
+        };
+        assert!(
+            no_turns
+                .check()
+                .expect_err("none kept")
+                .contains("context_keep_turns must be at least 1")
+        );
+        assert_eq!(LoopSettings::default().context_budget().tokens, 100_000);
+        let ollama = |num_ctx| LoopSettings {
+            provider: ProviderName::Ollama,
+            model: "qwen3:8b".to_owned(),
+            num_ctx,
+            ..LoopSettings::default()
+        };
+        assert_eq!(ollama(Some(32_768)).context_budget().tokens, 32_768 - 8192);
+        assert_eq!(ollama(Some(8192)).context_budget().tokens, 4096);
+        assert_eq!(ollama(None).context_budget().tokens, 100_000);
     }
 
     #[test]

@@ -8,12 +8,14 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
+use super::context_budget::{self, ContextBudget, SentView};
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use super::transcript::{LiveTranscript, emit_batch};
 use crate::llm::{
-    ChatRequest, ContentBlock, Message, ProviderEvent, Role, ToolCall, ToolSpec, Usage,
+    ChatRequest, ContentBlock, LlmError, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn,
+    Usage,
 };
 use crate::store::{LoopDb, LoopId};
 
@@ -125,7 +127,13 @@ pub(super) struct Conversation {
     id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
-    transcript: LiveTranscript,
+    /// Shared with the provider's event callback while a turn is asked.
+    transcript: Arc<LiveTranscript>,
+    /// What is sent of `request.messages`: old results shortened to fit the budget.
+    sent: SentView,
+    budget: ContextBudget,
+    /// The estimated tokens of the system prompt and the tools, sent with every request.
+    fixed_tokens: u64,
 }
 
 struct UnwrittenTurn {
@@ -164,19 +172,26 @@ impl Conversation {
             .iter()
             .filter(|message| message.role == Role::Assistant)
             .count();
-        let transcript = LiveTranscript::new(
+        let transcript = Arc::new(LiveTranscript::new(
             context.transcripts.clone(),
             context.record.id.clone(),
             batches,
             u32::try_from(turns).unwrap_or(u32::MAX),
-        );
+        ));
+        let budget = context.settings.context_budget();
+        let fixed_tokens = context_budget::estimate_text(&system)
+            + context_budget::estimate_text(&serde_json::to_string(&*tools).unwrap_or_default());
+        let messages = crate::llm::shared(messages);
         Conversation {
             transcript,
+            sent: SentView::replayed(&messages, fixed_tokens, &budget),
+            budget,
+            fixed_tokens,
             request: ChatRequest {
                 model: String::new(),
                 max_tokens: context.settings.max_tokens,
                 system,
-                messages: crate::llm::shared(messages),
+                messages,
                 tools,
             },
             journal,
@@ -232,7 +247,7 @@ impl Conversation {
         }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
-        let transcript = &self.transcript;
+        let transcript = self.transcript.clone();
         let on_provider_event = |event: ProviderEvent| {
             match &event {
                 ProviderEvent::TextDelta { text } => transcript.text_delta(text),
@@ -259,10 +274,7 @@ impl Conversation {
                 context.progress(progress);
             }
         };
-        let turn = context
-            .provider
-            .complete(&self.request, &on_provider_event, &context.cancel)
-            .await?;
+        let turn = self.ask(context, &on_provider_event).await?;
         self.pending.extend(
             retries
                 .into_inner()
@@ -332,6 +344,52 @@ impl Conversation {
         self.transcript.entry(&entry);
         self.pending.push(entry);
         Ok(Answered { last_problem })
+    }
+
+    /// Sends the conversation within its budget. A provider that still finds it too long (the
+    /// budget is more than the model takes) is asked once more, with the budget lowered to
+    /// half of what it refused for the rest of the run.
+    async fn ask(
+        &mut self,
+        context: &LoopContext,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<Turn, LlmError> {
+        let request = self.request_to_send();
+        match context
+            .provider
+            .complete(&request, on_event, &context.cancel)
+            .await
+        {
+            Err(err) if err.is_context_overflow() => {
+                let refused = context_budget::estimate(&request.messages, self.fixed_tokens);
+                self.budget.tokens = self.budget.tokens.min(refused / 2);
+                tracing::warn!(
+                    loop_id = %context.record.id,
+                    refused_tokens = refused,
+                    budget = self.budget.tokens,
+                    error = %err,
+                    "the model found the conversation too long; lowering the context budget"
+                );
+                context.progress("the conversation was too long for the model; shortening it");
+                let request = self.request_to_send();
+                context
+                    .provider
+                    .complete(&request, on_event, &context.cancel)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// The request as sent: the conversation within its context budget. The journal and
+    /// the calls' handlers keep the whole conversation.
+    fn request_to_send(&mut self) -> ChatRequest {
+        ChatRequest {
+            messages: self
+                .sent
+                .messages(&self.request.messages, self.fixed_tokens, &self.budget),
+            ..self.request.clone()
+        }
     }
 
     /// An answer the text protocol could not read: nothing of it runs, and the model is told

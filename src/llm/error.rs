@@ -42,6 +42,29 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// Whether the provider refused the request as longer than the model's context window:
+    /// Anthropic's "prompt is too long", OpenAI's `context_length_exceeded` ("maximum context
+    /// length"). Only the message tells: both come as a plain 400 invalid request.
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            LlmError::Http {
+                status: 400 | 413,
+                message,
+                ..
+            } => {
+                let message = message.to_ascii_lowercase();
+                [
+                    "prompt is too long",
+                    "maximum context length",
+                    "context_length_exceeded",
+                ]
+                .iter()
+                .any(|sign| message.contains(sign))
+            }
+            _ => false,
+        }
+    }
+
     /// The same error with `redact` applied to every text that came from outside.
     pub fn redacted(self, redact: &impl Fn(&str) -> String) -> LlmError {
         match self {
@@ -95,5 +118,42 @@ fn attempts_note(attempts: u32) -> String {
         format!(" (after {attempts} attempts)")
     } else {
         String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, message: &str) -> LlmError {
+        LlmError::Http {
+            status,
+            error_type: "invalid_request_error".to_owned(),
+            message: message.to_owned(),
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_window_is_told_apart_from_other_refusals() {
+        for (error, overflow) in [
+            (
+                http(400, "prompt is too long: 210000 tokens > 200000 maximum"),
+                true,
+            ),
+            (
+                http(
+                    400,
+                    "This model's maximum context length is 128000 tokens. However, your \
+                     messages resulted in 130000 tokens.",
+                ),
+                true,
+            ),
+            (http(400, "max_tokens: must be at most 64000"), false),
+            (http(529, "prompt is too long"), false),
+            (LlmError::Protocol("prompt is too long".to_owned()), false),
+        ] {
+            assert_eq!(error.is_context_overflow(), overflow, "{error}");
+        }
     }
 }

@@ -45,6 +45,10 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
             "Loopr: setup(): option max_format_retries expects an integer >= 0, got -1",
         ),
         (
+            "{ context_budget = 1000 }",
+            "Loopr: setup(): option context_budget expects an integer >= 4000 (tokens), got 1000",
+        ),
+        (
             "{ progress = 'yes' }",
             "Loopr: setup(): option progress expects a boolean, got \"yes\" (string)",
         ),

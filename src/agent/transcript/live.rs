@@ -1,6 +1,7 @@
 //! A running loop's side of its transcript: renders what happens as it happens and hands the
 //! pieces to the hub, tagged with the journal batch they will be written in.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::hub::TranscriptHub;
@@ -14,7 +15,7 @@ pub(crate) struct LiveTranscript {
     id: LoopId,
     renderer: Mutex<Renderer>,
     /// The journal batch the turn under way will be written as.
-    batch: u64,
+    batch: AtomicU64,
 }
 
 impl LiveTranscript {
@@ -25,7 +26,7 @@ impl LiveTranscript {
             hub,
             id,
             renderer: Mutex::new(Renderer::continuing(turns)),
-            batch: batches,
+            batch: AtomicU64::new(batches),
         }
     }
 
@@ -36,7 +37,7 @@ impl LiveTranscript {
     }
 
     fn emit(&self, text: String) {
-        self.hub.emit(&self.id, self.batch, text);
+        self.hub.emit(&self.id, self.batch(), text);
     }
 
     pub fn entry(&self, entry: &Entry) {
@@ -69,13 +70,13 @@ impl LiveTranscript {
     }
 
     /// The turn under way is kept to be written; what follows belongs to the next batch.
-    pub fn next_batch(&mut self) {
-        self.batch += 1;
+    pub fn next_batch(&self) {
+        self.batch.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The journal batch the turn under way will be written as.
     pub fn batch(&self) -> u64 {
-        self.batch
+        self.batch.load(Ordering::Relaxed)
     }
 
     /// What `written` needs, for a write made off this thread.
