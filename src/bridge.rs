@@ -1,5 +1,6 @@
 //! The Neovim shell: msgpack-RPC over stdio with nvim-rs. The only module that knows Neovim
-//! or msgpack exists. Requests are answered at once; loop events are pushed to Lua.
+//! or msgpack exists. Requests are answered at once, or, sent as `request` notifications,
+//! through the queue that pushes loop events to Lua.
 
 mod buffers;
 mod dto;
@@ -9,7 +10,7 @@ mod lua_call;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
-pub use event_pump::{Delivery, deliver_event};
+pub use event_pump::{Delivery, deliver_event, deliver_reply};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ pub struct HostOptions {
 /// Serves Neovim on stdin/stdout until it closes the channel, then stops running loops so the
 /// next host resumes them.
 pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
-    let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
-    let events: Arc<dyn crate::agent::EventSink> = Arc::new(event_sender);
+    let (outgoing, outgoing_receiver) = event_pump::OutgoingQueue::new();
+    let events: Arc<dyn crate::agent::EventSink> = Arc::new(outgoing.clone());
     let approvals = Arc::new(InteractiveApprover::new(events.clone()));
     let buffers = buffers::NeovimBuffers::default();
     let manager = LoopManager::new(
@@ -48,13 +49,14 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         manager.clone(),
         approvals,
         options.credentials,
+        outgoing,
         options.test_hooks,
     );
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;
     buffers.connect(neovim.clone());
-    let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
+    let pump = tokio::spawn(event_pump::forward_events(neovim, outgoing_receiver));
     let io_result = io_handle.await;
     manager.shut_down();
     pump.abort();
