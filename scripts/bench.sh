@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prints the performance figures: stream parsing, request latency, plan-loop latency and the
-# host's memory. Figures only; nothing here passes or fails on time.
+# Prints the performance figures: stream parsing, request latency, how long :LooprPlan blocks
+# Neovim, plan-loop latency and the host's memory. Figures only; nothing here passes or fails
+# on time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +37,7 @@ for arg in "$@"; do
     esac
 done
 
-cargo bench --locked --bench anthropic_stream --bench host --bench edits
+cargo bench --locked --bench anthropic_stream --bench host --bench edits --bench editor
 
 if [[ $build_time == 1 ]]; then
     target=$(mktemp -d "${TMPDIR:-/tmp}/loopr-clean-build.XXXXXX")

@@ -1,5 +1,6 @@
 //! The Neovim shell: msgpack-RPC over stdio with nvim-rs. The only module that knows Neovim
-//! or msgpack exists. Requests are answered at once; loop events are pushed to Lua.
+//! or msgpack exists. Requests are answered at once, or, sent as `request` notifications,
+//! through the queue that pushes loop events to Lua.
 
 mod buffers;
 mod dto;
@@ -10,7 +11,7 @@ mod transcript_pump;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
-pub use event_pump::{Delivery, deliver_event};
+pub use event_pump::{Delivery, deliver_event, deliver_reply};
 pub use transcript_pump::deliver_transcript;
 
 use std::path::PathBuf;
@@ -33,8 +34,8 @@ pub struct HostOptions {
 /// Serves Neovim on stdin/stdout until it closes the channel, then stops running loops so the
 /// next host resumes them.
 pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
-    let (event_sender, event_receiver) = tokio::sync::mpsc::unbounded_channel();
-    let events: Arc<dyn crate::agent::EventSink> = Arc::new(event_sender);
+    let (outgoing, outgoing_receiver) = event_pump::OutgoingQueue::new();
+    let events: Arc<dyn crate::agent::EventSink> = Arc::new(outgoing.clone());
     let approvals = Arc::new(InteractiveApprover::new(events.clone()));
     let buffers = buffers::NeovimBuffers::default();
     let (transcript_sender, transcript_receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -52,6 +53,7 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         approvals,
         options.credentials,
         transcript_sender,
+        outgoing,
         options.test_hooks,
     );
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
@@ -62,7 +64,7 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         neovim.clone(),
         transcript_receiver,
     ));
-    let pump = tokio::spawn(event_pump::forward_events(neovim, event_receiver));
+    let pump = tokio::spawn(event_pump::forward_events(neovim, outgoing_receiver));
     let io_result = io_handle.await;
     manager.shut_down();
     pump.abort();

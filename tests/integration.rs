@@ -21,6 +21,7 @@ mod integration {
     mod plan_flow;
     mod providers_ollama;
     mod providers_openai;
+    mod requests;
     mod resume;
     mod retries;
     mod status_window;

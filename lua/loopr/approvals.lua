@@ -240,22 +240,27 @@ function M.request(ev)
 end
 
 ---Answer request `id` and close its review buffer (the next request shows).
+---The review buffer closes at once; the answer goes to the host without waiting for it.
 ---@param id integer
 ---@param decision loopr.Decision
 ---@param reason? string For "reject": why, for the model.
----@return boolean|nil answered false when the request no longer waited; nil on error (notified).
-function M.answer(id, decision, reason)
+---@param on_done? fun(answered: boolean|nil) Called with false when the request no longer waited, nil on error (notified).
+---@return boolean sent false for an unknown decision (notified).
+function M.answer(id, decision, reason, on_done)
   if not DECISIONS[decision] then
     require('loopr.notify').notify(('Loopr: unknown decision %s'):format(vim.inspect(decision)), vim.log.levels.ERROR)
-    return nil
+    return false
   end
-  local result, err = require('loopr.host').request('approval', { id = id, decision = decision, reason = reason })
+  require('loopr.host').send('approval', { id = id, decision = decision, reason = reason }, function(result, err)
+    if err then
+      require('loopr.notify').notify(err, vim.log.levels.ERROR)
+    end
+    if on_done then
+      on_done((not err) and result == true or nil)
+    end
+  end)
   M.close(id)
-  if err then
-    require('loopr.notify').notify(err, vim.log.levels.ERROR)
-    return nil
-  end
-  return result == true
+  return true
 end
 
 ---Requests awaiting an answer: the one shown first, then the queued ones.

@@ -68,9 +68,23 @@ end
 ---@param phase string Phase name or phase loop id.
 ---@param root string Project root.
 ---@param force? boolean Also restore files changed since the loop changed them or while its commands ran (`:LooprUndo!`).
+---@param on_done? fun(reply: loopr.UndoReply|nil) Called with the host's reply, nil on error (notified).
+function M.undo(phase, root, force, on_done)
+  local params = { root = root, phase = phase, force = force == true }
+  require('loopr.host').send('undo', params, function(reply, err)
+    local shown = M.show_undo(phase, reply, err)
+    if on_done then
+      on_done(shown)
+    end
+  end)
+end
+
+---Tell what an undo did (or why not).
+---@param phase string
+---@param reply any The host's reply.
+---@param err string|nil The host's error.
 ---@return loopr.UndoReply|nil
-function M.undo(phase, root, force)
-  local reply, err = require('loopr.host').request('undo', { root = root, phase = phase, force = force == true })
+function M.show_undo(phase, reply, err)
   if err then
     require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil

@@ -18,7 +18,30 @@ local STDERR_KEEP = 50
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
 
 ---@class loopr.Credentials
----@field sha256 string Fingerprint of the provider variables, so this table holds no copy of a key.
+---@field fingerprint string Of the provider variables, so this table holds no copy of a key.
+
+---Two FNV-1a hashes (32 bits each, different offset bases) and the length of `text`. Not
+---`vim.fn.sha256`: its first call in a session takes milliseconds, which the first command
+---would block Neovim for; this only tells whether the variables changed.
+---@param text string
+---@return string
+local function fingerprint(text)
+  local bit = require('bit')
+  ---One FNV-1a step: times the prime 2^24 + 2^8 + 0x93 as shifts, whose sum a double holds
+  ---exactly before it is cut to 32 bits.
+  local function step(hash, byte)
+    hash = bit.bxor(hash, byte)
+    return bit.tobit(
+      hash + bit.lshift(hash, 1) + bit.lshift(hash, 4) + bit.lshift(hash, 7) + bit.lshift(hash, 8) + bit.lshift(hash, 24)
+    )
+  end
+  local first, second = 0x811c9dc5, 0x01000193
+  for index = 1, #text do
+    local byte = text:byte(index)
+    first, second = step(first, byte), step(second, byte)
+  end
+  return ('%s:%s:%d'):format(bit.tohex(first), bit.tohex(second), #text)
+end
 
 ---The provider variables in Neovim's environment now (`:let $OPENAI_API_KEY = ...` changes it
 ---after the host started, which the host's own environment never sees). The same names the
@@ -35,24 +58,79 @@ local function provider_env()
     end
   end
   table.sort(lines)
-  return variables, { sha256 = vim.fn.sha256(table.concat(lines, '\n')) }
+  return variables, { fingerprint = fingerprint(table.concat(lines, '\n')) }
 end
 
----Pass the provider variables to the host on `chan` when they changed since it got them.
+---Pass the provider variables to the host on `chan` when they changed since it got them. A
+---notification: the host applies it before it reads the request sent after it.
 ---@param chan integer
 ---@return boolean ok
----@return any err The rpcrequest error when not ok.
+---@return any err The rpcnotify error when not ok.
 local function send_changed_credentials(chan)
   local variables, current = provider_env()
   local known = state.credentials
-  if known and known.sha256 == current.sha256 then
+  if known and known.fingerprint == current.fingerprint then
     return true
   end
-  local ok, err = pcall(vim.rpcrequest, chan, 'credentials', { env = variables })
+  local ok, err = pcall(vim.rpcnotify, chan, 'credentials', { env = variables })
   if ok then
     state.credentials = current
   end
   return ok, err
+end
+
+---@alias loopr.ReplyCallback fun(result: any, err: string|nil)
+
+---@class loopr.PendingRequest
+---@field chan integer The host asked; its exit fails the request.
+---@field method string
+---@field callback loopr.ReplyCallback
+
+---Requests sent with `M.send` the host has not answered yet, by token.
+---@type table<integer, loopr.PendingRequest>
+local pending = {}
+local last_token = 0
+---Sent requests whose callback has not finished yet (answered ones wait for their turn).
+local unfinished = 0
+
+---Run `callback` on the main loop after what is already scheduled (the handlers of events the
+---host sent before the answer), exactly once.
+---@param request loopr.PendingRequest
+---@param result any
+---@param err string|nil
+local function finish(request, result, err)
+  vim.schedule(function()
+    local ok, failure = pcall(request.callback, result, err)
+    unfinished = unfinished - 1
+    if not ok then
+      require('loopr.notify').notify(
+        ('Loopr: error handling the answer to %s: %s'):format(request.method, failure),
+        vim.log.levels.ERROR
+      )
+    end
+  end)
+end
+
+---Fail every request host `chan` had not answered: it exited and never will.
+---@param chan integer
+---@param code integer|nil
+local function fail_pending(chan, code)
+  -- The stderr kept is the current host's.
+  local tail = chan == state.chan and state.stderr[#state.stderr] or nil
+  for token, request in pairs(pending) do
+    if request.chan == chan then
+      pending[token] = nil
+      finish(
+        request,
+        nil,
+        ('Loopr: host exited (code %s) before it answered %s%s'):format(
+          code or '?',
+          request.method,
+          tail and (': ' .. tail) or ''
+        )
+      )
+    end
+  end
 end
 
 ---Directory holding `plugin/`, `lua/` and `target/` (two levels above this file's directory).
@@ -117,6 +195,7 @@ end
 ---@param job integer
 ---@param code integer
 local function on_exit(job, code)
+  fail_pending(job, code)
   if job ~= state.chan then
     return
   end
@@ -283,6 +362,79 @@ function M.request(method, params)
         ('Loopr: host exited (code %s) during %s%s'):format(state.code or '?', method, tail and (': ' .. tail) or '')
     end
   end
+end
+
+---Send a request without waiting for the answer: `callback(result, err)` gets it later, on the
+---main loop after the handlers of events the host sent before it, exactly once: with the
+---host's error, or an error when the host exits first. A host found dead is restarted (with a
+---warning) first; the first request starts it without waiting for it to be ready (the request
+---waits in the pipe). Changed keys or base URLs go first, as for `M.request`.
+---@param method string
+---@param params table|nil One table of named parameters.
+---@param callback loopr.ReplyCallback
+---@return integer|nil token The request's token; nil when it could not be sent (the callback gets the error).
+function M.send(method, params, callback)
+  if params == nil or next(params) == nil then
+    params = vim.empty_dict()
+  end
+  unfinished = unfinished + 1
+  local refused = { chan = -1, method = method, callback = callback }
+  for attempt = 1, 2 do
+    local chan, err = M.ensure()
+    if not chan then
+      finish(refused, nil, err)
+      return nil
+    end
+    last_token = last_token + 1
+    local token = last_token
+    pending[token] = { chan = chan, method = method, callback = callback }
+    local ok, failure = send_changed_credentials(chan)
+    if ok then
+      ok, failure = pcall(vim.rpcnotify, chan, 'request', token, method, params)
+    end
+    if ok then
+      return token
+    end
+    pending[token] = nil
+    -- Not sent: trying again with a new host cannot do anything twice.
+    if not channel_gone(chan, failure) then
+      finish(refused, nil, clean_error(failure))
+      return nil
+    end
+    if attempt == 2 then
+      finish(refused, nil, ('Loopr: host exited (code %s) before %s was sent'):format(state.code or '?', method))
+      return nil
+    end
+  end
+end
+
+---The host's answer to request `token` (called by the host, through the queue that brings
+---events, so after the events it sent before).
+---@param token integer
+---@param err string|nil The host's error message, nil on success.
+---@param result any The reply, nil on error.
+---@return nil
+function M.reply(token, err, result)
+  local request = pending[token]
+  if not request then
+    -- Already failed (the host was taken for dead): the callback ran once, with that error.
+    return nil
+  end
+  pending[token] = nil
+  if err == vim.NIL then
+    err = nil
+  end
+  if result == vim.NIL then
+    result = nil
+  end
+  finish(request, result, err and clean_error(err) or nil)
+  return nil
+end
+
+---How many requests sent with `M.send` have not had their callback run yet.
+---@return integer
+function M.outstanding()
+  return unfinished
 end
 
 ---Channel id of the running host, or nil.

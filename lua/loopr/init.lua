@@ -10,22 +10,27 @@ local function notify(msg, level)
   require('loopr.notify').notify(msg, level or vim.log.levels.ERROR)
 end
 
----Send a request whose reply names a loop; notify and return nil on any error.
+---Send a request whose reply names a loop, without waiting for it. On the reply, `on_loop_id`
+---gets the id; an error is notified. `on_done` (the caller's) gets the id, nil on error, last.
 ---@param method string
 ---@param params table
----@return string|nil loop_id
-local function request_loop_id(method, params)
-  local result, err = require('loopr.host').request(method, params)
-  if err then
-    notify(err)
-    return nil
-  end
-  local id = type(result) == 'table' and result.loop_id or nil
-  if type(id) ~= 'string' then
-    notify(('Loopr: unexpected reply to %s: %s'):format(method, vim.inspect(result)))
-    return nil
-  end
-  return id
+---@param on_loop_id fun(loop_id: string)
+---@param on_done? fun(loop_id: string|nil)
+local function send_for_loop_id(method, params, on_loop_id, on_done)
+  on_done = on_done or function() end
+  require('loopr.host').send(method, params, function(result, err)
+    if err then
+      notify(err)
+      return on_done(nil)
+    end
+    local id = type(result) == 'table' and result.loop_id or nil
+    if type(id) ~= 'string' then
+      notify(('Loopr: unexpected reply to %s: %s'):format(method, vim.inspect(result)))
+      return on_done(nil)
+    end
+    on_loop_id(id)
+    on_done(id)
+  end)
 end
 
 ---Configure Loopr. Invalid options are reported as an error notification naming the option
@@ -45,34 +50,34 @@ function M.setup(opts)
   return true
 end
 
----Start a plan loop for `task` in the current project.
+---Start a plan loop for `task` in the current project. Returns at once; the loop's id is
+---announced when the host has recorded the loop.
 ---@param task string
----@return string|nil loop_id nil on error (already notified).
-function M.plan(task)
+---@param on_done? fun(loop_id: string|nil) Called with the new loop's id, nil on error (already notified).
+---@return boolean sent false when refused before asking the host (already notified).
+function M.plan(task, on_done)
   task = vim.trim(task or '')
   if task == '' then
     notify('LooprPlan needs a task, e.g. :LooprPlan Add a --version flag')
-    return nil
+    return false
   end
-  local id = request_loop_id('plan', {
+  send_for_loop_id('plan', {
     task = task,
     root = config.root(),
     settings = config.settings(),
-  })
-  if not id then
-    return nil
-  end
-  notify(('Loopr: planning (loop %s)'):format(id), vim.log.levels.INFO)
-  return id
+  }, function(id)
+    notify(('Loopr: planning (loop %s)'):format(id), vim.log.levels.INFO)
+  end, on_done)
+  return true
 end
 
 ---Open the transcript of loop `id` (default: the loop of the artifact in the current buffer,
 ---else the newest running loop) and follow it live.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
----@return integer|nil buf nil on error (already notified).
-function M.transcript(id, opts)
-  return require('loopr.transcript').open(id, opts)
+---@param on_done? fun(buf: integer|nil) Called with the buffer once open, nil on error (already notified).
+function M.transcript(id, opts, on_done)
+  require('loopr.transcript').open(id, opts, on_done)
 end
 
 ---Open or refresh the status buffer.
@@ -94,64 +99,74 @@ local function trimmed(id)
   return (id ~= '' and id) or nil
 end
 
----The record of loop `id` in `root`, or nil.
+---Calls `callback` with the record of loop `id` in `root`, nil when there is none or the
+---host cannot say (not waiting for the host meanwhile).
 ---@param root string
 ---@param id string
----@return loopr.LoopRecord|nil
-local function record_of(root, id)
-  local rows = require('loopr.host').request('status', { root = root })
-  for _, r in ipairs(type(rows) == 'table' and rows or {}) do
-    if r.id == id then
-      return r
+---@param callback fun(record: loopr.LoopRecord|nil)
+local function with_record_of(root, id, callback)
+  require('loopr.host').send('status', { root = root }, function(rows)
+    for _, r in ipairs(type(rows) == 'table' and rows or {}) do
+      if r.id == id then
+        return callback(r)
+      end
     end
-  end
+    callback(nil)
+  end)
 end
 
 ---Cancel loop `id` and its descendants, or the newest running loop when `id` is nil or empty.
+---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
----@return string|nil loop_id The cancelled loop, nil on error (already notified).
-function M.cancel(id, opts)
-  id = trimmed(id)
-  local cancelled = request_loop_id('cancel', {
+---@param on_done? fun(loop_id: string|nil) Called with the cancelled loop, nil on error (already notified).
+function M.cancel(id, opts, on_done)
+  send_for_loop_id('cancel', {
     root = (opts and opts.root) or config.root(),
-    id = id,
-  })
-  if not cancelled then
-    return nil
-  end
-  notify(('Loopr: cancelling loop %s'):format(cancelled), vim.log.levels.INFO)
-  return cancelled
+    id = trimmed(id),
+  }, function(cancelled)
+    notify(('Loopr: cancelling loop %s'):format(cancelled), vim.log.levels.INFO)
+  end, on_done)
 end
 
 ---Approve loop `id` so its children start. Without `id`: the loop of the current artifact
 ---buffer if it awaits approval, else the newest loop awaiting approval.
+---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
----@return string|nil loop_id The approved loop, nil on error (already notified).
-function M.approve(id, opts)
+---@param on_done? fun(loop_id: string|nil) Called with the approved loop, nil on error (already notified).
+function M.approve(id, opts, on_done)
+  on_done = on_done or function() end
   local root = (opts and opts.root) or config.root()
+  local function approve(target)
+    send_for_loop_id('approve', { root = root, id = target }, function() end, function(approved)
+      if not approved then
+        return on_done(nil)
+      end
+      with_record_of(root, approved, function(r)
+        notify(('Loopr: approved %s %s'):format(r and r.type or 'loop', approved), vim.log.levels.INFO)
+        on_done(approved)
+      end)
+    end)
+  end
   id = trimmed(id)
-  if not id then
-    local here = require('loopr.paths').buf_artifact()
-    local r = here and record_of(root, here.loop_id)
-    id = (r and r.status == 'awaiting_approval') and r.id or nil
+  local here = not id and require('loopr.paths').buf_artifact()
+  if not here then
+    return approve(id)
   end
-  local approved = request_loop_id('approve', { root = root, id = id })
-  if not approved then
-    return nil
-  end
-  local r = record_of(root, approved)
-  notify(('Loopr: approved %s %s'):format(r and r.type or 'loop', approved), vim.log.levels.INFO)
-  return approved
+  with_record_of(root, here.loop_id, function(r)
+    approve((r and r.status == 'awaiting_approval') and r.id or nil)
+  end)
 end
 
 ---Re-run a loop with `feedback`; its descendants become invalidated. The loop is `opts.id`,
 ---else the one whose artifact is in the current buffer.
+---Returns at once; the host's answer is notified.
 ---@param feedback string
 ---@param opts? loopr.ReviseOpts
----@return string|nil loop_id The revised loop, nil on error (already notified).
-function M.revise(feedback, opts)
+---@param on_done? fun(loop_id: string|nil) Called with the revised loop, nil on error (already notified).
+---@return boolean sent false when refused before asking the host (already notified).
+function M.revise(feedback, opts, on_done)
   opts = opts or {}
   feedback = vim.trim(feedback or '')
   local id = trimmed(opts.id)
@@ -159,43 +174,39 @@ function M.revise(feedback, opts)
     local here = require('loopr.paths').buf_artifact()
     if not here then
       notify('LooprRevise works in an artifact buffer (plan.md, spec.md or phase.md); open one from :LooprStatus')
-      return nil
+      return false
     end
     id = here.loop_id
   end
   if feedback == '' then
     notify('LooprRevise needs feedback, e.g. :LooprRevise Split the second spec in two')
-    return nil
+    return false
   end
-  local revised = request_loop_id('revise', {
+  send_for_loop_id('revise', {
     root = opts.root or config.root(),
     id = id,
     feedback = feedback,
-  })
-  if not revised then
-    return nil
-  end
-  notify(('Loopr: revising loop %s'):format(revised), vim.log.levels.INFO)
-  return revised
+  }, function(revised)
+    notify(('Loopr: revising loop %s'):format(revised), vim.log.levels.INFO)
+  end, on_done)
+  return true
 end
 
 ---Run a loop that failed, was cancelled or was interrupted again (|:LooprRetry|): loop `id`,
 ---else the loop of the current artifact buffer, else the newest such loop.
+---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
----@return string|nil loop_id The loop retried, nil on error (already notified).
-function M.retry(id, opts)
+---@param on_done? fun(loop_id: string|nil) Called with the loop retried, nil on error (already notified).
+function M.retry(id, opts, on_done)
   id = trimmed(id)
   if not id then
     local here = require('loopr.paths').buf_artifact()
     id = here and here.loop_id or nil
   end
-  local retried = request_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id })
-  if not retried then
-    return nil
-  end
-  notify(('Loopr: retrying loop %s'):format(retried), vim.log.levels.INFO)
-  return retried
+  send_for_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id }, function(retried)
+    notify(('Loopr: retrying loop %s'):format(retried), vim.log.levels.INFO)
+  end, on_done)
 end
 
 ---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),
@@ -209,32 +220,36 @@ end
 ---Implement a phase with a code loop (|:LooprRun|): phase `phase` (a name or a phase loop
 ---id), else the phase whose `phase.md` is in the current buffer. Changes wait for approval
 ---per the `approvals` option.
+---Returns at once; the host's answer is notified.
 ---@param phase string|nil
----@return string|nil loop_id The code loop, nil on error (already notified).
-function M.run(phase)
+---@param on_done? fun(loop_id: string|nil) Called with the code loop, nil on error (already notified).
+---@return boolean sent false when refused before asking the host (already notified).
+function M.run(phase, on_done)
   local root = config.root()
-  local target, label = trimmed(phase), trimmed(phase)
-  if not target then
-    local here = require('loopr.paths').buf_artifact()
-    if here and here.kind == 'phase' then
-      local r = record_of(root, here.loop_id)
-      target, label = here.loop_id, (r and type(r.name) == 'string') and r.name or here.loop_id
-    end
+  local target = trimmed(phase)
+  local here = not target and require('loopr.paths').buf_artifact()
+  if here and here.kind == 'phase' then
+    target = here.loop_id
   end
   if not target then
     notify('LooprRun needs a phase: :LooprRun {phase} (see :LooprStatus)')
-    return nil
+    return false
   end
-  local id = request_loop_id('run', {
-    root = root,
-    phase = target,
-    settings = config.settings(),
-  })
-  if not id then
-    return nil
+  local function announce(label)
+    return function(id)
+      notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
+    end
   end
-  notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
-  return id
+  local params = { root = root, phase = target, settings = config.settings() }
+  if not here then
+    send_for_loop_id('run', params, announce(target), on_done)
+    return true
+  end
+  -- The phase is named in the message, not its loop id.
+  with_record_of(root, here.loop_id, function(r)
+    send_for_loop_id('run', params, announce((r and type(r.name) == 'string') and r.name or here.loop_id), on_done)
+  end)
+  return true
 end
 
 ---The phase a command is about: the argument, else the phase.md in the current buffer.
@@ -265,12 +280,18 @@ function M.changes(phase)
 end
 
 ---Undo what the newest code loop of `phase` changed (`:LooprUndo`, `:LooprUndo!`).
+---Returns at once; the outcome is notified.
 ---@param phase string|nil Phase name; default: the phase of the current phase.md buffer.
 ---@param force? boolean Also restore files changed since the loop changed them.
----@return loopr.UndoReply|nil
-function M.undo(phase, force)
+---@param on_done? fun(reply: loopr.UndoReply|nil) Called with the host's reply, nil on error (already notified).
+---@return boolean sent false when refused before asking the host (already notified).
+function M.undo(phase, force, on_done)
   local target = phase_argument(phase, 'LooprUndo')
-  return target and require('loopr.changes').undo(target, config.root(), force) or nil
+  if not target then
+    return false
+  end
+  require('loopr.changes').undo(target, config.root(), force, on_done)
+  return true
 end
 
 ---Ask the host to resume loops left unfinished by a host that died, when this project has
@@ -295,21 +316,22 @@ function M.resume_if_needed(on_done)
         local detail = vim.trim(result.stderr or '')
         notify(('Loopr: cannot check for loops to resume: %s'):format(detail), vim.log.levels.WARN)
       end
-      return nil
+      return on_done(nil)
     end
-    local count, err = host.request('resume', { root = root })
-    if err then
-      notify(err, vim.log.levels.WARN)
-      return nil
-    end
-    if type(count) == 'number' and count > 0 then
-      notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
-    end
-    return type(count) == 'number' and count or nil
+    host.send('resume', { root = root }, function(count, err)
+      if err then
+        notify(err, vim.log.levels.WARN)
+        return on_done(nil)
+      end
+      if type(count) == 'number' and count > 0 then
+        notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
+      end
+      on_done(type(count) == 'number' and count or nil)
+    end)
   end
   local ok, err = pcall(vim.system, { bin, 'has-state', '--root', root }, { text = true }, function(result)
     vim.schedule(function()
-      on_done(resume(result))
+      resume(result)
     end)
   end)
   if not ok then

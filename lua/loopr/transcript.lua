@@ -26,9 +26,10 @@ local function close(buf, token)
       by_loop[id] = nil
     end
   end
-  local chan = require('loopr.host').chan()
-  if chan then
-    pcall(vim.rpcrequest, chan, 'transcript_close', { token = token })
+  local host = require('loopr.host')
+  if host.chan() then
+    -- Nothing to wait for; a host that is gone has stopped sending anyway.
+    host.send('transcript_close', { token = token }, function() end)
   end
 end
 
@@ -78,11 +79,13 @@ end
 
 ---Open the transcript of loop `id`: by default the loop of the artifact in the current
 ---buffer, else the newest running loop. It shows what the loop's journal holds, then follows
----the loop live while the buffer exists.
+---the loop live while the buffer exists. Neovim does not wait for the host: the window opens
+---when it answers.
 ---@param id string|nil
 ---@param opts? { root?: string }
----@return integer|nil buf nil on error (already notified).
-function M.open(id, opts)
+---@param on_done? fun(buf: integer|nil) Called with the buffer, nil on error (already notified).
+function M.open(id, opts, on_done)
+  on_done = on_done or function() end
   id = id and vim.trim(id) or nil
   if id == '' then
     id = nil
@@ -90,37 +93,40 @@ function M.open(id, opts)
   local name = vim.api.nvim_buf_get_name(0)
   last_token = last_token + 1
   local token = last_token
-  -- The buffer exists before the request: text may arrive before the reply does.
+  -- The buffer exists before the request: text may arrive before the answer does.
   local buf = new_buffer(token)
-  local reply, err = require('loopr.host').request('transcript', {
+  require('loopr.host').send('transcript', {
     root = (opts and opts.root) or require('loopr.config').root(),
     id = id,
     path = name ~= '' and name or nil,
     token = token,
-  })
-  if err or type(reply) ~= 'table' or type(reply.loop_id) ~= 'string' then
-    vim.api.nvim_buf_delete(buf, { force = true })
-    require('loopr.notify').notify(
-      err or ('Loopr: unexpected reply to transcript: %s'):format(vim.inspect(reply)),
-      vim.log.levels.ERROR
-    )
-    return nil
-  end
-  local open = by_loop[reply.loop_id]
-  if open and vim.api.nvim_buf_is_valid(open) then
-    -- Already followed: show that one.
-    vim.api.nvim_buf_delete(buf, { force = true })
-    buf = open
-  else
-    by_loop[reply.loop_id] = buf
-    vim.api.nvim_buf_set_name(buf, 'loopr://transcript/' .. reply.loop_id)
-    vim.bo[buf].filetype = 'markdown'
-    vim.b[buf].loopr_loop_id = reply.loop_id
-    vim.b[buf].loopr_transcript_token = token
-    vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
-  end
-  require('loopr.ui').show(buf)
-  return buf
+  }, function(reply, err)
+    if err or type(reply) ~= 'table' or type(reply.loop_id) ~= 'string' then
+      if vim.api.nvim_buf_is_valid(buf) then
+        vim.api.nvim_buf_delete(buf, { force = true })
+      end
+      require('loopr.notify').notify(
+        err or ('Loopr: unexpected reply to transcript: %s'):format(vim.inspect(reply)),
+        vim.log.levels.ERROR
+      )
+      return on_done(nil)
+    end
+    local open = by_loop[reply.loop_id]
+    if open and vim.api.nvim_buf_is_valid(open) then
+      -- Already followed: show that one.
+      vim.api.nvim_buf_delete(buf, { force = true })
+      buf = open
+    else
+      by_loop[reply.loop_id] = buf
+      vim.api.nvim_buf_set_name(buf, 'loopr://transcript/' .. reply.loop_id)
+      vim.bo[buf].filetype = 'markdown'
+      vim.b[buf].loopr_loop_id = reply.loop_id
+      vim.b[buf].loopr_transcript_token = token
+      vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
+    end
+    require('loopr.ui').show(buf)
+    on_done(buf)
+  end)
 end
 
 ---@param buf integer

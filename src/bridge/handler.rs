@@ -8,6 +8,7 @@ use super::dto::{
     RootParams, RunParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
     TranscriptReply, UndoParams, UndoReply, params, to_value,
 };
+use super::event_pump::OutgoingQueue;
 use std::sync::Arc;
 
 use crate::agent::{InteractiveApprover, LoopManager, TranscriptText};
@@ -22,6 +23,8 @@ pub struct RpcHandler {
     credentials: SharedEnv,
     /// Where followed transcripts' text goes (to Lua, through the transcript pump).
     transcripts: tokio::sync::mpsc::UnboundedSender<TranscriptText>,
+    /// Where the answers to asynchronous requests go, behind the events already queued.
+    outgoing: OutgoingQueue,
     test_hooks: bool,
 }
 
@@ -31,6 +34,7 @@ impl RpcHandler {
         approvals: Arc<InteractiveApprover>,
         credentials: SharedEnv,
         transcripts: tokio::sync::mpsc::UnboundedSender<TranscriptText>,
+        outgoing: OutgoingQueue,
         test_hooks: bool,
     ) -> RpcHandler {
         RpcHandler {
@@ -38,8 +42,79 @@ impl RpcHandler {
             approvals,
             credentials,
             transcripts,
+            outgoing,
             test_hooks,
         }
+    }
+
+    /// Runs request `method` in its own task, so that a panic becomes an error reply instead
+    /// of an answer Neovim waits for forever.
+    async fn answer(&self, method: String, args: Vec<Value>) -> Result<Value, String> {
+        tracing::debug!(%method, "request");
+        let handler = self.clone();
+        let name = method.clone();
+        let outcome = tokio::spawn(async move { handler.dispatch(&name, args).await }).await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => {
+                tracing::info!(%method, error = %message, "request failed");
+                Err(message)
+            }
+            Err(join_error) => {
+                tracing::error!(%method, error = %join_error, "request handler panicked");
+                Err(format!(
+                    "Loopr: internal error while handling {method}; details are in the log (:LooprLog)"
+                ))
+            }
+        }
+    }
+
+    /// `request` notification `[token, method, params]`: the editor goes on at once; the
+    /// answer comes as `require('loopr.host').reply(token, err, result)`, queued behind the
+    /// events the request caused.
+    fn start_request(&self, args: Vec<Value>) {
+        let mut args = args.into_iter();
+        let token = args.next().and_then(|token| token.as_i64());
+        let method = args
+            .next()
+            .and_then(|method| method.as_str().map(str::to_owned));
+        let Some(token) = token else {
+            // Without a token there is no one to answer; only a mismatched plugin sends this.
+            tracing::error!("request notification without [token, method, params]; ignored");
+            return;
+        };
+        let Some(method) = method else {
+            self.outgoing.reply(
+                token,
+                Err(
+                    "Loopr: a request notification needs [token, method, params] (is the plugin \
+                     newer than the binary? rebuild it)"
+                        .to_owned(),
+                ),
+            );
+            return;
+        };
+        let handler = self.clone();
+        tokio::spawn(async move {
+            let outcome = handler.answer(method, args.collect()).await;
+            if handler.test_hooks {
+                // Tests kill the host here: the work is done, the answer not yet sent.
+                let _ = tokio::task::spawn_blocking(|| {
+                    crate::test_hooks::hold_point("request_answered")
+                })
+                .await;
+            }
+            handler.outgoing.reply(token, outcome);
+        });
+    }
+
+    fn replace_credentials(&self, args: Vec<Value>) -> Result<(), String> {
+        let params = CredentialsParams::from_args(args)?;
+        let env = ProviderEnv::new(params.env);
+        // Which variables are set, never their values.
+        tracing::info!(variables = ?env, "provider variables from Neovim for loops started from now on");
+        self.credentials.replace(env);
+        Ok(())
     }
 
     async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
@@ -75,6 +150,8 @@ impl RpcHandler {
         match method {
             "plan" => {
                 let params: PlanParams = params(method, args)?;
+                // Tests hold the request here to show the editor does not wait for it.
+                crate::test_hooks::hold_point("plan_request");
                 let id = self
                     .manager
                     .start_plan(&params.root, &params.task, params.settings)
@@ -220,11 +297,7 @@ impl RpcHandler {
                 to_value(&names)
             }
             "credentials" => {
-                let params = CredentialsParams::from_args(args)?;
-                let env = ProviderEnv::new(params.env);
-                // Which variables are set, never their values.
-                tracing::info!(variables = ?env, "provider variables from Neovim for loops started from now on");
-                self.credentials.replace(env);
+                self.replace_credentials(args)?;
                 Ok(Value::Nil)
             }
             "provider" => {
@@ -256,24 +329,22 @@ impl Handler for RpcHandler {
         args: Vec<Value>,
         _neovim: Neovim<Writer>,
     ) -> Result<Value, Value> {
-        tracing::debug!(method = %name, "request");
-        let handler = self.clone();
-        let method = name.clone();
-        // The work runs in its own task so that a panic becomes an error reply instead of a
-        // request Neovim waits on forever.
-        let outcome = tokio::spawn(async move { handler.dispatch(&method, args).await }).await;
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(message)) => {
-                tracing::info!(method = %name, error = %message, "request failed");
-                Err(Value::from(message))
+        self.answer(name, args).await.map_err(Value::from)
+    }
+
+    /// nvim-rs awaits this before it reads the next message, which keeps notifications in
+    /// the order Lua sent them: credentials are in place before the request sent after them
+    /// starts. Nothing here waits.
+    async fn handle_notify(&self, name: String, args: Vec<Value>, _neovim: Neovim<Writer>) {
+        tracing::debug!(notification = %name, "notification");
+        match name.as_str() {
+            "request" => self.start_request(args),
+            "credentials" => {
+                if let Err(message) = self.replace_credentials(args) {
+                    tracing::error!(error = %message, "credentials notification refused");
+                }
             }
-            Err(join_error) => {
-                tracing::error!(method = %name, error = %join_error, "request handler panicked");
-                Err(Value::from(format!(
-                    "Loopr: internal error while handling {name}; details are in the log (:LooprLog)"
-                )))
-            }
+            other => tracing::warn!(notification = other, "unknown notification; ignored"),
         }
     }
 }

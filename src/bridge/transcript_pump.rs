@@ -9,8 +9,7 @@ use nvim_rs::{Neovim, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::event_pump::{DELIVERY_TIMEOUT, Delivery};
-use super::lua_call::exec_lua_within;
+use super::event_pump::{Delivery, call_lua};
 use crate::agent::TranscriptText;
 use crate::markdown::char_boundary_at_or_before;
 
@@ -111,7 +110,7 @@ where
             })
             .collect(),
     );
-    Delivery::outcome(exec_lua_within(neovim, APPEND, vec![items], DELIVERY_TIMEOUT).await)
+    call_lua(neovim, APPEND, vec![items]).await
 }
 
 #[cfg(test)]

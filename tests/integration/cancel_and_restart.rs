@@ -100,6 +100,11 @@ async fn a_killed_host_is_restarted_on_the_next_command() {
     assert_eq!(editor.command("LooprStatus").await, None, "starts the host");
     let first_pid: i32 = editor.lua("return require('loopr.host').pid()").await;
     kill_and_reap(first_pid).await;
+    // Neovim tells of the exit as soon as it sees it; the next command is not what failed.
+    let told: bool = editor
+        .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('host exited %(code 137%)') ~= nil end, 5)")
+        .await;
+    assert!(told, "the exit is reported");
 
     let loop_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&loop_id, "awaiting_approval").await;

@@ -326,3 +326,43 @@ async fn buffers_of_files_a_command_changed_catch_up_or_are_kept_with_a_warning(
     assert!(modified);
     editor.quit().await;
 }
+
+/// Sends `method` as Lua's `require('loopr.host').send` does and returns what the callback got:
+/// `{ result, err }`.
+async fn sent(editor: &TestNvim, method: &str) -> Value {
+    editor
+        .lua_answered(&format!(
+            "require('loopr.host').send({method:?}, {{}}, function(reply, err)
+               result = {{ result = reply, err = err }}
+             end)"
+        ))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_notification_is_answered_through_the_callback() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let version = sent(&editor, "version").await;
+    assert_eq!(version, json!({"result": env!("CARGO_PKG_VERSION")}));
+    let unknown = sent(&editor, "frobnicate").await;
+    assert!(
+        unknown["err"]
+            .as_str()
+            .is_some_and(|err| err.starts_with("Loopr: unknown request \"frobnicate\"")),
+        "{unknown}"
+    );
+    let panicked = sent(&editor, "__panic").await;
+    assert!(
+        panicked["err"]
+            .as_str()
+            .is_some_and(|err| err.starts_with("Loopr: internal error while handling __panic")),
+        "{panicked}"
+    );
+    // The host survived the panic.
+    assert_eq!(
+        sent(&editor, "version").await["result"],
+        env!("CARGO_PKG_VERSION")
+    );
+    editor.quit().await;
+}

@@ -1,13 +1,10 @@
 //! Revisions, retries, cancellation and failure reasons across the loop lifecycle: nothing a
 //! user asks for is lost, whatever the timing or a restart in between.
 
-use std::ffi::CString;
-use std::path::{Path, PathBuf};
-
 use serde_json::{Value, json};
 
 use crate::fake_llm::{FakeLlm, overloaded};
-use crate::nvim::{StartOptions, TestDirs, TestNvim};
+use crate::nvim::{Hold, StartOptions, TestDirs, TestNvim};
 use crate::scenario::{
     create_plan_turn, plan_route, stalled_turn, start_editor, start_editor_in, valid_plan,
 };
@@ -37,61 +34,13 @@ async fn revising_a_loop_made_before_neovim_restarted_runs_it() {
     fake.push_routed(plan_route(), create_plan_turn("second", revised));
     let mut editor = start_editor_in(dirs, &fake, NO_REVIEWS).await;
     let revise = format!(
-        "return require('loopr').revise('Name the flag in the title', {{ id = {plan_id:?} }})"
+        "require('loopr').revise('Name the flag in the title', {{ id = {plan_id:?} }}, function(id) result = id end)"
     );
-    assert_eq!(editor.lua::<String>(&revise).await, plan_id);
+    assert_eq!(editor.lua_answered::<String>(&revise).await, plan_id);
     editor.wait_status(&plan_id, "running").await;
     editor.wait_status(&plan_id, "awaiting_approval").await;
     assert_eq!(record(&editor, &plan_id).await["iteration"], 2);
     editor.quit().await;
-}
-
-/// Two FIFOs through which the test holds the host at a point (see `test_hooks::hold_point`).
-struct Hold {
-    dir: PathBuf,
-}
-
-impl Hold {
-    fn new(parent: &Path) -> Hold {
-        let dir = parent.join("hold");
-        std::fs::create_dir_all(&dir).expect("hold dir");
-        for name in ["arrived", "release"] {
-            let path = CString::new(dir.join(name).to_string_lossy().as_bytes()).expect("path");
-            // SAFETY: a valid NUL-terminated path and a mode.
-            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
-        }
-        Hold { dir }
-    }
-
-    fn env(&self, point: &str) -> Vec<(String, String)> {
-        vec![
-            ("LOOPR_TEST_HOLD_AT".to_owned(), point.to_owned()),
-            (
-                "LOOPR_TEST_HOLD_DIR".to_owned(),
-                self.dir.display().to_string(),
-            ),
-        ]
-    }
-
-    /// Returns once the host is held (its open of `arrived` meets ours).
-    async fn arrived(&self) {
-        let path = self.dir.join("arrived");
-        let opened = tokio::time::timeout(
-            crate::nvim::WAIT,
-            tokio::task::spawn_blocking(move || std::fs::File::open(path)),
-        )
-        .await
-        .expect("the host reaches the hold point");
-        opened.expect("join").expect("open arrived");
-    }
-
-    async fn release(&self) {
-        let path = self.dir.join("release");
-        tokio::task::spawn_blocking(move || std::fs::OpenOptions::new().write(true).open(path))
-            .await
-            .expect("join")
-            .expect("open release");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,7 +63,7 @@ async fn a_cancel_between_a_loops_claim_and_its_launch_stops_it() {
     let first = editor.plan("First change").await;
     fake.wait_for_requests(1).await;
     let second: String = editor
-        .lua("return require('loopr').plan('Second change')")
+        .lua_answered("require('loopr').plan('Second change', function(id) result = id end)")
         .await;
     assert_eq!(record(&editor, &second).await["status"], "pending");
 
@@ -157,11 +106,15 @@ async fn a_failed_loop_is_retried_and_a_failed_revision_leaves_the_last_iteratio
 
     // The revision fails (persistent overload); iteration 1 stays, and stays approvable.
     fake.push(overloaded());
-    let revise =
-        format!("return require('loopr').revise('Smaller, please', {{ id = {plan_id:?} }})");
-    assert_eq!(editor.lua::<String>(&revise).await, plan_id);
+    let revise = format!(
+        "require('loopr').revise('Smaller, please', {{ id = {plan_id:?} }}, function(id) result = id end)"
+    );
+    assert_eq!(editor.lua_answered::<String>(&revise).await, plan_id);
     editor.wait_status(&plan_id, "failed").await;
     assert_eq!(record(&editor, &plan_id).await["iteration"], 1);
+    // The first spec the approval starts waits for the model (the second waits for it): no
+    // failure of theirs mixes with what the approval says.
+    fake.push(stalled_turn("Thinking"));
     assert_eq!(
         editor.command(&format!("LooprApprove {plan_id}")).await,
         None

@@ -139,9 +139,9 @@ async fn a_replaced_vim_notify_gets_whole_messages_all_prefixed_loopr() {
         )
         .await;
     // The host's own error, the plugin's usage error, an invalid option, and a multi-line one.
-    editor
-        .exec("vim.cmd('LooprCancel') vim.cmd('LooprRun')")
-        .await;
+    // The host's answer comes after the command returned: waited for, to keep the order.
+    let _: Option<bool> = editor.lua_answered("vim.cmd('LooprCancel')").await;
+    editor.exec("vim.cmd('LooprRun')").await;
     editor
         .exec("require('loopr').setup({ max_turns = 0 })")
         .await;

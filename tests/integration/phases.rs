@@ -277,8 +277,8 @@ async fn revising_a_validated_code_loop_runs_a_second_iteration_with_the_feedbac
             .reply(),
     );
     let revised: String = editor
-        .lua(&format!(
-            "return require('loopr').revise({feedback:?}, {{ id = {code_id:?} }})"
+        .lua_answered(&format!(
+            "require('loopr').revise({feedback:?}, {{ id = {code_id:?} }}, function(id) result = id end)"
         ))
         .await;
     assert_eq!(revised, code_id);
@@ -400,8 +400,8 @@ async fn after_a_spec_revision_a_phase_name_means_the_current_phase() {
         .expect("spec")
         .to_owned();
     let revised: String = editor
-        .lua(&format!(
-            "return require('loopr').revise('Keep the parsing apart', {{ id = {spec_id:?} }})"
+        .lua_answered(&format!(
+            "require('loopr').revise('Keep the parsing apart', {{ id = {spec_id:?} }}, function(id) result = id end)"
         ))
         .await;
     assert_eq!(revised, spec_id);

@@ -282,13 +282,13 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
 
     // From :LooprStatus, `t` on the loop's line.
     assert_eq!(editor.command("LooprStatus").await, None);
-    let opened: i64 = editor
-        .lua(&format!(
+    let _: Option<bool> = editor
+        .lua_answered(&format!(
             "vim.fn.search({loop_id:?})
-             vim.api.nvim_feedkeys('t', 'x', false)
-             return vim.api.nvim_get_current_buf()"
+             vim.api.nvim_feedkeys('t', 'x', false)"
         ))
         .await;
+    let opened: i64 = editor.lua("return vim.api.nvim_get_current_buf()").await;
     let text = transcript_with(&mut editor, opened, "→ create_plan (").await;
     assert!(
         text.starts_with(&format!("# plan loop {loop_id}")),

@@ -50,8 +50,8 @@ async fn a_planning_loop_asks_before_fetching_from_a_host_and_hears_the_rejectio
     );
 
     let answered: bool = editor
-        .lua(&format!(
-            "return require('loopr.approvals').answer({}, 'reject', 'read the local docs instead')",
+        .lua_answered(&format!(
+            "require('loopr.approvals').answer({}, 'reject', 'read the local docs instead', function(answered) result = answered end)",
             asked["id"]
         ))
         .await;

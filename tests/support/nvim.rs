@@ -16,6 +16,12 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// How long any single wait may take before the test fails instead of hanging.
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Lua that waits (handling events meanwhile) until every request sent with
+/// `require('loopr.host').send` has had its callback run, or fails after `WAIT`.
+const SETTLE_LUA: &str = "if not vim.wait(30000, function() return require('loopr.host').outstanding() == 0 end, 5) then
+               error('Loopr requests still unanswered after 30 s: ' .. require('loopr.host').outstanding())
+             end";
 pub const API_KEY: &str = "sk-ant-test-4f1c9b2e-never-log-me";
 
 type Writer = Compat<ChildStdin>;
@@ -246,9 +252,10 @@ impl TestNvim {
         let _: serde_json::Value = self.lua(&format!("{code}\nreturn vim.NIL")).await;
     }
 
-    /// Runs an Ex command; returns its error, if any: a Vim/Lua error, or the error messages
-    /// Loopr showed meanwhile (they go through a vim.notify that records them and passes them
-    /// on to Neovim's own).
+    /// Runs an Ex command and waits until the host answered what it sent (commands return
+    /// before that); returns its error, if any: a Vim/Lua error, or the error messages Loopr
+    /// showed meanwhile (they go through a vim.notify that records them and passes them on to
+    /// Neovim's own).
     pub async fn command(&self, command: &str) -> Option<String> {
         let code = format!(
             "local errors, stock = {{}}, vim.notify
@@ -257,11 +264,25 @@ impl TestNvim {
                pcall(stock, msg, level, opts)
              end
              local ok, err = pcall(vim.cmd, {command:?})
+             {settle}
              vim.notify = stock
              if not ok then return tostring(err) end
-             return #errors > 0 and table.concat(errors, '\\n') or vim.NIL"
+             return #errors > 0 and table.concat(errors, '\\n') or vim.NIL",
+            settle = SETTLE_LUA,
         );
         self.lua::<Option<String>>(&code).await
+    }
+
+    /// Runs Lua that sends requests with a callback (`require('loopr').plan(task, done)` say),
+    /// waits for the answers, and returns what `code` left in the local `result`.
+    pub async fn lua_answered<T: DeserializeOwned>(&self, code: &str) -> T {
+        self.lua(&format!(
+            "local result
+             {code}
+             {SETTLE_LUA}
+             return result"
+        ))
+        .await
     }
 
     /// Waits for the next `User <pattern>` event whose data satisfies `accept`, keeping the
@@ -406,6 +427,55 @@ impl TestNvim {
         let _ = self.nvim.command("qa!").await;
         let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
         self.dirs
+    }
+}
+
+/// Two FIFOs through which the test holds the host at a point (see `test_hooks::hold_point`).
+pub struct Hold {
+    dir: PathBuf,
+}
+
+impl Hold {
+    pub fn new(parent: &Path) -> Hold {
+        let dir = parent.join("hold");
+        std::fs::create_dir_all(&dir).expect("hold dir");
+        for name in ["arrived", "release"] {
+            let path =
+                std::ffi::CString::new(dir.join(name).to_string_lossy().as_bytes()).expect("path");
+            // SAFETY: a valid NUL-terminated path and a mode.
+            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+        }
+        Hold { dir }
+    }
+
+    pub fn env(&self, point: &str) -> Vec<(String, String)> {
+        vec![
+            ("LOOPR_TEST_HOLD_AT".to_owned(), point.to_owned()),
+            (
+                "LOOPR_TEST_HOLD_DIR".to_owned(),
+                self.dir.display().to_string(),
+            ),
+        ]
+    }
+
+    /// Returns once the host is held (its open of `arrived` meets ours).
+    pub async fn arrived(&self) {
+        let path = self.dir.join("arrived");
+        let opened = tokio::time::timeout(
+            WAIT,
+            tokio::task::spawn_blocking(move || std::fs::File::open(path)),
+        )
+        .await
+        .expect("the host reaches the hold point");
+        opened.expect("join").expect("open arrived");
+    }
+
+    pub async fn release(&self) {
+        let path = self.dir.join("release");
+        tokio::task::spawn_blocking(move || std::fs::OpenOptions::new().write(true).open(path))
+            .await
+            .expect("join")
+            .expect("open release");
     }
 }
 

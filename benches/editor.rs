@@ -1,0 +1,86 @@
+//! How long `:LooprPlan` blocks Neovim: a real headless Neovim with the plugin, against the
+//! fake model server, timing the command inside Neovim (`vim.uv.hrtime` around `vim.cmd`).
+//! Cold: the command that starts the host; warm: the host already runs. Prints figures only.
+//! Run with `cargo bench --bench editor` (`--profile dev` times the debug host).
+
+#[path = "../tests/support/fake_llm.rs"]
+mod fake_llm;
+#[path = "../tests/support/nvim.rs"]
+mod nvim;
+#[path = "../tests/support/scenario.rs"]
+mod scenario;
+
+use std::time::Duration;
+
+use fake_llm::FakeLlm;
+use nvim::TestNvim;
+
+const COLD_RUNS: usize = 5;
+const WARM_RUNS: usize = 20;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run());
+}
+
+/// Runs `:LooprPlan` and returns how long Neovim spent in it.
+async fn time_plan_command(editor: &TestNvim, task: &str) -> Duration {
+    let millis: f64 = editor
+        .lua(&format!(
+            "local start = vim.uv.hrtime()
+             vim.cmd({command:?})
+             return (vim.uv.hrtime() - start) / 1e6",
+            command = format!("LooprPlan {task}")
+        ))
+        .await;
+    Duration::from_secs_f64(millis / 1000.0)
+}
+
+/// Waits for the first event of a loop not in `known`, so one command's work is over before
+/// the next is timed.
+async fn new_loop(editor: &mut TestNvim, known: &mut std::collections::HashSet<String>) {
+    let seen = known.clone();
+    let event = editor
+        .wait_event("LooprLoopUpdated", move |data| {
+            data["id"].as_str().is_some_and(|id| !seen.contains(id))
+        })
+        .await;
+    known.insert(event["id"].as_str().unwrap_or_default().to_owned());
+}
+
+async fn run() {
+    let fake = FakeLlm::start().await;
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for run in 0..COLD_RUNS {
+        let mut editor = scenario::start_editor(&fake, "{}").await;
+        // The model never answers: the loops stay running and say nothing while timed.
+        for _ in 0..=WARM_RUNS / COLD_RUNS {
+            fake.push(scenario::stalled_turn("Thinking"));
+        }
+        let mut loops = std::collections::HashSet::new();
+        cold.push(time_plan_command(&editor, &format!("Cold start {run}")).await);
+        new_loop(&mut editor, &mut loops).await;
+        for take in 0..WARM_RUNS / COLD_RUNS {
+            warm.push(time_plan_command(&editor, &format!("Warm {run}.{take}")).await);
+            new_loop(&mut editor, &mut loops).await;
+        }
+        editor.quit().await;
+    }
+    for (label, mut figures) in [
+        ("cold, the command starts the host", cold),
+        ("warm, the host runs", warm),
+    ] {
+        figures.sort();
+        println!(
+            ":LooprPlan blocks Neovim ({label}): median {:.3} ms, max {:.3} ms over {} runs",
+            figures[figures.len() / 2].as_secs_f64() * 1000.0,
+            figures[figures.len() - 1].as_secs_f64() * 1000.0,
+            figures.len()
+        );
+    }
+}
