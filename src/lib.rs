@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod cli;
 pub mod llm;
 pub mod logging;
+pub mod pricing;
 pub mod schema;
 pub mod store;
 pub mod test_hooks;

@@ -13,6 +13,8 @@ mod scheduler;
 mod supervisor;
 mod tree_operations;
 
+pub use queries::{Spend, StatusRow};
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
