@@ -240,3 +240,48 @@ async fn a_tree_pauses_at_its_token_budget_and_approving_goes_on_from_where_it_w
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_refuses_prices_and_budgets_it_cannot_use_and_says_what_fits() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    for (opts, accepted) in [
+        ("{ prices = { ['m'] = { input = 1, output = 2 } } }", true),
+        (
+            "{ prices = { ['m'] = { input = 1, output = 2, cache_write = 1.25, cache_read = 0.1 } } }",
+            true,
+        ),
+        ("{ prices = { ['m'] = { input = 1 } } }", false),
+        ("{ prices = { ['m'] = { input = -1, output = 2 } } }", false),
+        (
+            "{ prices = { ['m'] = { input = 1, output = 2, cached = 1 } } }",
+            false,
+        ),
+        ("{ budget = { tokens = 5000 } }", true),
+        ("{ budget = { usd = 2.5, tokens = 1 } }", true),
+        ("{ budget = { tokens = 0 } }", false),
+        ("{ budget = { usd = 0 } }", false),
+        ("{ budget = { dollars = 5 } }", false),
+    ] {
+        let outcome: Value = editor
+            .lua(&format!(
+                "local ok, err = require('loopr.config').validate({opts})
+                 return {{ ok = ok, err = err or vim.NIL }}"
+            ))
+            .await;
+        assert_eq!(outcome["ok"], accepted, "{opts}: {outcome}");
+        if !accepted {
+            let option = if opts.contains("prices") {
+                "prices"
+            } else {
+                "budget"
+            };
+            let err = outcome["err"].as_str().expect("a message");
+            assert!(
+                err.starts_with(&format!("Loopr: setup(): option {option} expects a table")),
+                "{opts}: {err}"
+            );
+        }
+    }
+    editor.quit().await;
+}
