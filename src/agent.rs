@@ -27,7 +27,9 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
-pub use manager::{LoopManager, ManagerError, ProviderFactory, ShellServices, provider_factory};
+pub use manager::{
+    LoopManager, ManagerError, ProviderFactory, ShellServices, Spend, StatusRow, provider_factory,
+};
 pub use phases::PhaseLookupError;
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};

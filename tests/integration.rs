@@ -12,6 +12,7 @@ mod integration {
     mod cancel_and_restart;
     mod code;
     mod contract;
+    mod cost;
     mod editor;
     mod hierarchy;
     mod lifecycle;

@@ -1,6 +1,16 @@
 -- Option defaults and validation for `require('loopr').setup()`.
 
 ---@alias loopr.Layout "vsplit"|"split"|"tab"
+
+---@class loopr.Price USD per million tokens.
+---@field input number
+---@field output number
+---@field cache_write? number Defaults to input.
+---@field cache_read? number Defaults to input.
+
+---@class loopr.Budget
+---@field tokens? integer Every token read or written, cached or not.
+---@field usd? number Estimated from the prices; models without a price count nothing.
 ---@alias loopr.LogLevel "error"|"warn"|"info"|"debug"|"trace"
 ---@alias loopr.Level "plan"|"spec"|"phase"
 ---@alias loopr.ApprovalMode "ask"|"auto"
@@ -67,6 +77,8 @@
 ---@field deny_commands string[]|nil nil: the host's default list.
 ---@field secret_patterns string[]|nil nil: the host's default list.
 ---@field sandbox loopr.Sandbox
+---@field prices table<string, loopr.Price>
+---@field budget loopr.Budget
 
 ---@class loopr.Opts
 ---@field bin? string
@@ -106,6 +118,8 @@
 ---@field deny_commands? string[]
 ---@field secret_patterns? string[]
 ---@field sandbox? {mode?: "auto"|"bubblewrap"|"landlock"|"off", writable?: string[], network?: boolean, allow_git?: boolean, env?: string[]}
+---@field prices? table<string, loopr.Price> USD per million tokens by model id (or its start), over the defaults.
+---@field budget? loopr.Budget Per plan tree; reaching it pauses the tree until :LooprApprove.
 
 local M = {}
 
@@ -195,6 +209,36 @@ end
 
 ---@param v any
 ---@return boolean
+local function usd_amount(v)
+  return type(v) == 'number' and v >= 0 and v < math.huge
+end
+
+---A model's price: `input` and `output` required, the cache prices optional.
+---@param v any
+---@return boolean
+local function price(v)
+  return type(v) == 'table'
+    and v.input ~= nil
+    and v.output ~= nil
+    and record_of({ input = usd_amount, output = usd_amount, cache_write = usd_amount, cache_read = usd_amount })(v)
+end
+
+---@param v any
+---@return boolean
+local function prices(v)
+  if type(v) ~= 'table' then
+    return false
+  end
+  for model, p in pairs(v) do
+    if not nonempty_string(model) or not price(p) then
+      return false
+    end
+  end
+  return true
+end
+
+---@param v any
+---@return boolean
 local function is_boolean(v)
   return type(v) == 'boolean'
 end
@@ -209,6 +253,24 @@ end
 
 ---@type table<string, loopr.OptSpec>
 local spec = {
+  prices = {
+    expect = 'a table of model id (or its start) = { input = n, output = n, cache_write = n, cache_read = n }, '
+      .. 'USD per million tokens, each a number >= 0, the cache prices optional (they default to input), '
+      .. "e.g. { ['claude-sonnet-4-5'] = { input = 3, output = 15 } }",
+    check = prices,
+    default = const({}),
+  },
+  budget = {
+    expect = 'a table with tokens (an integer >= 1) and/or usd (a number > 0), e.g. { tokens = 2000000 } '
+      .. 'or { usd = 5 }',
+    check = record_of({
+      tokens = integer_at_least(1),
+      usd = function(v)
+        return usd_amount(v) and v > 0
+      end,
+    }),
+    default = const({}),
+  },
   bin = { expect = 'a non-empty string or nil', check = nonempty_string, default = const(nil) },
   provider = {
     expect = 'one of "anthropic", "openai", "ollama"',
@@ -466,6 +528,9 @@ function M.settings()
     allow_commands = c.allow_commands,
     deny_commands = c.deny_commands,
     secret_patterns = c.secret_patterns,
+    -- Empty tables are left out: msgpack cannot tell an empty map from an empty list.
+    prices = next(c.prices) and c.prices or nil,
+    budget = next(c.budget) and c.budget or nil,
   }
 end
 

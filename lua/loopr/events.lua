@@ -57,6 +57,7 @@ local IDLE = {
   interrupted = true,
   awaiting_approval = true,
   invalidated = true,
+  paused = true,
 }
 
 ---@param pattern string

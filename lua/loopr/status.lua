@@ -9,7 +9,7 @@ local INDENT = '  '
 local MIN_HEIGHT = 3
 local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
 ---Statuses of loops that still run or wait (the host's `LoopStatus::is_active`).
-local ACTIVE = { pending = true, running = true, awaiting_approval = true }
+local ACTIVE = { pending = true, running = true, awaiting_approval = true, paused = true }
 
 -- Highlight groups, linked by default so that colour schemes can restyle them.
 vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
@@ -33,6 +33,16 @@ vim.api.nvim_set_hl(0, 'LooprStatusHint', { link = 'Comment', default = true })
 ---@field created_at string
 ---@field updated_at string
 ---@field artifact_path string|vim.NIL Absolute path of the current .md.
+---@field spend loopr.Spend What the loop spent.
+---@field tree loopr.Spend|vim.NIL What its plan tree spent, on the tree's root only.
+
+---@class loopr.Spend
+---@field input integer Input tokens read at full price.
+---@field output integer
+---@field cache_write integer
+---@field cache_read integer
+---@field cost_usd number|vim.NIL Estimate for the priced models; nil when none is priced.
+---@field cost_unknown string[] Models without a price ("" for tokens of unrecorded models).
 
 ---@param s string
 ---@param width integer
@@ -101,6 +111,71 @@ function M.tree(rows)
   return ordered
 end
 
+---Tokens as `1200 in (900 cached, 300 cache write) · 80 out`: in counts every input
+---token, the parentheses what of it the provider's cache served or stored.
+---@param spend loopr.Spend|nil
+---@return string
+function M.tokens(spend)
+  if type(spend) ~= 'table' then
+    return ''
+  end
+  local cache_read, cache_write = spend.cache_read or 0, spend.cache_write or 0
+  local input = (spend.input or 0) + cache_read + cache_write
+  local cached = {}
+  if cache_read > 0 then
+    table.insert(cached, ('%d cached'):format(cache_read))
+  end
+  if cache_write > 0 then
+    table.insert(cached, ('%d cache write'):format(cache_write))
+  end
+  local note = #cached > 0 and (' (%s)'):format(table.concat(cached, ', ')) or ''
+  return ('%d in%s · %d out'):format(input, note, spend.output or 0)
+end
+
+---Dollars with precision where they are small: `$0.0123`, `$0.456`, `$12.35`.
+---@param usd number
+---@return string
+function M.dollars(usd)
+  if usd < 0.1 then
+    return ('$%.4f'):format(usd)
+  elseif usd < 10 then
+    return ('$%.3f'):format(usd)
+  end
+  return ('$%.2f'):format(usd)
+end
+
+---The estimated cost: `?` when no model is priced, `+?` after a partial estimate.
+---@param spend loopr.Spend|nil
+---@return string
+function M.cost(spend)
+  if type(spend) ~= 'table' then
+    return ''
+  end
+  local unknown = type(spend.cost_unknown) == 'table' and #spend.cost_unknown > 0
+  if type(spend.cost_usd) ~= 'number' then
+    return '?'
+  end
+  return M.dollars(spend.cost_usd) .. (unknown and '+?' or '')
+end
+
+---A plan tree's spend in one cell, naming the models without a price.
+---@param spend loopr.Spend|vim.NIL|nil
+---@return string
+function M.tree_spend(spend)
+  if type(spend) ~= 'table' then
+    return ''
+  end
+  local cell = M.tokens(spend) .. ' · ' .. M.cost(spend)
+  local unknown = {}
+  for _, model in ipairs(type(spend.cost_unknown) == 'table' and spend.cost_unknown or {}) do
+    table.insert(unknown, model ~= '' and model or 'turns of an earlier version')
+  end
+  if #unknown > 0 then
+    cell = cell .. (' (cost unknown for %s)'):format(table.concat(unknown, ', '))
+  end
+  return cell
+end
+
 ---The key-hint line at the bottom of the buffer.
 ---@return string
 function M.hint()
@@ -113,7 +188,7 @@ end
 ---@return string[] lines
 ---@return (loopr.LoopRecord|false)[] records The record of each line, false for others.
 function M.format(rows)
-  local cells = { { 'LOOP', 'NAME', 'ID', 'STATUS', 'ITER', 'REVIEWS', 'TOKENS IN/OUT', 'ERROR' } }
+  local cells = { { 'LOOP', 'NAME', 'ID', 'STATUS', 'ITER', 'REVIEWS', 'TOKENS', 'COST', 'TREE TOTAL', 'ERROR' } }
   local records = { false }
   for _, node in ipairs(M.tree(rows)) do
     local r = node.record
@@ -125,7 +200,9 @@ function M.format(rows)
       text(r.status),
       text(r.iteration),
       text(r.review_passes),
-      text(r.tokens_in) .. '/' .. text(r.tokens_out),
+      M.tokens(r.spend),
+      M.cost(r.spend),
+      M.tree_spend(r.tree),
       truncate(text(r.error), ERROR_WIDTH),
     })
     table.insert(records, r)
@@ -233,16 +310,31 @@ local function render(buf, lines, records)
   end
 end
 
+---The project's loops as the host reports them, costs priced with the current setup()'s
+---prices.
+---@param root string
+---@return loopr.LoopRecord[]|nil rows
+---@return string|nil err
+function M.rows(root)
+  local prices = require('loopr.config').get().prices
+  -- An empty table is left out: msgpack cannot tell an empty map from an empty list.
+  local rows, err = require('loopr.host').request('status', { root = root, prices = next(prices) and prices or nil })
+  if err then
+    return nil, err
+  end
+  return type(rows) == 'table' and rows or {}
+end
+
 ---@param root string
 ---@return string[]|nil lines
 ---@return (loopr.LoopRecord|false)[] records
 ---@return string|nil err
 local function fetch(root)
-  local rows, err = require('loopr.host').request('status', { root = root })
-  if err then
+  local rows, err = M.rows(root)
+  if not rows then
     return nil, {}, err
   end
-  local lines, records = M.format(type(rows) == 'table' and rows or {})
+  local lines, records = M.format(rows)
   return lines, records
 end
 

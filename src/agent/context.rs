@@ -58,6 +58,12 @@ pub enum LoopError {
     },
     #[error("the loop's settings: {0}")]
     Settings(String),
+    #[error("plan tree {root} reached its budget ({reached}); :LooprApprove {root} to go on")]
+    BudgetReached {
+        root: crate::store::LoopId,
+        /// What was reached, e.g. "10250 of 10000 tokens".
+        reached: String,
+    },
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]

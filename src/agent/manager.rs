@@ -14,6 +14,8 @@ mod supervisor;
 mod transcripts;
 mod tree_operations;
 
+pub use queries::{Spend, StatusRow};
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

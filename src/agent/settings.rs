@@ -1,12 +1,13 @@
-use std::time::Duration;
-
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
 use super::context_budget::ContextBudget;
 use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
+use crate::pricing::{Budget, Price, PriceTable};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
     ToolPolicy,
@@ -76,6 +77,10 @@ pub struct LoopSettings {
     pub sandbox: SandboxSettings,
     /// Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
     pub web_fetch_allow_hosts: Vec<String>,
+    /// USD per million tokens by model id (or its start), over the defaults.
+    pub prices: BTreeMap<String, Price>,
+    /// The spend of each plan tree after which its loops pause until approved.
+    pub budget: Budget,
 }
 
 impl Default for LoopSettings {
@@ -117,6 +122,8 @@ impl Default for LoopSettings {
             web_fetch: false,
             sandbox: SandboxSettings::default(),
             web_fetch_allow_hosts: Vec::new(),
+            prices: BTreeMap::new(),
+            budget: Budget::default(),
         }
     }
 }
@@ -200,6 +207,8 @@ impl LoopSettings {
             Arc::new(AcceptAll),
         )?
         .allowing_hosts(&self.web_fetch_allow_hosts)?;
+        PriceTable::check(&self.prices)?;
+        self.budget.check()?;
         if self.plan_review_passes > 5 {
             return Err("plan_review_passes must be between 0 and 5".to_owned());
         }
@@ -267,6 +276,11 @@ impl LoopSettings {
             request_timeout: self.request_timeout(),
             stream_idle_timeout: self.stream_idle_timeout(),
         }
+    }
+
+    /// The prices in effect for these settings: the user's over the defaults.
+    pub fn price_table(&self) -> PriceTable {
+        PriceTable::new(self.prices.clone())
     }
 
     pub fn gates(&self, level: &str) -> bool {

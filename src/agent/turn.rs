@@ -17,6 +17,7 @@ use crate::llm::{
     ChatRequest, ContentBlock, LlmError, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn,
     Usage,
 };
+use crate::pricing::{BudgetGuard, ModelUsage};
 use crate::store::{LoopDb, LoopId};
 
 /// The answer to one tool call.
@@ -134,6 +135,8 @@ pub(super) struct Conversation {
     budget: ContextBudget,
     /// The estimated tokens of the system prompt and the tools, sent with every request.
     fixed_tokens: u64,
+    /// The plan tree's budget, checked before each question.
+    spend_guard: Option<BudgetGuard>,
 }
 
 struct UnwrittenTurn {
@@ -143,6 +146,24 @@ struct UnwrittenTurn {
     state: serde_json::Value,
     tokens_in: u64,
     tokens_out: u64,
+}
+
+/// The tokens of the answers among `entries`, per model, as the journal has them.
+fn usage_by_model(entries: &[Entry]) -> Vec<ModelUsage> {
+    let mut spent: Vec<ModelUsage> = Vec::new();
+    for entry in entries {
+        let Entry::Assistant { model, usage, .. } = entry else {
+            continue;
+        };
+        match spent.iter_mut().find(|known| known.model == *model) {
+            Some(known) => known.usage.add(usage),
+            None => spent.push(ModelUsage {
+                model: model.clone(),
+                usage: *usage,
+            }),
+        }
+    }
+    spent
 }
 
 /// Runs `work` on the blocking threads; a panic in it goes on unwinding here.
@@ -200,6 +221,7 @@ impl Conversation {
             db: context.db.clone(),
             id: context.record.id.clone(),
             unreadable_in_a_row: 0,
+            spend_guard: BudgetGuard::of(context.settings.budget, context.settings.price_table()),
             usage: Usage {
                 input_tokens: context.record.tokens_in,
                 output_tokens: context.record.tokens_out,
@@ -449,13 +471,27 @@ impl Conversation {
         Ok(())
     }
 
-    /// Writes the kept turn, then asks the store whether the loop is still wanted.
+    /// Writes the kept turn, then asks the store whether the loop is still wanted and, with
+    /// a budget, whether its plan tree may spend more (`LoopError::BudgetReached` if not: the
+    /// loop stops before asking, its journal whole).
     async fn write_then_check(&mut self) -> Result<bool, LoopError> {
         let write = self.write_unwritten();
-        let (db, id) = (self.db.clone(), self.id.clone());
+        let (db, id, budget) = (self.db.clone(), self.id.clone(), self.spend_guard.clone());
         blocking(move || {
             write()?;
-            Ok(db.still_wanted(&id)?)
+            if !db.still_wanted(&id)? {
+                return Ok(false);
+            }
+            if let Some(budget) = budget {
+                let spend = db.tree_spend(&id)?;
+                if let Some(reached) = budget.reached(&spend.usage, spend.grant) {
+                    return Err(LoopError::BudgetReached {
+                        root: spend.root,
+                        reached,
+                    });
+                }
+            }
+            Ok(true)
         })
         .await
     }
@@ -473,7 +509,8 @@ impl Conversation {
                 .append(&turn.entries, &turn.state)
                 .map_err(journal_write_error)?;
             transcripts.written(&id, turn.batch + 1);
-            Ok(db.set_tokens(&id, turn.tokens_in, turn.tokens_out)?)
+            let spent = usage_by_model(&turn.entries);
+            Ok(db.add_turn_usage(&id, turn.tokens_in, turn.tokens_out, &spent)?)
         }
     }
 }

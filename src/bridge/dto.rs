@@ -25,6 +25,23 @@ pub struct RootParams {
     pub root: PathBuf,
 }
 
+/// `:LooprStatus` asks with the prices of the current `setup()`, which the costs use.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, crate::pricing::Price>,
+}
+
+impl StatusParams {
+    pub fn price_table(&self) -> Result<crate::pricing::PriceTable, String> {
+        crate::pricing::PriceTable::check(&self.prices)
+            .map_err(|err| format!("Loopr: setup(): {err}"))?;
+        Ok(crate::pricing::PriceTable::new(self.prices.clone()))
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CancelParams {
@@ -210,7 +227,7 @@ pub struct LoopIdsParams {
     /// Only loops that are pending, running or awaiting approval.
     #[serde(default)]
     pub running_only: bool,
-    /// Only loops awaiting approval.
+    /// Only loops `:LooprApprove` takes: awaiting approval, or paused at a budget.
     #[serde(default)]
     pub awaiting_only: bool,
 }
@@ -218,7 +235,7 @@ pub struct LoopIdsParams {
 impl LoopIdsParams {
     pub fn matches(&self, status: LoopStatus) -> bool {
         if self.awaiting_only {
-            status == LoopStatus::AwaitingApproval
+            matches!(status, LoopStatus::AwaitingApproval | LoopStatus::Paused)
         } else if self.running_only {
             status.is_active()
         } else {
@@ -380,13 +397,47 @@ pub struct LoopRecordReply {
     pub artifact_path: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// What the loop spent.
+    pub spend: SpendReply,
+    /// What the plan tree spent, on the tree's root only.
+    pub tree: Option<SpendReply>,
+}
+
+/// Tokens of every kind, and their estimated cost.
+#[derive(Debug, Default, Serialize)]
+pub struct SpendReply {
+    pub input: u64,
+    pub output: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+    /// USD for the priced models; nil when tokens were spent and none of them is priced.
+    pub cost_usd: Option<f64>,
+    /// Models whose tokens the cost leaves out for want of a price (an empty name: tokens
+    /// an earlier version counted without their model).
+    pub cost_unknown: Vec<String>,
+}
+
+impl From<&crate::agent::Spend> for SpendReply {
+    fn from(spend: &crate::agent::Spend) -> SpendReply {
+        let usage = &spend.usage;
+        SpendReply {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cache_write: usage.cache_write_tokens,
+            cache_read: usage.cache_read_tokens,
+            cost_usd: spend.cost.known_usd(),
+            cost_unknown: spend.cost.unpriced.clone(),
+        }
+    }
 }
 
 impl LoopRecordReply {
-    pub fn new(record: LoopRecord, artifact_path: Option<PathBuf>) -> LoopRecordReply {
+    pub fn new(row: crate::agent::StatusRow) -> LoopRecordReply {
         LoopRecordReply {
-            artifact_path: artifact_path.map(|path| path.to_string_lossy().into_owned()),
-            ..LoopRecordReply::from(record)
+            artifact_path: row.artifact.map(|path| path.to_string_lossy().into_owned()),
+            spend: SpendReply::from(&row.spend),
+            tree: row.tree.as_ref().map(SpendReply::from),
+            ..LoopRecordReply::from(row.record)
         }
     }
 }
@@ -410,6 +461,8 @@ impl From<LoopRecord> for LoopRecordReply {
             review_passes: record.review_passes,
             created_at: record.created_at,
             updated_at: record.updated_at,
+            spend: SpendReply::default(),
+            tree: None,
         }
     }
 }

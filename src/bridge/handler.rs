@@ -5,8 +5,8 @@ use nvim_rs::{Handler, Neovim, Value};
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
     LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, ReviseParams,
-    RootParams, RunParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
-    TranscriptReply, UndoParams, UndoReply, params, to_value,
+    RootParams, RunParams, StatusParams, TasksParams, TasksReply, TranscriptCloseParams,
+    TranscriptParams, TranscriptReply, UndoParams, UndoReply, params, to_value,
 };
 use super::event_pump::OutgoingQueue;
 use std::sync::Arc;
@@ -187,13 +187,13 @@ impl RpcHandler {
                 Ok(Value::Nil)
             }
             "status" => {
-                let params: RootParams = params(method, args)?;
+                let params: StatusParams = params(method, args)?;
                 let records: Vec<LoopRecordReply> = self
                     .manager
-                    .status_with_artifacts(&params.root)
+                    .status_with_spend(&params.root, &params.price_table()?)
                     .map_err(|err| format!("Loopr: {err}"))?
                     .into_iter()
-                    .map(|(record, artifact)| LoopRecordReply::new(record, artifact))
+                    .map(LoopRecordReply::new)
                     .collect();
                 to_value(&records)
             }

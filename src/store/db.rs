@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -5,10 +6,14 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
+use crate::llm::Usage;
+use crate::pricing::ModelUsage;
 
 mod tree;
 
-pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange, approvable, retryable};
+pub use tree::{
+    CancelledTree, CodeLoopRefused, Paused, Refused, StatusChange, TreeSpend, approvable, retryable,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -40,7 +45,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -153,6 +158,47 @@ impl LoopDb {
                 changed
             })?;
         self.require_changed(changed, id)
+    }
+
+    /// Records a turn's tokens: the loop's totals (`tokens_in` counts every kind of input)
+    /// and what each model spent of every kind, added to what the loop spent before. One
+    /// transaction, not waiting for the disk, like `set_tokens`.
+    pub fn add_turn_usage(
+        &self,
+        id: &LoopId,
+        tokens_in: u64,
+        tokens_out: u64,
+        spent: &[ModelUsage],
+    ) -> Result<(), StoreError> {
+        let changed = self.with_connection(|connection| {
+            connection.pragma_update(None, "synchronous", "NORMAL")?;
+            let written = add_turn_usage_in(connection, id, tokens_in, tokens_out, spent);
+            connection.pragma_update(None, "synchronous", "FULL")?;
+            written
+        })?;
+        self.require_changed(changed, id)
+    }
+
+    /// The tokens every loop spent, per model.
+    pub fn usage_by_loop(&self) -> Result<HashMap<LoopId, Vec<ModelUsage>>, StoreError> {
+        let rows = self.with_connection(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT loop_id, model, input, output, cache_write, cache_read FROM loop_usage
+                 ORDER BY loop_id, model",
+            )?;
+            statement
+                .query_map([], |row| {
+                    Ok((row.get::<_, String>(0)?, model_usage(row, 1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let mut by_loop: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
+        for (id, usage) in rows {
+            if let Some(id) = LoopId::parse(&id) {
+                by_loop.entry(id).or_default().push(usage);
+            }
+        }
+        Ok(by_loop)
     }
 
     pub fn set_review_passes(&self, id: &LoopId, passes: u32) -> Result<(), StoreError> {
@@ -386,6 +432,66 @@ fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> ru
     Ok(())
 }
 
+fn add_turn_usage_in(
+    connection: &Connection,
+    id: &LoopId,
+    tokens_in: u64,
+    tokens_out: u64,
+    spent: &[ModelUsage],
+) -> rusqlite::Result<usize> {
+    let transaction = connection.unchecked_transaction()?;
+    let changed = transaction.execute(
+        "UPDATE loops SET tokens_in = ?2, tokens_out = ?3, updated_at = ?4 WHERE id = ?1",
+        params![
+            id.as_str(),
+            sql_count(tokens_in),
+            sql_count(tokens_out),
+            now_rfc3339()
+        ],
+    )?;
+    if changed == 1 {
+        for entry in spent {
+            let usage = &entry.usage;
+            transaction.execute(
+                "INSERT INTO loop_usage (loop_id, model, input, output, cache_write, cache_read)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (loop_id, model) DO UPDATE SET
+                     input = input + excluded.input,
+                     output = output + excluded.output,
+                     cache_write = cache_write + excluded.cache_write,
+                     cache_read = cache_read + excluded.cache_read",
+                params![
+                    id.as_str(),
+                    entry.model,
+                    sql_count(usage.input_tokens),
+                    sql_count(usage.output_tokens),
+                    sql_count(usage.cache_write_tokens),
+                    sql_count(usage.cache_read_tokens),
+                ],
+            )?;
+        }
+    }
+    transaction.commit()?;
+    Ok(changed)
+}
+
+/// A `ModelUsage` from the row's columns from `first`: model, input, output, cache write,
+/// cache read.
+fn model_usage(row: &Row<'_>, first: usize) -> rusqlite::Result<ModelUsage> {
+    let count = |index: usize| -> rusqlite::Result<u64> {
+        Ok(u64::try_from(row.get::<_, i64>(first + index)?).unwrap_or_default())
+    };
+    Ok(ModelUsage {
+        model: row.get(first)?,
+        usage: Usage {
+            input_tokens: count(1)?,
+            output_tokens: count(2)?,
+            cache_write_tokens: count(3)?,
+            cache_read_tokens: count(4)?,
+        },
+    })
+}
+
 /// SQLite integers are signed; token counts never get near the limit, but saturate rather
 /// than wrap if they ever did.
 fn sql_count(count: u64) -> i64 {
@@ -550,6 +656,31 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
             "ALTER TABLE loops ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;",
         )?;
     }
+    if version < 4 {
+        // Tokens per loop and model, the four kinds apart, so a cost can be priced per model;
+        // and, per plan tree, what it had spent when the user last let it go past its budget.
+        // Counts an earlier version kept only in total move over under an empty model name.
+        transaction.execute_batch(
+            "CREATE TABLE IF NOT EXISTS loop_usage (
+                 loop_id TEXT NOT NULL REFERENCES loops(id),
+                 model TEXT NOT NULL,
+                 input INTEGER NOT NULL DEFAULT 0,
+                 output INTEGER NOT NULL DEFAULT 0,
+                 cache_write INTEGER NOT NULL DEFAULT 0,
+                 cache_read INTEGER NOT NULL DEFAULT 0,
+                 PRIMARY KEY (loop_id, model)
+             );
+             INSERT OR IGNORE INTO loop_usage (loop_id, model, input, output)
+                 SELECT id, '', tokens_in, tokens_out FROM loops
+                 WHERE tokens_in > 0 OR tokens_out > 0;
+             CREATE TABLE IF NOT EXISTS budget_grants (
+                 root_id TEXT PRIMARY KEY REFERENCES loops(id),
+                 tokens INTEGER NOT NULL,
+                 usd REAL NOT NULL,
+                 granted_at TEXT NOT NULL
+             );",
+        )?;
+    }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()
 }
@@ -688,6 +819,60 @@ mod tests {
         assert_eq!(old.len(), 1);
         assert_eq!(old[0].task, "Old task");
         assert!(old[0].depends_on.is_empty());
+    }
+
+    #[test]
+    fn a_version_three_database_keeps_its_token_counts_under_an_unrecorded_model() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("loopr.db");
+        {
+            let db = LoopDb::open(&path).expect("open");
+            db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
+                .expect("insert");
+            db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
+                .expect("insert");
+            db.set_tokens(&LoopId::parse("old-1").expect("id"), 120, 45)
+                .expect("tokens");
+            // Back to version 3, as an earlier Loopr left it.
+            db.with_connection(|connection| {
+                connection.execute_batch(
+                    "DROP TABLE loop_usage; DROP TABLE budget_grants; PRAGMA user_version = 3;",
+                )
+            })
+            .expect("downgrade");
+        }
+        let db = LoopDb::open(&path).expect("migrate");
+        let usage = db.usage_by_loop().expect("usage");
+        let old = LoopId::parse("old-1").expect("id");
+        assert_eq!(
+            usage.get(&old),
+            Some(&vec![ModelUsage {
+                model: String::new(),
+                usage: Usage {
+                    input_tokens: 120,
+                    output_tokens: 45,
+                    ..Usage::default()
+                },
+            }])
+        );
+        assert_eq!(usage.len(), 1, "a loop that spent nothing has no row");
+        // New turns add per model, beside what was moved over.
+        let spent = [ModelUsage {
+            model: "claude-haiku-4-5".to_owned(),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+                cache_write_tokens: 3,
+                cache_read_tokens: 4,
+            },
+        }];
+        db.add_turn_usage(&old, 137, 47, &spent).expect("turn");
+        db.add_turn_usage(&old, 154, 49, &spent).expect("turn");
+        let usage = db.usage_by_loop().expect("usage");
+        assert_eq!(usage[&old].len(), 2);
+        assert_eq!(usage[&old][1].usage.cache_read_tokens, 8, "added up");
+        let record = db.get(&old).expect("get").expect("stored");
+        assert_eq!((record.tokens_in, record.tokens_out), (154, 49));
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub enum LoopStatus {
     Interrupted,
     /// Its parent was revised; the artifact that triggered it is stale. Kept for reference.
     Invalidated,
+    /// Stopped before a turn because its plan tree reached its budget; its journal is whole,
+    /// and `:LooprApprove` lets it go on from there.
+    Paused,
 }
 
 impl LoopStatus {
@@ -133,6 +136,7 @@ impl LoopStatus {
             LoopStatus::Cancelled => "cancelled",
             LoopStatus::Interrupted => "interrupted",
             LoopStatus::Invalidated => "invalidated",
+            LoopStatus::Paused => "paused",
         }
     }
 
@@ -140,7 +144,10 @@ impl LoopStatus {
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            LoopStatus::Pending | LoopStatus::Running | LoopStatus::AwaitingApproval
+            LoopStatus::Pending
+                | LoopStatus::Running
+                | LoopStatus::AwaitingApproval
+                | LoopStatus::Paused
         )
     }
 }
@@ -157,6 +164,7 @@ impl FromStr for LoopStatus {
             "cancelled" => Ok(LoopStatus::Cancelled),
             "interrupted" => Ok(LoopStatus::Interrupted),
             "invalidated" => Ok(LoopStatus::Invalidated),
+            "paused" => Ok(LoopStatus::Paused),
             other => Err(format!("unknown loop status {other:?}")),
         }
     }

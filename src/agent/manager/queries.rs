@@ -1,12 +1,54 @@
 //! Read-only answers for the shells: status, tasks, phase names, one loop by id.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::jobs;
 use crate::agent::phases::{phase_selectors, resolve_phase};
 use crate::agent::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
+use crate::llm::Usage;
+use crate::pricing::{Cost, ModelUsage, PriceTable, total_usage};
 use crate::store::{LoopId, LoopRecord, LoopStatus};
+
+/// One loop for `:LooprStatus`.
+pub struct StatusRow {
+    pub record: LoopRecord,
+    /// The markdown of its current artifact, if it has one.
+    pub artifact: Option<PathBuf>,
+    pub spend: Spend,
+    /// What its plan tree spent, for a loop that is the root of one.
+    pub tree: Option<Spend>,
+}
+
+/// Tokens of every kind and what they cost.
+pub struct Spend {
+    pub usage: Usage,
+    pub cost: Cost,
+}
+
+impl Spend {
+    fn of(usage: &[ModelUsage], prices: &PriceTable) -> Spend {
+        Spend {
+            usage: total_usage(usage),
+            cost: prices.cost(usage),
+        }
+    }
+}
+
+/// The root of `id`'s plan tree among the loops `parents` knows (a loop whose parent is
+/// missing counts as a root). Walks at most as many steps as there are loops, so a cycle a
+/// damaged database might hold cannot hang it.
+fn tree_root(parents: &HashMap<LoopId, Option<LoopId>>, id: &LoopId) -> LoopId {
+    let mut current = id;
+    for _ in 0..parents.len() {
+        match parents.get(current) {
+            Some(Some(parent)) if parents.contains_key(parent) => current = parent,
+            _ => break,
+        }
+    }
+    current.clone()
+}
 
 impl LoopManager {
     pub fn status(&self, root: &Path) -> Result<Vec<LoopRecord>, ManagerError> {
@@ -34,6 +76,52 @@ impl LoopManager {
                             .join(format!("{}.md", kind.as_str()))
                     });
                 (record, markdown)
+            })
+            .collect())
+    }
+
+    /// Every loop as `status_with_artifacts` gives it, with what it spent and, for the root
+    /// of each plan tree, what the whole tree spent (plan, specs, phases, code loops, the
+    /// invalidated ones too: their tokens were paid for), priced by `prices`.
+    pub fn status_with_spend(
+        &self,
+        root: &Path,
+        prices: &PriceTable,
+    ) -> Result<Vec<StatusRow>, ManagerError> {
+        let rows = self.status_with_artifacts(root)?;
+        let mut usage_by_loop = self.project(root)?.db.usage_by_loop()?;
+        let parents: HashMap<LoopId, Option<LoopId>> = rows
+            .iter()
+            .map(|(record, _)| (record.id.clone(), record.parent.clone()))
+            .collect();
+        let mut by_tree: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
+        let mut with_usage = Vec::with_capacity(rows.len());
+        for (record, artifact) in rows {
+            let usage = usage_by_loop.remove(&record.id).unwrap_or_default();
+            let tree = by_tree.entry(tree_root(&parents, &record.id)).or_default();
+            for entry in &usage {
+                match tree.iter_mut().find(|known| known.model == entry.model) {
+                    Some(known) => known.usage.add(&entry.usage),
+                    None => tree.push(entry.clone()),
+                }
+            }
+            with_usage.push((record, artifact, usage));
+        }
+        Ok(with_usage
+            .into_iter()
+            .map(|(record, artifact, usage)| {
+                let tree = record.parent.is_none().then(|| {
+                    Spend::of(
+                        by_tree.get(&record.id).map_or(&[][..], Vec::as_slice),
+                        prices,
+                    )
+                });
+                StatusRow {
+                    spend: Spend::of(&usage, prices),
+                    tree,
+                    record,
+                    artifact,
+                }
             })
             .collect())
     }

@@ -11,6 +11,7 @@ use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::approvals::PolicyApprover;
 use crate::agent::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
+use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
 use crate::tools::Approver;
@@ -127,6 +128,9 @@ impl LoopManager {
             Ok(Err(LoopError::Cancelled)) => {
                 self.record_end(project, record, LoopStatus::Cancelled, None);
             }
+            Ok(Err(reached @ LoopError::BudgetReached { .. })) => {
+                self.record_pause(project, record, reached.to_string());
+            }
             Ok(Err(err)) => {
                 tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
                 self.record_end(project, record, LoopStatus::Failed, Some(err.to_string()));
@@ -190,6 +194,37 @@ impl LoopManager {
                     record,
                     LoopStatus::Failed,
                     Some(format!("recording the outcome: {err}")),
+                );
+            }
+        }
+    }
+
+    /// Pauses a loop whose plan tree reached its budget; the user hears of it once per tree.
+    fn record_pause(&self, project: &Project, record: &LoopRecord, reason: String) {
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return;
+        }
+        match project.db.pause_running(&record.id, &reason) {
+            Ok(Some(paused)) => {
+                tracing::info!(loop_id = %record.id, root = %paused.root, reason = %reason, "paused at the budget");
+                self.emit_change(paused.change);
+                if paused.first_in_tree {
+                    self.shared.events.emit(LoopEvent::Notice {
+                        loop_id: record.id.to_string(),
+                        level: NoticeLevel::Warn,
+                        message: reason,
+                    });
+                }
+            }
+            // No longer running as it paused: a cancel asked meanwhile wins.
+            Ok(None) => self.record_end(project, record, LoopStatus::Cancelled, None),
+            Err(err) => {
+                tracing::error!(loop_id = %record.id, error = %err, "recording the loop's pause");
+                self.record_end(
+                    project,
+                    record,
+                    LoopStatus::Failed,
+                    Some(format!("recording the pause: {err}")),
                 );
             }
         }

@@ -6,7 +6,11 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::{LoopDb, RawRecord, SELECT_RECORD, StoreError, insert_row, store_to_sqlite};
+use super::{
+    LoopDb, RawRecord, SELECT_RECORD, StoreError, insert_row, model_usage, sql_count,
+    store_to_sqlite,
+};
+use crate::pricing::{Grant, ModelUsage};
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 
 /// Why the store refused to change a loop: the state it found, read in the same transaction
@@ -36,6 +40,25 @@ impl StatusChange {
             error,
         }
     }
+}
+
+/// A plan tree's spend: its root, the tokens of all its loops per model, and what it had
+/// spent at the user's last grant past its budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeSpend {
+    pub root: LoopId,
+    pub usage: Vec<ModelUsage>,
+    pub grant: Grant,
+}
+
+/// What `pause_running` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    pub change: StatusChange,
+    /// The root of the loop's plan tree.
+    pub root: LoopId,
+    /// No other loop of the tree was paused: the user has not been told yet.
+    pub first_in_tree: bool,
 }
 
 /// What `cancel_tree` did.
@@ -279,7 +302,7 @@ impl LoopDb {
             let mut outcome = CancelledTree::default();
             for record in tree {
                 match record.status {
-                    LoopStatus::Pending | LoopStatus::AwaitingApproval => {
+                    LoopStatus::Pending | LoopStatus::AwaitingApproval | LoopStatus::Paused => {
                         transaction.execute(
                             "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
                             params![record.id.as_str(), now],
@@ -346,6 +369,113 @@ impl LoopDb {
                 fail_waiting_dependents(transaction, &record, status, &path, &mut changes)?;
             }
             Ok(Some(changes))
+        })
+    }
+
+    /// The spend of the plan tree loop `id` belongs to, read as one snapshot.
+    pub fn tree_spend(&self, id: &LoopId) -> Result<TreeSpend, StoreError> {
+        self.with_connection(|connection| {
+            let snapshot = connection.unchecked_transaction()?;
+            let root = root_in(&snapshot, id)?;
+            let spend = TreeSpend {
+                usage: tree_usage_in(&snapshot, &root)?,
+                grant: grant_in(&snapshot, &root)?,
+                root,
+            };
+            snapshot.commit()?;
+            Ok(spend)
+        })
+    }
+
+    /// Pauses a running loop whose plan tree reached its budget, noting `reason`; `None`
+    /// (and nothing written) if it no longer runs or a cancel was asked of it.
+    pub fn pause_running(&self, id: &LoopId, reason: &str) -> Result<Option<Paused>, StoreError> {
+        let path = self.path.clone();
+        self.with_transaction(|transaction| {
+            let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
+                return Ok(None);
+            };
+            if record.status != LoopStatus::Running || cancel_requested {
+                return Ok(None);
+            }
+            transaction.execute(
+                "UPDATE loops SET status = 'paused', error = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id.as_str(), reason, now_rfc3339()],
+            )?;
+            let root = root_in(transaction, id)?;
+            let mut tree = vec![root.clone()];
+            tree.extend(
+                descendants_in(transaction, &root, &path)?
+                    .into_iter()
+                    .map(|r| r.id),
+            );
+            let mut others_paused = 0;
+            for other in tree.iter().filter(|other| *other != id) {
+                let paused: bool = transaction.query_row(
+                    "SELECT status = 'paused' FROM loops WHERE id = ?1",
+                    params![other.as_str()],
+                    |row| row.get(0),
+                )?;
+                others_paused += usize::from(paused);
+            }
+            Ok(Some(Paused {
+                change: StatusChange::of(&record, LoopStatus::Paused, Some(reason.to_owned())),
+                root,
+                first_in_tree: others_paused == 0,
+            }))
+        })
+    }
+
+    /// Lets the paused loops of loop `id`'s plan tree go on: they become pending, owned by
+    /// `host_pid`, and the tree's budget counts from now on, from the spend `grant_for` makes
+    /// of the tree's tokens. One transaction. Refused (with `id`'s state) if nothing in the
+    /// tree is paused; otherwise the tree's root and the loops it resumed.
+    pub fn resume_paused_tree(
+        &self,
+        id: &LoopId,
+        host_pid: u32,
+        grant_for: impl FnOnce(&[ModelUsage]) -> Grant,
+    ) -> Result<Result<(LoopId, Vec<StatusChange>), Refused>, StoreError> {
+        let path = self.path.clone();
+        self.checked_transaction(id, |transaction| {
+            let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
+                return Ok(Checked::Unknown);
+            };
+            let root = root_in(transaction, id)?;
+            let mut tree = loop_in(transaction, &root, &path)?
+                .map(|(root, _)| vec![root])
+                .unwrap_or_default();
+            tree.extend(descendants_in(transaction, &root, &path)?);
+            let paused: Vec<LoopRecord> = tree
+                .into_iter()
+                .filter(|loop_record| loop_record.status == LoopStatus::Paused)
+                .collect();
+            if paused.is_empty() {
+                return Ok(Checked::Refused(Refused {
+                    status: record.status,
+                    cancel_requested,
+                }));
+            }
+            let grant = grant_for(&tree_usage_in(transaction, &root)?);
+            let now = now_rfc3339();
+            transaction.execute(
+                "INSERT INTO budget_grants (root_id, tokens, usd, granted_at)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (root_id) DO UPDATE SET
+                     tokens = excluded.tokens, usd = excluded.usd, granted_at = excluded.granted_at",
+                params![root.as_str(), sql_count(grant.tokens), grant.usd, now],
+            )?;
+            let mut resumed = Vec::new();
+            for loop_record in paused {
+                transaction.execute(
+                    "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2,
+                                      updated_at = ?3
+                     WHERE id = ?1",
+                    params![loop_record.id.as_str(), host_pid, now],
+                )?;
+                resumed.push(StatusChange::of(&loop_record, LoopStatus::Pending, None));
+            }
+            Ok(Checked::Done((root, resumed)))
         })
     }
 
@@ -493,6 +623,60 @@ fn dependencies_complete(
     }))
 }
 
+/// The root of loop `id`'s plan tree (`id` itself for a root, or an unknown loop).
+fn root_in(connection: &Connection, id: &LoopId) -> rusqlite::Result<LoopId> {
+    let root: Option<String> = connection
+        .query_row(
+            "WITH RECURSIVE up(id, parent) AS (
+                 SELECT id, parent FROM loops WHERE id = ?1
+                 UNION ALL
+                 SELECT loops.id, loops.parent FROM loops JOIN up ON loops.id = up.parent
+             )
+             SELECT id FROM up WHERE parent IS NULL",
+            params![id.as_str()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(root
+        .as_deref()
+        .and_then(LoopId::parse)
+        .unwrap_or_else(|| id.clone()))
+}
+
+/// The tokens of `root` and every loop below it, per model.
+fn tree_usage_in(connection: &Connection, root: &LoopId) -> rusqlite::Result<Vec<ModelUsage>> {
+    let mut statement = connection.prepare(
+        "WITH RECURSIVE tree(id) AS (
+             SELECT ?1
+             UNION ALL
+             SELECT loops.id FROM loops JOIN tree ON loops.parent = tree.id
+         )
+         SELECT model, SUM(input), SUM(output), SUM(cache_write), SUM(cache_read)
+         FROM loop_usage JOIN tree ON loop_usage.loop_id = tree.id
+         GROUP BY model ORDER BY model",
+    )?;
+    statement
+        .query_map(params![root.as_str()], |row| model_usage(row, 0))?
+        .collect()
+}
+
+/// What tree `root` had spent when the user last let it go past its budget.
+fn grant_in(connection: &Connection, root: &LoopId) -> rusqlite::Result<Grant> {
+    Ok(connection
+        .query_row(
+            "SELECT tokens, usd FROM budget_grants WHERE root_id = ?1",
+            params![root.as_str()],
+            |row| {
+                Ok(Grant {
+                    tokens: u64::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
+                    usd: row.get(1)?,
+                })
+            },
+        )
+        .optional()?
+        .unwrap_or_default())
+}
+
 /// Direct children of `id`, in creation order.
 pub(super) fn children_in(
     connection: &Connection,
@@ -612,6 +796,119 @@ mod tests {
             status,
             error: None,
         }
+    }
+
+    fn spent(model: &str, input: u64) -> Vec<ModelUsage> {
+        vec![ModelUsage {
+            model: model.to_owned(),
+            usage: crate::llm::Usage {
+                input_tokens: input,
+                output_tokens: 1,
+                ..crate::llm::Usage::default()
+            },
+        }]
+    }
+
+    #[test]
+    fn a_tree_spends_as_one_pauses_once_and_resumes_as_a_whole_from_a_grant() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        insert_all(
+            &db,
+            &[
+                node("plan-1", None, "plan", LoopStatus::Complete),
+                node("spec-1", Some("plan-1"), "a", LoopStatus::Running),
+                node("spec-2", Some("plan-1"), "b", LoopStatus::Running),
+                node("code-1", Some("spec-1"), "c", LoopStatus::Running),
+                node("other-1", None, "plan", LoopStatus::Running),
+            ],
+        );
+        db.add_turn_usage(&id("plan-1"), 0, 0, &spent("m1", 100))
+            .expect("usage");
+        db.add_turn_usage(&id("code-1"), 0, 0, &spent("m1", 20))
+            .expect("usage");
+        db.add_turn_usage(&id("code-1"), 0, 0, &spent("m2", 5))
+            .expect("usage");
+        db.add_turn_usage(&id("other-1"), 0, 0, &spent("m1", 1000))
+            .expect("usage");
+
+        let spend = db.tree_spend(&id("code-1")).expect("spend");
+        assert_eq!(spend.root, id("plan-1"));
+        let inputs: Vec<(&str, u64)> = spend
+            .usage
+            .iter()
+            .map(|entry| (entry.model.as_str(), entry.usage.input_tokens))
+            .collect();
+        assert_eq!(
+            inputs,
+            [("m1", 120), ("m2", 5)],
+            "only this tree, per model"
+        );
+        assert_eq!(spend.grant, Grant::default());
+
+        let first = db
+            .pause_running(&id("code-1"), "over")
+            .expect("pause")
+            .expect("running");
+        assert!(first.first_in_tree);
+        assert_eq!(first.root, id("plan-1"));
+        let second = db
+            .pause_running(&id("spec-2"), "over")
+            .expect("pause")
+            .expect("running");
+        assert!(!second.first_in_tree, "the user was told already");
+        assert_eq!(
+            db.pause_running(&id("code-1"), "over").expect("pause"),
+            None
+        );
+        let other = db
+            .pause_running(&id("other-1"), "over")
+            .expect("pause")
+            .expect("running");
+        assert!(other.first_in_tree, "another tree is told on its own");
+
+        let (root, resumed) = db
+            .resume_paused_tree(&id("plan-1"), 9, |usage| Grant {
+                tokens: usage.iter().map(|entry| entry.usage.input_tokens).sum(),
+                usd: 0.5,
+            })
+            .expect("resume")
+            .expect("paused loops");
+        assert_eq!(root, id("plan-1"));
+        let mut resumed: Vec<String> = resumed.iter().map(|change| change.id.to_string()).collect();
+        resumed.sort();
+        assert_eq!(resumed, ["code-1", "spec-2"]);
+        assert_eq!(
+            statuses(&db),
+            expected(&[
+                ("plan-1", LoopStatus::Complete),
+                ("spec-1", LoopStatus::Running),
+                ("spec-2", LoopStatus::Pending),
+                ("code-1", LoopStatus::Pending),
+                ("other-1", LoopStatus::Paused),
+            ])
+        );
+        assert_eq!(
+            db.pending_for_host(9).expect("pending").len(),
+            2,
+            "this host runs them"
+        );
+        assert_eq!(
+            db.tree_spend(&id("spec-2")).expect("spend").grant,
+            Grant {
+                tokens: 125,
+                usd: 0.5
+            }
+        );
+        assert_eq!(
+            db.resume_paused_tree(&id("plan-1"), 9, |_| Grant::default())
+                .expect("resume"),
+            Err(Refused {
+                status: LoopStatus::Complete,
+                cancel_requested: false
+            }),
+            "nothing left paused"
+        );
     }
 
     #[test]

@@ -1,0 +1,457 @@
+//! What tokens cost and when a plan tree has spent its budget. Pure: the store sums the
+//! tokens, the settings carry the user's prices and budget, and this module turns them into
+//! dollars and a yes or no.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Usage;
+
+/// USD per million tokens of each kind. Cache prices left out cost what input costs: never
+/// less than the provider could charge.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+}
+
+impl Price {
+    const fn of(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Price {
+        Price {
+            input,
+            output,
+            cache_write: Some(cache_write),
+            cache_read: Some(cache_read),
+        }
+    }
+
+    /// What `usage` costs at this price, in USD.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let per_token = |tokens: u64, per_million: f64| tokens as f64 * per_million / 1_000_000.0;
+        per_token(usage.input_tokens, self.input)
+            + per_token(usage.output_tokens, self.output)
+            + per_token(
+                usage.cache_write_tokens,
+                self.cache_write.unwrap_or(self.input),
+            )
+            + per_token(
+                usage.cache_read_tokens,
+                self.cache_read.unwrap_or(self.input),
+            )
+    }
+
+    /// Why the price cannot be used, naming the model.
+    fn problem(&self, model: &str) -> Option<String> {
+        let fields = [
+            ("input", Some(self.input)),
+            ("output", Some(self.output)),
+            ("cache_write", self.cache_write),
+            ("cache_read", self.cache_read),
+        ];
+        fields.into_iter().find_map(|(field, value)| {
+            let value = value?;
+            (!value.is_finite() || value < 0.0).then(|| {
+                format!(
+                    "prices[{model:?}].{field} is {value}; give USD per million tokens, a number \
+                     >= 0"
+                )
+            })
+        })
+    }
+}
+
+/// Published list prices (USD per million tokens, 5-minute cache writes) of current
+/// Anthropic and OpenAI models, as of early 2026. A key is a model id or the start of one:
+/// `claude-sonnet-4-5` also prices `claude-sonnet-4-5-20250929`.
+const DEFAULT_PRICES: &[(&str, Price)] = &[
+    ("claude-opus-4-6", Price::of(5.0, 25.0, 6.25, 0.5)),
+    ("claude-opus-4-5", Price::of(5.0, 25.0, 6.25, 0.5)),
+    ("claude-opus-4-1", Price::of(15.0, 75.0, 18.75, 1.5)),
+    ("claude-opus-4", Price::of(15.0, 75.0, 18.75, 1.5)),
+    ("claude-sonnet-4-6", Price::of(3.0, 15.0, 3.75, 0.3)),
+    ("claude-sonnet-4-5", Price::of(3.0, 15.0, 3.75, 0.3)),
+    ("claude-sonnet-4", Price::of(3.0, 15.0, 3.75, 0.3)),
+    ("claude-3-7-sonnet", Price::of(3.0, 15.0, 3.75, 0.3)),
+    ("claude-haiku-4-5", Price::of(1.0, 5.0, 1.25, 0.1)),
+    ("claude-3-5-haiku", Price::of(0.8, 4.0, 1.0, 0.08)),
+    ("claude-3-haiku", Price::of(0.25, 1.25, 0.3, 0.03)),
+    // OpenAI charges nothing extra to write its cache: a write costs what input costs.
+    ("gpt-5", Price::of(1.25, 10.0, 1.25, 0.125)),
+    ("gpt-5-mini", Price::of(0.25, 2.0, 0.25, 0.025)),
+    ("gpt-5-nano", Price::of(0.05, 0.4, 0.05, 0.005)),
+    ("gpt-4.1", Price::of(2.0, 8.0, 2.0, 0.5)),
+    ("gpt-4.1-mini", Price::of(0.4, 1.6, 0.4, 0.1)),
+    ("gpt-4.1-nano", Price::of(0.1, 0.4, 0.1, 0.025)),
+    ("gpt-4o", Price::of(2.5, 10.0, 2.5, 1.25)),
+    ("gpt-4o-mini", Price::of(0.15, 0.6, 0.15, 0.075)),
+    ("o3", Price::of(2.0, 8.0, 2.0, 0.5)),
+    ("o4-mini", Price::of(1.1, 4.4, 1.1, 0.275)),
+];
+
+/// The prices in effect: the user's (`setup({ prices = ... })`) over the defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PriceTable {
+    user: BTreeMap<String, Price>,
+}
+
+impl PriceTable {
+    pub fn new(user: BTreeMap<String, Price>) -> PriceTable {
+        PriceTable { user }
+    }
+
+    /// Rejects a price no cost can be computed with, naming the model and the fix.
+    pub fn check(user: &BTreeMap<String, Price>) -> Result<(), String> {
+        for (model, price) in user {
+            if model.trim().is_empty() {
+                return Err(
+                    "prices has an empty model name; key each price by a model id, \
+                            e.g. prices = { [\"claude-sonnet-4-5\"] = { input = 3, output = 15 } }"
+                        .to_owned(),
+                );
+            }
+            if let Some(problem) = price.problem(model) {
+                return Err(problem);
+            }
+        }
+        Ok(())
+    }
+
+    /// The price of `model`: the user's entry that matches it most specifically, else the
+    /// default that does; none for a model nobody priced (its cost is unknown, not guessed).
+    pub fn price_of(&self, model: &str) -> Option<Price> {
+        most_specific(
+            self.user.iter().map(|(key, price)| (key.as_str(), price)),
+            model,
+        )
+        .or_else(|| {
+            most_specific(
+                DEFAULT_PRICES.iter().map(|(key, price)| (*key, price)),
+                model,
+            )
+        })
+    }
+
+    /// What `usage` (per model) costs: the dollars of the priced models, and the models
+    /// without a price, whose tokens the dollars leave out.
+    pub fn cost(&self, usage: &[ModelUsage]) -> Cost {
+        let mut cost = Cost::default();
+        for entry in usage {
+            if entry.usage == Usage::default() {
+                continue;
+            }
+            match self.price_of(&entry.model) {
+                Some(price) => {
+                    cost.usd += price.cost(&entry.usage);
+                    cost.priced_any = true;
+                }
+                None if !cost.unpriced.contains(&entry.model) => {
+                    cost.unpriced.push(entry.model.clone())
+                }
+                None => {}
+            }
+        }
+        cost
+    }
+}
+
+/// The longest key that is `model` or starts it at a word boundary (`-`, `:`, `@`, `/`):
+/// `gpt-4o` prices `gpt-4o-2024-08-06` but not `gpt-4o1`, and `gpt-5` not `gpt-5.2`.
+fn most_specific<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a Price)>,
+    model: &str,
+) -> Option<Price> {
+    entries
+        .filter(|(key, _)| {
+            model == *key
+                || model
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.starts_with(['-', ':', '@', '/']))
+        })
+        .max_by_key(|(key, _)| key.len())
+        .map(|(_, price)| *price)
+}
+
+/// The tokens one model spent (in a loop, or summed over a tree).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelUsage {
+    /// The model as the loop asked for it; empty for tokens an earlier version counted
+    /// without recording the model.
+    pub model: String,
+    pub usage: Usage,
+}
+
+/// Tokens of every kind summed over models.
+pub fn total_usage(usage: &[ModelUsage]) -> Usage {
+    let mut total = Usage::default();
+    for entry in usage {
+        total.add(&entry.usage);
+    }
+    total
+}
+
+/// Every token the model read or wrote, the unit a token budget counts.
+pub fn all_tokens(usage: &Usage) -> u64 {
+    usage.total_input() + usage.output_tokens
+}
+
+/// An estimate in USD, and which models it leaves out for want of a price.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cost {
+    pub usd: f64,
+    pub unpriced: Vec<String>,
+    /// Some model with tokens had a price (`usd` is then an estimate, if partial).
+    pub priced_any: bool,
+}
+
+impl Cost {
+    /// The estimate, unless tokens were spent and none of them could be priced: then the
+    /// cost is unknown, never a made-up zero.
+    pub fn known_usd(&self) -> Option<f64> {
+        (self.priced_any || self.unpriced.is_empty()).then_some(self.usd)
+    }
+}
+
+/// A plan tree's limit: it pauses once its spend since the last grant reaches either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budget {
+    pub tokens: Option<u64>,
+    pub usd: Option<f64>,
+}
+
+/// What a tree had spent when the user last let it go on past its budget; the budget
+/// counts from there.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Grant {
+    pub tokens: u64,
+    pub usd: f64,
+}
+
+impl Budget {
+    pub fn is_set(&self) -> bool {
+        self.tokens.is_some() || self.usd.is_some()
+    }
+
+    /// Rejects a budget nothing could be spent under.
+    pub fn check(&self) -> Result<(), String> {
+        if self.tokens == Some(0) {
+            return Err(
+                "budget.tokens must be at least 1 (leave it out for no token limit)".to_owned(),
+            );
+        }
+        if let Some(usd) = self.usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(format!(
+                "budget.usd is {usd}; give a number of dollars above 0 (leave it out for no \
+                 dollar limit)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// How the tree's spend (`usage`, priced by `prices`) compares with the budget counted
+    /// from `grant`: `Some(what was reached)` once a limit is reached. Dollars count only
+    /// priced models.
+    pub fn reached(
+        &self,
+        usage: &[ModelUsage],
+        prices: &PriceTable,
+        grant: Grant,
+    ) -> Option<String> {
+        let tokens = all_tokens(&total_usage(usage)).saturating_sub(grant.tokens);
+        if let Some(limit) = self.tokens
+            && tokens >= limit
+        {
+            return Some(format!("{tokens} of {limit} tokens"));
+        }
+        if let Some(limit) = self.usd {
+            let usd = prices.cost(usage).usd - grant.usd;
+            if usd >= limit {
+                return Some(format!("${usd:.4} of ${limit}"));
+            }
+        }
+        None
+    }
+}
+
+/// A loop's budget with the prices it is counted in, as its settings have them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetGuard {
+    pub budget: Budget,
+    pub prices: PriceTable,
+}
+
+impl BudgetGuard {
+    /// The guard of settings with `budget` and `prices`; none when no budget is set.
+    pub fn of(budget: Budget, prices: PriceTable) -> Option<BudgetGuard> {
+        budget.is_set().then_some(BudgetGuard { budget, prices })
+    }
+
+    pub fn reached(&self, usage: &[ModelUsage], grant: Grant) -> Option<String> {
+        self.budget.reached(usage, &self.prices, grant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64, cache_write: u64, cache_read: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_write_tokens: cache_write,
+            cache_read_tokens: cache_read,
+        }
+    }
+
+    fn of(model: &str, usage: Usage) -> ModelUsage {
+        ModelUsage {
+            model: model.to_owned(),
+            usage,
+        }
+    }
+
+    #[test]
+    fn the_most_specific_default_prices_a_model_and_dated_ids_match_their_family() {
+        let table = PriceTable::default();
+        assert_eq!(
+            table.price_of("claude-sonnet-4-5-20250929"),
+            Some(Price::of(3.0, 15.0, 3.75, 0.3))
+        );
+        assert_eq!(
+            table.price_of("gpt-4o-mini-2024-07-18"),
+            Some(Price::of(0.15, 0.6, 0.15, 0.075)),
+            "gpt-4o-mini, not gpt-4o"
+        );
+        assert_eq!(table.price_of("gpt-5.2"), None, "not gpt-5's price");
+        assert_eq!(table.price_of("qwen3:8b"), None);
+        assert_eq!(
+            table.price_of("claude-opus-4-1"),
+            Some(Price::of(15.0, 75.0, 18.75, 1.5))
+        );
+    }
+
+    #[test]
+    fn the_users_prices_win_over_the_defaults_and_cache_prices_default_to_input() {
+        let user = BTreeMap::from([
+            (
+                "claude-sonnet".to_owned(),
+                Price {
+                    input: 2.0,
+                    output: 10.0,
+                    cache_write: None,
+                    cache_read: Some(0.5),
+                },
+            ),
+            ("qwen3".to_owned(), Price::of(0.0, 0.0, 0.0, 0.0)),
+        ]);
+        let table = PriceTable::new(user);
+        let price = table.price_of("claude-sonnet-4-5").expect("priced");
+        assert_eq!(price.input, 2.0, "a user entry beats a longer default");
+        // 1M input at 2, 0.5M output at 10, 0.25M cache writes at input's 2, 2M reads at 0.5.
+        let cost = price.cost(&usage(1_000_000, 500_000, 250_000, 2_000_000));
+        assert!((cost - (2.0 + 5.0 + 0.5 + 1.0)).abs() < 1e-12, "{cost}");
+        assert_eq!(table.price_of("qwen3:8b").map(|p| p.output), Some(0.0));
+    }
+
+    #[test]
+    fn a_cost_sums_priced_models_and_names_the_others() {
+        let table = PriceTable::default();
+        let cost = table.cost(&[
+            of("claude-haiku-4-5", usage(1_000, 200, 0, 10_000)),
+            of("mystery-model", usage(5, 5, 0, 0)),
+            of("mystery-model", usage(1, 1, 0, 0)),
+            of("unused-model", Usage::default()),
+        ]);
+        let expected = (1_000.0 * 1.0 + 200.0 * 5.0 + 10_000.0 * 0.1) / 1_000_000.0;
+        assert!((cost.usd - expected).abs() < 1e-15, "{}", cost.usd);
+        assert_eq!(cost.unpriced, vec!["mystery-model".to_owned()]);
+        assert_eq!(cost.known_usd(), Some(cost.usd), "partial, but an estimate");
+        let unknown = table.cost(&[of("mystery-model", usage(5, 5, 0, 0))]);
+        assert_eq!(unknown.known_usd(), None);
+        assert_eq!(
+            table.cost(&[]).known_usd(),
+            Some(0.0),
+            "nothing spent costs nothing"
+        );
+    }
+
+    #[test]
+    fn prices_that_cannot_be_used_are_refused_with_the_fix() {
+        let bad = BTreeMap::from([(
+            "m".to_owned(),
+            Price {
+                input: -1.0,
+                output: 1.0,
+                cache_write: None,
+                cache_read: None,
+            },
+        )]);
+        let err = PriceTable::check(&bad).expect_err("negative");
+        assert!(err.contains("prices[\"m\"].input is -1"), "{err}");
+        assert!(PriceTable::check(&BTreeMap::new()).is_ok());
+    }
+
+    #[test]
+    fn a_budget_is_reached_at_its_limit_counted_from_the_last_grant() {
+        let table = PriceTable::default();
+        let spent = [of("claude-haiku-4-5", usage(600, 100, 200, 100))];
+        let budget = Budget {
+            tokens: Some(1_000),
+            usd: None,
+        };
+        assert_eq!(
+            budget.reached(&spent, &table, Grant::default()).as_deref(),
+            Some("1000 of 1000 tokens"),
+            "every kind of token counts; the limit itself is reached"
+        );
+        let granted = Grant {
+            tokens: 1_000,
+            usd: 0.0,
+        };
+        assert_eq!(budget.reached(&spent, &table, granted), None);
+        let more = [of("claude-haiku-4-5", usage(1_600, 100, 200, 100))];
+        assert!(budget.reached(&more, &table, granted).is_some());
+
+        let dollars = Budget {
+            tokens: None,
+            usd: Some(0.001),
+        };
+        // 600 * 1 + 100 * 5 + 200 * 1.25 + 100 * 0.1 = 1360 micro-dollars.
+        assert!(dollars.reached(&spent, &table, Grant::default()).is_some());
+        let unknown = [of("mystery-model", usage(1_000_000, 0, 0, 0))];
+        assert_eq!(
+            dollars.reached(&unknown, &table, Grant::default()),
+            None,
+            "an unpriced model's tokens cost no made-up dollars"
+        );
+    }
+
+    #[test]
+    fn budgets_nothing_could_be_spent_under_are_refused() {
+        assert!(Budget::default().check().is_ok());
+        let zero = Budget {
+            tokens: Some(0),
+            usd: None,
+        };
+        assert!(zero.check().expect_err("zero").contains("budget.tokens"));
+        let negative = Budget {
+            tokens: None,
+            usd: Some(-2.0),
+        };
+        assert!(
+            negative
+                .check()
+                .expect_err("negative")
+                .contains("budget.usd")
+        );
+    }
+}

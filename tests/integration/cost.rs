@@ -1,0 +1,287 @@
+//! Tokens and cost in `:LooprStatus`, priced by the table `setup()` overrides, and the budget
+//! guard that pauses a plan tree at its limit until `:LooprApprove`.
+
+use serde_json::{Value, json};
+
+use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    FIRST_PHASES, plan_and_approve, plan_route, spec_input, spec_route, start_editor, tool_turn,
+    valid_plan,
+};
+
+/// The status rows exactly as `:LooprStatus` asks for them (with the setup's prices).
+async fn status_rows(editor: &TestNvim) -> Vec<Value> {
+    editor
+        .lua("return require('loopr.status').rows(require('loopr.config').root())")
+        .await
+}
+
+fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    rows.iter()
+        .find(|row| row["id"] == id)
+        .unwrap_or_else(|| panic!("no loop {id}: {rows:#?}"))
+}
+
+async fn status_window_lines(editor: &TestNvim) -> Vec<String> {
+    assert_eq!(editor.command("LooprStatus").await, None);
+    editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+        .await
+}
+
+fn line_of<'a>(lines: &'a [String], id: &str) -> &'a str {
+    lines
+        .iter()
+        .find(|line| line.contains(id))
+        .unwrap_or_else(|| panic!("no line for {id}: {lines:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_tokens_the_model_reported_and_their_cost_per_loop_and_per_tree() {
+    let fake = FakeLlm::start().await;
+    // The plan (on the default model, priced by the override) takes two turns that use the
+    // prompt cache; the first spec runs on a model nobody priced.
+    fake.push_routed(
+        plan_route(),
+        TurnBuilder::new()
+            .tool_use("toolu_list", "list_files", json!({}))
+            .usage(1_000, 200)
+            .cache_usage(3_000, 0)
+            .reply(),
+    );
+    fake.push_routed(
+        plan_route(),
+        TurnBuilder::new()
+            .tool_use("plan", "create_plan", valid_plan())
+            .usage(500, 300)
+            .cache_usage(0, 3_000)
+            .reply(),
+    );
+    fake.push_routed(
+        &spec_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use(
+                "spec",
+                "create_spec",
+                spec_input("version-flag", &FIRST_PHASES),
+            )
+            .usage(700, 150)
+            .reply(),
+    );
+    let mut editor = start_editor(
+        &fake,
+        "{ review_gates = { 'plan', 'spec' }, models = { spec = 'mystery-model-1' },
+           prices = { ['claude-sonnet-4-5'] = { input = 2, output = 10, cache_write = 4, cache_read = 0.5 } } }",
+    )
+    .await;
+    let plan_id = plan_and_approve(&mut editor).await;
+    let spec = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "spec" && data["status"] == "awaiting_approval"
+        })
+        .await;
+    let spec_id = spec["id"].as_str().expect("spec id").to_owned();
+
+    let rows = status_rows(&editor).await;
+    // 1000 + 500 input, 200 + 300 output, 3000 written to the cache, 3000 read from it, at
+    // $2, $10, $4 and $0.50 per million.
+    let plan_cost = (1_500.0 * 2.0 + 500.0 * 10.0 + 3_000.0 * 4.0 + 3_000.0 * 0.5) / 1e6;
+    let plan = row(&rows, &plan_id);
+    assert_eq!(
+        (
+            &plan["spend"]["input"],
+            &plan["spend"]["output"],
+            &plan["spend"]["cache_write"],
+            &plan["spend"]["cache_read"]
+        ),
+        (&json!(1_500), &json!(500), &json!(3_000), &json!(3_000)),
+        "{plan:#}"
+    );
+    let cost = plan["spend"]["cost_usd"].as_f64().expect("the plan's cost");
+    assert!((cost - plan_cost).abs() < 1e-12, "{cost} vs {plan_cost}");
+    assert_eq!(plan["spend"]["cost_unknown"], json!([]));
+    assert_eq!(plan["tokens_in"], 7_500, "every input token, cached or not");
+
+    let spec = row(&rows, &spec_id);
+    assert_eq!(
+        (&spec["spend"]["input"], &spec["spend"]["output"]),
+        (&json!(700), &json!(150))
+    );
+    assert_eq!(spec["spend"]["cost_usd"], Value::Null, "no made-up cost");
+    assert_eq!(spec["spend"]["cost_unknown"], json!(["mystery-model-1"]));
+    assert_eq!(spec["tree"], Value::Null, "tree sums are on the root only");
+
+    let tree = &plan["tree"];
+    assert_eq!(
+        (
+            &tree["input"],
+            &tree["output"],
+            &tree["cache_write"],
+            &tree["cache_read"]
+        ),
+        (&json!(2_200), &json!(650), &json!(3_000), &json!(3_000)),
+        "{tree:#}"
+    );
+    let tree_cost = tree["cost_usd"].as_f64().expect("the priced part");
+    assert!((tree_cost - plan_cost).abs() < 1e-12, "{tree_cost}");
+    assert_eq!(tree["cost_unknown"], json!(["mystery-model-1"]));
+
+    let lines = status_window_lines(&editor).await;
+    let plan_line = line_of(&lines, &plan_id);
+    assert!(
+        plan_line.contains("7500 in (3000 cached, 3000 cache write) · 500 out"),
+        "{plan_line}"
+    );
+    assert!(plan_line.contains("$0.0215"), "{plan_line}");
+    assert!(
+        plan_line.contains(
+            "8200 in (3000 cached, 3000 cache write) · 650 out · $0.0215+? (cost unknown for \
+             mystery-model-1)"
+        ),
+        "the tree's total: {plan_line}"
+    );
+    let spec_line = line_of(&lines, &spec_id);
+    let cost_cell = spec_line
+        .split_once("700 in · 150 out")
+        .map(|(_, rest)| rest.trim_start())
+        .unwrap_or_else(|| panic!("{spec_line}"));
+    assert_eq!(
+        cost_cell.split_whitespace().next(),
+        Some("?"),
+        "an unknown cost: {spec_line}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_pauses_at_its_token_budget_and_approving_goes_on_from_where_it_was() {
+    let fake = FakeLlm::start().await;
+    // 1100 tokens in the first turn: the budget of 1000 is reached before the second.
+    fake.push_routed(
+        plan_route(),
+        TurnBuilder::new()
+            .text("Let me look at the project first.")
+            .tool_use("toolu_list", "list_files", json!({}))
+            .usage(800, 300)
+            .reply(),
+    );
+    let mut editor = start_editor(&fake, "{ budget = { tokens = 1000 } }").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "paused").await;
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reached its budget"))
+        })
+        .await;
+    assert_eq!(
+        notice["message"],
+        format!(
+            "Loopr: plan tree {plan_id} reached its budget (1100 of 1000 tokens); \
+             :LooprApprove {plan_id} to go on"
+        )
+    );
+    // The pause came before the second question: the fake was asked once.
+    assert_eq!(fake.requests().len(), 1);
+    let rows = status_rows(&editor).await;
+    let paused = row(&rows, &plan_id);
+    assert_eq!(paused["status"], "paused");
+    assert!(
+        paused["error"]
+            .as_str()
+            .is_some_and(|error| error.contains(&format!(":LooprApprove {plan_id}"))),
+        "the status says why and what to do: {paused:#}"
+    );
+
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", valid_plan()));
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "one more question, after the approval");
+    let messages = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    assert_eq!(
+        messages.len(),
+        3,
+        "the earlier conversation goes on: {messages:#?}"
+    );
+    assert_eq!(
+        messages[0]["content"], requests[0].body["messages"][0]["content"],
+        "the same first message"
+    );
+    assert!(
+        messages[1]["content"]
+            .to_string()
+            .contains("\"id\":\"toolu_list\""),
+        "the model's earlier call: {:#}",
+        messages[1]
+    );
+    assert!(
+        messages[2]["content"]
+            .to_string()
+            .contains("\"tool_use_id\":\"toolu_list\""),
+        "and its result: {:#}",
+        messages[2]
+    );
+    // Nothing was lost: the tokens of both turns are counted.
+    let rows = status_rows(&editor).await;
+    let plan = row(&rows, &plan_id);
+    assert_eq!(
+        (&plan["spend"]["input"], &plan["spend"]["output"]),
+        (&json!(1_100), &json!(400)),
+        "{plan:#}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_refuses_prices_and_budgets_it_cannot_use_and_says_what_fits() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    for (opts, accepted) in [
+        ("{ prices = { ['m'] = { input = 1, output = 2 } } }", true),
+        (
+            "{ prices = { ['m'] = { input = 1, output = 2, cache_write = 1.25, cache_read = 0.1 } } }",
+            true,
+        ),
+        ("{ prices = { ['m'] = { input = 1 } } }", false),
+        ("{ prices = { ['m'] = { input = -1, output = 2 } } }", false),
+        (
+            "{ prices = { ['m'] = { input = 1, output = 2, cached = 1 } } }",
+            false,
+        ),
+        ("{ budget = { tokens = 5000 } }", true),
+        ("{ budget = { usd = 2.5, tokens = 1 } }", true),
+        ("{ budget = { tokens = 0 } }", false),
+        ("{ budget = { usd = 0 } }", false),
+        ("{ budget = { dollars = 5 } }", false),
+    ] {
+        let outcome: Value = editor
+            .lua(&format!(
+                "local ok, err = require('loopr.config').validate({opts})
+                 return {{ ok = ok, err = err or vim.NIL }}"
+            ))
+            .await;
+        assert_eq!(outcome["ok"], accepted, "{opts}: {outcome}");
+        if !accepted {
+            let option = if opts.contains("prices") {
+                "prices"
+            } else {
+                "budget"
+            };
+            let err = outcome["err"].as_str().expect("a message");
+            assert!(
+                err.starts_with(&format!("Loopr: setup(): option {option} expects a table")),
+                "{opts}: {err}"
+            );
+        }
+    }
+    editor.quit().await;
+}
