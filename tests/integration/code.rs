@@ -174,6 +174,22 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
         (code["iteration"].clone(), code["name"].clone()),
         (json!(2), json!("print-version"))
     );
+
+    // The transcript shows both validation runs, in order, the failure's output with it.
+    crate::scenario::watch_transcripts(&editor).await;
+    let buf = crate::scenario::open_transcript(&editor, Some(&code_id)).await;
+    let transcript = crate::scenario::transcript_with(&mut editor, buf, "Validation passed").await;
+    let failed_at = transcript
+        .find("Validation failed")
+        .expect("the failed run");
+    let passed_at = transcript
+        .find("Validation passed")
+        .expect("the passed run");
+    assert!(failed_at < passed_at, "{transcript}");
+    assert!(
+        transcript[failed_at..passed_at].contains("error: the version is not printed"),
+        "{transcript}"
+    );
     editor.quit().await;
 }
 

@@ -4,57 +4,10 @@
 use serde_json::{Value, json};
 
 use crate::fake_llm::{FakeLlm, TurnBuilder};
-use crate::nvim::{TestNvim, WAIT};
-use crate::scenario::{start_editor, start_editor_in, valid_plan};
-
-/// Makes every transcript append also tell the test, so it can wait for text to arrive.
-async fn watch_transcripts(editor: &TestNvim) {
-    editor
-        .exec(
-            "local transcript = require('loopr.transcript')
-             local append = transcript.append
-             transcript.append = function(items)
-               append(items)
-               vim.rpcnotify(vim.g.loopr_test_channel, 'loopr_test_event', 'TranscriptAppended', vim.empty_dict())
-             end",
-        )
-        .await;
-}
-
-async fn buffer_text(editor: &TestNvim, buf: i64) -> String {
-    let lines: Vec<String> = editor
-        .lua(&format!(
-            "return vim.api.nvim_buf_get_lines({buf}, 0, -1, true)"
-        ))
-        .await;
-    lines.join("\n")
-}
-
-/// The text of transcript buffer `buf` once it contains `needle`.
-async fn transcript_with(editor: &mut TestNvim, buf: i64, needle: &str) -> String {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let text = buffer_text(editor, buf).await;
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the transcript never showed {needle:?}:\n{text}"
-        );
-        editor.wait_event("TranscriptAppended", |_| true).await;
-    }
-}
-
-/// Opens `:LooprTranscript [id]` and returns its buffer.
-async fn open_transcript(editor: &TestNvim, id: Option<&str>) -> i64 {
-    let command = match id {
-        Some(id) => format!("LooprTranscript {id}"),
-        None => "LooprTranscript".to_owned(),
-    };
-    assert_eq!(editor.command(&command).await, None);
-    editor.lua("return vim.api.nvim_get_current_buf()").await
-}
+use crate::scenario::{
+    buffer_text, open_transcript, start_editor, start_editor_in, transcript_with, valid_plan,
+    watch_transcripts,
+};
 
 /// Asserts that `needles` appear in `text` in this order, each once.
 fn assert_in_order(text: &str, needles: &[&str]) {

@@ -482,3 +482,52 @@ pub async fn plan_code_project(fake: &FakeLlm, dirs: &crate::nvim::TestDirs, val
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Makes every transcript append also tell the test, so it can wait for text to arrive.
+pub async fn watch_transcripts(editor: &TestNvim) {
+    editor
+        .exec(
+            "local transcript = require('loopr.transcript')
+             local append = transcript.append
+             transcript.append = function(items)
+               append(items)
+               vim.rpcnotify(vim.g.loopr_test_channel, 'loopr_test_event', 'TranscriptAppended', vim.empty_dict())
+             end",
+        )
+        .await;
+}
+
+pub async fn buffer_text(editor: &TestNvim, buf: i64) -> String {
+    let lines: Vec<String> = editor
+        .lua(&format!(
+            "return vim.api.nvim_buf_get_lines({buf}, 0, -1, true)"
+        ))
+        .await;
+    lines.join("\n")
+}
+
+/// The text of transcript buffer `buf` once it contains `needle`.
+pub async fn transcript_with(editor: &mut TestNvim, buf: i64, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = buffer_text(editor, buf).await;
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the transcript never showed {needle:?}:\n{text}"
+        );
+        editor.wait_event("TranscriptAppended", |_| true).await;
+    }
+}
+
+/// Opens `:LooprTranscript [id]` and returns its buffer.
+pub async fn open_transcript(editor: &TestNvim, id: Option<&str>) -> i64 {
+    let command = match id {
+        Some(id) => format!("LooprTranscript {id}"),
+        None => "LooprTranscript".to_owned(),
+    };
+    assert_eq!(editor.command(&command).await, None);
+    editor.lua("return vim.api.nvim_get_current_buf()").await
+}
