@@ -18,6 +18,7 @@ mod phases;
 mod policy_cache;
 mod progress;
 mod prompts;
+mod rules;
 mod settings;
 mod tasks;
 mod transcript;
@@ -31,6 +32,7 @@ pub use manager::{
     LoopManager, ManagerError, ProviderFactory, ShellServices, Spend, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
+pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText};

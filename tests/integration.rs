@@ -25,6 +25,7 @@ mod integration {
     mod requests;
     mod resume;
     mod retries;
+    mod rules;
     mod status_window;
     mod text_protocols;
     mod transcript;

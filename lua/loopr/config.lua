@@ -76,6 +76,8 @@
 ---@field allow_commands string[]
 ---@field deny_commands string[]|nil nil: the host's default list.
 ---@field secret_patterns string[]|nil nil: the host's default list.
+---@field rules_files string[]|nil Project rules files read into every loop's system prompt; nil: the host's default list.
+---@field rules_max_bytes integer Bytes of rules a system prompt takes at most.
 ---@field sandbox loopr.Sandbox
 ---@field prices table<string, loopr.Price>
 ---@field budget loopr.Budget
@@ -117,6 +119,8 @@
 ---@field allow_commands? string[]
 ---@field deny_commands? string[]
 ---@field secret_patterns? string[]
+---@field rules_files? string[]
+---@field rules_max_bytes? integer
 ---@field sandbox? {mode?: "auto"|"bubblewrap"|"landlock"|"off", writable?: string[], network?: boolean, allow_git?: boolean, env?: string[]}
 ---@field prices? table<string, loopr.Price> USD per million tokens by model id (or its start), over the defaults.
 ---@field budget? loopr.Budget Per plan tree; reaching it pauses the tree until :LooprApprove.
@@ -355,6 +359,12 @@ local spec = {
   -- nil: the host's defaults apply (they are not repeated here).
   deny_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const(nil) },
   secret_patterns = { expect = 'a list of globs', check = list_of(nonempty_string), default = const(nil) },
+  rules_files = {
+    expect = 'a list of paths relative to the project root',
+    check = list_of(nonempty_string),
+    default = const(nil),
+  },
+  rules_max_bytes = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(32768) },
   sandbox = {
     expect = 'a table with keys mode ("auto", "bubblewrap", "off"), writable (a list of absolute '
       .. 'paths), network (a boolean), allow_git (a boolean), env (a list of variable names)',
@@ -528,6 +538,8 @@ function M.settings()
     allow_commands = c.allow_commands,
     deny_commands = c.deny_commands,
     secret_patterns = c.secret_patterns,
+    rules_files = c.rules_files,
+    rules_max_bytes = c.rules_max_bytes,
     -- Empty tables are left out: msgpack cannot tell an empty map from an empty list.
     prices = next(c.prices) and c.prices or nil,
     budget = next(c.budget) and c.budget or nil,

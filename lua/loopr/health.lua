@@ -96,6 +96,25 @@ local function check_provider()
   end
 end
 
+---The project's rules files every loop's system prompt holds, as the host reads them.
+local function check_rules()
+  local config = require('loopr.config')
+  local reply, err = require('loopr.host').request('rules', { root = config.root(), settings = config.settings() })
+  if err then
+    health.error('cannot ask the host about the rules files: ' .. tostring(err))
+    return
+  end
+  if #reply.used == 0 then
+    health.info('no rules files in this project (looked for the rules_files option\'s list)')
+  end
+  for _, used in ipairs(reply.used) do
+    health.ok('rules file: ' .. used)
+  end
+  for _, refused in ipairs(reply.refused) do
+    health.warn(('rules file %s is not read: %s'):format(refused.path, refused.reason))
+  end
+end
+
 local function check_storage()
   local env = vim.env.LOOPR_HOME
   local dir = (env and env ~= '') and env or vim.fs.joinpath(vim.uv.os_homedir() or '~', '.loopr')
@@ -145,6 +164,8 @@ function M.check()
   check_host()
   health.start('loopr: environment')
   check_provider()
+  health.start('loopr: project rules')
+  check_rules()
   health.start('loopr: storage')
   check_storage()
   health.start('loopr: sandbox')

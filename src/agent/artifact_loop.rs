@@ -81,7 +81,9 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let kind = jobs::artifact_kind(record.loop_type)?;
     let reviews = review_schedule(kind, &context.settings);
     let journal = Journal::of(&context.layout, &record.id);
-    let (mut state, messages, batches) = load_or_start(context, kind, &journal).await?;
+    let rules = super::rules::for_loop(context, Vec::new()).await;
+    let (mut state, messages, batches) =
+        load_or_start(context, kind, &journal, rules.summary()).await?;
     if state.stage == Stage::Done {
         return finish(context, kind, &state);
     }
@@ -101,7 +103,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let mut conversation = Conversation::new(
         context,
         journal,
-        prompts::system_prompt(kind, &project_name, &tools.names()),
+        prompts::system_prompt(kind, &project_name, &tools.names()) + &rules.prompt_section(),
         tool_specs,
         messages,
         batches,
@@ -475,6 +477,7 @@ async fn load_or_start(
     context: &LoopContext,
     kind: ArtifactKind,
     journal: &Journal,
+    rules: Vec<String>,
 ) -> Result<(RunState, Vec<Message>, u64), LoopError> {
     let record = &context.record;
     // A revision asked for with feedback starts over; anything else continues what is stored.
@@ -500,7 +503,7 @@ async fn load_or_start(
         previous.as_ref(),
     )?);
     set_review_passes(context, 0).await?;
-    let batches = start_run(context, journal, &first, &state).await?;
+    let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }
 

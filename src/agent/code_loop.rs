@@ -78,7 +78,14 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     });
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
-    let (mut state, messages, batches) = load_or_start(context, &phase, &journal).await?;
+    let worked_on = phase
+        .tasks
+        .iter()
+        .filter_map(|task| task.file.clone())
+        .collect();
+    let rules = super::rules::for_loop(context, worked_on).await;
+    let (mut state, messages, batches) =
+        load_or_start(context, &phase, &journal, rules.summary()).await?;
     let project_name = context
         .root
         .path()
@@ -88,7 +95,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut conversation = Conversation::new(
         context,
         journal,
-        prompts::code_system_prompt(&project_name, &tools.names()),
+        prompts::code_system_prompt(&project_name, &tools.names()) + &rules.prompt_section(),
         tool_specs.into(),
         messages,
         batches,
@@ -409,6 +416,7 @@ async fn load_or_start(
     context: &LoopContext,
     phase: &PhaseArtifact,
     journal: &Journal,
+    rules: Vec<String>,
 ) -> Result<(CodeRunState, Vec<Message>, u64), LoopError> {
     if let Some(run) = stored_run::<CodeRunState>(context, journal).await? {
         context.progress("resuming the code conversation");
@@ -420,7 +428,7 @@ async fn load_or_start(
         allowance_from: 1,
     };
     let first = Message::user_text(first_message(context, phase));
-    let batches = start_run(context, journal, &first, &state).await?;
+    let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }
 

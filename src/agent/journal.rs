@@ -18,7 +18,13 @@ pub const JOURNAL_VERSION: u32 = 1;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Entry {
     /// A conversation starts; what follows replaces any run before it.
-    RunStart { version: u32, at: String },
+    RunStart {
+        version: u32,
+        at: String,
+        /// The project's rules files the run's system prompt holds (`AGENTS.md (120 bytes)`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<String>,
+    },
     /// Our message: the task, tool results, follow-up notes, feedback.
     User { content: Vec<ContentBlock> },
     /// The model's answer, with what it cost.
@@ -222,15 +228,16 @@ impl Journal {
 
     /// Starts a new run with its first message and state.
     pub fn start_run(&self, first: &Message, state: &impl Serialize) -> std::io::Result<()> {
-        self.append(&Journal::run_start_entries(first), state)
+        self.append(&Journal::run_start_entries(first, Vec::new()), state)
     }
 
-    /// The entries that start a run with `first`.
-    pub fn run_start_entries(first: &Message) -> [Entry; 2] {
+    /// The entries that start a run with `first`, told the project's `rules`.
+    pub fn run_start_entries(first: &Message, rules: Vec<String>) -> [Entry; 2] {
         [
             Entry::RunStart {
                 version: JOURNAL_VERSION,
                 at: now_rfc3339(),
+                rules,
             },
             Entry::User {
                 content: first.content.clone(),
@@ -275,6 +282,7 @@ impl Journal {
         let mut entries = vec![Entry::RunStart {
             version: JOURNAL_VERSION,
             at: now_rfc3339(),
+            rules: Vec::new(),
         }];
         entries.extend(
             legacy

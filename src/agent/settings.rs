@@ -77,6 +77,11 @@ pub struct LoopSettings {
     pub sandbox: SandboxSettings,
     /// Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
     pub web_fetch_allow_hosts: Vec<String>,
+    /// The project's rules files, relative to its root, read into every loop's system prompt
+    /// (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).
+    pub rules_files: Vec<String>,
+    /// Bytes of rules a system prompt takes at most; the rest is cut, with a note.
+    pub rules_max_bytes: u32,
     /// USD per million tokens by model id (or its start), over the defaults.
     pub prices: BTreeMap<String, Price>,
     /// The spend of each plan tree after which its loops pause until approved.
@@ -122,11 +127,24 @@ impl Default for LoopSettings {
             web_fetch: false,
             sandbox: SandboxSettings::default(),
             web_fetch_allow_hosts: Vec::new(),
+            rules_files: DEFAULT_RULES_FILES
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+            rules_max_bytes: 32 * 1024,
             prices: BTreeMap::new(),
             budget: Budget::default(),
         }
     }
 }
+
+/// Where teams keep their instructions for agents, read by default.
+pub const DEFAULT_RULES_FILES: [&str; 4] = [
+    "AGENTS.md",
+    "CLAUDE.md",
+    ".github/copilot-instructions.md",
+    ".loopr/rules.md",
+];
 
 /// Below this a loop could not send its system prompt and tools with any conversation.
 const MIN_CONTEXT_BUDGET: u32 = 4000;

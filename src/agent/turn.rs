@@ -64,6 +64,7 @@ pub(super) async fn start_run(
     context: &LoopContext,
     journal: &Journal,
     first: &Message,
+    rules: Vec<String>,
     state: &impl serde::Serialize,
 ) -> Result<u64, LoopError> {
     let (journal, first, state) = (journal.clone(), first.clone(), state_value(state)?);
@@ -71,7 +72,7 @@ pub(super) async fn start_run(
     context
         .store(move |_, _| {
             let before = journal.whole_entries()?.batches;
-            let entries = Journal::run_start_entries(&first);
+            let entries = Journal::run_start_entries(&first, rules);
             emit_batch(&hub, &id, before, &entries);
             journal
                 .append(&entries, &state)

@@ -95,6 +95,28 @@ pub struct ProviderParams {
     pub settings: LoopSettings,
 }
 
+/// `:checkhealth loopr`: the project's rules files under these settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RulesReply {
+    /// `AGENTS.md (1204 bytes)`, in the order they go into the system prompt.
+    pub used: Vec<String>,
+    pub refused: Vec<RefusedRulesReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RefusedRulesReply {
+    pub path: String,
+    pub reason: String,
+}
+
 /// The provider as resolved, never a key: whether one is set, and from which variable.
 #[derive(Debug, Serialize)]
 pub struct ProviderReply {

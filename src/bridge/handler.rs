@@ -4,9 +4,10 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
-    LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, ReviseParams,
-    RootParams, RunParams, StatusParams, TasksParams, TasksReply, TranscriptCloseParams,
-    TranscriptParams, TranscriptReply, UndoParams, UndoReply, params, to_value,
+    LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, RefusedRulesReply,
+    ReviseParams, RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams,
+    TasksReply, TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply,
+    params, to_value,
 };
 use super::event_pump::OutgoingQueue;
 use std::sync::Arc;
@@ -307,12 +308,28 @@ impl RpcHandler {
                     &self.credentials.current(),
                 ))
             }
+            "rules" => {
+                let params: RulesParams = params("rules", args)?;
+                let (rules, refused) = crate::agent::project_rules(&params.root, &params.settings)
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                to_value(&RulesReply {
+                    used: rules.summary(),
+                    refused: refused
+                        .into_iter()
+                        .map(|refused| RefusedRulesReply {
+                            path: refused.path,
+                            reason: refused.reason,
+                        })
+                        .collect(),
+                })
+            }
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
                  changes, undo, status, transcript, transcript_close, cancel, approve, revise, \
-                 retry, resume, tasks, loop_ids, phase_names, credentials, provider and version \
+                 retry, resume, tasks, loop_ids, phase_names, credentials, provider, rules and \
+                 version \
                  (is the plugin newer than the binary? rebuild it)"
             )),
         }

@@ -49,6 +49,14 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
             "Loopr: setup(): option context_budget expects an integer >= 4000 (tokens), got 1000",
         ),
         (
+            "{ rules_files = 'AGENTS.md' }",
+            "Loopr: setup(): option rules_files expects a list of paths relative to the project root, got \"AGENTS.md\" (string)",
+        ),
+        (
+            "{ rules_max_bytes = -1 }",
+            "Loopr: setup(): option rules_max_bytes expects an integer >= 0, got -1",
+        ),
+        (
             "{ progress = 'yes' }",
             "Loopr: setup(): option progress expects a boolean, got \"yes\" (string)",
         ),

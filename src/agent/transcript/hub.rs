@@ -185,7 +185,7 @@ mod tests {
         hub.emit(&id, 0, "first turn\n".to_owned());
         journal
             .append(
-                &Journal::run_start_entries(&Message::user_text("the task")),
+                &Journal::run_start_entries(&Message::user_text("the task"), Vec::new()),
                 &serde_json::json!({}),
             )
             .expect("append");

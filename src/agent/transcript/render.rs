@@ -54,7 +54,7 @@ impl Renderer {
     /// A stored entry, whole.
     pub fn entry(&mut self, entry: &Entry) -> String {
         match entry {
-            Entry::RunStart { at, .. } => self.run_start(at),
+            Entry::RunStart { at, rules, .. } => self.run_start(at, rules),
             Entry::User { content } => self.user(content),
             Entry::Assistant {
                 content,
@@ -83,10 +83,14 @@ impl Renderer {
         }
     }
 
-    pub fn run_start(&mut self, at: &str) -> String {
+    pub fn run_start(&mut self, at: &str, rules: &[String]) -> String {
         self.turn = 0;
         self.turn_open = false;
-        self.block(format!("## Run started {at}\n"))
+        let mut out = self.block(format!("## Run started {at}\n"));
+        if !rules.is_empty() {
+            out.push_str(&self.block(format!("Project rules: {}\n", rules.join(", "))));
+        }
+        out
     }
 
     /// Text the model streamed; the turn's heading comes first if this starts the turn.
@@ -393,6 +397,7 @@ mod tests {
             Entry::RunStart {
                 version: 1,
                 at: "2026-11-23T05:00:00Z".to_owned(),
+                rules: vec!["AGENTS.md (12 bytes)".to_owned()],
             },
             Entry::User {
                 content: vec![ContentBlock::text("Plan: add a flag")],
@@ -422,6 +427,7 @@ mod tests {
         assert_eq!(
             text,
             "# Transcript of plan loop x\n\n## Run started 2026-11-23T05:00:00Z\n\n\
+             Project rules: AGENTS.md (12 bytes)\n\n\
              **Loopr → model:**\n\n> Plan: add a flag\n\n### Turn 1\n\nLooking first.\n\n\
              → **read_file** `{\"path\":\"src/main.rs\"}`\n\n\
              _turn 1 · m1 · 4,200 in (3,000 from cache) · 56 out_\n\n\
