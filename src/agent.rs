@@ -21,6 +21,7 @@ mod prompts;
 mod settings;
 mod tasks;
 mod transcript;
+mod tree_budget;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
@@ -28,9 +29,11 @@ pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use manager::{
-    LoopManager, ManagerError, ProviderFactory, ShellServices, Spend, StatusRow, provider_factory,
+    LoopManager, ManagerError, ProviderFactory, ResumeCounts, ShellServices, Spend, StatusRow,
+    provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText};
+pub use tree_budget::TreeBudget;
