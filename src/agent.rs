@@ -22,6 +22,7 @@ mod rules;
 mod settings;
 mod tasks;
 mod transcript;
+mod tree_budget;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
@@ -29,10 +30,12 @@ pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use manager::{
-    LoopManager, ManagerError, ProviderFactory, ShellServices, Spend, StatusRow, provider_factory,
+    LoopManager, ManagerError, ProviderFactory, ResumeCounts, ShellServices, Spend, StatusRow,
+    provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText};
+pub use tree_budget::TreeBudget;

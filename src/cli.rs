@@ -2,7 +2,7 @@
 //! for scripts and CI. Progress goes to stderr; the summary to stdout. SIGINT and SIGTERM stop
 //! the run's loops (and the commands they run) and end it with `Interrupted`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
+use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
@@ -180,7 +181,7 @@ pub async fn run_plan(
         &mut signals,
     )
     .await?;
-    summarize(&select(&manager)?)
+    summarize(&manager, &options.root, &select(&manager)?)
 }
 
 /// Resumes the project's unfinished loops (left behind by a host that died) and, with
@@ -201,8 +202,15 @@ pub async fn resume(
         provider_factory,
         headless_shell(approver),
     );
-    let active = manager.resume(&root).context("opening the project")?;
-    eprintln!("loopr: {active} unfinished loop(s)");
+    let counts = manager.resume(&root).context("opening the project")?;
+    eprintln!("loopr: {} unfinished loop(s)", counts.active);
+    if counts.waiting_for_budget > 0 {
+        eprintln!(
+            "loopr: {} loop(s) wait for their plan tree's budget (paused or held); approve \
+             the tree's plan to go on",
+            counts.waiting_for_budget
+        );
+    }
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager.status(&root)?.into_iter().rev().collect())
     };
@@ -215,7 +223,7 @@ pub async fn resume(
         &mut signals,
     )
     .await?;
-    summarize(&select(&manager)?)
+    summarize(&manager, &root, &select(&manager)?)
 }
 
 /// Implements a phase with a code loop until its validation passes; returns whether it did.
@@ -247,11 +255,12 @@ pub async fn run_code(
             .collect())
     };
     settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
-    summarize(&select(&manager)?)
+    summarize(&manager, &root, &select(&manager)?)
 }
 
-fn summarize(records: &[LoopRecord]) -> anyhow::Result<bool> {
-    write_table(&mut std::io::stdout().lock(), records)?;
+fn summarize(manager: &LoopManager, root: &Path, records: &[LoopRecord]) -> anyhow::Result<bool> {
+    let usage = manager.usage_by_loop(root)?;
+    write_table(&mut std::io::stdout().lock(), records, &usage, None)?;
     Ok(records
         .iter()
         .all(|record| record.status == LoopStatus::Complete))
@@ -407,33 +416,53 @@ pub fn has_state(loopr_home: &Path, root: &Path) -> anyhow::Result<bool> {
     Ok(ProjectLayout::new(loopr_home, &root).database().is_file())
 }
 
-/// Prints the project's loops, oldest first. Reads the database only: unlike a host, it does
-/// not resume anything.
-pub fn print_status(loopr_home: &Path, root: &Path) -> anyhow::Result<()> {
+/// Prints the project's loops, oldest first, their cost priced by `prices` if given, else
+/// by the prices each loop started with. Reads the database only: unlike a host, it does not
+/// resume anything.
+pub fn print_status(
+    loopr_home: &Path,
+    root: &Path,
+    prices: Option<&PriceTable>,
+) -> anyhow::Result<()> {
     let root = root
         .canonicalize()
         .with_context(|| format!("project root {}", root.display()))?;
     let database = ProjectLayout::new(loopr_home, &root).database();
-    let mut records = if database.exists() {
-        LoopDb::open(&database)?.list()?
+    let (mut records, usage) = if database.exists() {
+        let db = LoopDb::open(&database)?;
+        (db.list()?, db.usage_by_loop()?)
     } else {
-        Vec::new()
+        (Vec::new(), HashMap::new())
     };
     records.reverse();
-    write_table(&mut std::io::stdout().lock(), &records)?;
+    write_table(&mut std::io::stdout().lock(), &records, &usage, prices)?;
     Ok(())
 }
 
-fn write_table(out: &mut impl Write, records: &[LoopRecord]) -> anyhow::Result<()> {
+/// The summary table: one row per loop, with its tokens and their estimated cost, priced by
+/// `prices` or, without, by the prices the loop started with (its `--settings`).
+fn write_table(
+    out: &mut impl Write,
+    records: &[LoopRecord],
+    usage: &HashMap<LoopId, Vec<ModelUsage>>,
+    prices: Option<&PriceTable>,
+) -> anyhow::Result<()> {
     writeln!(
         out,
-        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9}  ERROR",
-        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT"
+        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  ERROR",
+        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT", "COST"
     )?;
     for record in records {
+        let spent = usage.get(&record.id).map_or(&[][..], Vec::as_slice);
+        let cost = match prices {
+            Some(prices) => prices.cost(spent),
+            None => LoopSettings::from_stored(&record.settings)
+                .price_table()
+                .cost(spent),
+        };
         writeln!(
             out,
-            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9}  {}",
+            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  {}",
             record.id.as_str(),
             record.loop_type.as_str(),
             record.name.as_deref().unwrap_or("-"),
@@ -442,8 +471,29 @@ fn write_table(out: &mut impl Write, records: &[LoopRecord]) -> anyhow::Result<(
             record.review_passes,
             record.tokens_in,
             record.tokens_out,
+            cost_cell(&cost),
             record.error.as_deref().unwrap_or("")
         )?;
     }
     Ok(())
+}
+
+/// An estimate as `:LooprStatus` shows it: `?` when no model is priced, `+?` after an
+/// estimate that leaves some model out.
+fn cost_cell(cost: &Cost) -> String {
+    let Some(usd) = cost.known_usd() else {
+        return "?".to_owned();
+    };
+    let dollars = if usd < 0.1 {
+        format!("${usd:.4}")
+    } else if usd < 10.0 {
+        format!("${usd:.3}")
+    } else {
+        format!("${usd:.2}")
+    };
+    if cost.unpriced.is_empty() {
+        dollars
+    } else {
+        format!("{dollars}+?")
+    }
 }

@@ -94,11 +94,15 @@ enum Command {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
-    /// Print the loops of a project.
+    /// Print the loops of a project, with their tokens and estimated cost.
     Status {
         /// The project root (default: the current directory).
         #[arg(long, default_value = ".")]
         root: PathBuf,
+        /// Settings as JSON, as for `loopr plan` (only `prices` matters; without it each
+        /// loop is priced as it started).
+        #[arg(long)]
+        settings: Option<String>,
     },
     /// Run one command in the Landlock sandbox (the host starts this; see `loopr sandbox`).
     #[command(hide = true)]
@@ -174,9 +178,18 @@ fn main() -> ExitCode {
             root,
             settings,
         } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
-        Command::Status { root } => {
-            loopr_home().and_then(|home| loopr::cli::print_status(&home, &root))
-        }
+        Command::Status { root, settings } => settings
+            .as_deref()
+            .map(parse_settings)
+            .transpose()
+            .and_then(|settings| {
+                if let Some(settings) = &settings {
+                    loopr::pricing::PriceTable::check(&settings.prices)
+                        .map_err(|err| anyhow::anyhow!("--settings: {err}"))?;
+                }
+                let prices = settings.map(|settings| settings.price_table());
+                loopr::cli::print_status(&loopr_home()?, &root, prices.as_ref())
+            }),
         Command::Sandbox { settings } => {
             return match parse_settings(&settings).and_then(|settings| {
                 loopr::tools::Sandbox::new(&settings.sandbox).map_err(anyhow::Error::msg)

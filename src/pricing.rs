@@ -279,6 +279,25 @@ impl Budget {
         }
         None
     }
+
+    /// Where the tree stands against the budget, as `reached` words it, for every limit set
+    /// ("1100 of 5000 tokens, $0.0040 of $1"); "no budget" without one.
+    pub fn standing(&self, usage: &[ModelUsage], prices: &PriceTable, grant: Grant) -> String {
+        let mut parts = Vec::new();
+        if let Some(limit) = self.tokens {
+            let tokens = all_tokens(&total_usage(usage)).saturating_sub(grant.tokens);
+            parts.push(format!("{tokens} of {limit} tokens"));
+        }
+        if let Some(limit) = self.usd {
+            let usd = (prices.cost(usage).usd - grant.usd).max(0.0);
+            parts.push(format!("${usd:.4} of ${limit}"));
+        }
+        if parts.is_empty() {
+            "no budget".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 /// A loop's budget with the prices it is counted in, as its settings have them.
@@ -296,6 +315,10 @@ impl BudgetGuard {
 
     pub fn reached(&self, usage: &[ModelUsage], grant: Grant) -> Option<String> {
         self.budget.reached(usage, &self.prices, grant)
+    }
+
+    pub fn standing(&self, usage: &[ModelUsage], grant: Grant) -> String {
+        self.budget.standing(usage, &self.prices, grant)
     }
 }
 
@@ -432,6 +455,28 @@ mod tests {
             dollars.reached(&unknown, &table, Grant::default()),
             None,
             "an unpriced model's tokens cost no made-up dollars"
+        );
+    }
+
+    #[test]
+    fn the_standing_names_every_limit_counted_from_the_grant() {
+        let table = PriceTable::default();
+        let spent = [of("claude-haiku-4-5", usage(1_000_000, 0, 0, 0))];
+        let both = Budget {
+            tokens: Some(5_000_000),
+            usd: Some(2.0),
+        };
+        let granted = Grant {
+            tokens: 400_000,
+            usd: 0.4,
+        };
+        assert_eq!(
+            both.standing(&spent, &table, granted),
+            "600000 of 5000000 tokens, $0.6000 of $2"
+        );
+        assert_eq!(
+            Budget::default().standing(&spent, &table, granted),
+            "no budget"
         );
     }
 

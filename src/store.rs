@@ -12,8 +12,8 @@ mod records;
 pub use append_log::{AppendLog, LogLines};
 pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode};
 pub use db::{
-    CancelledTree, CodeLoopRefused, LoopDb, Paused, Refused, StatusChange, StoreError, TreeSpend,
-    approvable, retryable,
+    CancelledTree, CodeLoopRefused, Held, LoopDb, Paused, Refused, StatusChange, StoreError,
+    TreeSpend, WentOn, approvable, held_at_budget, retryable,
 };
 pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};

@@ -10,7 +10,7 @@ mod scenario;
 
 use serde_json::{Value, json};
 
-use fake_llm::{FakeLlm, RecordedRequest, first_user_text};
+use fake_llm::{FakeLlm, RecordedRequest, TurnBuilder, first_user_text};
 use nvim::TestDirs;
 use scenario::{
     files_ending_with, phase_input, phase_route, plan_route, run_loopr, run_loopr_plan, spec_input,
@@ -314,6 +314,92 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     assert!(stdout.contains("awaiting_approval"), "{stdout}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not every loop completed"), "{stderr}");
+}
+
+/// The COST cell of the row of loop type `loop_type` in a summary table.
+fn cost_of(table: &str, loop_type: &str) -> String {
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let column = header
+        .iter()
+        .position(|name| *name == "COST")
+        .unwrap_or_else(|| panic!("no COST column: {table}"));
+    let row = table
+        .lines()
+        .skip(1)
+        .find(|line| line.split_whitespace().nth(1) == Some(loop_type))
+        .unwrap_or_else(|| panic!("no {loop_type} row: {table}"));
+    row.split_whitespace()
+        .nth(column)
+        .unwrap_or_else(|| panic!("no cost: {row}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_and_the_status_show_what_each_loop_cost() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(
+        TurnBuilder::new()
+            .tool_use("toolu_plan", "create_plan", valid_plan())
+            .usage(900, 300)
+            .cache_usage(1_000, 2_000)
+            .reply(),
+    );
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0,
+                "prices": {"claude-sonnet-4-5": {"input": 2, "output": 10, "cache_write": 4, "cache_read": 0.5}}}"#,
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // 900 input at $2, 300 output at $10, 1000 cache writes at $4, 2000 cache reads at $0.50
+    // per million: 0.0018 + 0.003 + 0.004 + 0.001.
+    assert_eq!(cost_of(&stdout, "plan"), "$0.0098", "{stdout}");
+
+    // `loopr status` prices each loop as it started, or with the prices it is given.
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{table}");
+    assert_eq!(cost_of(&table, "plan"), "$0.0098", "{table}");
+    let repriced = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "status",
+            "--settings",
+            r#"{"prices": {"claude-sonnet": {"input": 20, "output": 100}}}"#,
+        ],
+    )
+    .await;
+    let table = String::from_utf8_lossy(&repriced.stdout);
+    // Cache prices left out cost what input does: 3900 at $20, 300 at $100.
+    assert_eq!(cost_of(&table, "plan"), "$0.108", "{table}");
+    let refused = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "status",
+            "--settings",
+            r#"{"prices": {"m": {"input": -1, "output": 1}}}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("prices[\"m\"].input is -1"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -464,6 +464,12 @@ function M.setup(opts)
   return true
 end
 
+---Whether setup() has stored options.
+---@return boolean
+function M.configured()
+  return configured
+end
+
 ---Run `fn` once setup() has stored options: now if it has, else after the next setup(), or
 ---after `timeout_ms` without one (setup() is optional). Runs `fn` at most once.
 ---@param fn fun()

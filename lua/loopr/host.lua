@@ -15,6 +15,7 @@ local STDERR_KEEP = 50
 ---@field partial string Unterminated stderr line.
 ---@field log_file string|nil Log file the running host writes to.
 ---@field credentials loopr.Credentials|nil What the running host has: Neovim's environment when it started, then what was last sent.
+---@field budget string|nil The budget and prices last sent to the running host (as text), nil before.
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
 
 ---@class loopr.Credentials
@@ -77,6 +78,56 @@ local function send_changed_credentials(chan)
     state.credentials = current
   end
   return ok, err
+end
+
+---Pass the setup()'s budget and prices to the host on `chan` when they changed since it got
+---them (nothing before the first setup()): it holds every plan tree to them from then on
+---(|loopr-option-budget|). A notification the host applies before it reads the request sent
+---after it.
+---@param chan integer
+---@return boolean ok
+---@return any err The rpcnotify error when not ok.
+local function send_changed_budget(chan)
+  if not config.configured() then
+    -- Without a setup() the host holds each tree to the budget its loops started with.
+    return true
+  end
+  local settings = config.settings()
+  local params = { budget = settings.budget, prices = settings.prices }
+  if next(params) == nil then
+    params = vim.empty_dict()
+  end
+  -- vim.inspect orders keys, so equal tables give equal text.
+  local text = vim.inspect(params)
+  if state.budget == text then
+    return true
+  end
+  local ok, err = pcall(vim.rpcnotify, chan, 'budget', params)
+  if ok then
+    state.budget = text
+  end
+  return ok, err
+end
+
+---Send changed provider variables, then a changed budget, to the host on `chan`.
+---@param chan integer
+---@return boolean ok
+---@return any err The rpcnotify error when not ok.
+local function send_changed_state(chan)
+  local ok, err = send_changed_credentials(chan)
+  if ok then
+    ok, err = send_changed_budget(chan)
+  end
+  return ok, err
+end
+
+---Pass a budget or prices setup() changed to the running host, without waiting; nothing
+---when no host runs (the first request passes them).
+function M.budget_changed()
+  local chan = M.chan()
+  if chan then
+    send_changed_budget(chan)
+  end
 end
 
 ---@alias loopr.ReplyCallback fun(result: any, err: string|nil)
@@ -254,7 +305,7 @@ local function start()
     return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
   end
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
-  state.credentials = credentials
+  state.credentials, state.budget = credentials, nil
 end
 
 ---Whether the host process of `state.chan` is still running.
@@ -332,7 +383,8 @@ end
 
 ---Send a request the host answers at once. A host that died since the last request is
 ---restarted (with a warning) and the request sent once more. A key or base URL set in Neovim
----since the host got them is passed to it first, so the request's loops use them.
+---since the host got them is passed to it first, so the request's loops use them, and so is
+---the setup()'s budget.
 ---@param method string
 ---@param params table|nil One table of named parameters.
 ---@return any result
@@ -346,7 +398,7 @@ function M.request(method, params)
     if not chan then
       return nil, err
     end
-    local ok, result = send_changed_credentials(chan)
+    local ok, result = send_changed_state(chan)
     if ok then
       ok, result = pcall(vim.rpcrequest, chan, method, params)
     end
@@ -388,7 +440,7 @@ function M.send(method, params, callback)
     last_token = last_token + 1
     local token = last_token
     pending[token] = { chan = chan, method = method, callback = callback }
-    local ok, failure = send_changed_credentials(chan)
+    local ok, failure = send_changed_state(chan)
     if ok then
       ok, failure = pcall(vim.rpcnotify, chan, 'request', token, method, params)
     end

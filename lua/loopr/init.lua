@@ -47,6 +47,12 @@ function M.setup(opts)
     notify(err or 'Loopr: invalid options')
     return false
   end
+  -- A running host holds plan trees to the new budget at once (paused trees it allows go
+  -- on); a host not loaded yet cannot be running, and gets it with its first request.
+  local host = package.loaded['loopr.host']
+  if host then
+    host.budget_changed()
+  end
   return true
 end
 
@@ -318,15 +324,26 @@ function M.resume_if_needed(on_done)
       end
       return on_done(nil)
     end
-    host.send('resume', { root = root }, function(count, err)
+    host.send('resume', { root = root }, function(counts, err)
       if err then
         notify(err, vim.log.levels.WARN)
         return on_done(nil)
       end
-      if type(count) == 'number' and count > 0 then
-        notify(('Loopr: resuming %d loop(s)'):format(count), vim.log.levels.INFO)
+      counts = type(counts) == 'table' and counts or {}
+      local resuming = tonumber(counts.resuming) or 0
+      local waiting = tonumber(counts.waiting_for_budget) or 0
+      local parts = {}
+      if resuming > 0 then
+        parts[#parts + 1] = ('resuming %d loop(s)'):format(resuming)
       end
-      on_done(type(count) == 'number' and count or nil)
+      if waiting > 0 then
+        local text = "%d loop(s) wait for their plan tree's budget (:LooprApprove, or a larger budget, lets them go on)"
+        parts[#parts + 1] = text:format(waiting)
+      end
+      if #parts > 0 then
+        notify('Loopr: ' .. table.concat(parts, '; '), vim.log.levels.INFO)
+      end
+      on_done(tonumber(counts.active))
     end)
   end
   local ok, err = pcall(vim.system, { bin, 'has-state', '--root', root }, { text = true }, function(result)
@@ -369,7 +386,7 @@ local function starting_with(items, arglead)
   end, items)
 end
 
----Complete ids of running loops (for `:LooprCancel`).
+---Complete ids of active loops: pending, running, awaiting approval or paused (for `:LooprCancel`).
 ---@param arglead string
 ---@return string[]
 function M.complete_loop_ids(arglead)
@@ -385,7 +402,8 @@ function M.complete_all_loop_ids(arglead)
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
 end
 
----Complete ids of loops awaiting approval (for `:LooprApprove`).
+---Complete ids of loops awaiting approval, or paused or held at their plan tree's budget (for
+---`:LooprApprove`).
 ---@param arglead string
 ---@return string[]
 function M.complete_awaiting_ids(arglead)

@@ -111,6 +111,8 @@ pub struct LoopContext {
     pub buffers: Arc<dyn OpenBuffers>,
     /// Where the loop's transcript goes as it happens.
     pub transcripts: Arc<super::transcript::TranscriptHub>,
+    /// The budget its plan tree is held to, checked before each turn.
+    pub tree_budget: Arc<super::tree_budget::TreeBudget>,
 }
 
 impl LoopContext {

@@ -5,6 +5,7 @@
 //! end). Tree semantics (what a revision invalidates, what a cancel reaches) are store
 //! transactions; the manager emits what they changed and stops what they stopped.
 
+mod budget;
 mod code_changes;
 mod new_loops;
 mod project_registry;
@@ -14,6 +15,7 @@ mod supervisor;
 mod transcripts;
 mod tree_operations;
 
+pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
 
 use std::collections::HashMap;
@@ -137,6 +139,8 @@ struct Shared {
     busy: tokio::sync::watch::Sender<usize>,
     /// Running loops' transcripts, for whoever follows them.
     transcripts: Arc<super::transcript::TranscriptHub>,
+    /// The budget plan trees are held to (the user's, once a shell sets it).
+    tree_budget: Arc<super::tree_budget::TreeBudget>,
     _host_lock: Option<HostLock>,
 }
 
@@ -177,6 +181,7 @@ impl LoopManager {
                 shutting_down: AtomicBool::new(false),
                 busy: tokio::sync::watch::Sender::new(0),
                 transcripts: super::transcript::TranscriptHub::new(),
+                tree_budget: Arc::default(),
                 _host_lock: host_lock,
             }),
         }

@@ -13,6 +13,7 @@ use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
 use super::transcript::{LiveTranscript, emit_batch};
+use super::tree_budget::TreeBudget;
 use crate::llm::{
     ChatRequest, ContentBlock, LlmError, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn,
     Usage,
@@ -136,8 +137,10 @@ pub(super) struct Conversation {
     budget: ContextBudget,
     /// The estimated tokens of the system prompt and the tools, sent with every request.
     fixed_tokens: u64,
-    /// The plan tree's budget, checked before each question.
+    /// The plan tree's budget as the loop's settings have it, checked before each question
+    /// unless the user has set another since (`tree_budget`).
     spend_guard: Option<BudgetGuard>,
+    tree_budget: Arc<TreeBudget>,
 }
 
 struct UnwrittenTurn {
@@ -223,6 +226,7 @@ impl Conversation {
             id: context.record.id.clone(),
             unreadable_in_a_row: 0,
             spend_guard: BudgetGuard::of(context.settings.budget, context.settings.price_table()),
+            tree_budget: context.tree_budget.clone(),
             usage: Usage {
                 input_tokens: context.record.tokens_in,
                 output_tokens: context.record.tokens_out,
@@ -477,7 +481,8 @@ impl Conversation {
     /// loop stops before asking, its journal whole).
     async fn write_then_check(&mut self) -> Result<bool, LoopError> {
         let write = self.write_unwritten();
-        let (db, id, budget) = (self.db.clone(), self.id.clone(), self.spend_guard.clone());
+        let budget = self.tree_budget.guard_or(self.spend_guard.clone());
+        let (db, id) = (self.db.clone(), self.id.clone());
         blocking(move || {
             write()?;
             if !db.still_wanted(&id)? {

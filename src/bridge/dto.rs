@@ -87,6 +87,37 @@ impl CredentialsParams {
     }
 }
 
+/// The budget and prices of the user's `setup()`, which every plan tree is held to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetParams {
+    #[serde(default)]
+    pub budget: crate::pricing::Budget,
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, crate::pricing::Price>,
+}
+
+/// What opening a project for `resume` found.
+#[derive(Debug, Serialize)]
+pub struct ResumeReply {
+    /// Loops not finished (pending, running, awaiting approval, paused).
+    pub active: usize,
+    /// Loops that run or will.
+    pub resuming: usize,
+    /// Loops paused or held at their plan tree's budget.
+    pub waiting_for_budget: usize,
+}
+
+impl From<crate::agent::ResumeCounts> for ResumeReply {
+    fn from(counts: crate::agent::ResumeCounts) -> ResumeReply {
+        ResumeReply {
+            active: counts.active,
+            resuming: counts.resuming,
+            waiting_for_budget: counts.waiting_for_budget,
+        }
+    }
+}
+
 /// `:checkhealth loopr` asks which provider the settings lead to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -246,20 +277,23 @@ pub struct ReviseParams {
 #[serde(deny_unknown_fields)]
 pub struct LoopIdsParams {
     pub root: PathBuf,
-    /// Only loops that are pending, running or awaiting approval.
+    /// Only loops `:LooprCancel` stops: pending, running, awaiting approval or paused.
     #[serde(default)]
     pub running_only: bool,
-    /// Only loops `:LooprApprove` takes: awaiting approval, or paused at a budget.
+    /// Only loops `:LooprApprove` takes: awaiting approval, or paused or held at a budget.
     #[serde(default)]
     pub awaiting_only: bool,
 }
 
 impl LoopIdsParams {
-    pub fn matches(&self, status: LoopStatus) -> bool {
+    pub fn matches(&self, record: &LoopRecord) -> bool {
         if self.awaiting_only {
-            matches!(status, LoopStatus::AwaitingApproval | LoopStatus::Paused)
+            matches!(
+                record.status,
+                LoopStatus::AwaitingApproval | LoopStatus::Paused
+            ) || crate::store::held_at_budget(record)
         } else if self.running_only {
-            status.is_active()
+            record.status.is_active()
         } else {
             true
         }

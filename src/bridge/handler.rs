@@ -3,11 +3,11 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
-    LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply, RefusedRulesReply,
-    ReviseParams, RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams,
-    TasksReply, TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply,
-    params, to_value,
+    ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
+    LoopIdsParams, LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply,
+    RefusedRulesReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply, RunParams,
+    StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
+    TranscriptReply, UndoParams, UndoReply, params, to_value,
 };
 use super::event_pump::OutgoingQueue;
 use std::sync::Arc;
@@ -118,6 +118,25 @@ impl RpcHandler {
         Ok(())
     }
 
+    /// `budget` notification: every plan tree is held to the user's budget from now on (so
+    /// before the request sent after it starts); the trees it lets go on are found in the
+    /// background.
+    fn set_budget(&self, args: Vec<Value>) {
+        let params: BudgetParams = match params("budget", args) {
+            Ok(params) => params,
+            Err(err) => {
+                tracing::error!(error = %err, "budget notification refused");
+                return;
+            }
+        };
+        if let Err(err) = self.manager.set_tree_budget(params.budget, params.prices) {
+            tracing::error!(error = %err, "budget notification refused");
+            return;
+        }
+        let manager = self.manager.clone();
+        tokio::task::spawn_blocking(move || manager.resume_within_budget());
+    }
+
     async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
         match method {
             "undo" => {
@@ -223,7 +242,7 @@ impl RpcHandler {
                     .status(&params.root)
                     .map_err(|err| format!("Loopr: {err}"))?
                     .into_iter()
-                    .filter(|record| params.matches(record.status))
+                    .filter(|record| params.matches(record))
                     .map(|record| record.id.to_string())
                     .collect();
                 to_value(&ids)
@@ -273,11 +292,11 @@ impl RpcHandler {
             }
             "resume" => {
                 let params: RootParams = params(method, args)?;
-                let active = self
+                let counts = self
                     .manager
                     .resume(&params.root)
                     .map_err(|err| format!("Loopr: {err}"))?;
-                Ok(Value::from(active))
+                to_value(&ResumeReply::from(counts))
             }
             "retry" => {
                 let params: CancelParams = params(method, args)?;
@@ -361,6 +380,7 @@ impl Handler for RpcHandler {
                     tracing::error!(error = %message, "credentials notification refused");
                 }
             }
+            "budget" => self.set_budget(args),
             other => tracing::warn!(notification = other, "unknown notification; ignored"),
         }
     }

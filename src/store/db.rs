@@ -12,7 +12,8 @@ use crate::pricing::ModelUsage;
 mod tree;
 
 pub use tree::{
-    CancelledTree, CodeLoopRefused, Paused, Refused, StatusChange, TreeSpend, approvable, retryable,
+    CancelledTree, CodeLoopRefused, Held, Paused, Refused, StatusChange, TreeSpend, WentOn,
+    approvable, held_at_budget, retryable,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +125,13 @@ impl LoopDb {
         Ok(changed == 1)
     }
 
-    /// Moves a pending loop to running for this host; false if it was not pending (another
-    /// host or a cancel got there first).
+    /// Moves a pending loop to running for this host, no longer held (its tree's budget
+    /// allows it now); false if it was not pending (another host or a cancel got there first).
     pub fn claim(&self, id: &LoopId, host_pid: u32) -> Result<bool, StoreError> {
         let changed = self.with_connection(|connection| {
             connection.execute(
                 "UPDATE loops SET status = 'running', host_pid = ?2, updated_at = ?3,
-                                  cancel_requested = 0
+                                  cancel_requested = 0, error = NULL
                  WHERE id = ?1 AND status = 'pending'",
                 params![id.as_str(), host_pid, now_rfc3339()],
             )

@@ -108,7 +108,8 @@ impl FromStr for LoopType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopStatus {
-    /// Waiting to run: for its dependencies, a free slot, or a host to resume it.
+    /// Waiting to run: for its dependencies, a free slot, or a host to resume it; or held
+    /// back while its plan tree is at its budget, which its `error` then says.
     Pending,
     Running,
     /// Its artifact exists and waits for the user's review (`:LooprApprove`).

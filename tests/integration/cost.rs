@@ -285,3 +285,164 @@ async fn setup_refuses_prices_and_budgets_it_cannot_use_and_says_what_fits() {
     }
     editor.quit().await;
 }
+
+/// Calls `setup()` again with the options in effect and `change` over them, as a user
+/// changing one option in a running Neovim does.
+async fn setup_again(editor: &TestNvim, change: &str) {
+    let ok: bool = editor
+        .lua(&format!(
+            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {change}))"
+        ))
+        .await;
+    assert!(ok, "setup({change}) refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raising_the_budget_in_setup_lets_a_paused_tree_go_on_with_nothing_lost() {
+    let fake = FakeLlm::start().await;
+    // 1100 tokens in the first turn: the budget of 1000 is reached before the second.
+    fake.push_routed(
+        plan_route(),
+        TurnBuilder::new()
+            .text("Let me look at the project first.")
+            .tool_use("toolu_list", "list_files", json!({}))
+            .usage(800, 300)
+            .reply(),
+    );
+    let mut editor = start_editor(&fake, "{ budget = { tokens = 1000 } }").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "paused").await;
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", valid_plan()));
+
+    // A budget the tree has still spent (1100 of 1100) lets nothing go on; the one after it
+    // does, and the notice says which: the host takes them in order.
+    setup_again(&editor, "{ budget = { tokens = 1100 } }").await;
+    setup_again(&editor, "{ budget = { tokens = 5000 } }").await;
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("goes on"))
+        })
+        .await;
+    assert_eq!(
+        notice["message"],
+        format!("Loopr: plan tree {plan_id} goes on within its budget now (1100 of 5000 tokens)")
+    );
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "one more question, after the raise");
+    let messages = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    assert_eq!(
+        messages.len(),
+        3,
+        "the earlier conversation goes on: {messages:#?}"
+    );
+    assert_eq!(
+        messages[0]["content"], requests[0].body["messages"][0]["content"],
+        "the same first message"
+    );
+    assert!(
+        messages[1]["content"]
+            .to_string()
+            .contains("\"id\":\"toolu_list\""),
+        "the model's earlier call: {:#}",
+        messages[1]
+    );
+    assert!(
+        messages[2]["content"]
+            .to_string()
+            .contains("\"tool_use_id\":\"toolu_list\""),
+        "and its result: {:#}",
+        messages[2]
+    );
+    let rows = status_rows(&editor).await;
+    let plan = row(&rows, &plan_id);
+    assert_eq!(
+        (
+            &plan["spend"]["input"],
+            &plan["spend"]["output"],
+            &plan["error"]
+        ),
+        (&json!(1_100), &json!(400), &Value::Null),
+        "both turns counted, no pause left: {plan:#}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_of_a_tree_at_its_budget_stays_pending_until_approval() {
+    let fake = FakeLlm::start().await;
+    // The plan's only turn takes 1200 tokens: it completes over the budget of 1000.
+    fake.push_routed(
+        plan_route(),
+        crate::scenario::create_plan_turn("toolu_plan", valid_plan()),
+    );
+    let mut editor = start_editor(
+        &fake,
+        "{ budget = { tokens = 1000 }, review_gates = { 'spec' } }",
+    )
+    .await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "complete").await;
+    let reason = format!(
+        "plan tree {plan_id} reached its budget (1200 of 1000 tokens); :LooprApprove {plan_id} \
+         to go on"
+    );
+    // The notice comes once the spec is held (not started, not paused).
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reached its budget"))
+        })
+        .await;
+    assert_eq!(notice["message"], format!("Loopr: {reason}"));
+    let rows = status_rows(&editor).await;
+    let spec = rows
+        .iter()
+        .find(|row| row["name"] == "version-flag")
+        .unwrap_or_else(|| panic!("no spec: {rows:#?}"));
+    let spec_id = spec["id"].as_str().expect("spec id").to_owned();
+    assert_eq!(
+        (&spec["status"], &spec["error"]),
+        (&json!("pending"), &json!(reason)),
+        "the status says why it waits"
+    );
+    editor.poll_events();
+    assert!(
+        !editor
+            .events_seen()
+            .iter()
+            .any(|(_, data)| data["id"] == spec_id.as_str() && data["status"] == "running"),
+        "the spec never started: {:#?}",
+        editor.events_seen()
+    );
+    assert_eq!(fake.requests().len(), 1, "only the plan asked the model");
+
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn(
+            "spec",
+            "create_spec",
+            spec_input("version-flag", &FIRST_PHASES),
+        ),
+    );
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    editor.wait_status(&spec_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "the spec asked once, after the approval");
+    let asked = crate::fake_llm::first_user_text(&requests[1].body);
+    assert!(
+        asked.contains(&spec_route("version-flag")),
+        "the second question is the spec's: {asked}"
+    );
+    editor.quit().await;
+}

@@ -5,8 +5,21 @@ use std::path::Path;
 
 use super::{LoopManager, ManagerError, Project, lock};
 use crate::store::{
-    LoopDb, LoopStatus, ProjectLayout, host_is_alive, remove_if_leftover, sweep_state_dir,
+    LoopDb, LoopStatus, ProjectLayout, held_at_budget, host_is_alive, remove_if_leftover,
+    sweep_state_dir,
 };
+
+/// What opening a project left to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResumeCounts {
+    /// Loops not finished: pending, running, awaiting approval, paused.
+    pub active: usize,
+    /// Loops that run or will (pending, running).
+    pub resuming: usize,
+    /// Loops that wait for their plan tree's budget (paused, or held before they started):
+    /// `:LooprApprove` or a larger budget lets them go on.
+    pub waiting_for_budget: usize,
+}
 use crate::tools::{ProjectRoot, project_walker};
 
 impl LoopManager {
@@ -50,20 +63,27 @@ impl LoopManager {
                 }
             }
         }
+        // A budget raised while no host had the project open lets its trees go on now.
+        self.release_within_budget(&project);
         self.schedule(&project);
         Ok(project)
     }
 
-    /// Opens the project so this host resumes its unfinished loops; returns how many loops of
-    /// the project are active.
-    pub fn resume(&self, root: &Path) -> Result<usize, ManagerError> {
+    /// Opens the project so this host resumes its unfinished loops; returns how many loops
+    /// are active, how many of them may run (pending or running, not held at their tree's
+    /// budget) and how many wait for a budget (paused, or held).
+    pub fn resume(&self, root: &Path) -> Result<ResumeCounts, ManagerError> {
         let project = self.project(root)?;
-        Ok(project
-            .db
-            .list()?
-            .iter()
-            .filter(|record| record.status.is_active())
-            .count())
+        let mut counts = ResumeCounts::default();
+        for record in project.db.list()? {
+            counts.active += usize::from(record.status.is_active());
+            if record.status == LoopStatus::Paused || held_at_budget(&record) {
+                counts.waiting_for_budget += 1;
+            } else if matches!(record.status, LoopStatus::Pending | LoopStatus::Running) {
+                counts.resuming += 1;
+            }
+        }
+        Ok(counts)
     }
 
     /// Removes the temporary files hosts that were killed left in the project's state (now:

@@ -55,6 +55,14 @@ impl LoopManager {
         Ok(self.project(root)?.db.list()?)
     }
 
+    /// The tokens each loop of the project spent, per model.
+    pub fn usage_by_loop(
+        &self,
+        root: &Path,
+    ) -> Result<HashMap<LoopId, Vec<ModelUsage>>, ManagerError> {
+        Ok(self.project(root)?.db.usage_by_loop()?)
+    }
+
     /// Every loop, newest first, with the markdown of its current artifact if it has one.
     pub fn status_with_artifacts(
         &self,

@@ -1,6 +1,7 @@
 //! What runs next: pending loops of this host whose dependencies are complete, while slots
-//! are free.
+//! are free and their plan tree is within its budget.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
@@ -10,7 +11,7 @@ use crate::agent::settings::LoopSettings;
 
 impl LoopManager {
     /// Starts every pending loop of this host whose dependencies are complete, while slots
-    /// are free.
+    /// are free; a loop of a tree at its budget is held back, its status saying why.
     pub(super) fn schedule(&self, project: &Project) {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             return;
@@ -23,11 +24,25 @@ impl LoopManager {
                 return;
             }
         };
+        let mut reached_by_tree = BTreeMap::new();
         for record in ready {
             let settings = LoopSettings::from_stored(&record.settings);
             let limit = usize::try_from(settings.max_concurrent_loops).unwrap_or(usize::MAX);
             if self.running_count() >= limit {
                 continue;
+            }
+            // Before its claim: a code loop would take its baseline snapshot, and any loop
+            // would only pause at its first turn.
+            match self.budget_hold(project, &record, &settings, &mut reached_by_tree) {
+                Ok(None) => {}
+                Ok(Some(reason)) => {
+                    self.hold(project, &record, reason);
+                    continue;
+                }
+                Err(err) => {
+                    tracing::error!(loop_id = %record.id, error = %err, "reading the plan tree's spend");
+                    continue;
+                }
             }
             // The token exists before the claim: a cancel that comes between the claim and
             // the launch finds it, and the loop stops as soon as it starts.

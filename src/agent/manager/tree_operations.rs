@@ -8,12 +8,15 @@ use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
 use crate::pricing::{Grant, all_tokens, total_usage};
-use crate::store::{LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, retryable};
+use crate::store::{
+    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, held_at_budget, retryable,
+};
 
 impl LoopManager {
-    /// Approves loop `id` (or the newest loop awaiting approval or paused): it completes and
-    /// its children spawn from its stored artifact. A paused loop, or the root of a plan tree
-    /// with paused loops, instead lets the tree go past its budget (`resume_paused`).
+    /// Approves loop `id` (or the newest loop awaiting approval, paused or held at its
+    /// budget): it completes and its children spawn from its stored artifact. A paused or
+    /// held loop, or the root of a plan tree with such loops, instead lets the tree go past
+    /// its budget (`resume_paused`).
     pub fn approve(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
         let project = self.project(root)?;
         let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
@@ -26,19 +29,21 @@ impl LoopManager {
                     matches!(
                         record.status,
                         LoopStatus::AwaitingApproval | LoopStatus::Paused
-                    )
+                    ) || held_at_budget(record)
                 })
                 .ok_or(ManagerError::NothingTo("awaiting approval"))?,
         };
-        if record.status == LoopStatus::Paused || (record.parent.is_none() && !approvable(&record))
+        if record.status == LoopStatus::Paused
+            || held_at_budget(&record)
+            || (record.parent.is_none() && !approvable(&record))
         {
             return self.resume_paused(&project, &record);
         }
         let wrong_state = |status: LoopStatus| ManagerError::WrongState {
             id: record.id.to_string(),
             status: status.as_str(),
-            hint: "only loops awaiting approval, failed loops with an artifact, and paused \
-                   loops (or the plan of a tree with paused loops) can be approved",
+            hint: "only loops awaiting approval, failed loops with an artifact, and loops paused \
+                   or held at their budget (or the plan of their tree) can be approved",
         };
         // Checked before reading the artifact, so a loop that has none is told why; the
         // store checks again as it approves.
@@ -72,15 +77,18 @@ impl LoopManager {
         Ok(record.id)
     }
 
-    /// Lets the paused loops of `record`'s plan tree go on from their journals, with the
-    /// tree's budget counted again from what it has spent now (priced as `record`'s settings
-    /// price it): the user grants another budget's worth.
+    /// Lets the paused loops of `record`'s plan tree go on from their journals (and its held
+    /// ones start), with the tree's budget counted again from what it has spent now (priced
+    /// as its budget is): the user grants another budget's worth.
     fn resume_paused(
         &self,
         project: &Project,
         record: &LoopRecord,
     ) -> Result<LoopId, ManagerError> {
-        let prices = LoopSettings::from_stored(&record.settings).price_table();
+        let prices = self
+            .shared
+            .tree_budget
+            .prices_for(&LoopSettings::from_stored(&record.settings));
         let resumed = project
             .db
             .resume_paused_tree(&record.id, self.shared.host_pid, |usage| Grant {
@@ -90,8 +98,9 @@ impl LoopManager {
             .map_err(|refused| ManagerError::WrongState {
                 id: record.id.to_string(),
                 status: refused.status.as_str(),
-                hint: "only loops awaiting approval, failed loops with an artifact, and paused \
-                       loops (or the plan of a tree with paused loops) can be approved",
+                hint: "only loops awaiting approval, failed loops with an artifact, and loops \
+                       paused or held at their budget (or the plan of their tree) can be \
+                       approved",
             })?;
         let (tree_root, changes) = resumed;
         tracing::info!(loop_id = %record.id, root = %tree_root, resumed = changes.len(), "going on past the budget");

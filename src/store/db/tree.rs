@@ -61,6 +61,36 @@ pub struct Paused {
     pub first_in_tree: bool,
 }
 
+/// What `hold_pending` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub change: StatusChange,
+    /// No loop of the tree was paused or held before: the user has not been told yet.
+    pub first_in_tree: bool,
+}
+
+/// A plan tree went on because the budget it is held to now allows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WentOn {
+    pub root: LoopId,
+    /// Where the tree stands against its budget, as the caller's decision put it.
+    pub standing: String,
+    /// Its paused loops, pending again, and its held loops, no longer held.
+    pub changes: Vec<StatusChange>,
+}
+
+/// A pending loop the scheduler holds back because its plan tree reached its budget: its
+/// `error` says so (a pending loop has no other error), until an approval or a budget that
+/// allows more clears it, or the scheduler starts it.
+pub fn held_at_budget(record: &LoopRecord) -> bool {
+    record.status == LoopStatus::Pending && record.error.is_some()
+}
+
+/// A loop that waits for its plan tree's budget: paused, or held before it started.
+fn waits_for_budget(record: &LoopRecord) -> bool {
+    record.status == LoopStatus::Paused || held_at_budget(record)
+}
+
 /// What `cancel_tree` did.
 #[derive(Debug, Default)]
 pub struct CancelledTree {
@@ -411,12 +441,13 @@ impl LoopDb {
             );
             let mut others_paused = 0;
             for other in tree.iter().filter(|other| *other != id) {
-                let paused: bool = transaction.query_row(
-                    "SELECT status = 'paused' FROM loops WHERE id = ?1",
+                let waiting: bool = transaction.query_row(
+                    "SELECT status = 'paused' OR (status = 'pending' AND error IS NOT NULL)
+                     FROM loops WHERE id = ?1",
                     params![other.as_str()],
                     |row| row.get(0),
                 )?;
-                others_paused += usize::from(paused);
+                others_paused += usize::from(waiting);
             }
             Ok(Some(Paused {
                 change: StatusChange::of(&record, LoopStatus::Paused, Some(reason.to_owned())),
@@ -427,9 +458,10 @@ impl LoopDb {
     }
 
     /// Lets the paused loops of loop `id`'s plan tree go on: they become pending, owned by
-    /// `host_pid`, and the tree's budget counts from now on, from the spend `grant_for` makes
-    /// of the tree's tokens. One transaction. Refused (with `id`'s state) if nothing in the
-    /// tree is paused; otherwise the tree's root and the loops it resumed.
+    /// `host_pid`, its held loops are no longer held, and the tree's budget counts from now
+    /// on, from the spend `grant_for` makes of the tree's tokens. One transaction. Refused
+    /// (with `id`'s state) if nothing in the tree waits for its budget; otherwise the tree's
+    /// root and the loops it let go on.
     pub fn resume_paused_tree(
         &self,
         id: &LoopId,
@@ -442,15 +474,8 @@ impl LoopDb {
                 return Ok(Checked::Unknown);
             };
             let root = root_in(transaction, id)?;
-            let mut tree = loop_in(transaction, &root, &path)?
-                .map(|(root, _)| vec![root])
-                .unwrap_or_default();
-            tree.extend(descendants_in(transaction, &root, &path)?);
-            let paused: Vec<LoopRecord> = tree
-                .into_iter()
-                .filter(|loop_record| loop_record.status == LoopStatus::Paused)
-                .collect();
-            if paused.is_empty() {
+            let waiting = waiting_in_tree(transaction, &root, &path)?;
+            if waiting.is_empty() {
                 return Ok(Checked::Refused(Refused {
                     status: record.status,
                     cancel_requested,
@@ -465,17 +490,89 @@ impl LoopDb {
                      tokens = excluded.tokens, usd = excluded.usd, granted_at = excluded.granted_at",
                 params![root.as_str(), sql_count(grant.tokens), grant.usd, now],
             )?;
-            let mut resumed = Vec::new();
-            for loop_record in paused {
-                transaction.execute(
-                    "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2,
-                                      updated_at = ?3
-                     WHERE id = ?1",
-                    params![loop_record.id.as_str(), host_pid, now],
-                )?;
-                resumed.push(StatusChange::of(&loop_record, LoopStatus::Pending, None));
-            }
+            let resumed = let_go_on(transaction, waiting, host_pid)?;
             Ok(Checked::Done((root, resumed)))
+        })
+    }
+
+    /// Lets every plan tree with loops waiting for its budget go on whose budget allows it
+    /// now: `decide` gets the tree's root, its tokens per model and its last grant, and says
+    /// where the tree stands (`Some`) if it may go on. The grant stays: a budget the user
+    /// raised counts from the same point as before. Each tree is one transaction.
+    pub fn resume_trees_within(
+        &self,
+        host_pid: u32,
+        mut decide: impl FnMut(&LoopRecord, &[ModelUsage], Grant) -> Option<String>,
+    ) -> Result<Vec<WentOn>, StoreError> {
+        let path = self.path.clone();
+        let roots: Vec<LoopId> = self.with_connection(|connection| {
+            let mut roots = Vec::new();
+            let waiting = records_in(
+                connection,
+                &format!(
+                    "{SELECT_RECORD} WHERE status = 'paused'
+                                      OR (status = 'pending' AND error IS NOT NULL)"
+                ),
+                [],
+                &path,
+            )?;
+            for record in waiting {
+                let root = root_in(connection, &record.id)?;
+                if !roots.contains(&root) {
+                    roots.push(root);
+                }
+            }
+            Ok(roots)
+        })?;
+        let mut went_on = Vec::new();
+        for root in roots {
+            let outcome = self.with_transaction(|transaction| {
+                let Some((root_record, _)) = loop_in(transaction, &root, &path)? else {
+                    return Ok(None);
+                };
+                let waiting = waiting_in_tree(transaction, &root, &path)?;
+                if waiting.is_empty() {
+                    return Ok(None);
+                }
+                let usage = tree_usage_in(transaction, &root)?;
+                let grant = grant_in(transaction, &root)?;
+                let Some(standing) = decide(&root_record, &usage, grant) else {
+                    return Ok(None);
+                };
+                Ok(Some(WentOn {
+                    root: root.clone(),
+                    standing,
+                    changes: let_go_on(transaction, waiting, host_pid)?,
+                }))
+            })?;
+            went_on.extend(outcome);
+        }
+        Ok(went_on)
+    }
+
+    /// Holds pending loop `id` back because its plan tree reached its budget, noting
+    /// `reason`; `None` (and nothing written) if it is no longer pending or already held for
+    /// that reason.
+    pub fn hold_pending(&self, id: &LoopId, reason: &str) -> Result<Option<Held>, StoreError> {
+        let path = self.path.clone();
+        self.with_transaction(|transaction| {
+            let Some((record, _)) = loop_in(transaction, id, &path)? else {
+                return Ok(None);
+            };
+            if record.status != LoopStatus::Pending || record.error.as_deref() == Some(reason) {
+                return Ok(None);
+            }
+            let root = root_in(transaction, id)?;
+            // Before the update: this loop, held already for an older count, was told of too.
+            let told_before = !waiting_in_tree(transaction, &root, &path)?.is_empty();
+            transaction.execute(
+                "UPDATE loops SET error = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id.as_str(), reason, now_rfc3339()],
+            )?;
+            Ok(Some(Held {
+                change: StatusChange::of(&record, LoopStatus::Pending, Some(reason.to_owned())),
+                first_in_tree: !told_before,
+            }))
         })
     }
 
@@ -658,6 +755,39 @@ fn tree_usage_in(connection: &Connection, root: &LoopId) -> rusqlite::Result<Vec
     statement
         .query_map(params![root.as_str()], |row| model_usage(row, 0))?
         .collect()
+}
+
+/// The loops of tree `root` (the root too) that wait for its budget.
+fn waiting_in_tree(
+    connection: &Connection,
+    root: &LoopId,
+    path: &Path,
+) -> rusqlite::Result<Vec<LoopRecord>> {
+    let mut tree = loop_in(connection, root, path)?
+        .map(|(root, _)| vec![root])
+        .unwrap_or_default();
+    tree.extend(descendants_in(connection, root, path)?);
+    Ok(tree.into_iter().filter(waits_for_budget).collect())
+}
+
+/// Paused loops among `waiting` become pending and held ones lose their reason, all owned by
+/// `host_pid`, whose scheduler starts them. Returns what changed, for the shells.
+fn let_go_on(
+    connection: &Connection,
+    waiting: Vec<LoopRecord>,
+    host_pid: u32,
+) -> rusqlite::Result<Vec<StatusChange>> {
+    let now = now_rfc3339();
+    let mut changes = Vec::new();
+    for loop_record in waiting {
+        connection.execute(
+            "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2, updated_at = ?3
+             WHERE id = ?1",
+            params![loop_record.id.as_str(), host_pid, now],
+        )?;
+        changes.push(StatusChange::of(&loop_record, LoopStatus::Pending, None));
+    }
+    Ok(changes)
 }
 
 /// What tree `root` had spent when the user last let it go past its budget.
@@ -909,6 +1039,92 @@ mod tests {
             }),
             "nothing left paused"
         );
+    }
+
+    #[test]
+    fn held_loops_wait_with_paused_ones_and_a_larger_budget_lets_a_tree_go_on_keeping_its_grant() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        insert_all(
+            &db,
+            &[
+                node("plan-1", None, "plan", LoopStatus::Complete),
+                node("spec-1", Some("plan-1"), "a", LoopStatus::Pending),
+                node("spec-2", Some("plan-1"), "b", LoopStatus::Running),
+                node("other-1", None, "plan", LoopStatus::Running),
+            ],
+        );
+        db.add_turn_usage(&id("plan-1"), 0, 0, &spent("m1", 100))
+            .expect("usage");
+        let held = db
+            .hold_pending(&id("spec-1"), "over")
+            .expect("hold")
+            .expect("pending");
+        assert!(held.first_in_tree);
+        assert_eq!(held.change.error.as_deref(), Some("over"));
+        assert_eq!(
+            db.hold_pending(&id("spec-1"), "over").expect("hold"),
+            None,
+            "held already for that reason: nothing to tell"
+        );
+        let again = db
+            .hold_pending(&id("spec-1"), "over, more")
+            .expect("hold")
+            .expect("a new count");
+        assert!(!again.first_in_tree, "the user was told already");
+        let paused = db
+            .pause_running(&id("spec-2"), "over")
+            .expect("pause")
+            .expect("running");
+        assert!(!paused.first_in_tree, "held loops were told of");
+        db.pause_running(&id("other-1"), "over")
+            .expect("pause")
+            .expect("running");
+
+        let mut asked = Vec::new();
+        let went_on = db
+            .resume_trees_within(9, |root, usage, grant| {
+                asked.push((root.id.to_string(), usage.len(), grant));
+                (root.id == id("plan-1")).then(|| "within".to_owned())
+            })
+            .expect("resume");
+        asked.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            asked,
+            [
+                ("other-1".to_owned(), 0, Grant::default()),
+                ("plan-1".to_owned(), 1, Grant::default())
+            ],
+            "each waiting tree once"
+        );
+        assert_eq!(went_on.len(), 1);
+        assert_eq!(
+            (&went_on[0].root, went_on[0].standing.as_str()),
+            (&id("plan-1"), "within")
+        );
+        assert_eq!(
+            statuses(&db),
+            expected(&[
+                ("plan-1", LoopStatus::Complete),
+                ("spec-1", LoopStatus::Pending),
+                ("spec-2", LoopStatus::Pending),
+                ("other-1", LoopStatus::Paused),
+            ])
+        );
+        let records = db.list().expect("list");
+        assert!(
+            records
+                .iter()
+                .filter(|record| record.id != id("other-1"))
+                .all(|record| !held_at_budget(record) && record.error.is_none()),
+            "nothing of the tree waits any more: {records:#?}"
+        );
+        assert_eq!(
+            db.tree_spend(&id("spec-1")).expect("spend").grant,
+            Grant::default(),
+            "a larger budget counts from the same point"
+        );
+        assert!(db.claim(&id("spec-1"), 9).expect("claim"));
     }
 
     #[test]
