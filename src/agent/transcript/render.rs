@@ -96,7 +96,7 @@ impl Renderer {
     /// Text the model streamed; the turn's heading comes first if this starts the turn.
     pub fn text_delta(&mut self, delta: &str) -> String {
         let mut out = self.open_turn();
-        let delta = delta.replace('\r', "");
+        let delta = printable(delta);
         if !delta.is_empty() {
             self.streamed = true;
             self.push(&mut out, &delta);
@@ -128,7 +128,7 @@ impl Renderer {
         for block in content {
             match block {
                 ContentBlock::Text { text } if !self.streamed => {
-                    let text = text.replace('\r', "");
+                    let text = printable(text);
                     self.push(&mut out, &text);
                 }
                 ContentBlock::Text { .. } | ContentBlock::ToolResult { .. } => {}
@@ -258,7 +258,7 @@ fn result_block(name: &str, content: &str, is_error: bool) -> String {
     if content.trim().is_empty() {
         return format!("← **{name}** (empty)\n");
     }
-    let shown = fenced(&capped(content), "text");
+    let shown = fenced(&printable(&capped(content)), "text");
     let size = if lines == 1 {
         "1 line".to_owned()
     } else {
@@ -276,8 +276,7 @@ fn result_block(name: &str, content: &str, is_error: bool) -> String {
 }
 
 fn message_block(text: &str) -> String {
-    let quoted: String = text
-        .replace('\r', "")
+    let quoted: String = printable(text)
         .trim_end()
         .lines()
         .map(|line| {
@@ -322,6 +321,12 @@ fn capped(content: &str) -> String {
         rest.lines().count(),
         thousands(rest.len() as u64)
     )
+}
+
+/// `text` as a buffer line can hold it: no carriage returns (CRLF text reads as LF), NULs
+/// shown as the symbol for them.
+fn printable(text: &str) -> String {
+    text.replace('\r', "").replace('\0', "\u{2400}")
 }
 
 fn fenced(body: &str, info: &str) -> String {
@@ -520,6 +525,32 @@ mod tests {
             answer.starts_with("→ **review_plan**: **revise**\n- No tests\n- Wrong path\n\n"),
             "{answer}"
         );
+    }
+
+    #[test]
+    fn carriage_returns_and_nuls_never_reach_the_buffer() {
+        let mut renderer = Renderer::default();
+        let text = renderer.text_delta("line one\r\nline\0two");
+        renderer.answer_end(
+            &[ContentBlock::tool_call(
+                "c1",
+                "read_file",
+                json!({"path": "x"}),
+            )],
+            "m1",
+            &Usage::default(),
+            None,
+            &[],
+        );
+        let result = renderer.user(&[ContentBlock::ToolResult {
+            id: "c1".to_owned(),
+            content: "a\r\nb\0c".to_owned(),
+            is_error: false,
+        }]);
+        for shown in [text, result] {
+            assert!(!shown.contains('\r') && !shown.contains('\0'), "{shown:?}");
+            assert!(shown.contains('\u{2400}'), "{shown:?}");
+        }
     }
 
     #[test]
