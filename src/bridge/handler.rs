@@ -203,8 +203,7 @@ impl RpcHandler {
             }
             "transcript_close" => {
                 let params: TranscriptCloseParams = params(method, args)?;
-                self.manager.unfollow_transcript(params.token);
-                Ok(Value::Nil)
+                Ok(Value::from(self.manager.unfollow_transcript(params.token)))
             }
             "status" => {
                 let params: StatusParams = params(method, args)?;

@@ -225,6 +225,11 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
     assert!(current.ends_with("plan.md"), "{current}");
     let from_artifact = open_transcript(&editor, None).await;
     transcript_with(&mut editor, from_artifact, "→ create_plan (").await;
+    let token: u64 = editor
+        .lua(&format!(
+            "return vim.b[{from_artifact}].loopr_transcript_token"
+        ))
+        .await;
     assert_eq!(editor.command("close").await, None);
     let wiped: bool = editor
         .lua(&format!(
@@ -232,6 +237,15 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
         ))
         .await;
     assert!(wiped, "closing the window wipes the transcript buffer");
+    let still_following: bool = editor
+        .lua(&format!(
+            "return require('loopr.host').request('transcript_close', {{ token = {token} }})"
+        ))
+        .await;
+    assert!(
+        !still_following,
+        "wiping the buffer stopped the host sending it"
+    );
 
     // From :LooprStatus, `t` on the loop's line.
     assert_eq!(editor.command("LooprStatus").await, None);

@@ -54,7 +54,8 @@ impl LoopManager {
         Ok(record)
     }
 
-    pub fn unfollow_transcript(&self, token: u64) {
-        self.shared.transcripts.unfollow(token);
+    /// Stops sending `token`'s transcript; whether it was being sent.
+    pub fn unfollow_transcript(&self, token: u64) -> bool {
+        self.shared.transcripts.unfollow(token)
     }
 }

@@ -102,13 +102,17 @@ impl TranscriptHub {
         (kept, receiver)
     }
 
-    /// Stops the follower `token`; its task ends.
-    pub fn unfollow(&self, token: u64) {
+    /// Stops the follower `token`; its task ends. Whether it was following.
+    pub fn unfollow(&self, token: u64) -> bool {
         let mut state = self.lock();
+        let mut stopped = false;
         for followers in state.followers.values_mut() {
+            let before = followers.len();
             followers.retain(|(follower, _)| *follower != token);
+            stopped |= followers.len() < before;
         }
         state.followers.retain(|_, followers| !followers.is_empty());
+        stopped
     }
 
     /// Follows loop `id` for `token`: sends its stored transcript (headed `title`), then what
@@ -217,7 +221,8 @@ mod tests {
         hub.emit(&id, 2, " third".to_owned());
         assert_eq!(next(&mut receiver).await, " third");
 
-        hub.unfollow(7);
+        assert!(hub.unfollow(7));
+        assert!(!hub.unfollow(7), "stopped once");
         hub.emit(&id, 2, " unseen".to_owned());
         assert!(
             tokio::time::timeout(std::time::Duration::from_secs(5), receiver.recv())
