@@ -37,5 +37,5 @@ pub use phases::PhaseLookupError;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
-pub use transcript::{TranscriptHub, TranscriptText};
+pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
 pub use tree_budget::TreeBudget;

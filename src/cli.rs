@@ -439,6 +439,31 @@ pub fn print_status(
     Ok(())
 }
 
+/// Prints loop `id`'s stored transcript.
+pub fn print_transcript(loopr_home: &Path, root: &Path, id: &str) -> anyhow::Result<()> {
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("project root {}", root.display()))?;
+    let layout = ProjectLayout::new(loopr_home, &root);
+    let missing = || {
+        anyhow::anyhow!(
+            "no loop {id} in {}; `loopr status` lists the project's loops",
+            root.display()
+        )
+    };
+    let database = layout.database();
+    if !database.exists() {
+        return Err(missing());
+    }
+    let loop_id = LoopId::parse(id).ok_or_else(missing)?;
+    let record = LoopDb::open(&database)?
+        .get(&loop_id)?
+        .ok_or_else(missing)?;
+    let text = crate::agent::stored_transcript(&layout, &record)?;
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
+}
+
 /// The summary table: one row per loop, with its tokens and their estimated cost, priced by
 /// `prices` or, without, by the prices the loop started with (its `--settings`).
 fn write_table(

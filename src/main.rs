@@ -94,6 +94,15 @@ enum Command {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
+    /// Print a loop's transcript as its journal holds it (markdown, as `:LooprTranscript`
+    /// shows it).
+    Transcript {
+        /// The loop's id (`loopr status` lists them).
+        id: String,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Print the loops of a project, with their tokens and estimated cost.
     Status {
         /// The project root (default: the current directory).
@@ -178,6 +187,9 @@ fn main() -> ExitCode {
             root,
             settings,
         } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
+        Command::Transcript { id, root } => {
+            loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))
+        }
         Command::Status { root, settings } => settings
             .as_deref()
             .map(parse_settings)

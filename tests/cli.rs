@@ -314,6 +314,31 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     assert!(stdout.contains("awaiting_approval"), "{stdout}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not every loop completed"), "{stderr}");
+
+    // The plan's transcript, as its journal holds it.
+    let id = stdout
+        .lines()
+        .find(|line| line.contains("awaiting_approval"))
+        .and_then(|line| line.split_whitespace().next())
+        .expect("the plan's id");
+    let transcript = run_loopr(&dirs, &fake, &["transcript", id]).await;
+    assert!(transcript.status.success(), "{transcript:?}");
+    let text = String::from_utf8_lossy(&transcript.stdout);
+    assert!(text.starts_with(&format!("# plan loop {id}\n")), "{text}");
+    assert!(text.contains("### Turn 1"), "{text}");
+    assert!(text.contains("<details><summary>→ create_plan ("), "{text}");
+    let unknown = run_loopr(
+        &dirs,
+        &fake,
+        &["transcript", "20990101-000000-000-0000000000"],
+    )
+    .await;
+    assert!(!unknown.status.success());
+    let error = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        error.contains("`loopr status` lists the project's loops"),
+        "{error}"
+    );
 }
 
 /// The COST cell of the row of loop type `loop_type` in a summary table.

@@ -46,7 +46,7 @@ impl LoopManager {
     ) -> Result<LoopRecord, ManagerError> {
         let project = self.project(root)?;
         let record = self.record(&project, id)?;
-        let title = format!("{} loop {}", record.loop_type.as_str(), record.id);
+        let title = crate::agent::transcript::title(&record);
         let journal = Journal::of(&project.layout, &record.id);
         self.shared
             .transcripts
