@@ -7,6 +7,8 @@
 mod bare_client;
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
+#[path = "../tests/support/nvim.rs"]
+mod nvim;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -71,21 +73,82 @@ fn main() {
     runtime.block_on(run());
 }
 
+/// How long the host takes from being spawned (as Neovim spawns it) to its first answer,
+/// against how long Neovim itself takes to start and quit.
+async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
+    const STARTS: usize = 11;
+    let mut host_starts = Vec::new();
+    for _ in 0..STARTS {
+        let (sender, _events) = unbounded_channel();
+        let mut command = host_command(state, fake);
+        let begin = Instant::now();
+        let (host, _io, mut child) =
+            nvim_rs::create::tokio::new_child_cmd(&mut command, FakeEditor { events: sender })
+                .await
+                .expect("start host");
+        host.call("version", vec![])
+            .await
+            .expect("call")
+            .expect("version");
+        host_starts.push(begin.elapsed());
+        child.kill().await.expect("stop the host");
+    }
+    let mut nvim_starts = Vec::new();
+    for _ in 0..STARTS {
+        let begin = Instant::now();
+        let status = tokio::process::Command::new(nvim::nvim_binary())
+            .args(["--clean", "--headless", "+qa"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .expect("nvim runs (set LOOPR_TEST_NVIM)");
+        assert!(status.success(), "nvim --clean --headless +qa: {status}");
+        nvim_starts.push(begin.elapsed());
+    }
+    host_starts.sort();
+    nvim_starts.sort();
+    let host = host_starts[STARTS / 2];
+    let editor = nvim_starts[STARTS / 2];
+    println!(
+        "host cold start (spawned to its answer to `version`): median {:.2} ms, max {:.2} ms; \
+         `nvim --clean --headless +qa`: median {:.2} ms, max {:.2} ms ({STARTS} runs each)",
+        ms(host),
+        ms(host_starts[STARTS - 1]),
+        ms(editor),
+        ms(nvim_starts[STARTS - 1])
+    );
+    println!(
+        "summary: host cold start ÷ `nvim --clean --headless +qa`: {:.3} (target ≤ 0.1; {:.2} ms vs {:.2} ms, medians)",
+        host.as_secs_f64() / editor.as_secs_f64(),
+        ms(host),
+        ms(editor)
+    );
+}
+
+/// `loopr rpc` as Neovim starts it, against `fake`, its state under `state`.
+fn host_command(state: &std::path::Path, fake: &FakeLlm) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+    command
+        .args(["rpc", "--log-level", "info", "--log-file"])
+        .arg(state.join("loopr.log"))
+        .env("LOOPR_HOME", state.join("home"))
+        .env("ANTHROPIC_API_KEY", "sk-bench")
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .stderr(Stdio::null());
+    command
+}
+
 async fn run() {
     let fake = FakeLlm::start().await;
     let state = tempfile::tempdir().expect("tempdir");
+    cold_start(state.path(), &fake).await;
     let project = state.path().join("project");
     std::fs::create_dir_all(project.join("src")).expect("mkdir");
     std::fs::write(project.join("src/main.rs"), "fn main() {}\n").expect("write");
     let (sender, mut events) = unbounded_channel();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
-    command
-        .args(["rpc", "--log-level", "info", "--log-file"])
-        .arg(state.path().join("loopr.log"))
-        .env("LOOPR_HOME", state.path().join("home"))
-        .env("ANTHROPIC_API_KEY", "sk-bench")
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .stderr(Stdio::null());
+    let mut command = host_command(state.path(), &fake);
     let (host, _io, child) =
         nvim_rs::create::tokio::new_child_cmd(&mut command, FakeEditor { events: sender })
             .await
@@ -95,7 +158,8 @@ async fn run() {
         .await
         .expect("call")
         .expect("version");
-    println!("host idle after start: {}", memory(pid));
+    let idle_memory = memory(pid);
+    println!("host idle after start: {idle_memory}");
 
     let root = Value::from(project.display().to_string());
     let mut request_latencies = Vec::new();
@@ -114,7 +178,8 @@ async fn run() {
         ms(request_latencies[198])
     );
 
-    loops_in_flight(&host, &fake, &root, &mut events, pid).await;
+    let busy_memory = loops_in_flight(&host, &fake, &root, &mut events, pid).await;
+    println!("summary: host memory idle: {idle_memory}; with 100 loops in flight: {busy_memory}");
 
     let plan = json!({"title": "Bench", "overview": "Measure the host: a plan with two specs, the second depending on the first, detailed enough to pass the sparseness rule of the plan artifact.", "specs": [
         {"name": "one", "title": "One", "description": "The first spec: read the project layout and settle where the change goes.", "dependencies": []},
@@ -223,7 +288,13 @@ async fn start_plan(host: &Host, root: &Value, task: &str, settings: Vec<(&str, 
 }
 
 /// The host's memory while 100 loops wait for their model's answer at once.
-async fn loops_in_flight(host: &Host, fake: &FakeLlm, root: &Value, events: &mut Events, pid: u32) {
+async fn loops_in_flight(
+    host: &Host,
+    fake: &FakeLlm,
+    root: &Value,
+    events: &mut Events,
+    pid: u32,
+) -> String {
     const LOOPS: usize = 100;
     let plan = json!({"title": "In flight", "overview": "Many loops at once: a plan with two specs, the second depending on the first, detailed enough to pass the sparseness rule.", "specs": [
         {"name": "one", "title": "One", "description": "The first spec: read the project layout and settle where the change goes.", "dependencies": []},
@@ -257,11 +328,13 @@ async fn loops_in_flight(host: &Host, fake: &FakeLlm, root: &Value, events: &mut
     )
     .await
     .expect("every loop asked the model");
-    println!("host with {LOOPS} loops in flight: {}", memory(pid));
+    let in_flight = memory(pid);
+    println!("host with {LOOPS} loops in flight: {in_flight}");
     for release in releases {
         release.notify_one();
     }
     settled(events, LOOPS).await;
+    in_flight
 }
 
 /// A 200-turn loop whose conversation grows to about 3 MB: how much of its time is the
@@ -370,6 +443,11 @@ async fn long_loop(
         ms(floor.between_turns)
     );
     println!("host after the {TURNS}-turn loop: {}", memory(pid));
+    println!(
+        "summary: {TURNS}-turn loop against a zero-latency fake, wall ÷ the fake's own service time: {:.2} (a bare HTTP client sending the same requests: {:.2})",
+        wall.as_secs_f64() / service.as_secs_f64(),
+        floor.wall.as_secs_f64() / floor.server.as_secs_f64()
+    );
 }
 
 fn ms(duration: Duration) -> f64 {

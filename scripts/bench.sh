@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prints the performance figures: stream parsing, request latency, how long :LooprPlan blocks
-# Neovim, plan-loop latency and the host's memory. Figures only; nothing here passes or fails
-# on time.
+# Neovim, plan-loop latency, the host's memory and cold start, Neovim's responsiveness while
+# loops stream into open transcripts (Neovim's TUI in tmux), and a whole hierarchy against the
+# dependency critical path; then a summary of the ratios. Figures only; nothing here passes or
+# fails on time, and nothing runs it in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +11,10 @@ usage() {
     cat <<'EOF'
 Usage: scripts/bench.sh [--build-time]
 
-Runs the benches in benches/ and prints their figures.
+Runs the benches in benches/ and prints their figures, then a summary (each bench's
+`summary:` lines). Installs tmux with apt-get when it is missing (the responsiveness bench runs
+Neovim's terminal UI in it); Neovim is $LOOPR_TEST_NVIM, else what scripts/ensure-nvim.sh
+installs.
 
   --build-time  Also time a clean `cargo build --release --locked` (what a plugin manager
                 runs on install) in a temporary target directory, and print
@@ -37,11 +42,26 @@ for arg in "$@"; do
     esac
 done
 
-cargo bench --locked --bench anthropic_stream --bench host --bench edits --bench editor
+if ! command -v tmux >/dev/null; then
+    echo "bench.sh: installing tmux" >&2
+    sudo=""
+    [[ $(id -u) == 0 ]] || sudo=sudo
+    $sudo apt-get install -y tmux >&2 || { $sudo apt-get update >&2 && $sudo apt-get install -y tmux >&2; }
+fi
+export LOOPR_TEST_NVIM=$(scripts/ensure-nvim.sh)
+
+output=$(mktemp "${TMPDIR:-/tmp}/loopr-bench.XXXXXX")
+cleanup() { rm -f "$output"; }
+trap cleanup EXIT
+cargo bench --locked --bench anthropic_stream --bench host --bench edits --bench editor \
+    --bench responsiveness --bench hierarchy | tee "$output"
+echo
+echo "Summary ($(nproc) cores, load $(cut -d ' ' -f 1-3 /proc/loadavg)):"
+sed -n 's/^summary: /  /p' "$output"
 
 if [[ $build_time == 1 ]]; then
     target=$(mktemp -d "${TMPDIR:-/tmp}/loopr-clean-build.XXXXXX")
-    trap 'rm -rf "$target"' EXIT
+    trap 'cleanup; rm -rf "$target"' EXIT
     jobs=${CARGO_BUILD_JOBS:-$(nproc)}
     load=$(cut -d ' ' -f 1 /proc/loadavg)
     start=$(date +%s.%N)

@@ -322,3 +322,65 @@ async fn replays_recorded_fixture_verbatim() {
     .expect("fixture");
     assert_eq!(chunks.concat(), expected);
 }
+
+#[tokio::test]
+async fn paced_reply_sends_an_event_per_frame_at_the_pace() {
+    let server = FakeLlm::start().await;
+    let interval = Duration::from_millis(30);
+    let turn = TurnBuilder::new().text_deltas(["one ", "two ", "three"]);
+    let events = turn.events();
+    server.push(turn.paced(interval));
+
+    let begin = std::time::Instant::now();
+    let response = post(&server, &json!({})).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut arrivals = Vec::new();
+    let mut body = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(BOUND, stream.next())
+        .await
+        .expect("body stalled")
+    {
+        arrivals.push(begin.elapsed());
+        body.extend_from_slice(&chunk.expect("body chunk"));
+    }
+    assert_eq!(
+        String::from_utf8(body).expect("utf-8 body"),
+        serialize_events(&events)
+    );
+    // Event k leaves k intervals after the first; the last arrives no earlier.
+    let pace = interval * (events.len() as u32 - 1);
+    let last = *arrivals.last().expect("a chunk");
+    assert!(
+        last >= pace,
+        "{} events at {interval:?} took only {last:?}",
+        events.len()
+    );
+    assert!(
+        arrivals.len() >= events.len() / 2,
+        "the events came in {} pieces, not one after the other",
+        arrivals.len()
+    );
+}
+
+#[tokio::test]
+async fn delayed_reply_waits_before_answering() {
+    let server = FakeLlm::start().await;
+    let latency = Duration::from_millis(150);
+    server.push(TurnBuilder::new().text("late").reply().delayed(latency));
+    server.push(TurnBuilder::new().text("prompt").reply());
+
+    let begin = std::time::Instant::now();
+    let response = post(&server, &json!({})).await;
+    let waited = begin.elapsed();
+    assert_eq!(response.status(), 200);
+    assert!(waited >= latency, "answered after {waited:?}");
+    let text = String::from_utf8(read_chunks(response).await.concat()).expect("utf-8 body");
+    assert!(text.contains("late"), "{text}");
+
+    // Only the delayed reply waits.
+    let begin = std::time::Instant::now();
+    let response = post(&server, &json!({})).await;
+    assert!(begin.elapsed() < latency, "{:?}", begin.elapsed());
+    read_chunks(response).await;
+}

@@ -151,9 +151,24 @@ pub enum Reply {
         pause_after: String,
         release: Arc<Notify>,
     },
+    /// The inner reply, sent once `latency` has passed since the request arrived: a model's
+    /// time to its first byte (see [`Reply::delayed`]). Outside any [`Reply::Held`].
+    Delayed(std::time::Duration, Box<Reply>),
+    /// A turn whose events go out one per body frame, each `interval` after the one before,
+    /// counted from the first so the pace holds on average whatever the timer's grain: a
+    /// model streaming at a given speed (see [`TurnBuilder::paced`]).
+    PacedTurn {
+        turn: TurnBuilder,
+        interval: std::time::Duration,
+    },
 }
 
 impl Reply {
+    /// This reply, sent only after `latency` (a model's time to its first byte).
+    pub fn delayed(self, latency: std::time::Duration) -> Reply {
+        Reply::Delayed(latency, Box::new(self))
+    }
+
     /// This reply, held back until the returned handle's `notify_one()` (which may come before
     /// or after the request arrives).
     pub fn held(self) -> (Reply, Arc<Notify>) {
@@ -564,6 +579,16 @@ impl TurnBuilder {
             release: Arc::clone(&release),
         };
         (reply, release)
+    }
+
+    /// This turn streamed at a model's pace: one event per body frame, each `interval` after
+    /// the one before (a text of one word per [`TurnBuilder::text_deltas`] piece at
+    /// `1 s / words_per_second` streams at that many words a second).
+    pub fn paced(&self, interval: std::time::Duration) -> Reply {
+        Reply::PacedTurn {
+            turn: self.clone(),
+            interval,
+        }
     }
 
     /// This whole turn, then the body stays open.
@@ -1136,6 +1161,13 @@ async fn handle(
 
     let seed = inner.seed ^ (number as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let reply = match reply {
+        Reply::Delayed(latency, inner) => {
+            tokio::time::sleep_until((arrived + latency).into()).await;
+            *inner
+        }
+        other => other,
+    };
+    let reply = match reply {
         Reply::Held(release, inner) => {
             release.notified().await;
             *inner
@@ -1151,6 +1183,18 @@ async fn handle(
                 "fake server: a held reply may not hold another",
             ),
         ),
+        Reply::Delayed(..) => json_response(
+            500,
+            &[],
+            &error_body(
+                "api_error",
+                "fake server: a delayed reply goes outside a held one, not inside",
+            ),
+        ),
+        Reply::PacedTurn { turn, interval } => {
+            let (content_type, bytes) = render_turn(inner.wire, &turn);
+            paced_response(&inner, content_type, &bytes, interval, number)
+        }
         Reply::Status {
             status,
             headers,
@@ -1287,7 +1331,7 @@ fn stream_response(
         None => (split_at_odd_boundaries(&bytes, seed), Vec::new(), None),
     };
     // Capacity 1: hyper takes (and usually flushes) one piece at a time.
-    let (tx, mut rx) = mpsc::channel::<Bytes>(1);
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
     let producer_inner = Arc::clone(inner);
     tokio::spawn(async move {
         let mut sent_all = true;
@@ -1315,6 +1359,16 @@ fn stream_response(
             producer_inner.note_disconnect();
         }
     });
+    streamed_body(inner, content_type, rx, number)
+}
+
+/// A 200 response whose body is what comes through `rx`, recording when it was all served.
+fn streamed_body(
+    inner: &Arc<Inner>,
+    content_type: &'static str,
+    mut rx: mpsc::Receiver<Bytes>,
+    number: usize,
+) -> Response<ResponseBody> {
     // The answer is served when hyper asks for more and hears it has it all: it has taken
     // the last piece by then (a stalled answer never ends).
     let inner = Arc::clone(inner);
@@ -1342,4 +1396,42 @@ fn stream_response(
     );
     headers.insert("request-id", HeaderValue::from_static(FAKE_REQUEST_ID));
     response
+}
+
+/// `bytes` (a rendered turn) sent an event at a time, each `interval` after the one before.
+fn paced_response(
+    inner: &Arc<Inner>,
+    content_type: &'static str,
+    bytes: &[u8],
+    interval: std::time::Duration,
+    number: usize,
+) -> Response<ResponseBody> {
+    // SSE events end with a blank line, NDJSON (Ollama) records with a newline.
+    let separator: &[u8] = if content_type == SSE_CONTENT_TYPE {
+        b"\n\n"
+    } else {
+        b"\n"
+    };
+    let mut events = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let end = rest
+            .windows(separator.len())
+            .position(|window| window == separator)
+            .map_or(rest.len(), |at| at + separator.len());
+        let (event, tail) = rest.split_at(end);
+        events.push(Bytes::copy_from_slice(event));
+        rest = tail;
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        for (index, event) in events.into_iter().enumerate() {
+            tokio::time::sleep_until(start + interval * index as u32).await;
+            if tx.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+    streamed_body(inner, content_type, rx, number)
 }
