@@ -6,6 +6,9 @@ use anyhow::Context;
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
+/// Log lines that may wait for the writer thread; a burst of trace logging fits.
+const LINES_WAITING: usize = 4096;
+
 /// Starts logging to `log_file` at `level` (`error`, `warn`, `info`, `debug`, `trace`) for
 /// Loopr's own messages; dependencies log warnings and errors only, so transport internals
 /// never reach the file. Keep the guard alive until exit or buffered lines are lost.
@@ -24,7 +27,12 @@ pub fn init(log_file: &Path, level: &str) -> anyhow::Result<WorkerGuard> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating log directory {}", dir.display()))?;
     let appender = tracing_appender::rolling::never(dir, file_name);
-    let (writer, guard) = tracing_appender::non_blocking(appender);
+    // The default queue holds 128,000 lines, allocated up front: a third of the host's start
+    // time. Lines beyond this many waiting are dropped (counted by the appender), never waited
+    // for.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LINES_WAITING)
+        .finish(appender);
     let filter = EnvFilter::try_new(format!("warn,loopr={level}"))
         .with_context(|| format!("building log filter for level {level}"))?;
     tracing_subscriber::fmt()
