@@ -16,6 +16,7 @@ mod integration {
     mod editor;
     mod hierarchy;
     mod lifecycle;
+    mod mcp;
     mod messages;
     mod model_api;
     mod phases;

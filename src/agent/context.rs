@@ -111,6 +111,8 @@ pub struct LoopContext {
     pub buffers: Arc<dyn OpenBuffers>,
     /// Where the loop's transcript goes as it happens.
     pub transcripts: Arc<super::transcript::TranscriptHub>,
+    /// The host's MCP servers, whose tools the loop may be offered.
+    pub mcp: Arc<crate::mcp::McpPool>,
 }
 
 impl LoopContext {

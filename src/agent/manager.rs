@@ -137,6 +137,8 @@ struct Shared {
     busy: tokio::sync::watch::Sender<usize>,
     /// Running loops' transcripts, for whoever follows them.
     transcripts: Arc<super::transcript::TranscriptHub>,
+    /// MCP servers, shared by the loops and stopped with the host.
+    mcp: Arc<crate::mcp::McpPool>,
     _host_lock: Option<HostLock>,
 }
 
@@ -177,6 +179,7 @@ impl LoopManager {
                 shutting_down: AtomicBool::new(false),
                 busy: tokio::sync::watch::Sender::new(0),
                 transcripts: super::transcript::TranscriptHub::new(),
+                mcp: Arc::new(crate::mcp::McpPool::new()),
                 _host_lock: host_lock,
             }),
         }
@@ -190,6 +193,12 @@ impl LoopManager {
         for token in lock(&self.shared.running).values() {
             token.cancel();
         }
+        self.shared.mcp.shut_down();
+    }
+
+    /// The host's MCP servers: their state for `:LooprMcp`, a probe for `:checkhealth`.
+    pub fn mcp(&self) -> &crate::mcp::McpPool {
+        &self.shared.mcp
     }
 
     /// How many loop tasks are under way, including the bookkeeping after each ends; changes

@@ -74,6 +74,7 @@ impl LoopManager {
             policy,
             buffers: self.shared.buffers.clone(),
             transcripts: self.shared.transcripts.clone(),
+            mcp: self.shared.mcp.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the
