@@ -230,3 +230,64 @@ async fn a_crashed_server_is_restarted_and_one_that_never_answers_times_out() {
     assert_eq!(starts, 2, "{:?}", server_log(&log));
     editor.quit().await;
 }
+
+/// The test server over streamable HTTP on loopback, killed when dropped; and its URL.
+async fn http_server(log: &std::path::Path) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(server_binary())
+        .args(["--http", "--log"])
+        .arg(log)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the HTTP test server");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the server prints its URL")
+        .expect("read")
+        .expect("a line");
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_calls_the_tools_of_a_streamable_http_server() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let (_server, url) = http_server(&log).await;
+    let setup = format!(
+        "{{ approvals = {{ write = 'auto', edit = 'auto', command = 'auto', mcp = 'auto' }},
+           mcp = {{ servers = {{ remote = {{ url = {url:?}, read_only_tools = {{ 'lookup' }} }} }} }} }}"
+    );
+    let mut editor = planned_editor(&fake, &setup).await;
+    fake.push_routed(
+        &code_route(PHASE),
+        TurnBuilder::new()
+            .tool_use("l1", "remote__lookup", json!({"key": "over http"}))
+            .tool_use("r1", "remote__record", json!({"note": "over http"}))
+            .tool_use("r2", "remote__record", json!({}))
+            .reply(),
+    );
+    fake.push_routed(&code_route(PHASE), complete_phase_turn("used the tools"));
+
+    let code_id = run_code_loop(&mut editor, PHASE).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = requests_routed(&fake, &code_route(PHASE));
+    let results = tool_results(&requests[1]);
+    assert_eq!(result_text(&results[0]), "value of over http\n");
+    assert_eq!(result_text(&results[1]), "recorded over http\n");
+    assert_eq!(results[2]["is_error"], true, "{}", results[2]);
+    let reached: Vec<String> = server_log(&log)
+        .into_iter()
+        .filter(|line| !line.starts_with("start "))
+        .collect();
+    assert_eq!(
+        reached,
+        ["record over http"],
+        "approvals.mcp = 'auto' asks nothing"
+    );
+    editor.quit().await;
+}

@@ -1,6 +1,7 @@
 //! The MCP server the tests run, written with the same SDK as the host's client (`rmcp`).
 //!
-//! `loopr-test-mcp-server [--log FILE]` serves over stdio. Tools:
+//! `loopr-test-mcp-server [--log FILE] [--http]` serves over stdio, or with `--http` over
+//! streamable HTTP on a loopback port, whose URL it prints as its first line. Tools:
 //! - `lookup` (read-only): answers `value of <key>`;
 //! - `record` (changing): appends its `note` to the log, so a test sees what reached it;
 //! - `environment`: the names of the variables the server was started with;
@@ -146,9 +147,11 @@ impl ServerHandler for TestServer {
 async fn main() {
     let mut arguments = std::env::args().skip(1);
     let mut log = None;
+    let mut http = false;
     while let Some(argument) = arguments.next() {
         match argument.as_str() {
             "--log" => log = arguments.next().map(PathBuf::from).map(Arc::new),
+            "--http" => http = true,
             other => {
                 eprintln!("loopr-test-mcp-server: unknown argument {other}");
                 std::process::exit(2);
@@ -157,6 +160,10 @@ async fn main() {
     }
     let server = TestServer { log };
     server.append(&format!("start {}", std::process::id()));
+    if http {
+        serve_http(server).await;
+        return;
+    }
     let running = match server.serve(rmcp::transport::io::stdio()).await {
         Ok(running) => running,
         Err(err) => {
@@ -166,5 +173,45 @@ async fn main() {
     };
     if let Err(err) = running.waiting().await {
         eprintln!("loopr-test-mcp-server: {err}");
+    }
+}
+
+/// Serves streamable HTTP at `http://127.0.0.1:<port>/mcp` until killed.
+async fn serve_http(server: TestServer) {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("loopr-test-mcp-server: binding: {err}");
+            std::process::exit(1);
+        }
+    };
+    let address = match listener.local_addr() {
+        Ok(address) => address,
+        Err(err) => {
+            eprintln!("loopr-test-mcp-server: {err}");
+            std::process::exit(1);
+        }
+    };
+    println!("http://{address}/mcp");
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(err) = connection.await {
+                eprintln!("loopr-test-mcp-server: connection: {err}");
+            }
+        });
     }
 }
