@@ -228,6 +228,29 @@ async fn a_crashed_server_is_restarted_and_one_that_never_answers_times_out() {
         .filter(|line| line.starts_with("start "))
         .count();
     assert_eq!(starts, 2, "{:?}", server_log(&log));
+
+    // :LooprMcp shows the server's state, tools and what went wrong.
+    assert_eq!(editor.command("LooprMcp").await, None);
+    let shown: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('loopr://mcp'), 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        shown.contains("probe (stdio, running, started 2 times)")
+            && shown.contains("tools: lookup, record, environment, crash, hang")
+            && shown.contains("error: the server stopped during a call")
+            && shown.contains("error: MCP server probe did not answer within 2 s"),
+        "{shown}"
+    );
+
+    // :checkhealth starts the configured server (for the project) and lists its tools.
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    let report: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        report.contains("MCP server probe starts; tools: lookup, record, environment, crash, hang"),
+        "{report}"
+    );
     editor.quit().await;
 }
 
