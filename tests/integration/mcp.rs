@@ -9,8 +9,8 @@ use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::{API_KEY, TestNvim};
 use crate::scenario::{
     code_route, commit_everything, complete_phase_turn, phase_input, phase_route, plan_and_approve,
-    plan_route, requests_routed, run_code_loop, spec_input, spec_route, start_editor_at,
-    tool_results, tool_turn, valid_plan, wait_all_complete,
+    plan_route, requests_routed, run_code_loop, spec_input, spec_route, start_editor,
+    start_editor_at, tool_results, tool_turn, valid_plan, wait_all_complete,
 };
 
 /// A token in the host's environment that no MCP server may see.
@@ -311,6 +311,64 @@ async fn a_code_loop_calls_the_tools_of_a_streamable_http_server() {
         reached,
         ["record over http"],
         "approvals.mcp = 'auto' asks nothing"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planning_loops_get_only_the_tools_marked_read_only() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let setup = format!(
+        "{{ mcp = {{ servers = {{ probe = {{ command = {:?}, args = {{ '--log', {:?} }},
+             levels = {{ 'spec', 'code' }}, read_only_tools = {{ 'lookup' }} }} }} }} }}",
+        server_binary(),
+        log.display().to_string()
+    );
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use("l1", "probe__lookup", json!({"key": "spec"}))
+            .reply(),
+    );
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    );
+    for name in PHASES {
+        fake.push_routed(
+            &phase_route(name),
+            tool_turn(name, "create_phase", phase_input(name)),
+        );
+    }
+    let mut editor = start_editor(&fake, &setup).await;
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+
+    let mcp_tools = |request: &Value| -> Vec<String> {
+        request["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .filter(|name| name.starts_with("probe__"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let spec_requests = requests_routed(&fake, &spec_route("version-flag"));
+    assert_eq!(mcp_tools(&spec_requests[0]), ["probe__lookup"]);
+    assert_eq!(
+        result_text(&tool_results(&spec_requests[1])[0]),
+        "value of spec\n"
+    );
+    let plan_requests = requests_routed(&fake, plan_route());
+    assert!(
+        mcp_tools(&plan_requests[0]).is_empty(),
+        "plan is not in levels"
     );
     editor.quit().await;
 }
