@@ -20,6 +20,10 @@ command('LooprStatus', function()
   require('loopr').status()
 end, { nargs = 0, desc = "Loopr: list this project's loops" })
 
+command('LooprMcp', function()
+  require('loopr').mcp()
+end, { nargs = 0, desc = "Loopr: the host's MCP servers, their tools and recent errors" })
+
 command('LooprTranscript', function(args)
   require('loopr').transcript(args.args)
 end, {

@@ -22,5 +22,5 @@ export LOOPR_TEST_NVIM
 echo "Neovim: $("$LOOPR_TEST_NVIM" --version | head -n 1) ($LOOPR_TEST_NVIM)"
 
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked --lib --bins --tests
+cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
+cargo test --locked --features test-mcp-server --lib --bins --tests

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod llm;
 pub mod logging;
 pub mod markdown;
+pub mod mcp;
 pub mod pricing;
 pub mod schema;
 pub mod store;

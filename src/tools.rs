@@ -34,12 +34,14 @@ pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::{ListFilesTool, project_walker};
+pub use output::CappedOutput;
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell, unsandboxed_note};
 pub use sandbox::{
     ExecRequest, Mechanism, SETUP_FAILED as SANDBOX_SETUP_FAILED, Sandbox, SandboxMode,
-    SandboxSettings, SetupError as SandboxSetupError, looks_secret, sandbox_exec,
+    SandboxSettings, SetupError as SandboxSetupError, command_environment, looks_secret,
+    sandbox_exec,
 };
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
@@ -91,6 +93,9 @@ pub enum ToolError {
     Rejected(String),
     #[error("cancelled")]
     Cancelled,
+    /// What another program (an MCP server) answered or why it could not.
+    #[error("{0}")]
+    External(String),
 }
 
 #[async_trait]

@@ -16,6 +16,9 @@ mod integration {
     mod editor;
     mod hierarchy;
     mod lifecycle;
+    // Needs the test MCP server: `--features test-mcp-server` (scripts/test.sh).
+    #[cfg(feature = "test-mcp-server")]
+    mod mcp;
     mod messages;
     mod model_api;
     mod phases;

@@ -7,15 +7,15 @@ local MAX_HEIGHT = 15
 local CLOSED = 'closed without a decision'
 local SUBJECT_WIDTH = 60
 
----@alias loopr.ApprovalKind "write"|"edit"|"command"|"fetch"
+---@alias loopr.ApprovalKind "write"|"edit"|"command"|"fetch"|"mcp"
 ---@alias loopr.Decision "accept"|"accept_all"|"reject"
 
 ---@class loopr.ApprovalRequest
 ---@field id integer
 ---@field loop_id string
 ---@field kind loopr.ApprovalKind
----@field tool string "write_file", "edit_file", "run_command" or "web_fetch".
----@field subject string File path relative to the project root, the command, or the host fetched from.
+---@field tool string "write_file", "edit_file", "run_command", "web_fetch" or "mcp".
+---@field subject string File path relative to the project root, the command, the host fetched from, or the MCP tool (`server__tool`).
 ---@field detail string Unified diff, "$ <command>\n(in <dir>)", or "Loopr wants to fetch <url>".
 
 ---@class loopr.PendingApproval
@@ -43,6 +43,9 @@ local function all_of(req)
   if req.kind == 'fetch' then
     return ('fetches from %s in this loop'):format(req.subject)
   end
+  if req.kind == 'mcp' then
+    return ('calls of %s from now on in this loop'):format(req.subject)
+  end
   return ('%s of this loop'):format(PLURAL[req.kind] or 'changes')
 end
 
@@ -66,6 +69,7 @@ end
 ---@return string[]
 local function render(req)
   local header = req.kind == 'command' and ('Loopr wants to run: %s'):format(one_line(req.subject))
+    or req.kind == 'mcp' and ('Loopr wants to call the MCP tool %s (loop %s)'):format(req.subject, req.loop_id)
     or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
   local detail = vim.split(req.detail, '\n', { trimempty = true })
   if req.kind == 'fetch' then
@@ -132,7 +136,7 @@ local function create(req)
   vim.bo[buf].swapfile = false
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, render(req))
   vim.bo[buf].modifiable = false
-  vim.bo[buf].filetype = ({ command = 'sh', fetch = 'text' })[req.kind] or 'diff'
+  vim.bo[buf].filetype = ({ command = 'sh', fetch = 'text', mcp = 'text' })[req.kind] or 'diff'
   keymaps(buf, req)
   vim.api.nvim_create_autocmd('BufWipeout', {
     buffer = buf,

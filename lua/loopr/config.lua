@@ -20,6 +20,7 @@
 ---@field edit loopr.ApprovalMode Replacing text in a file.
 ---@field command loopr.ApprovalMode Running a shell command.
 ---@field fetch loopr.ApprovalMode Fetching a page with `web_fetch` from a host not in `web_fetch_allow_hosts`.
+---@field mcp loopr.ApprovalMode Calling an MCP server's tool not in its `read_only_tools`.
 
 ---@class loopr.Sandbox
 ---@field mode "auto"|"bubblewrap"|"landlock"|"off" Which sandbox commands run in: "auto" is bubblewrap where it works, else Landlock with namespaces, else none.
@@ -38,6 +39,18 @@
 ---@field phase? string
 ---@field review? string Review passes of plans and specs.
 ---@field code? string
+
+---@class loopr.McpServer
+---@field command? string A program speaking MCP over stdio (started in the project root).
+---@field args? string[]
+---@field env? table<string, string> Variables for the command, besides the allow-listed ones.
+---@field url? string A streamable HTTP server instead of a command.
+---@field levels? ("plan"|"spec"|"phase"|"code")[] Loop levels offered its tools (default { "code" }).
+---@field read_only_tools? string[] Tools that only read: planning levels get these, and they run without asking.
+---@field timeout_secs? integer How long a call may take (default 60).
+
+---@class loopr.Mcp
+---@field servers? table<string, loopr.McpServer> By name, which prefixes the tools (`name__tool`).
 
 ---@class loopr.Config
 ---@field bin string|nil Path to the host binary; nil means auto-detect.
@@ -79,6 +92,7 @@
 ---@field rules_files string[]|nil Project rules files read into every loop's system prompt; nil: the host's default list.
 ---@field rules_max_bytes integer Bytes of rules a system prompt takes at most.
 ---@field sandbox loopr.Sandbox
+---@field mcp loopr.Mcp MCP servers whose tools loops are offered.
 ---@field prices table<string, loopr.Price>
 ---@field budget loopr.Budget
 
@@ -124,6 +138,7 @@
 ---@field sandbox? {mode?: "auto"|"bubblewrap"|"landlock"|"off", writable?: string[], network?: boolean, allow_git?: boolean, env?: string[]}
 ---@field prices? table<string, loopr.Price> USD per million tokens by model id (or its start), over the defaults.
 ---@field budget? loopr.Budget Per plan tree; reaching it pauses the tree until :LooprApprove.
+---@field mcp? loopr.Mcp MCP servers whose tools loops are offered.
 
 local M = {}
 
@@ -350,9 +365,9 @@ local spec = {
   validation_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(600) },
   command_timeout_secs = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(120) },
   approvals = {
-    expect = 'a table with keys "write", "edit", "command", "fetch", each "ask" or "auto"',
-    check = map_of({ 'write', 'edit', 'command', 'fetch' }, one_of({ 'ask', 'auto' })),
-    default = const({ write = 'ask', edit = 'ask', command = 'ask', fetch = 'ask' }),
+    expect = 'a table with keys "write", "edit", "command", "fetch", "mcp", each "ask" or "auto"',
+    check = map_of({ 'write', 'edit', 'command', 'fetch', 'mcp' }, one_of({ 'ask', 'auto' })),
+    default = const({ write = 'ask', edit = 'ask', command = 'ask', fetch = 'ask', mcp = 'ask' }),
     merge = true,
   },
   allow_commands = { expect = 'a list of regular expressions', check = list_of(nonempty_string), default = const({}) },
@@ -365,6 +380,50 @@ local spec = {
     default = const(nil),
   },
   rules_max_bytes = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(32768) },
+  mcp = {
+    expect = 'a table { servers = { <name> = { command = "prog", args = { ... }, env = { NAME = "value" } } '
+      .. 'or { url = "http://..." }, with optional levels (a list of "plan", "spec", "phase", "code"), '
+      .. 'read_only_tools (a list of tool names), timeout_secs (an integer >= 1) } }, names of '
+      .. 'letters, digits, "-" and "_"',
+    check = record_of({
+      servers = function(servers)
+        if type(servers) ~= 'table' then
+          return false
+        end
+        for name, server in pairs(servers) do
+          if type(name) ~= 'string' or not name:match('^[%w_-]+$') or type(server) ~= 'table' then
+            return false
+          end
+          local ok = record_of({
+            command = nonempty_string,
+            args = list_of(function(v)
+              return type(v) == 'string'
+            end),
+            env = function(env)
+              if type(env) ~= 'table' then
+                return false
+              end
+              for k, v in pairs(env) do
+                if type(k) ~= 'string' or type(v) ~= 'string' then
+                  return false
+                end
+              end
+              return true
+            end,
+            url = nonempty_string,
+            levels = list_of(one_of({ 'plan', 'spec', 'phase', 'code' })),
+            read_only_tools = list_of(nonempty_string),
+            timeout_secs = integer_at_least(1),
+          })(server)
+          if not ok or (server.command == nil) == (server.url == nil) then
+            return false
+          end
+        end
+        return true
+      end,
+    }),
+    default = const({}),
+  },
   sandbox = {
     expect = 'a table with keys mode ("auto", "bubblewrap", "off"), writable (a list of absolute '
       .. 'paths), network (a boolean), allow_git (a boolean), env (a list of variable names)',
@@ -549,7 +608,29 @@ function M.settings()
     -- Empty tables are left out: msgpack cannot tell an empty map from an empty list.
     prices = next(c.prices) and c.prices or nil,
     budget = next(c.budget) and c.budget or nil,
+    mcp = M.mcp_settings(c.mcp),
   }
+end
+
+---The `mcp` option as the host reads it: empty tables left out (msgpack cannot tell an
+---empty map from an empty list), nil without servers.
+---@param mcp table
+---@return table|nil
+function M.mcp_settings(mcp)
+  if not mcp.servers or next(mcp.servers) == nil then
+    return nil
+  end
+  local servers = {}
+  for name, server in pairs(mcp.servers) do
+    local copy = {}
+    for key, value in pairs(server) do
+      if type(value) ~= 'table' or next(value) ~= nil then
+        copy[key] = value
+      end
+    end
+    servers[name] = copy
+  end
+  return { servers = servers }
 end
 
 ---Project root per `root_markers`, else the cwd; symlinks resolved. The current buffer's

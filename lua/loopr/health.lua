@@ -157,6 +157,28 @@ local function check_sandbox()
   end
 end
 
+---Starts each configured MCP server (for the current project) and lists its tools.
+local function check_mcp()
+  local cfg = require('loopr.config')
+  local settings = cfg.settings()
+  if not settings.mcp then
+    health.info('no MCP servers configured')
+    return
+  end
+  local probed, err = require('loopr.host').request('mcp_probe', { root = cfg.root(), settings = settings })
+  if not probed then
+    health.error('cannot probe the MCP servers: ' .. tostring(err))
+    return
+  end
+  for _, server in ipairs(probed) do
+    if server.error and server.error ~= vim.NIL then
+      health.error(('MCP server %s: %s'):format(server.name, server.error))
+    else
+      health.ok(('MCP server %s starts; tools: %s'):format(server.name, table.concat(server.tools, ', ')))
+    end
+  end
+end
+
 function M.check()
   health.start('loopr: Neovim')
   check_neovim()
@@ -170,6 +192,8 @@ function M.check()
   check_storage()
   health.start('loopr: sandbox')
   check_sandbox()
+  health.start('loopr: MCP servers')
+  check_mcp()
 end
 
 return M

@@ -92,6 +92,78 @@ function M.status()
   return require('loopr.status').open()
 end
 
+---@class loopr.McpServerStatus
+---@field name string
+---@field state string "not started", "starting", "running", "stopped" or "shut down".
+---@field transport "stdio"|"http"
+---@field root string The project it was started for.
+---@field tools string[]
+---@field starts integer
+---@field recent_errors string[] Oldest first.
+
+---The lines `:LooprMcp` shows for the host's MCP servers.
+---@param servers loopr.McpServerStatus[]
+---@return string[]
+function M.mcp_lines(servers)
+  local configured = (config.get().mcp or {}).servers or {}
+  local lines = {}
+  local seen = {}
+  for _, server in ipairs(servers) do
+    seen[server.name] = true
+    lines[#lines + 1] = ('%s (%s, %s, started %d times) in %s'):format(
+      server.name,
+      server.transport,
+      server.state,
+      server.starts,
+      server.root
+    )
+    lines[#lines + 1] = '  tools: ' .. (#server.tools > 0 and table.concat(server.tools, ', ') or '(none)')
+    for _, err in ipairs(server.recent_errors) do
+      lines[#lines + 1] = '  error: ' .. err
+    end
+  end
+  local names = vim.tbl_keys(configured)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if not seen[name] then
+      lines[#lines + 1] = ('%s (not started: no loop has used it yet)'):format(name)
+    end
+  end
+  if #lines == 0 then
+    lines[1] = 'no MCP servers configured (see :help loopr-mcp)'
+  end
+  return lines
+end
+
+---Show the host's MCP servers: each one's state, tools and recent errors, in a scratch
+---buffer `loopr://mcp`.
+---@return integer|nil buf
+function M.mcp()
+  local servers, err = require('loopr.host').request('mcp_status', {})
+  if not servers then
+    notify(tostring(err), vim.log.levels.ERROR)
+    return nil
+  end
+  local lines = M.mcp_lines(servers)
+  local name = 'loopr://mcp'
+  local buf = vim.fn.bufnr(name)
+  if buf == -1 then
+    buf = vim.api.nvim_create_buf(false, true)
+    vim.api.nvim_buf_set_name(buf, name)
+    vim.bo[buf].buftype = 'nofile'
+    vim.bo[buf].bufhidden = 'wipe'
+    vim.bo[buf].swapfile = false
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd('botright split')
+    vim.api.nvim_win_set_buf(0, buf)
+  end
+  return buf
+end
+
 ---@class loopr.TargetOpts
 ---@field root? string Project root; default: the current project (`config.root()`).
 

@@ -32,6 +32,8 @@ pub struct ApprovalSettings {
     pub command: ApprovalMode,
     /// `web_fetch` of a host not in `web_fetch_allow_hosts`.
     pub fetch: ApprovalMode,
+    /// A call of an MCP server's tool not marked read-only.
+    pub mcp: ApprovalMode,
 }
 
 impl Default for ApprovalSettings {
@@ -41,6 +43,7 @@ impl Default for ApprovalSettings {
             edit: ApprovalMode::Ask,
             command: ApprovalMode::Ask,
             fetch: ApprovalMode::Ask,
+            mcp: ApprovalMode::Ask,
         }
     }
 }
@@ -52,6 +55,7 @@ impl ApprovalSettings {
             ChangeKind::Edit => self.edit,
             ChangeKind::Command => self.command,
             ChangeKind::Fetch => self.fetch,
+            ChangeKind::Mcp => self.mcp,
         }
     }
 }
@@ -67,6 +71,8 @@ pub struct PolicyApprover {
     /// accepted all fetches from in this loop.
     allowed_hosts: Vec<String>,
     accepted_hosts: Mutex<HashSet<String>>,
+    /// MCP tools (`server__tool`) the user allowed from now on in this loop.
+    accepted_mcp_tools: Mutex<HashSet<String>>,
     asker: Arc<dyn Approver>,
 }
 
@@ -94,6 +100,7 @@ impl PolicyApprover {
             accepted_kinds: Mutex::new(HashSet::new()),
             allowed_hosts: Vec::new(),
             accepted_hosts: Mutex::new(HashSet::new()),
+            accepted_mcp_tools: Mutex::new(HashSet::new()),
             asker,
         })
     }
@@ -169,6 +176,14 @@ impl PolicyApprover {
             // "Accept all" of a fetch is of its host only: the next host may be anyone's.
             return self.host_allowed(&request.subject);
         }
+        if request.kind == ChangeKind::Mcp {
+            // "Allow this tool from now on": of this server's tool only.
+            return self
+                .accepted_mcp_tools
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .contains(&request.subject);
+        }
         self.accepted_kinds
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -187,9 +202,15 @@ impl Approver for PolicyApprover {
             return Some(Decision::Accept);
         }
         let kind = request.kind;
+        // The host of a fetch, the tool of an MCP call.
         let host = request.subject.clone();
         let decision = self.asker.decide(request, cancel).await?;
-        if decision == Decision::AcceptAllOfKind && kind == ChangeKind::Fetch {
+        if decision == Decision::AcceptAllOfKind && kind == ChangeKind::Mcp {
+            self.accepted_mcp_tools
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(host);
+        } else if decision == Decision::AcceptAllOfKind && kind == ChangeKind::Fetch {
             self.accepted_hosts
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())

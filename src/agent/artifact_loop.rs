@@ -88,12 +88,19 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         return finish(context, kind, &state);
     }
     let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
-    let tool_specs = level_tools(
+    let mut tool_specs = level_tools(
         kind,
         &tools,
         context.settings.web_fetch,
         !reviews.is_empty(),
     );
+    // Only the tools the user marked read-only reach planning levels (`mcp::McpServerConfig`).
+    let mcp_tools = super::code_loop::offered_mcp_tools(context).await;
+    if !mcp_tools.is_empty() {
+        let mut specs = tool_specs.to_vec();
+        specs.extend(mcp_tools.specs());
+        tool_specs = specs.into();
+    }
     let project_name = context
         .root
         .path()
@@ -150,6 +157,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
             reviews: &reviews,
             state: &mut state,
             tools: &tools,
+            mcp_tools: &mcp_tools,
             tool_context: &tool_context,
         };
         let answered = conversation
@@ -206,6 +214,7 @@ struct ArtifactCalls<'a> {
     reviews: &'a [(&'static str, &'static str)],
     state: &'a mut RunState,
     tools: &'a ToolRegistry,
+    mcp_tools: &'a crate::mcp::McpTools,
     tool_context: &'a ToolContext,
 }
 
@@ -242,6 +251,7 @@ impl CallHandler for ArtifactCalls<'_> {
             context,
             kind,
             self.tools,
+            self.mcp_tools,
             self.tool_context,
             &call.name,
             call.input,
@@ -420,19 +430,28 @@ async fn tool_call(
     context: &LoopContext,
     kind: ArtifactKind,
     tools: &ToolRegistry,
+    mcp_tools: &crate::mcp::McpTools,
     tool_context: &ToolContext,
     name: &str,
     input: Value,
 ) -> Result<CallResult, LoopError> {
     context.progress(describe_tool_call(name, &input));
-    let Some(tool) = tools.get(name) else {
-        return Ok(CallResult::error(format!(
-            "there is no tool named {name:?}; the available tools are {}, {}",
-            tools.names().join(", "),
-            kind.tool_name()
-        )));
+    let called = match tools.get(name) {
+        Some(tool) => tool.call(input, tool_context).await,
+        None => match mcp_tools.call(name, input, tool_context).await {
+            Some(called) => called,
+            None => {
+                let mut names: Vec<&str> = tools.names();
+                names.extend(mcp_tools.names());
+                names.push(kind.tool_name());
+                return Ok(CallResult::error(format!(
+                    "there is no tool named {name:?}; the available tools are {}",
+                    names.join(", ")
+                )));
+            }
+        },
     };
-    match tool.call(input, tool_context).await {
+    match called {
         Ok(content) => Ok(CallResult::ok(content)),
         Err(ToolError::Cancelled) => Err(LoopError::Cancelled),
         Err(err) => {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
 use super::baseline::Baseline;
-use super::events::LoopEvent;
+use super::events::{LoopEvent, NoticeLevel};
 use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
@@ -19,6 +19,7 @@ use super::prompts;
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
 use crate::llm::{Message, ToolCall, ToolSpec};
+use crate::mcp::{McpTools, Unavailable};
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
@@ -66,7 +67,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let record = &context.record;
     let phase = phase_of(context)?;
     let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
+    let mcp_tools = offered_mcp_tools(context).await;
     let mut tool_specs = tools.specs();
+    tool_specs.extend(mcp_tools.specs());
     tool_specs.push(ToolSpec {
         name: COMPLETE_PHASE.to_owned(),
         description: format!(
@@ -144,6 +147,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         let mut calls = CodeCalls {
             context,
             tools: &tools,
+            mcp_tools: &mcp_tools,
             tool_context: &tool_context,
             phase: &phase,
             iteration: state.iteration,
@@ -184,6 +188,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
 struct CodeCalls<'a> {
     context: &'a LoopContext,
     tools: &'a ToolRegistry,
+    mcp_tools: &'a McpTools,
     tool_context: &'a ToolContext,
     phase: &'a PhaseArtifact,
     iteration: u32,
@@ -230,13 +235,26 @@ impl CallHandler for CodeCalls<'_> {
             };
         }
         context.progress(describe_tool_call(&name, &call.input));
-        let Some(tool) = self.tools.get(&name) else {
-            return Ok(CallResult::error(format!(
-                "there is no tool named {name:?}; the available tools are {}, {COMPLETE_PHASE}",
-                self.tools.names().join(", ")
-            )));
+        let called = match self.tools.get(&name) {
+            Some(tool) => tool.call(call.input, self.tool_context).await,
+            None => match self
+                .mcp_tools
+                .call(&name, call.input, self.tool_context)
+                .await
+            {
+                Some(called) => called,
+                None => {
+                    let mut names: Vec<&str> = self.tools.names();
+                    names.extend(self.mcp_tools.names());
+                    names.push(COMPLETE_PHASE);
+                    return Ok(CallResult::error(format!(
+                        "there is no tool named {name:?}; the available tools are {}",
+                        names.join(", ")
+                    )));
+                }
+            },
         };
-        match tool.call(call.input, self.tool_context).await {
+        match called {
             Ok(content) => Ok(CallResult::ok(content)),
             Err(ToolError::Cancelled) => Err(LoopError::Cancelled),
             Err(err) => Ok(CallResult::error(format!("{name} failed: {err}"))),
@@ -248,6 +266,34 @@ impl CallHandler for CodeCalls<'_> {
     fn order(&self, calls: &mut Vec<ToolCall>) {
         calls.sort_by_key(|call| call.name == COMPLETE_PHASE);
     }
+}
+
+/// The MCP tools configured for code loops, their servers started; a server that cannot
+/// start is left out, and the user told.
+pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
+    if context.settings.mcp.servers.is_empty() {
+        return McpTools::default();
+    }
+    context.progress("starting MCP servers");
+    let level = context.record.loop_type.as_str();
+    let (tools, unavailable) = context
+        .mcp
+        .tools_for(
+            context.root.path(),
+            &context.settings.mcp,
+            level,
+            &context.cancel,
+        )
+        .await;
+    for Unavailable { server, error } in unavailable {
+        tracing::warn!(loop_id = %context.record.id, %server, %error, "MCP server unavailable");
+        context.events.emit(LoopEvent::Notice {
+            loop_id: context.record.id.to_string(),
+            level: NoticeLevel::Warn,
+            message: format!("{error}; its tools are not offered to this loop (:LooprMcp)"),
+        });
+    }
+    tools
 }
 
 /// The project as it is before the loop changes anything; kept across resumes.

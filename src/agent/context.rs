@@ -113,6 +113,8 @@ pub struct LoopContext {
     pub transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget its plan tree is held to, checked before each turn.
     pub tree_budget: Arc<super::tree_budget::TreeBudget>,
+    /// The host's MCP servers, whose tools the loop may be offered.
+    pub mcp: Arc<crate::mcp::McpPool>,
 }
 
 impl LoopContext {

@@ -141,6 +141,8 @@ struct Shared {
     transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget plan trees are held to (the user's, once a shell sets it).
     tree_budget: Arc<super::tree_budget::TreeBudget>,
+    /// MCP servers, shared by the loops and stopped with the host.
+    mcp: Arc<crate::mcp::McpPool>,
     _host_lock: Option<HostLock>,
 }
 
@@ -182,6 +184,7 @@ impl LoopManager {
                 busy: tokio::sync::watch::Sender::new(0),
                 transcripts: super::transcript::TranscriptHub::new(),
                 tree_budget: Arc::default(),
+                mcp: Arc::new(crate::mcp::McpPool::new()),
                 _host_lock: host_lock,
             }),
         }
@@ -195,6 +198,12 @@ impl LoopManager {
         for token in lock(&self.shared.running).values() {
             token.cancel();
         }
+        self.shared.mcp.shut_down();
+    }
+
+    /// The host's MCP servers: their state for `:LooprMcp`, a probe for `:checkhealth`.
+    pub fn mcp(&self) -> &crate::mcp::McpPool {
+        &self.shared.mcp
     }
 
     /// How many loop tasks are under way, including the bookkeeping after each ends; changes

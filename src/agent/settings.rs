@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::approvals::{ApprovalSettings, PolicyApprover};
 use super::context_budget::ContextBudget;
 use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
+use crate::mcp::McpSettings;
 use crate::pricing::{Budget, Price, PriceTable};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
@@ -86,6 +87,8 @@ pub struct LoopSettings {
     pub prices: BTreeMap<String, Price>,
     /// The spend of each plan tree after which its loops pause until approved.
     pub budget: Budget,
+    /// MCP servers whose tools loops are offered.
+    pub mcp: McpSettings,
 }
 
 impl Default for LoopSettings {
@@ -134,6 +137,7 @@ impl Default for LoopSettings {
             rules_max_bytes: 32 * 1024,
             prices: BTreeMap::new(),
             budget: Budget::default(),
+            mcp: McpSettings::default(),
         }
     }
 }
@@ -227,6 +231,7 @@ impl LoopSettings {
         .allowing_hosts(&self.web_fetch_allow_hosts)?;
         PriceTable::check(&self.prices)?;
         self.budget.check()?;
+        self.mcp.check()?;
         if self.plan_review_passes > 5 {
             return Err("plan_review_passes must be between 0 and 5".to_owned());
         }

@@ -118,6 +118,23 @@ impl From<crate::agent::ResumeCounts> for ResumeReply {
     }
 }
 
+/// `:checkhealth loopr` starts the configured MCP servers of a project and lists their tools.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpProbeParams {
+    pub root: std::path::PathBuf,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+/// One server probed: its tools, or why it could not start.
+#[derive(Debug, Serialize)]
+pub struct McpProbeReply {
+    pub name: String,
+    pub tools: Option<Vec<String>>,
+    pub error: Option<String>,
+}
+
 /// `:checkhealth loopr` asks which provider the settings lead to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

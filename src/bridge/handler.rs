@@ -4,10 +4,11 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
-    LoopIdsParams, LoopRecordReply, PhaseParams, PlanParams, ProviderParams, ProviderReply,
-    RefusedRulesReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply, RunParams,
-    StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
-    TranscriptReply, UndoParams, UndoReply, params, to_value,
+    LoopIdsParams, LoopRecordReply, McpProbeParams, McpProbeReply, PhaseParams, PlanParams,
+    ProviderParams, ProviderReply, RefusedRulesReply, ResumeReply, ReviseParams, RootParams,
+    RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
+    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, params,
+    to_value,
 };
 use super::event_pump::OutgoingQueue;
 use std::sync::Arc;
@@ -147,6 +148,36 @@ impl RpcHandler {
                     .await
                     .map_err(|err| format!("Loopr: {err}"))?;
                 to_value(&UndoReply::new(loop_id.to_string(), report))
+            }
+            "mcp_status" => to_value(&self.manager.mcp().status()),
+            "mcp_probe" => {
+                let params: McpProbeParams = params(method, args)?;
+                params
+                    .settings
+                    .mcp
+                    .check()
+                    .map_err(|err| format!("Loopr: {err}"))?;
+                let probed = self
+                    .manager
+                    .mcp()
+                    .probe(&params.root, &params.settings.mcp)
+                    .await;
+                let replies: Vec<McpProbeReply> = probed
+                    .into_iter()
+                    .map(|(name, listed)| match listed {
+                        Ok(tools) => McpProbeReply {
+                            name,
+                            tools: Some(tools),
+                            error: None,
+                        },
+                        Err(error) => McpProbeReply {
+                            name,
+                            tools: None,
+                            error: Some(error),
+                        },
+                    })
+                    .collect();
+                to_value(&replies)
             }
             _ => {
                 // The rest read and write SQLite (with fsync) and walk files: the blocking
@@ -346,8 +377,8 @@ impl RpcHandler {
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
                  changes, undo, status, transcript, transcript_close, cancel, approve, revise, \
-                 retry, resume, tasks, loop_ids, phase_names, credentials, provider, rules and \
-                 version \
+                 retry, resume, tasks, loop_ids, phase_names, credentials, provider, rules, \
+                 mcp_status, mcp_probe and version \
                  (is the plugin newer than the binary? rebuild it)"
             )),
         }

@@ -13,6 +13,9 @@ pub enum ChangeKind {
     /// A web page fetched by `web_fetch`; the subject is its host, and "accept all" means
     /// every later fetch from that host.
     Fetch,
+    /// A call of an MCP server's tool; the subject is `server__tool`, and "accept all" means
+    /// every later call of that tool.
+    Mcp,
 }
 
 impl ChangeKind {
@@ -22,6 +25,7 @@ impl ChangeKind {
             ChangeKind::Edit => "edit",
             ChangeKind::Command => "command",
             ChangeKind::Fetch => "fetch",
+            ChangeKind::Mcp => "mcp",
         }
     }
 }

@@ -75,6 +75,7 @@ impl LoopManager {
             buffers: self.shared.buffers.clone(),
             transcripts: self.shared.transcripts.clone(),
             tree_budget: self.shared.tree_budget.clone(),
+            mcp: self.shared.mcp.clone(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the

@@ -1,0 +1,267 @@
+//! What the user configures about MCP servers (`setup({ mcp = { servers = ... } })`, the
+//! CLI's `--settings`), and the checks that name the fix when it is wrong.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Joins a server's name and its tool's name into the name the model sees.
+pub const TOOL_SEPARATOR: &str = "__";
+
+/// The loop levels a server's tools may be offered to.
+pub const MCP_LEVELS: [&str; 4] = ["plan", "spec", "phase", "code"];
+
+/// Longest tool name the providers accept (Anthropic and OpenAI: 64).
+const MAX_TOOL_NAME: usize = 64;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSettings {
+    /// By server name, which prefixes its tools (`name__tool`).
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+/// One server: a command speaking MCP over stdio, or the URL of a streamable HTTP server.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    /// Variables set for the command, over the allow-listed ones of the host.
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+    /// The loop levels offered the server's tools; planning levels get only `read_only_tools`.
+    pub levels: Vec<String>,
+    /// Tools the user vouches only read: offered to planning levels, and called without asking.
+    pub read_only_tools: Vec<String>,
+    /// How long a call (or a start) may take before the model is told it timed out.
+    pub timeout_secs: u64,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> McpServerConfig {
+        McpServerConfig {
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            url: None,
+            levels: vec!["code".to_owned()],
+            read_only_tools: Vec::new(),
+            timeout_secs: 60,
+        }
+    }
+}
+
+/// How the host reaches a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint<'a> {
+    Command {
+        program: &'a str,
+        args: &'a [String],
+    },
+    Http {
+        url: &'a str,
+    },
+}
+
+impl McpServerConfig {
+    pub fn endpoint(&self) -> Option<Endpoint<'_>> {
+        match (self.command.as_deref(), self.url.as_deref()) {
+            (Some(program), None) => Some(Endpoint::Command {
+                program,
+                args: &self.args,
+            }),
+            (None, Some(url)) => Some(Endpoint::Http { url }),
+            _ => None,
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
+    /// Whether loops of `level` get any of this server's tools.
+    pub fn offered_to(&self, level: &str) -> bool {
+        self.levels.iter().any(|offered| offered == level)
+    }
+
+    /// Whether `tool` goes to loops of `level`: every tool to code loops, only read-only
+    /// ones to planning loops, which never change anything.
+    pub fn offers(&self, level: &str, tool: &str) -> bool {
+        self.offered_to(level) && (level == "code" || self.is_read_only(tool))
+    }
+
+    pub fn is_read_only(&self, tool: &str) -> bool {
+        self.read_only_tools
+            .iter()
+            .any(|read_only| read_only == tool)
+    }
+}
+
+impl McpSettings {
+    /// Rejects what no server could start with, naming the setting and the fix.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, server) in &self.servers {
+            check_server(name, server)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_server(name: &str, server: &McpServerConfig) -> Result<(), String> {
+    let at = format!("mcp.servers.{name}");
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.contains(TOOL_SEPARATOR);
+    if !plain {
+        return Err(format!(
+            "mcp server name {name:?}: use letters, digits, '-' and single '_' (it prefixes the \
+             server's tools as {name}{TOOL_SEPARATOR}<tool>)"
+        ));
+    }
+    if name.len() + TOOL_SEPARATOR.len() >= MAX_TOOL_NAME {
+        return Err(format!(
+            "{at}: the name is too long; tool names are at most {MAX_TOOL_NAME} characters"
+        ));
+    }
+    match server.endpoint() {
+        Some(Endpoint::Command { program, .. }) if program.trim().is_empty() => {
+            return Err(format!("{at}.command is empty; name the server's program"));
+        }
+        Some(Endpoint::Http { url }) => {
+            let parsed = url::Url::parse(url)
+                .map_err(|err| format!("{at}.url {url:?} is not a URL ({err})"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(format!(
+                    "{at}.url {url:?}: use an http:// or https:// URL (streamable HTTP)"
+                ));
+            }
+            if !server.args.is_empty() || !server.env.is_empty() {
+                return Err(format!(
+                    "{at}: args and env are for a command; a url server takes neither"
+                ));
+            }
+        }
+        Some(Endpoint::Command { .. }) => {}
+        None => {
+            return Err(format!(
+                "{at}: set either command (a stdio server, e.g. {{ command = 'npx', args = \
+                 {{ '-y', '@modelcontextprotocol/server-everything' }} }}) or url (a streamable \
+                 HTTP server), not both or neither"
+            ));
+        }
+    }
+    if let Some(variable) = server
+        .env
+        .keys()
+        .find(|variable| crate::llm::is_provider_variable(variable))
+    {
+        return Err(format!(
+            "{at}.env sets {variable}; provider keys never reach MCP servers, remove it"
+        ));
+    }
+    if let Some(level) = server
+        .levels
+        .iter()
+        .find(|level| !MCP_LEVELS.contains(&level.as_str()))
+    {
+        return Err(format!(
+            "{at}.levels has {level:?}; use any of \"plan\", \"spec\", \"phase\", \"code\""
+        ));
+    }
+    if server.timeout_secs == 0 {
+        return Err(format!("{at}.timeout_secs must be at least 1"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(name: &str, server: McpServerConfig) -> McpSettings {
+        McpSettings {
+            servers: BTreeMap::from([(name.to_owned(), server)]),
+        }
+    }
+
+    fn command(program: &str) -> McpServerConfig {
+        McpServerConfig {
+            command: Some(program.to_owned()),
+            ..McpServerConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_server_needs_exactly_one_of_command_and_url() {
+        assert_eq!(settings("git", command("mcp-git")).check(), Ok(()));
+        let neither = settings("git", McpServerConfig::default()).check();
+        assert!(neither.expect_err("neither").contains("set either command"));
+        let both = McpServerConfig {
+            url: Some("http://127.0.0.1:1/mcp".to_owned()),
+            ..command("mcp-git")
+        };
+        assert!(settings("git", both).check().is_err());
+        let ftp = McpServerConfig {
+            url: Some("ftp://example.com".to_owned()),
+            ..McpServerConfig::default()
+        };
+        assert!(
+            settings("docs", ftp)
+                .check()
+                .expect_err("ftp")
+                .contains("use an http:// or https:// URL")
+        );
+    }
+
+    #[test]
+    fn names_levels_and_env_are_checked() {
+        assert!(
+            settings("my server", command("x"))
+                .check()
+                .expect_err("space")
+                .contains("mcp server name \"my server\"")
+        );
+        assert!(settings("a__b", command("x")).check().is_err());
+        let planning = McpServerConfig {
+            levels: vec!["review".to_owned()],
+            ..command("x")
+        };
+        assert!(
+            settings("x", planning)
+                .check()
+                .expect_err("review")
+                .contains("levels has \"review\"")
+        );
+        let leaky = McpServerConfig {
+            env: BTreeMap::from([("ANTHROPIC_API_KEY".to_owned(), "k".to_owned())]),
+            ..command("x")
+        };
+        assert!(
+            settings("x", leaky)
+                .check()
+                .expect_err("key")
+                .contains("provider keys never reach MCP servers")
+        );
+    }
+
+    #[test]
+    fn planning_levels_get_only_read_only_tools() {
+        let server = McpServerConfig {
+            levels: vec!["spec".to_owned(), "code".to_owned()],
+            read_only_tools: vec!["lookup".to_owned()],
+            ..command("x")
+        };
+        assert!(server.offers("code", "record"));
+        assert!(server.offers("spec", "lookup"));
+        assert!(!server.offers("spec", "record"));
+        assert!(!server.offers("plan", "lookup"), "plan is not in levels");
+        assert!(
+            !command("x").offers("spec", "lookup"),
+            "code only by default"
+        );
+    }
+}

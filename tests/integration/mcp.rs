@@ -1,0 +1,374 @@
+//! MCP servers' tools in code loops, against the test server written with the same SDK
+//! (`tests/support/mcp_server.rs`): offered as `server__tool`, approved per tool, checked
+//! against the server's schema, errors and timeouts as error results, restarts after a crash,
+//! no provider key in the server's environment.
+
+use serde_json::{Value, json};
+
+use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::nvim::{API_KEY, TestNvim};
+use crate::scenario::{
+    code_route, commit_everything, complete_phase_turn, phase_input, phase_route, plan_and_approve,
+    plan_route, requests_routed, run_code_loop, spec_input, spec_route, start_editor,
+    start_editor_at, tool_results, tool_turn, valid_plan, wait_all_complete,
+};
+
+/// A token in the host's environment that no MCP server may see.
+const SECRET: &str = "ghp-test-never-share";
+const PHASE: &str = "print-version";
+const PHASES: [&str; 3] = [PHASE, "document-flag", "exit-code"];
+
+fn server_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_loopr-test-mcp-server")
+}
+
+/// What the test server wrote to its log: a line per start and per call that reached it.
+fn server_log(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `setup()` table: commands and edits approved automatically (MCP calls not), and the
+/// test server as `probe`, logging to `log`, with `read_only` tools and `timeout_secs`.
+fn setup(log: &std::path::Path, read_only: &[&str], timeout_secs: u32) -> String {
+    let read_only: Vec<String> = read_only.iter().map(|tool| format!("{tool:?}")).collect();
+    format!(
+        "{{ approvals = {{ write = 'auto', edit = 'auto', command = 'auto' }},
+           mcp = {{ servers = {{ probe = {{ command = {:?}, args = {{ '--log', {:?} }},
+             read_only_tools = {{ {} }}, timeout_secs = {timeout_secs} }} }} }} }}",
+        server_binary(),
+        log.display().to_string(),
+        read_only.join(", ")
+    )
+}
+
+/// An editor with a planned, approved one-phase hierarchy, ready for `:LooprRun print-version`.
+async fn planned_editor(fake: &FakeLlm, setup: &str) -> TestNvim {
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    );
+    for name in PHASES {
+        let mut phase = phase_input(name);
+        phase["validation_command"] = json!("true");
+        fake.push_routed(&phase_route(name), tool_turn(name, "create_phase", phase));
+    }
+    // A secret besides the provider key in the editor's (and so the host's) environment.
+    let extra_env = vec![("GITHUB_TOKEN".to_owned(), SECRET.to_owned())];
+    let mut editor = start_editor_at(fake.base_url(), setup, extra_env).await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
+}
+
+fn result_text(result: &Value) -> &str {
+    result["content"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_calls_mcp_tools_with_approval_and_schema_checks() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let mut editor = planned_editor(&fake, &setup(&log, &["lookup", "environment"], 30)).await;
+    fake.push_routed(
+        &code_route(PHASE),
+        TurnBuilder::new()
+            .tool_use("l1", "probe__lookup", json!({"key": "answer"}))
+            .tool_use("r1", "probe__record", json!({"note": "first"}))
+            .tool_use("r2", "probe__record", json!({"note": "second"}))
+            .tool_use("r3", "probe__record", json!({"note": 5}))
+            .tool_use("e1", "probe__environment", json!({}))
+            .reply(),
+    );
+    fake.push_routed(&code_route(PHASE), complete_phase_turn("used the tools"));
+
+    let code_id = run_code_loop(&mut editor, PHASE).await;
+    let first = editor
+        .wait_event("LooprApprovalRequested", |data| data["kind"] == "mcp")
+        .await;
+    assert_eq!(first["subject"], "probe__record");
+    let shown: String = editor
+        .lua(&format!(
+            "local name = 'loopr://approval/{}'
+             for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+               if vim.api.nvim_buf_get_name(buf) == name then
+                 return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\\n')
+               end
+             end
+             return ''",
+            first["id"]
+        ))
+        .await;
+    assert!(
+        shown.contains("Loopr wants to call the MCP tool probe__record")
+            && shown.contains("\"note\": \"first\"")
+            && shown.contains("calls of probe__record from now on"),
+        "{shown}"
+    );
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'accept')",
+            first["id"]
+        ))
+        .await;
+    let second = editor
+        .wait_event("LooprApprovalRequested", |data| {
+            data["kind"] == "mcp" && data["id"] != first["id"]
+        })
+        .await;
+    editor
+        .exec(&format!(
+            "require('loopr.approvals').answer({}, 'reject', 'not the second one')",
+            second["id"]
+        ))
+        .await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = requests_routed(&fake, &code_route(PHASE));
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .filter(|name| name.starts_with("probe__"))
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            "probe__lookup",
+            "probe__record",
+            "probe__environment",
+            "probe__crash",
+            "probe__hang"
+        ]
+    );
+    let results = tool_results(&requests[1]);
+    assert_eq!(result_text(&results[0]), "value of answer\n");
+    assert_ne!(results[0]["is_error"], true);
+    assert_eq!(result_text(&results[1]), "recorded first\n");
+    assert_eq!(results[2]["is_error"], true);
+    assert_eq!(
+        result_text(&results[2]),
+        "probe__record failed: the user rejected this change: not the second one"
+    );
+    assert_eq!(results[3]["is_error"], true);
+    assert!(
+        result_text(&results[3]).contains("note") && result_text(&results[3]).contains("schema"),
+        "{}",
+        results[3]
+    );
+    let environment = result_text(&results[4]);
+    assert!(
+        environment.lines().any(|name| name == "PATH"),
+        "{environment}"
+    );
+    assert!(
+        !environment.contains("API_KEY")
+            && !environment.contains(API_KEY)
+            && !environment.contains("GITHUB_TOKEN")
+            && !environment.contains(SECRET),
+        "no provider key or other secret reaches the server: {environment}"
+    );
+
+    // Only the accepted call reached the server; the rejected and the invalid one did not.
+    let reached: Vec<String> = server_log(&log)
+        .into_iter()
+        .filter(|line| !line.starts_with("start "))
+        .collect();
+    assert_eq!(reached, ["record first"]);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_server_is_restarted_and_one_that_never_answers_times_out() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let mut editor = planned_editor(&fake, &setup(&log, &["lookup", "crash", "hang"], 2)).await;
+    fake.push_routed(
+        &code_route(PHASE),
+        TurnBuilder::new()
+            .tool_use("c1", "probe__crash", json!({}))
+            .tool_use("l1", "probe__lookup", json!({"key": "after"}))
+            .tool_use("h1", "probe__hang", json!({}))
+            .tool_use("l2", "probe__lookup", json!({"key": "still"}))
+            .reply(),
+    );
+    fake.push_routed(&code_route(PHASE), complete_phase_turn("survived"));
+
+    let code_id = run_code_loop(&mut editor, PHASE).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = requests_routed(&fake, &code_route(PHASE));
+    let results = tool_results(&requests[1]);
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        result_text(&results[0]).contains("MCP server probe stopped during the call"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(result_text(&results[1]), "value of after\n", "restarted");
+    assert_eq!(results[2]["is_error"], true);
+    assert!(
+        result_text(&results[2]).contains("did not answer within 2 s"),
+        "{}",
+        results[2]
+    );
+    assert_eq!(result_text(&results[3]), "value of still\n");
+    let starts = server_log(&log)
+        .iter()
+        .filter(|line| line.starts_with("start "))
+        .count();
+    assert_eq!(starts, 2, "{:?}", server_log(&log));
+
+    // :LooprMcp shows the server's state, tools and what went wrong.
+    assert_eq!(editor.command("LooprMcp").await, None);
+    let shown: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('loopr://mcp'), 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        shown.contains("probe (stdio, running, started 2 times)")
+            && shown.contains("tools: lookup, record, environment, crash, hang")
+            && shown.contains("error: the server stopped during a call")
+            && shown.contains("error: MCP server probe did not answer within 2 s"),
+        "{shown}"
+    );
+
+    // :checkhealth starts the configured server (for the project) and lists its tools.
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    let report: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        report.contains("MCP server probe starts; tools: lookup, record, environment, crash, hang"),
+        "{report}"
+    );
+    editor.quit().await;
+}
+
+/// The test server over streamable HTTP on loopback, killed when dropped; and its URL.
+async fn http_server(log: &std::path::Path) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(server_binary())
+        .args(["--http", "--log"])
+        .arg(log)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the HTTP test server");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the server prints its URL")
+        .expect("read")
+        .expect("a line");
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_calls_the_tools_of_a_streamable_http_server() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let (_server, url) = http_server(&log).await;
+    let setup = format!(
+        "{{ approvals = {{ write = 'auto', edit = 'auto', command = 'auto', mcp = 'auto' }},
+           mcp = {{ servers = {{ remote = {{ url = {url:?}, read_only_tools = {{ 'lookup' }} }} }} }} }}"
+    );
+    let mut editor = planned_editor(&fake, &setup).await;
+    fake.push_routed(
+        &code_route(PHASE),
+        TurnBuilder::new()
+            .tool_use("l1", "remote__lookup", json!({"key": "over http"}))
+            .tool_use("r1", "remote__record", json!({"note": "over http"}))
+            .tool_use("r2", "remote__record", json!({}))
+            .reply(),
+    );
+    fake.push_routed(&code_route(PHASE), complete_phase_turn("used the tools"));
+
+    let code_id = run_code_loop(&mut editor, PHASE).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let requests = requests_routed(&fake, &code_route(PHASE));
+    let results = tool_results(&requests[1]);
+    assert_eq!(result_text(&results[0]), "value of over http\n");
+    assert_eq!(result_text(&results[1]), "recorded over http\n");
+    assert_eq!(results[2]["is_error"], true, "{}", results[2]);
+    let reached: Vec<String> = server_log(&log)
+        .into_iter()
+        .filter(|line| !line.starts_with("start "))
+        .collect();
+    assert_eq!(
+        reached,
+        ["record over http"],
+        "approvals.mcp = 'auto' asks nothing"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planning_loops_get_only_the_tools_marked_read_only() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let setup = format!(
+        "{{ mcp = {{ servers = {{ probe = {{ command = {:?}, args = {{ '--log', {:?} }},
+             levels = {{ 'spec', 'code' }}, read_only_tools = {{ 'lookup' }} }} }} }} }}",
+        server_binary(),
+        log.display().to_string()
+    );
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        TurnBuilder::new()
+            .tool_use("l1", "probe__lookup", json!({"key": "spec"}))
+            .reply(),
+    );
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    );
+    for name in PHASES {
+        fake.push_routed(
+            &phase_route(name),
+            tool_turn(name, "create_phase", phase_input(name)),
+        );
+    }
+    let mut editor = start_editor(&fake, &setup).await;
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+
+    let mcp_tools = |request: &Value| -> Vec<String> {
+        request["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .filter(|name| name.starts_with("probe__"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let spec_requests = requests_routed(&fake, &spec_route("version-flag"));
+    assert_eq!(mcp_tools(&spec_requests[0]), ["probe__lookup"]);
+    assert_eq!(
+        result_text(&tool_results(&spec_requests[1])[0]),
+        "value of spec\n"
+    );
+    let plan_requests = requests_routed(&fake, plan_route());
+    assert!(
+        mcp_tools(&plan_requests[0]).is_empty(),
+        "plan is not in levels"
+    );
+    editor.quit().await;
+}
