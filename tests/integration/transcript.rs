@@ -103,7 +103,7 @@ async fn a_plan_loops_transcript_follows_it_live_and_reads_back_after_a_restart(
         ))
         .await;
     assert_eq!(state["modifiable"], false, "{state}");
-    assert_eq!(state["ft"], "markdown", "{state}");
+    assert_eq!(state["ft"], "loopr-transcript", "{state}");
     assert_eq!(state["fold"], "marker", "{state}");
     assert_ne!(
         state["closed"], -1,
