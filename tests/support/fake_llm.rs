@@ -1311,6 +1311,49 @@ fn sse_response(
     stream_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall, number, None)
 }
 
+/// A streamed answer's body, which notes when the answer was served.
+struct ServedBody {
+    rx: mpsc::Receiver<Bytes>,
+    inner: Arc<Inner>,
+    number: usize,
+    ended: bool,
+}
+
+impl ServedBody {
+    fn note_served(&mut self) {
+        if !std::mem::replace(&mut self.ended, true) {
+            self.inner
+                .served
+                .lock()
+                .expect("fake server: served lock")
+                .insert(self.number, std::time::Instant::now());
+        }
+    }
+}
+
+impl futures::Stream for ServedBody {
+    type Item = Result<Frame<Bytes>, Infallible>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let next = std::task::ready!(self.rx.poll_recv(cx));
+        if next.is_none() {
+            self.note_served();
+        }
+        std::task::Poll::Ready(next.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+impl Drop for ServedBody {
+    fn drop(&mut self) {
+        if self.rx.is_closed() && self.rx.is_empty() {
+            self.note_served();
+        }
+    }
+}
+
 /// A streamed answer; with `pause`, it stops after `pause.0` bytes until `pause.1` is
 /// notified.
 fn stream_response(
@@ -1366,24 +1409,19 @@ fn stream_response(
 fn streamed_body(
     inner: &Arc<Inner>,
     content_type: &'static str,
-    mut rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
     number: usize,
 ) -> Response<ResponseBody> {
     // The answer is served when hyper asks for more and hears it has it all: it has taken
-    // the last piece by then (a stalled answer never ends).
-    let inner = Arc::clone(inner);
-    let mut ended = false;
-    let stream = futures::stream::poll_fn(move |cx| {
-        let next = std::task::ready!(rx.poll_recv(cx));
-        if next.is_none() && !std::mem::replace(&mut ended, true) {
-            inner
-                .served
-                .lock()
-                .expect("fake server: served lock")
-                .insert(number, std::time::Instant::now());
-        }
-        std::task::Poll::Ready(next.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))))
-    });
+    // the last piece by then (a stalled answer never ends). A client that stops reading at
+    // the answer's last event may close before hyper asks again: the body's end then counts
+    // when it is dropped with every piece taken.
+    let stream = ServedBody {
+        rx,
+        inner: Arc::clone(inner),
+        number,
+        ended: false,
+    };
     let mut response = Response::new(StreamBody::new(stream).boxed());
     let headers = response.headers_mut();
     headers.insert(
