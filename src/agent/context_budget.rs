@@ -98,12 +98,27 @@ fn json_len(value: &Value) -> usize {
 /// `fixed_tokens` (system prompt and tools) the conversation fits `budget`. Nothing while
 /// it fits; once it does not, the oldest results outside the kept turns are shortened until
 /// it is at the low water mark (or nothing more may be shortened).
+#[cfg(test)]
 pub fn shorten(
     messages: &[Arc<Message>],
     fixed_tokens: u64,
     budget: &ContextBudget,
 ) -> Vec<(usize, Message)> {
-    let mut total = estimate(messages, fixed_tokens);
+    let estimates: Vec<u64> = messages
+        .iter()
+        .map(|message| estimate_message(message))
+        .collect();
+    shorten_estimated(messages, &estimates, fixed_tokens, budget)
+}
+
+/// `shorten`, given each message's estimate.
+fn shorten_estimated(
+    messages: &[Arc<Message>],
+    estimates: &[u64],
+    fixed_tokens: u64,
+    budget: &ContextBudget,
+) -> Vec<(usize, Message)> {
+    let mut total = fixed_tokens + estimates.iter().sum::<u64>();
     if total <= budget.tokens {
         return Vec::new();
     }
@@ -122,7 +137,7 @@ pub fn shorten(
             .map(|previous| &*messages[previous])
             .filter(|previous| previous.role == Role::Assistant);
         if let Some(shortened) = shortened_message(message, calls) {
-            total = total - estimate_message(message) + estimate_message(&shortened);
+            total = total - estimates[index] + estimate_message(&shortened);
             replacements.push((index, shortened));
         }
     }
@@ -242,6 +257,9 @@ fn clipped(text: &str, max_bytes: usize) -> String {
 #[derive(Debug, Default)]
 pub struct SentView {
     stand_ins: BTreeMap<usize, Arc<Message>>,
+    /// Each sent message's estimate, with the message it was made of (held, so a message
+    /// changed in place is a new one): a long conversation is not measured again every turn.
+    estimates: Vec<(Arc<Message>, u64)>,
 }
 
 impl SentView {
@@ -274,7 +292,22 @@ impl SentView {
             .enumerate()
             .map(|(index, message)| Arc::clone(self.stand_ins.get(&index).unwrap_or(message)))
             .collect();
-        for (index, shortened) in shorten(&sent, fixed_tokens, budget) {
+        self.estimates.truncate(sent.len());
+        for (index, message) in sent.iter().enumerate() {
+            match self.estimates.get_mut(index) {
+                Some((known, _)) if Arc::ptr_eq(known, message) => {}
+                Some(slot) => *slot = (Arc::clone(message), estimate_message(message)),
+                None => self
+                    .estimates
+                    .push((Arc::clone(message), estimate_message(message))),
+            }
+        }
+        let estimates: Vec<u64> = self
+            .estimates
+            .iter()
+            .map(|(_, estimate)| *estimate)
+            .collect();
+        for (index, shortened) in shorten_estimated(&sent, &estimates, fixed_tokens, budget) {
             let shortened = Arc::new(shortened);
             sent[index] = Arc::clone(&shortened);
             self.stand_ins.insert(index, shortened);
