@@ -201,35 +201,7 @@ async fn a_tree_pauses_at_its_token_budget_and_approving_goes_on_from_where_it_w
         None
     );
     editor.wait_status(&plan_id, "awaiting_approval").await;
-    let requests = fake.requests();
-    assert_eq!(requests.len(), 2, "one more question, after the approval");
-    let messages = requests[1].body["messages"]
-        .as_array()
-        .expect("messages")
-        .clone();
-    assert_eq!(
-        messages.len(),
-        3,
-        "the earlier conversation goes on: {messages:#?}"
-    );
-    assert_eq!(
-        messages[0]["content"], requests[0].body["messages"][0]["content"],
-        "the same first message"
-    );
-    assert!(
-        messages[1]["content"]
-            .to_string()
-            .contains("\"id\":\"toolu_list\""),
-        "the model's earlier call: {:#}",
-        messages[1]
-    );
-    assert!(
-        messages[2]["content"]
-            .to_string()
-            .contains("\"tool_use_id\":\"toolu_list\""),
-        "and its result: {:#}",
-        messages[2]
-    );
+    assert_the_conversation_went_on(&fake, "after the approval");
     // Nothing was lost: the tokens of both turns are counted.
     let rows = status_rows(&editor).await;
     let plan = row(&rows, &plan_id);
@@ -331,35 +303,7 @@ async fn raising_the_budget_in_setup_lets_a_paused_tree_go_on_with_nothing_lost(
     );
     editor.wait_status(&plan_id, "awaiting_approval").await;
 
-    let requests = fake.requests();
-    assert_eq!(requests.len(), 2, "one more question, after the raise");
-    let messages = requests[1].body["messages"]
-        .as_array()
-        .expect("messages")
-        .clone();
-    assert_eq!(
-        messages.len(),
-        3,
-        "the earlier conversation goes on: {messages:#?}"
-    );
-    assert_eq!(
-        messages[0]["content"], requests[0].body["messages"][0]["content"],
-        "the same first message"
-    );
-    assert!(
-        messages[1]["content"]
-            .to_string()
-            .contains("\"id\":\"toolu_list\""),
-        "the model's earlier call: {:#}",
-        messages[1]
-    );
-    assert!(
-        messages[2]["content"]
-            .to_string()
-            .contains("\"tool_use_id\":\"toolu_list\""),
-        "and its result: {:#}",
-        messages[2]
-    );
+    assert_the_conversation_went_on(&fake, "after the raise");
     let rows = status_rows(&editor).await;
     let plan = row(&rows, &plan_id);
     assert_eq!(
@@ -445,4 +389,38 @@ async fn a_spec_of_a_tree_at_its_budget_stays_pending_until_approval() {
         "the second question is the spec's: {asked}"
     );
     editor.quit().await;
+}
+
+/// The paused plan's one more question (`when` it was let go on) carries the earlier
+/// conversation: the first message, the model's `list_files` call and its result.
+fn assert_the_conversation_went_on(fake: &FakeLlm, when: &str) {
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "one more question, {when}");
+    let messages = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .clone();
+    assert_eq!(
+        messages.len(),
+        3,
+        "the earlier conversation goes on: {messages:#?}"
+    );
+    assert_eq!(
+        messages[0]["content"], requests[0].body["messages"][0]["content"],
+        "the same first message"
+    );
+    assert!(
+        messages[1]["content"]
+            .to_string()
+            .contains("\"id\":\"toolu_list\""),
+        "the model's earlier call: {:#}",
+        messages[1]
+    );
+    assert!(
+        messages[2]["content"]
+            .to_string()
+            .contains("\"tool_use_id\":\"toolu_list\""),
+        "and its result: {:#}",
+        messages[2]
+    );
 }
