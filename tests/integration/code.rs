@@ -3,30 +3,18 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, phase_input, phase_route,
-    plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input, spec_route,
-    start_editor, tool_results, tool_turn, valid_plan, wait_all_complete,
+    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, plan_and_approve,
+    requests_routed, run_code_loop, start_editor, tool_results, tool_turn, wait_all_complete,
 };
-
-const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
 async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
+    crate::scenario::push_one_spec_hierarchy(
+        fake,
+        |phase| (phase == "print-version").then(|| validation.to_owned()),
+        tool_turn,
     );
-    for phase in PHASES {
-        let mut input = phase_input(phase);
-        if phase == "print-version" {
-            input["validation_command"] = json!(validation);
-        }
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
-    }
     let mut editor = start_editor(fake, setup).await;
     commit_everything(&editor.dirs.project);
     plan_and_approve(&mut editor).await;

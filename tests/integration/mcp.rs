@@ -10,7 +10,7 @@ use crate::nvim::{API_KEY, TestNvim};
 use crate::scenario::{
     code_route, commit_everything, complete_phase_turn, phase_input, phase_route, plan_and_approve,
     plan_route, requests_routed, run_code_loop, spec_input, spec_route, start_editor,
-    start_editor_at, tool_results, tool_turn, valid_plan, wait_all_complete,
+    start_editor_at, tool_results, tool_turn, wait_all_complete,
 };
 
 /// A token in the host's environment that no MCP server may see.
@@ -47,18 +47,7 @@ fn setup(log: &std::path::Path, read_only: &[&str], timeout_secs: u32) -> String
 
 /// An editor with a planned, approved one-phase hierarchy, ready for `:LooprRun print-version`.
 async fn planned_editor(fake: &FakeLlm, setup: &str) -> TestNvim {
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &PHASES)),
-    );
-    for name in PHASES {
-        let mut phase = phase_input(name);
-        phase["validation_command"] = json!("true");
-        fake.push_routed(&phase_route(name), tool_turn(name, "create_phase", phase));
-    }
+    crate::scenario::push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
     // A secret besides the provider key in the editor's (and so the host's) environment.
     let extra_env = vec![("GITHUB_TOKEN".to_owned(), SECRET.to_owned())];
     let mut editor = start_editor_at(fake.base_url(), setup, extra_env).await;
@@ -326,9 +315,10 @@ async fn planning_loops_get_only_the_tools_marked_read_only() {
         server_binary(),
         log.display().to_string()
     );
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", crate::scenario::one_spec_plan()),
+    );
     fake.push_routed(
         &spec_route("version-flag"),
         TurnBuilder::new()

@@ -223,19 +223,7 @@ async fn a_plan_hierarchy_runs_end_to_end_over_chat_completions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_loop_completes_over_chat_completions_without_a_key() {
     let fake = FakeLlm::start_wire(Wire::OpenAi).await;
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    let phases = ["print-version", "document-flag", "exit-code"];
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
-    );
-    for phase in phases {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
-    }
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
     // Two calls in one turn: the fake interleaves their fragments, as parallel calls stream.
     fake.push_routed(
         &code_route("print-version"),

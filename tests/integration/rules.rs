@@ -1,12 +1,12 @@
 //! Project rules files (`AGENTS.md` and the like) in every loop's system prompt.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::fake_llm::FakeLlm;
 use crate::scenario::{
-    code_route, commit_everything, complete_phase_turn, open_transcript, phase_input, phase_route,
-    plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input, spec_route,
-    start_editor, tool_turn, transcript_with, valid_plan, wait_all_complete, watch_transcripts,
+    code_route, commit_everything, complete_phase_turn, open_transcript, phase_route,
+    plan_and_approve, plan_route, push_one_spec_hierarchy, requests_routed, run_code_loop,
+    spec_route, start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
 };
 
 const ROOT_RULES: &str = "We use cargo nextest. Never call unwrap in library code.\n";
@@ -24,19 +24,7 @@ fn system_text(body: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_level_sees_the_projects_rules_and_a_code_loop_the_nested_ones_of_its_files() {
     let fake = FakeLlm::start().await;
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    let phases = ["print-version", "document-flag", "exit-code"];
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
-    );
-    for phase in phases {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
-    }
+    push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
     fake.push_routed(
         &code_route("print-version"),
         complete_phase_turn("nothing to change"),

@@ -240,26 +240,11 @@ async fn a_code_loop_completes_through_xml_sections_and_reads_its_results_as_tex
     };
     let protocol = text_protocol(&case);
     let fake = FakeLlm::start_wire(case.wire).await;
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), call_turn(&protocol, "create_plan", plan));
-    let phases = ["print-version", "document-flag", "exit-code"];
-    fake.push_routed(
-        &spec_route("version-flag"),
-        call_turn(
-            &protocol,
-            "create_spec",
-            spec_input("version-flag", &phases),
-        ),
+    crate::scenario::push_one_spec_hierarchy(
+        &fake,
+        |_| Some("true".to_owned()),
+        |_, tool, input| call_turn(&protocol, tool, input),
     );
-    for phase in phases {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(
-            &phase_route(phase),
-            call_turn(&protocol, "create_phase", input),
-        );
-    }
     // Two calls in one action section, as an array.
     fake.push_routed(
         &code_route("print-version"),

@@ -531,3 +531,39 @@ pub async fn open_transcript(editor: &TestNvim, id: Option<&str>) -> i64 {
     assert_eq!(editor.command(&command).await, None);
     editor.lua("return vim.api.nvim_get_current_buf()").await
 }
+
+/// The phases of the one spec of `one_spec_plan`.
+pub const ONE_SPEC_PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
+
+/// A plan of one spec, `version-flag`.
+pub fn one_spec_plan() -> Value {
+    let mut plan = valid_plan();
+    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
+    plan
+}
+
+/// Scripts `one_spec_plan`, its spec with `ONE_SPEC_PHASES` and each phase into `fake`, each
+/// answer made by `turn(id, tool, input)`; a phase's validation command is
+/// `validation(phase)` where that says one.
+pub fn push_one_spec_hierarchy(
+    fake: &FakeLlm,
+    validation: impl Fn(&str) -> Option<String>,
+    turn: impl Fn(&str, &str, Value) -> Reply,
+) {
+    fake.push_routed(plan_route(), turn("plan", "create_plan", one_spec_plan()));
+    fake.push_routed(
+        &spec_route("version-flag"),
+        turn(
+            "spec",
+            "create_spec",
+            spec_input("version-flag", &ONE_SPEC_PHASES),
+        ),
+    );
+    for phase in ONE_SPEC_PHASES {
+        let mut input = phase_input(phase);
+        if let Some(command) = validation(phase) {
+            input["validation_command"] = json!(command);
+        }
+        fake.push_routed(&phase_route(phase), turn(phase, "create_phase", input));
+    }
+}
