@@ -5,6 +5,9 @@
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
 
+#[path = "support/runtime.rs"]
+mod runtime;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,12 +20,7 @@ use loopr::llm::{ApiKey, RetryPolicy};
 use loopr::llm::{ChatRequest, LlmProvider, Message};
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
+    runtime::block_on(async {
         println!("in memory (parser and assembler only):");
         for (name, turn) in turns() {
             parse_in_memory(name, &turn).await;

@@ -9,6 +9,8 @@
 mod fake_llm;
 #[path = "../tests/support/nvim.rs"]
 mod nvim;
+#[path = "support/runtime.rs"]
+mod runtime;
 #[path = "../tests/support/scenario.rs"]
 mod scenario;
 
@@ -21,12 +23,7 @@ const COLD_RUNS: usize = 5;
 const WARM_RUNS: usize = 20;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    runtime::block_on(run());
 }
 
 /// Runs `:LooprPlan` and returns how long Neovim spent in it.

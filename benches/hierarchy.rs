@@ -11,6 +11,8 @@
 mod fake_llm;
 #[path = "../tests/support/nvim.rs"]
 mod nvim;
+#[path = "support/runtime.rs"]
+mod runtime;
 #[path = "../tests/support/scenario.rs"]
 mod scenario;
 
@@ -29,12 +31,7 @@ const LATENCY: Duration = Duration::from_millis(200);
 const RUNS: usize = 3;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    runtime::block_on(run());
 }
 
 fn spec_name(index: usize) -> String {

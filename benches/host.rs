@@ -9,6 +9,8 @@ mod bare_client;
 mod fake_llm;
 #[path = "../tests/support/nvim.rs"]
 mod nvim;
+#[path = "support/runtime.rs"]
+mod runtime;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -65,12 +67,7 @@ fn main() {
     if bare_client::run_if_asked() {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    runtime::block_on(run());
 }
 
 /// How long the host takes from being spawned (as Neovim spawns it) to its first answer,

@@ -9,6 +9,8 @@
 mod fake_llm;
 #[path = "../tests/support/nvim.rs"]
 mod nvim;
+#[path = "support/runtime.rs"]
+mod runtime;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -91,12 +93,7 @@ impl Drop for Tmux {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run());
+    runtime::block_on(run());
 }
 
 /// Starts Neovim's TUI in a detached tmux session of `WIDTH` × `HEIGHT`, listening on

@@ -157,18 +157,7 @@ async fn status_shows_the_tokens_the_model_reported_and_their_cost_per_loop_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_pauses_at_its_token_budget_and_approving_goes_on_from_where_it_was() {
     let fake = FakeLlm::start().await;
-    // 1100 tokens in the first turn: the budget of 1000 is reached before the second.
-    fake.push_routed(
-        plan_route(),
-        TurnBuilder::new()
-            .text("Let me look at the project first.")
-            .tool_use("toolu_list", "list_files", json!({}))
-            .usage(800, 300)
-            .reply(),
-    );
-    let mut editor = start_editor(&fake, "{ budget = { tokens = 1000 } }").await;
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "paused").await;
+    let (mut editor, plan_id) = plan_paused_at_its_budget(&fake).await;
     let notice = editor
         .wait_event("LooprNotice", |data| {
             data["message"]
@@ -272,18 +261,7 @@ async fn setup_again(editor: &TestNvim, change: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raising_the_budget_in_setup_lets_a_paused_tree_go_on_with_nothing_lost() {
     let fake = FakeLlm::start().await;
-    // 1100 tokens in the first turn: the budget of 1000 is reached before the second.
-    fake.push_routed(
-        plan_route(),
-        TurnBuilder::new()
-            .text("Let me look at the project first.")
-            .tool_use("toolu_list", "list_files", json!({}))
-            .usage(800, 300)
-            .reply(),
-    );
-    let mut editor = start_editor(&fake, "{ budget = { tokens = 1000 } }").await;
-    let plan_id = editor.plan("Add a --version flag").await;
-    editor.wait_status(&plan_id, "paused").await;
+    let (mut editor, plan_id) = plan_paused_at_its_budget(&fake).await;
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", valid_plan()));
 
     // A budget the tree has still spent (1100 of 1100) lets nothing go on; the one after it
@@ -423,4 +401,22 @@ fn assert_the_conversation_went_on(fake: &FakeLlm, when: &str) {
         "and its result: {:#}",
         messages[2]
     );
+}
+
+/// A plan whose first turn spends 1100 tokens under a budget of 1000: paused before its
+/// second. Returns the editor and the plan's id.
+async fn plan_paused_at_its_budget(fake: &FakeLlm) -> (TestNvim, String) {
+    // 1100 tokens in the first turn: the budget of 1000 is reached before the second.
+    fake.push_routed(
+        plan_route(),
+        TurnBuilder::new()
+            .text("Let me look at the project first.")
+            .tool_use("toolu_list", "list_files", json!({}))
+            .usage(800, 300)
+            .reply(),
+    );
+    let mut editor = start_editor(fake, "{ budget = { tokens = 1000 } }").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "paused").await;
+    (editor, plan_id)
 }
