@@ -241,6 +241,51 @@ struct Phase {
     label: String,
     from: Instant,
     to: Instant,
+    /// CPU time Neovim and the host used during the phase.
+    cpu: CpuSpent,
+}
+
+/// CPU time of a process so far, all its live threads, from the kernel's scheduler statistics
+/// (a thread that ended takes its time with it: a spawn_blocking thread of the host, rarely).
+fn cpu_time(pid: u32) -> Duration {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|err| panic!("listing the threads of {pid}: {err}"));
+    tasks
+        .filter_map(|task| {
+            let stats = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            stats.split_whitespace().next()?.parse().ok()
+        })
+        .map(Duration::from_nanos)
+        .sum()
+}
+
+#[derive(Clone, Copy)]
+struct Pids {
+    nvim: u32,
+    host: u32,
+}
+
+#[derive(Clone, Copy, Default)]
+struct CpuSpent {
+    nvim: Duration,
+    host: Duration,
+}
+
+impl Pids {
+    fn cpu(&self) -> CpuSpent {
+        CpuSpent {
+            nvim: cpu_time(self.nvim),
+            host: cpu_time(self.host),
+        }
+    }
+
+    fn since(&self, start: CpuSpent) -> CpuSpent {
+        let now = self.cpu();
+        CpuSpent {
+            nvim: now.nvim.saturating_sub(start.nvim),
+            host: now.host.saturating_sub(start.host),
+        }
+    }
 }
 
 struct Figures {
@@ -290,13 +335,15 @@ async fn next(
 
 /// Starts `count` plan loops whose answer streams `long_answer` at `WORDS_PER_SECOND`,
 /// opens each one's transcript with `:LooprTranscript <id>`, then lets the answers stream;
-/// returns when every loop has stored its plan, with when the streaming began.
+/// returns when every loop has stored its plan, with when the streaming began and the CPU
+/// time spent until then.
 async fn stream_into_transcripts(
     editor: &Editor,
     events: &mut UnboundedReceiver<(String, serde_json::Value)>,
     fake: &FakeLlm,
+    pids: Pids,
     count: usize,
-) -> Instant {
+) -> (Instant, CpuSpent) {
     editor.command("only").await.expect(":only");
     let interval = Duration::from_secs(1) / WORDS_PER_SECOND;
     let turn = TurnBuilder::new()
@@ -335,6 +382,7 @@ async fn stream_into_transcripts(
         .await
         .expect("every loop asked the model");
     let began = Instant::now();
+    let cpu_before = pids.cpu();
     for release in releases {
         release.notify_one();
     }
@@ -371,7 +419,7 @@ async fn stream_into_transcripts(
         lines.len() == count && lines.iter().all(|&n| n as usize >= least),
         "{count} transcripts open in windows, each of at least {least} lines: {lines:?}"
     );
-    began
+    (began, cpu_before)
 }
 
 async fn run() {
@@ -403,6 +451,20 @@ async fn run() {
         )
         .await
         .expect("watch loops and transcripts, start the host");
+    let pids: Vec<u32> = rmpv::ext::from_value(
+        editor
+            .exec_lua(
+                "return { vim.fn.getpid(), vim.fn.jobpid(require('loopr.host').chan()) }",
+                vec![],
+            )
+            .await
+            .expect("Neovim's and the host's process ids"),
+    )
+    .expect("two process ids");
+    let pids = Pids {
+        nvim: pids[0],
+        host: pids[1],
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let (ready, connected) = tokio::sync::oneshot::channel();
@@ -412,16 +474,19 @@ async fn run() {
         .expect("the probe connects in time")
         .expect("the probe connects");
     let idle_from = Instant::now();
+    let idle_cpu = pids.cpu();
     // Idle is a span of time: nothing to wait for but the clock.
     tokio::time::sleep(IDLE_FOR).await;
     let idle = Phase {
         label: "idle (the host running, no loop)".to_owned(),
         from: idle_from,
         to: Instant::now(),
+        cpu: pids.since(idle_cpu),
     };
     let mut phases = vec![idle];
     for count in [1, 8] {
-        let began = stream_into_transcripts(&editor, &mut events, &fake, count).await;
+        let (began, cpu_before) =
+            stream_into_transcripts(&editor, &mut events, &fake, pids, count).await;
         let label = if count == 1 {
             format!(
                 "1 loop streaming {WORDS} words at {WORDS_PER_SECOND} words/s into an open transcript"
@@ -435,6 +500,7 @@ async fn run() {
             label,
             from: began,
             to: Instant::now(),
+            cpu: pids.since(cpu_before),
         });
     }
     stop.store(true, Ordering::SeqCst);
@@ -448,14 +514,16 @@ async fn run() {
     let idle = figures(&samples, &phases[0]);
     for phase in &phases {
         let these = figures(&samples, phase);
+        let seconds = (phase.to - phase.from).as_secs_f64();
         println!(
-            "  {}: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} samples over {:.1} s)",
+            "  {}: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} samples over {seconds:.1} s); CPU per second: Neovim {:.1} ms, host {:.1} ms",
             phase.label,
             ms(these.p50),
             ms(these.p99),
             ms(these.max),
             these.samples,
-            (phase.to - phase.from).as_secs_f64()
+            ms(phase.cpu.nvim) / seconds,
+            ms(phase.cpu.host) / seconds,
         );
     }
     for (phase, target) in phases[1..].iter().zip(["1.5", "2"]) {

@@ -12,16 +12,17 @@ vim.api.nvim_set_hl(0, 'LooprTranscriptError', { link = 'ErrorMsg', default = tr
 vim.api.nvim_set_hl(0, 'LooprTranscriptFooter', { link = 'Comment', default = true })
 vim.api.nvim_set_hl(0, 'LooprTranscriptQuote', { link = 'String', default = true })
 
----Highlighting made of single-line matches: a redraw after an append costs the lines shown,
+---Highlighting made of single-line matches anchored at the start of a line (an error mark is
+---looked for only in call and result lines): a redraw after an append costs the lines shown,
 ---never a resync of regions (Markdown's own syntax made Neovim's p99 latency with 8
 ---transcripts streaming 2.5 times that without).
 local SYNTAX = [[
 syntax match LooprTranscriptHeading /^#\{1,4} .*$/
-syntax match LooprTranscriptCall /^→ .*$/
+syntax match LooprTranscriptCall /^→ .*$/ contains=LooprTranscriptError
 syntax match LooprTranscriptCall /^<details><summary>→ .*$/
-syntax match LooprTranscriptResult /^← .*$/
+syntax match LooprTranscriptResult /^← .*$/ contains=LooprTranscriptError
 syntax match LooprTranscriptResult /^<details><summary>← .*$/
-syntax match LooprTranscriptError /✗ .*$/
+syntax match LooprTranscriptError /✗ .*$/ contained
 syntax match LooprTranscriptFooter /^_turn .*_$/
 syntax match LooprTranscriptFooter /^↻ .*$/
 syntax match LooprTranscriptQuote /^>.*$/
@@ -56,14 +57,26 @@ local function close(buf, token)
   end
 end
 
----Window options of a window showing a transcript: long blocks are `<details>`, folded.
-local function window_options()
-  vim.wo.foldmethod = 'marker'
-  vim.wo.foldmarker = '<details>,</details>'
-  vim.wo.foldlevel = 0
-  vim.wo.foldtext = "v:lua.require'loopr.transcript'.foldtext()"
-  vim.wo.wrap = true
-  vim.wo.linebreak = true
+---Window options of each window showing transcript `buf` (local to the transcript, so a
+---buffer the user opens in the window later gets the window's own): long blocks are
+---`<details>`, folded.
+---@param buf integer
+local function window_options(buf)
+  -- The window may have opened without focus (the user typing elsewhere): not `vim.wo`.
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    local wo = vim.wo[win][0]
+    wo.foldmethod = 'marker'
+    wo.foldmarker = '<details>,</details>'
+    wo.foldlevel = 0
+    wo.foldtext = "v:lua.require'loopr.transcript'.foldtext()"
+    wo.wrap = true
+    wo.linebreak = true
+    if vim.fn.exists('+eventignorewin') == 1 then
+      -- A followed transcript scrolls with every append, dozens of times a second: each
+      -- would run every WinScrolled handler (matchparen's among them) for nothing the user did.
+      wo.eventignorewin = 'WinScrolled'
+    end
+  end
 end
 
 ---A hidden scratch buffer that follows `token`.
@@ -87,7 +100,9 @@ local function new_buffer(token)
   vim.api.nvim_create_autocmd('BufWinEnter', {
     buffer = buf,
     desc = 'Loopr: transcript window options',
-    callback = window_options,
+    callback = function()
+      window_options(buf)
+    end,
   })
   return buf
 end
@@ -170,8 +185,10 @@ local function append_text(buf, text)
   vim.api.nvim_buf_set_text(buf, count - 1, #last, count - 1, #last, vim.split(text, '\n', { plain = true }))
   vim.bo[buf].modifiable = false
   local new_count = vim.api.nvim_buf_line_count(buf)
+  -- Only a block that starts here makes a new fold (most text is streamed words).
+  local new_block = new_count > count and (last:sub(-8) .. text):find('<details>', 1, true) ~= nil
   for win in pairs(cursors) do
-    if new_count > count then
+    if new_block then
       -- Blocks that came in are folded like the ones there before ('foldlevel' 0 applies
       -- only when folds are first made).
       vim.api.nvim_win_call(win, function()
@@ -181,8 +198,11 @@ local function append_text(buf, text)
   end
   for win, cursor in pairs(cursors) do
     if win ~= current and cursor[1] == count then
-      -- A window the user is not in, at the end: it follows the end.
-      vim.api.nvim_win_set_cursor(win, { new_count, 0 })
+      -- A window the user is not in, at the end: it follows the end (already there when
+      -- the text went on the last line).
+      if new_count > count then
+        vim.api.nvim_win_set_cursor(win, { new_count, 0 })
+      end
     elseif not vim.deep_equal(vim.api.nvim_win_get_cursor(win), cursor) then
       -- Text inserted where the cursor was (an empty last line) pushed it along.
       vim.api.nvim_win_set_cursor(win, cursor)

@@ -97,14 +97,20 @@ async fn a_plan_loops_transcript_follows_it_live_and_reads_back_after_a_restart(
             "local win = vim.fn.win_findbuf({buf})[1]
              return vim.api.nvim_win_call(win, function()
                local line = vim.fn.search('create_plan (', 'n')
+               local error_line = vim.fn.search('✗', 'n')
+               local error_col = vim.fn.stridx(vim.fn.getline(error_line), '✗') + 1
+               local function group(l, c) return vim.fn.synIDattr(vim.fn.synID(l, c, 1), 'name') end
                return {{ modifiable = vim.bo.modifiable, ft = vim.bo.filetype, fold = vim.wo.foldmethod,
-                         line = line, closed = vim.fn.foldclosed(line) }}
+                         line = line, closed = vim.fn.foldclosed(line),
+                         error_mark = group(error_line, error_col), error_call = group(error_line, 1) }}
              end)"
         ))
         .await;
     assert_eq!(state["modifiable"], false, "{state}");
     assert_eq!(state["ft"], "loopr-transcript", "{state}");
     assert_eq!(state["fold"], "marker", "{state}");
+    assert_eq!(state["error_mark"], "LooprTranscriptError", "{state}");
+    assert_eq!(state["error_call"], "LooprTranscriptResult", "{state}");
     assert_ne!(
         state["closed"], -1,
         "the long create_plan input is folded: {state}"
@@ -137,7 +143,8 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
         .paused_after("gamma");
     fake.push(second);
     let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
-    editor.attach_ui(120, 40).await;
+    // Short windows, so following the end scrolls.
+    editor.attach_ui(120, 8).await;
     watch_transcripts(&editor).await;
     let loop_id = editor.plan("Add a --version flag").await;
     fake.wait_for_requests(1).await;
@@ -166,6 +173,20 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
         ))
         .await;
     assert_ne!(typing["win"], typing["transcript_win"]);
+    let transcript_win = &typing["transcript_win"];
+    editor
+        .lua::<Value>(&format!(
+            "_G.transcript_scrolled = 0
+             -- Scrolls alone: opening the plan's window at the end resizes every window.
+             vim.api.nvim_create_autocmd('WinScrolled', {{ callback = function()
+               local all = vim.v.event.all
+               if vim.v.event['{transcript_win}'] and all.width == 0 and all.height == 0 then
+                 _G.transcript_scrolled = _G.transcript_scrolled + 1
+               end
+             end }})
+             _G.topline_before = vim.fn.getwininfo({transcript_win})[1].topline"
+        ))
+        .await;
     editor.type_keys("ihello").await;
     let (mode, _) = editor.mode().await;
     assert_eq!(mode, "i");
@@ -188,6 +209,26 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
         now["transcript_line"], now["lines"],
         "the transcript window, at its end, followed the new text: {text}"
     );
+    // It scrolled to follow, and that ran no one's WinScrolled handlers.
+    let scrolled: Value = editor
+        .lua(&format!(
+            "return {{ scrolled = _G.transcript_scrolled, moved = vim.fn.getwininfo({transcript_win})[1].topline ~= _G.topline_before }}"
+        ))
+        .await;
+    assert_eq!(scrolled["moved"], true, "{scrolled}");
+    assert_eq!(scrolled["scrolled"], 0, "{scrolled}");
+
+    // The transcript's window options stay with the transcript: another buffer opened in
+    // its window gets the window's usual ones.
+    let other: Value = editor
+        .lua(&format!(
+            "vim.cmd('stopinsert')
+             vim.api.nvim_win_call({transcript_win}, function() vim.cmd('enew') end)
+             return {{ fold = vim.wo[{transcript_win}].foldmethod, ignore = vim.wo[{transcript_win}].eventignorewin }}"
+        ))
+        .await;
+    assert_eq!(other["fold"], "manual", "{other}");
+    assert_eq!(other["ignore"], "", "{other}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,4 +326,26 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
     .expect("Lua takes the text");
     let after = buffer_text(&editor, opened).await;
     assert_eq!(after, format!("{before}more from the host\nand a line"));
+
+    // A block that arrives cut in two calls (a cut falls anywhere) is folded all the same,
+    // also once the user has opened a fold (after which Neovim leaves new folds open).
+    let _: Option<bool> = editor
+        .lua("vim.cmd(vim.fn.search('→ create_plan (', 'n') .. 'foldopen')")
+        .await;
+    for text in [
+        "\n<deta",
+        "ils><summary>→ cut</summary>\n\nbody\n</details>\n",
+    ] {
+        let item = loopr::agent::TranscriptText {
+            token,
+            text: text.to_owned(),
+        };
+        loopr::bridge::deliver_transcript(&editor.nvim, &[item])
+            .await
+            .expect("Lua takes the text");
+    }
+    let closed: i64 = editor
+        .lua("return vim.fn.foldclosed(vim.fn.search('<summary>→ cut<', 'n'))")
+        .await;
+    assert_ne!(closed, -1, "the block that came in two calls is folded");
 }
