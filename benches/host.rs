@@ -90,24 +90,27 @@ async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
         host_starts.push(begin.elapsed());
         child.kill().await.expect("stop the host");
     }
-    let mut nvim_starts = Vec::new();
-    for _ in 0..STARTS {
-        let begin = Instant::now();
-        let status = tokio::process::Command::new(nvim::nvim_binary())
-            .args(["--clean", "--headless", "+qa"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await
-            .expect("nvim runs (set LOOPR_TEST_NVIM)");
-        assert!(status.success(), "nvim --clean --headless +qa: {status}");
-        nvim_starts.push(begin.elapsed());
-    }
+    let nvim_starts = run_times(
+        STARTS,
+        nvim::nvim_binary(),
+        &["--clean", "--headless", "+qa"],
+    )
+    .await;
+    // What no host can go below here: starting any process at all, and loading this binary
+    // (`--version` answers before the runtime, the log or the store start).
+    let process_floor = run_times(STARTS, "/bin/true".into(), &[]).await[STARTS / 2];
+    let binary_floor =
+        run_times(STARTS, env!("CARGO_BIN_EXE_loopr").into(), &["--version"]).await[STARTS / 2];
     host_starts.sort();
-    nvim_starts.sort();
     let host = host_starts[STARTS / 2];
     let editor = nvim_starts[STARTS / 2];
+    println!(
+        "floors, medians: spawning /bin/true {:.2} ms ({:.3} of Neovim's), `loopr --version` {:.2} ms ({:.3})",
+        ms(process_floor),
+        process_floor.as_secs_f64() / editor.as_secs_f64(),
+        ms(binary_floor),
+        binary_floor.as_secs_f64() / editor.as_secs_f64()
+    );
     println!(
         "host cold start (spawned to its answer to `version`): median {:.2} ms, max {:.2} ms; \
          `nvim --clean --headless +qa`: median {:.2} ms, max {:.2} ms ({STARTS} runs each)",
@@ -122,6 +125,26 @@ async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
         ms(host),
         ms(editor)
     );
+}
+
+/// How long `program args` takes from spawn to exit, `runs` times, sorted.
+async fn run_times(runs: usize, program: std::path::PathBuf, args: &[&str]) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let begin = Instant::now();
+        let status = tokio::process::Command::new(&program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .unwrap_or_else(|err| panic!("running {}: {err}", program.display()));
+        assert!(status.success(), "{} {args:?}: {status}", program.display());
+        times.push(begin.elapsed());
+    }
+    times.sort();
+    times
 }
 
 /// `loopr rpc` as Neovim starts it, against `fake`, its state under `state`.

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::io::AsyncWrite;
 use nvim_rs::{Neovim, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::time::Instant;
 
 use super::event_pump::{Delivery, call_lua};
 use crate::agent::TranscriptText;
@@ -27,16 +26,12 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     while let Some(first) = texts.recv().await {
+        // Sleeping, then taking what came, wakes this task once per call, not once per
+        // streamed word.
+        tokio::time::sleep(GATHER).await;
         let mut gathered = vec![first];
-        let deadline = Instant::now() + GATHER;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => break,
-                next = texts.recv() => match next {
-                    Some(text) => gathered.push(text),
-                    None => break,
-                },
-            }
+        while let Ok(text) = texts.try_recv() {
+            gathered.push(text);
         }
         for piece in calls(gathered, CALL_BYTES).into_iter().flatten() {
             match deliver_transcript(&neovim, std::slice::from_ref(&piece)).await {

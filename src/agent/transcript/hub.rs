@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::render::render_entries;
 use crate::agent::journal::Journal;
@@ -30,11 +30,21 @@ struct Piece {
     text: String,
 }
 
+/// Someone following a loop's transcript.
+struct Follower {
+    token: u64,
+    out: UnboundedSender<TranscriptText>,
+    /// The first batch the journal did not hold; `None` while the journal is being read.
+    live_from: Option<u64>,
+    /// Pieces emitted while the journal was being read.
+    waiting: Vec<Piece>,
+}
+
 #[derive(Default)]
 struct HubState {
     /// Pieces of each running loop whose batch is not yet in its journal.
     kept: HashMap<LoopId, Vec<Piece>>,
-    followers: HashMap<LoopId, Vec<(u64, UnboundedSender<Piece>)>>,
+    followers: HashMap<LoopId, Vec<Follower>>,
 }
 
 /// Shared by a host's loops (which emit) and its shell (which follows).
@@ -62,13 +72,24 @@ impl TranscriptHub {
         }
         let mut state = self.lock();
         if let Some(followers) = state.followers.get_mut(id) {
-            followers.retain(|(_, sender)| {
-                sender
-                    .send(Piece {
+            // Sent from here, under the lock, in the order emitted: no task in between to
+            // wake for every streamed word.
+            followers.retain_mut(|follower| match follower.live_from {
+                None => {
+                    follower.waiting.push(Piece {
                         batch,
                         text: text.clone(),
+                    });
+                    true
+                }
+                Some(from) if batch < from => true,
+                Some(_) => follower
+                    .out
+                    .send(TranscriptText {
+                        token: follower.token,
+                        text: text.clone(),
                     })
-                    .is_ok()
+                    .is_ok(),
             });
         }
         let kept = state.kept.entry(id.clone()).or_default();
@@ -90,16 +111,68 @@ impl TranscriptHub {
         self.lock().kept.remove(id);
     }
 
-    fn subscribe(&self, id: &LoopId, token: u64) -> (Vec<Piece>, UnboundedReceiver<Piece>) {
-        let (sender, receiver) = unbounded_channel();
+    /// Registers `token` as following `id`, its pieces waiting until the journal is read;
+    /// the pieces kept until then.
+    fn subscribe(
+        &self,
+        id: &LoopId,
+        token: u64,
+        out: UnboundedSender<TranscriptText>,
+    ) -> Vec<Piece> {
         let mut state = self.lock();
         state
             .followers
             .entry(id.clone())
             .or_default()
-            .push((token, sender));
-        let kept = state.kept.get(id).cloned().unwrap_or_default();
-        (kept, receiver)
+            .push(Follower {
+                token,
+                out,
+                live_from: None,
+                waiting: Vec::new(),
+            });
+        state.kept.get(id).cloned().unwrap_or_default()
+    }
+
+    /// The journal of `id` read for `token`: sends `stored` with the pieces of later batches
+    /// (kept at subscription, then those that came while reading), and from now on each
+    /// piece as it is emitted. False if `token` stopped following meanwhile.
+    fn go_live(
+        &self,
+        id: &LoopId,
+        token: u64,
+        mut stored: String,
+        stored_batches: u64,
+        kept: Vec<Piece>,
+    ) -> bool {
+        let mut state = self.lock();
+        let Some(followers) = state.followers.get_mut(id) else {
+            return false;
+        };
+        let Some(index) = followers
+            .iter()
+            .position(|follower| follower.token == token)
+        else {
+            return false;
+        };
+        let follower = &mut followers[index];
+        let waiting = std::mem::take(&mut follower.waiting);
+        for piece in kept.iter().chain(&waiting) {
+            if piece.batch >= stored_batches {
+                stored.push_str(&piece.text);
+            }
+        }
+        follower.live_from = Some(stored_batches);
+        let sent = follower
+            .out
+            .send(TranscriptText {
+                token,
+                text: stored,
+            })
+            .is_ok();
+        if !sent {
+            followers.remove(index);
+        }
+        sent
     }
 
     /// Stops the follower `token`; its task ends. Whether it was following.
@@ -108,7 +181,7 @@ impl TranscriptHub {
         let mut stopped = false;
         for followers in state.followers.values_mut() {
             let before = followers.len();
-            followers.retain(|(follower, _)| *follower != token);
+            followers.retain(|follower| follower.token != token);
             stopped |= followers.len() < before;
         }
         state.followers.retain(|_, followers| !followers.is_empty());
@@ -125,10 +198,12 @@ impl TranscriptHub {
         token: u64,
         out: UnboundedSender<TranscriptText>,
     ) {
-        let (kept, mut live) = self.subscribe(id, token);
+        let kept = self.subscribe(id, token, out);
+        let hub = Arc::clone(self);
+        let id = id.clone();
         tokio::spawn(async move {
             let stored = tokio::task::spawn_blocking(move || journal.whole_entries()).await;
-            let (mut text, stored_batches) = match stored {
+            let (text, stored_batches) = match stored {
                 Ok(Ok(whole)) => (render_entries(&title, &whole.entries), whole.batches),
                 Ok(Err(err)) => (
                     format!("# {title}\n\n> Loopr: the journal cannot be read: {err}\n"),
@@ -139,24 +214,7 @@ impl TranscriptHub {
                     0,
                 ),
             };
-            for piece in kept.iter().filter(|piece| piece.batch >= stored_batches) {
-                text.push_str(&piece.text);
-            }
-            if out.send(TranscriptText { token, text }).is_err() {
-                return;
-            }
-            while let Some(piece) = live.recv().await {
-                if piece.batch >= stored_batches
-                    && out
-                        .send(TranscriptText {
-                            token,
-                            text: piece.text,
-                        })
-                        .is_err()
-                {
-                    return;
-                }
-            }
+            hub.go_live(&id, token, text, stored_batches, kept);
         });
     }
 }
@@ -167,6 +225,7 @@ mod tests {
     use crate::agent::journal::Entry;
     use crate::llm::{ContentBlock, Message};
     use crate::store::ProjectLayout;
+    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
     async fn next(receiver: &mut UnboundedReceiver<TranscriptText>) -> String {
         tokio::time::timeout(std::time::Duration::from_secs(5), receiver.recv())
@@ -229,6 +288,32 @@ mod tests {
                 .await
                 .expect("the follower ended")
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn pieces_emitted_while_the_journal_is_read_follow_it_once() {
+        let hub = TranscriptHub::new();
+        let id = LoopId::generate();
+        hub.emit(&id, 1, "kept ".to_owned());
+        let (sender, mut receiver) = unbounded_channel();
+        let kept = hub.subscribe(&id, 3, sender);
+        // While the journal is read: one piece of a batch it turns out to hold, one after.
+        hub.emit(&id, 0, "stored already".to_owned());
+        hub.emit(&id, 1, "waiting ".to_owned());
+        assert!(receiver.try_recv().is_err(), "nothing before the journal");
+        assert!(hub.go_live(&id, 3, "journal | ".to_owned(), 1, kept));
+        hub.emit(&id, 1, "live".to_owned());
+        hub.emit(&id, 0, "stored again".to_owned());
+        let texts: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok())
+            .map(|text| text.text)
+            .collect();
+        assert_eq!(texts, ["journal | kept waiting ", "live"]);
+
+        assert!(hub.unfollow(3));
+        assert!(
+            !hub.go_live(&id, 3, String::new(), 0, Vec::new()),
+            "a follower that stopped while its journal was read gets nothing"
         );
     }
 }
