@@ -279,22 +279,17 @@ async fn settle(
     signals: &mut StopSignals,
 ) -> anyhow::Result<()> {
     let mut busy = manager.watch_busy();
+    // Looked for at the start, when a loop comes to wait for approval, and when all is quiet;
+    // not after every event: reading the whole tree each time competes with the loops for
+    // the store.
+    let mut look_for_approvals = approve_all;
     loop {
-        let mut approved = false;
-        if approve_all {
-            for record in select(manager)? {
-                if record.status == LoopStatus::AwaitingApproval {
-                    manager.approve(root, Some(record.id.as_str()))?;
-                    eprintln!(
-                        "loopr: approved {} {}",
-                        record.loop_type.as_str(),
-                        record.id
-                    );
-                    approved = true;
-                }
-            }
-        }
+        let approved = look_for_approvals && approve_waiting(manager, root, select)?;
+        look_for_approvals = false;
         if !approved && *busy.borrow_and_update() == 0 {
+            if approve_all && approve_waiting(manager, root, select)? {
+                continue;
+            }
             // Quiet: give whatever could still start its chance, then stop if nothing did.
             manager.resume(root)?;
             if *busy.borrow_and_update() == 0 {
@@ -313,7 +308,10 @@ async fn settle(
                 return Err(signal.into());
             }
             event = events.recv() => match event {
-                Some(event) => report(&event),
+                Some(event) => {
+                    look_for_approvals |= approve_all && awaits_approval(&event);
+                    report(&event);
+                }
                 None => return Ok(()),
             },
             changed = busy.changed() => {
@@ -323,9 +321,41 @@ async fn settle(
             }
         }
         while let Ok(event) = events.try_recv() {
+            look_for_approvals |= approve_all && awaits_approval(&event);
             report(&event);
         }
     }
+}
+
+/// Approves every loop of `select` that waits for approval; returns whether there was one.
+fn approve_waiting(
+    manager: &LoopManager,
+    root: &Path,
+    select: &dyn Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>>,
+) -> anyhow::Result<bool> {
+    let mut approved = false;
+    for record in select(manager)? {
+        if record.status == LoopStatus::AwaitingApproval {
+            manager.approve(root, Some(record.id.as_str()))?;
+            eprintln!(
+                "loopr: approved {} {}",
+                record.loop_type.as_str(),
+                record.id
+            );
+            approved = true;
+        }
+    }
+    Ok(approved)
+}
+
+fn awaits_approval(event: &LoopEvent) -> bool {
+    matches!(
+        event,
+        LoopEvent::LoopUpdated {
+            status: LoopStatus::AwaitingApproval,
+            ..
+        }
+    )
 }
 
 fn report(event: &LoopEvent) {

@@ -521,7 +521,10 @@ async fn load_or_start(
         &context.layout,
         previous.as_ref(),
     )?);
-    set_review_passes(context, 0).await?;
+    // A fresh record has none; only a run after earlier ones resets its count.
+    if record.review_passes != 0 {
+        set_review_passes(context, 0).await?;
+    }
     let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }

@@ -247,6 +247,21 @@ impl Journal {
 
     /// Appends a turn's entries and the state after it, in one write.
     pub fn append(&self, entries: &[Entry], state: &impl Serialize) -> std::io::Result<()> {
+        self.log.append(&Journal::lines(entries, state)?)
+    }
+
+    /// Like `append`, on disk only with the next `append` (`AppendLog::append_unsynced`): for
+    /// a run's start, which a crash may lose, since a run whose start is lost simply starts
+    /// again.
+    pub fn append_unsynced(
+        &self,
+        entries: &[Entry],
+        state: &impl Serialize,
+    ) -> std::io::Result<()> {
+        self.log.append_unsynced(&Journal::lines(entries, state)?)
+    }
+
+    fn lines(entries: &[Entry], state: &impl Serialize) -> std::io::Result<Vec<Vec<u8>>> {
         let state = serde_json::to_value(state).map_err(std::io::Error::other)?;
         let mut lines = entries
             .iter()
@@ -254,7 +269,7 @@ impl Journal {
             .collect::<Result<Vec<_>, _>>()
             .map_err(std::io::Error::other)?;
         lines.push(serde_json::to_vec(&Entry::State { state }).map_err(std::io::Error::other)?);
-        self.log.append(&lines)
+        Ok(lines)
     }
 
     fn migrate_legacy<S: DeserializeOwned + Serialize>(&self) -> Result<(), JournalError> {

@@ -60,7 +60,8 @@ where
 }
 
 /// Starts a new run in `journal`: its first message and the loop's state. Returns the whole
-/// batches the journal then holds.
+/// batches the journal then holds. Not waited on to reach the disk (the first turn's write
+/// syncs it): a run whose start a crash lost is started again, as if it never began.
 pub(super) async fn start_run(
     context: &LoopContext,
     journal: &Journal,
@@ -76,7 +77,7 @@ pub(super) async fn start_run(
             let entries = Journal::run_start_entries(&first, rules);
             emit_batch(&hub, &id, before, &entries);
             journal
-                .append(&entries, &state)
+                .append_unsynced(&entries, &state)
                 .map_err(journal_write_error)?;
             hub.written(&id, before + 1);
             Ok(before + 1)

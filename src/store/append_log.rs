@@ -80,6 +80,18 @@ impl AppendLog {
     /// Appends `lines` (each without a newline) in one write and syncs the data before it
     /// returns. Creates the file (and its directory) if needed.
     pub fn append(&self, lines: &[Vec<u8>]) -> io::Result<()> {
+        self.write_lines(lines, true)
+    }
+
+    /// Like `append`, without waiting for the disk: the lines are on disk once a later
+    /// `append` returns (syncing a file's data syncs all of it), and a crash before that may
+    /// lose or tear them, which reading drops. For lines nothing depends on until the next
+    /// synced append.
+    pub fn append_unsynced(&self, lines: &[Vec<u8>]) -> io::Result<()> {
+        self.write_lines(lines, false)
+    }
+
+    fn write_lines(&self, lines: &[Vec<u8>], sync: bool) -> io::Result<()> {
         if lines.is_empty() {
             return Ok(());
         }
@@ -107,7 +119,7 @@ impl AppendLog {
             crate::test_hooks::pause_point(&format!("append:{name}"));
         }
         file.write_all(tail)
-            .and_then(|()| file.sync_data())
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
             .map_err(|err| with_path(err, &self.path))
     }
 }
@@ -199,6 +211,22 @@ mod tests {
         assert_eq!(
             std::fs::read(log.path()).expect("bytes"),
             b"whole\nnext\n".to_vec()
+        );
+    }
+
+    #[test]
+    fn unsynced_lines_are_read_like_synced_ones_and_a_later_append_follows_them() {
+        let (_dir, log) = log();
+        log.append_unsynced(&[b"start".to_vec(), b"state".to_vec()])
+            .expect("append");
+        assert_eq!(
+            log.read().expect("read").lines,
+            vec![b"start".to_vec(), b"state".to_vec()]
+        );
+        log.append(&[b"turn".to_vec()]).expect("append");
+        assert_eq!(
+            std::fs::read(log.path()).expect("bytes"),
+            b"start\nstate\nturn\n".to_vec()
         );
     }
 

@@ -1,5 +1,6 @@
+use std::collections::BTreeSet;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::leftovers::{LINK_PREFIX, TEMP_PREFIX};
 
@@ -39,6 +40,90 @@ fn write_atomic_with(
 ) -> io::Result<()> {
     let dir = parent_dir(path)?;
     std::fs::create_dir_all(dir)?;
+    let temp = written_temp_file(dir, bytes, permissions)?;
+    temp.as_file().sync_all()?;
+    put_in_place(temp, path)?;
+    sync_dir(dir)
+}
+
+/// Writes `files` (path and content) into directories that nothing reads until the caller
+/// publishes them once this returns: a new iteration that the `current` link, the loop's
+/// record and its journal point at only afterwards. Each file is written under a temporary
+/// name and renamed into place, so a killed host leaves a file whole or not at all (and
+/// temporary files the next host sweeps). Since nothing reads the files before they are
+/// published, nothing is ordered that need not be: every file and every directory that
+/// gained an entry (each file's, and the parent of each directory made here) is synced
+/// once, all at the same time. Only when this returns is every file on disk whole under its
+/// name; a power cut before may leave any of them short, unpublished.
+pub fn write_new_files(files: &[(&Path, &[u8])]) -> io::Result<()> {
+    let dirs = directories_for(files)?;
+    let mut targets = Vec::with_capacity(files.len() + dirs.len());
+    for (path, bytes) in files {
+        let temp = written_temp_file(parent_dir(path)?, bytes, None)
+            .map_err(|err| with_path(err, path))?;
+        let file = put_in_place(temp, path).map_err(|err| with_path(err, path))?;
+        targets.push(SyncTarget::File(file, path));
+    }
+    targets.extend(dirs.iter().map(|dir| SyncTarget::Dir(dir)));
+    let syncs: Vec<_> = targets.iter().map(|target| move || target.sync()).collect();
+    all_at_once(&syncs)
+}
+
+/// What `write_new_files` syncs.
+enum SyncTarget<'a> {
+    File(std::fs::File, &'a Path),
+    Dir(&'a Path),
+}
+
+impl SyncTarget<'_> {
+    fn sync(&self) -> io::Result<()> {
+        match self {
+            SyncTarget::File(file, path) => file.sync_all().map_err(|err| with_path(err, path)),
+            SyncTarget::Dir(dir) => sync_dir(dir).map_err(|err| with_path(err, dir)),
+        }
+    }
+}
+
+fn with_path(err: io::Error, path: &Path) -> io::Error {
+    io::Error::new(err.kind(), format!("{}: {err}", path.display()))
+}
+
+/// Makes the directories `files` go into and returns every directory whose entries change:
+/// each file's own, and the parent of each directory made here (a new directory is only
+/// reachable once its parent's entry is on disk).
+fn directories_for(files: &[(&Path, &[u8])]) -> io::Result<BTreeSet<PathBuf>> {
+    let mut dirs = BTreeSet::new();
+    for (path, _) in files {
+        let dir = parent_dir(path)?;
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.is_dir())
+            .collect();
+        for new_dir in missing.into_iter().rev() {
+            match std::fs::create_dir(new_dir) {
+                Ok(()) => {}
+                // Made meanwhile by another writer; its entry is synced here all the same.
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(err) => return Err(err),
+            }
+            if let Some(parent) = new_dir
+                .parent()
+                .filter(|parent| !parent.as_os_str().is_empty())
+            {
+                dirs.insert(parent.to_path_buf());
+            }
+        }
+        dirs.insert(dir.to_path_buf());
+    }
+    Ok(dirs)
+}
+
+/// A temporary file next to where `bytes` go, holding them (not yet synced).
+fn written_temp_file(
+    dir: &Path,
+    bytes: &[u8],
+    permissions: Option<std::fs::Permissions>,
+) -> io::Result<tempfile::NamedTempFile> {
     // The pid in the name lets the next host remove what a killed one left.
     let mut temp = tempfile::Builder::new()
         .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
@@ -47,12 +132,49 @@ fn write_atomic_with(
         temp.as_file().set_permissions(permissions)?;
     }
     temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
+    Ok(temp)
+}
+
+/// Renames a temporary file over `path`; returns the file.
+fn put_in_place(temp: tempfile::NamedTempFile, path: &Path) -> io::Result<std::fs::File> {
     if let Some(name) = path.file_name().and_then(|name| name.to_str()) {
+        // Crash tests kill the host here, leaving the temporary file behind.
         crate::test_hooks::pause_point(&format!("atomic_write:{name}"));
     }
-    temp.persist(path).map_err(|err| err.error)?;
-    sync_dir(dir)
+    temp.persist(path).map_err(|err| err.error)
+}
+
+/// Runs every job, each but the first on a thread of its own, and returns the first error.
+/// Syncs issued together share the filesystem's journal commits instead of each waiting for
+/// the one before. A job no thread could be started for runs here.
+fn all_at_once<F>(jobs: &[F]) -> io::Result<()>
+where
+    F: Fn() -> io::Result<()> + Sync,
+{
+    let Some((first, others)) = jobs.split_first() else {
+        return Ok(());
+    };
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = others
+            .iter()
+            .map(|job| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, job)
+                    .map_err(|_| job)
+            })
+            .collect();
+        let mut result = first();
+        for thread in threads {
+            let outcome = match thread {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(job) => job(),
+            };
+            result = result.and(outcome);
+        }
+        result
+    })
 }
 
 /// Points the symlink `link` at `target` (a path relative to the link's directory) by creating
@@ -143,6 +265,67 @@ mod tests {
         let state = dir.path().join("plan.json");
         write_atomic(&state, b"{}").expect("state");
         assert_eq!(mode(&state), 0o600);
+    }
+
+    #[test]
+    fn new_files_land_whole_and_every_directory_that_gained_an_entry_is_synced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let loop_dir = dir.path().join("loop");
+        std::fs::create_dir_all(&loop_dir).expect("loop dir");
+        let artifacts = loop_dir.join("iterations/001/artifacts");
+        let json = artifacts.join("spec.json");
+        let conversation = loop_dir.join("iterations/001/conversation.json");
+        let files: [(&Path, &[u8]); 2] = [(&json, b"{}"), (&conversation, b"[]")];
+        let synced = directories_for(&files).expect("directories");
+        // Each new directory is reachable only once its parent's entry is on disk.
+        let expected: BTreeSet<PathBuf> = [
+            loop_dir.clone(),
+            loop_dir.join("iterations"),
+            loop_dir.join("iterations/001"),
+            artifacts.clone(),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(synced, expected);
+        write_new_files(&files).expect("written");
+        assert_eq!(std::fs::read(&json).expect("json"), b"{}");
+        assert_eq!(std::fs::read(&conversation).expect("conversation"), b"[]");
+        for written in [&artifacts, &loop_dir.join("iterations/001")] {
+            let leftovers: Vec<_> = std::fs::read_dir(written)
+                .expect("read_dir")
+                .map(|entry| entry.expect("entry").file_name())
+                .filter(|name| name.to_string_lossy().starts_with(TEMP_PREFIX))
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+        // Directories that existed before only sync when a file goes into them.
+        let again = directories_for(&files).expect("directories");
+        assert_eq!(
+            again,
+            [artifacts.clone(), loop_dir.join("iterations/001")]
+                .into_iter()
+                .collect()
+        );
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_put_in_place_fails_the_batch_naming_it_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = dir.path().join("plan.json");
+        let blocked = dir.path().join("plan.md");
+        std::fs::create_dir_all(blocked.join("occupied")).expect("a directory in the way");
+        let err = write_new_files(&[(&first, b"{}"), (&blocked, b"# Plan\n")])
+            .expect_err("a directory is in the way");
+        assert!(
+            err.to_string().contains(&blocked.display().to_string()),
+            "{err}"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|entry| entry.expect("entry").file_name())
+            .filter(|name| name.to_string_lossy().starts_with(TEMP_PREFIX))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]
