@@ -295,21 +295,30 @@ struct Figures {
     samples: usize,
 }
 
-fn figures(samples: &[(Instant, Duration)], phase: &Phase) -> Figures {
+/// The latency figures of the probes sent during `phase`; `None` when it was too short to
+/// hold one.
+fn figures_of(samples: &[(Instant, Duration)], phase: &Phase) -> Option<Figures> {
     let mut latencies: Vec<Duration> = samples
         .iter()
         .filter(|(sent, _)| *sent >= phase.from && *sent < phase.to)
         .map(|(_, latency)| *latency)
         .collect();
-    assert!(!latencies.is_empty(), "no samples while {}", phase.label);
+    if latencies.is_empty() {
+        return None;
+    }
     latencies.sort();
     let at = |fraction: f64| latencies[((latencies.len() - 1) as f64 * fraction).round() as usize];
-    Figures {
+    Some(Figures {
         p50: at(0.5),
         p99: at(0.99),
         max: at(1.0),
         samples: latencies.len(),
-    }
+    })
+}
+
+/// The figures of a phase the benchmark cannot do without (it lasts seconds).
+fn figures(samples: &[(Instant, Duration)], phase: &Phase) -> Figures {
+    figures_of(samples, phase).unwrap_or_else(|| panic!("no samples while {}", phase.label))
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -335,15 +344,15 @@ async fn next(
 
 /// Starts `count` plan loops whose answer streams `long_answer` at `WORDS_PER_SECOND`,
 /// opens each one's transcript with `:LooprTranscript <id>`, then lets the answers stream;
-/// returns when every loop has stored its plan, with when the streaming began and the CPU
-/// time spent until then.
+/// returns when every loop has stored its plan, with when the streaming began and ended (the
+/// first answer whole) and the CPU time spent in between.
 async fn stream_into_transcripts(
     editor: &Editor,
     events: &mut UnboundedReceiver<(String, serde_json::Value)>,
     fake: &FakeLlm,
     pids: Pids,
     count: usize,
-) -> (Instant, CpuSpent) {
+) -> Streamed {
     editor.command("only").await.expect(":only");
     let interval = Duration::from_secs(1) / WORDS_PER_SECOND;
     let turn = TurnBuilder::new()
@@ -387,11 +396,15 @@ async fn stream_into_transcripts(
         release.notify_one();
     }
     let mut done = HashSet::new();
+    let mut ended = None;
     while done.len() < count {
         let update = next(events, "loop", |data| {
             data["status"] != "running" && data["status"] != "pending"
         })
         .await;
+        // The answers streamed side by side: once one is whole, what follows is opening the
+        // plans for review, not streaming.
+        ended.get_or_insert_with(|| (Instant::now(), pids.since(cpu_before)));
         assert_eq!(update["status"], "awaiting_approval", "{update}");
         if let Some(id) = update["id"].as_str() {
             done.insert(id.to_owned());
@@ -419,7 +432,22 @@ async fn stream_into_transcripts(
         lines.len() == count && lines.iter().all(|&n| n as usize >= least),
         "{count} transcripts open in windows, each of at least {least} lines: {lines:?}"
     );
-    (began, cpu_before)
+    let (ended, cpu) = ended.expect("a loop finished");
+    Streamed {
+        began,
+        ended,
+        cpu,
+        reviewed: Instant::now(),
+    }
+}
+
+/// When the answers streamed, and the CPU time spent meanwhile.
+struct Streamed {
+    began: Instant,
+    ended: Instant,
+    cpu: CpuSpent,
+    /// When every plan was stored and open for review.
+    reviewed: Instant,
 }
 
 async fn run() {
@@ -484,9 +512,9 @@ async fn run() {
         cpu: pids.since(idle_cpu),
     };
     let mut phases = vec![idle];
+    let mut reviews = Vec::new();
     for count in [1, 8] {
-        let (began, cpu_before) =
-            stream_into_transcripts(&editor, &mut events, &fake, pids, count).await;
+        let streamed = stream_into_transcripts(&editor, &mut events, &fake, pids, count).await;
         let label = if count == 1 {
             format!(
                 "1 loop streaming {WORDS} words at {WORDS_PER_SECOND} words/s into an open transcript"
@@ -498,9 +526,15 @@ async fn run() {
         };
         phases.push(Phase {
             label,
-            from: began,
-            to: Instant::now(),
-            cpu: pids.since(cpu_before),
+            from: streamed.began,
+            to: streamed.ended,
+            cpu: streamed.cpu,
+        });
+        reviews.push(Phase {
+            label: format!("then {count} plan(s) stored and opened for review"),
+            from: streamed.ended,
+            to: streamed.reviewed,
+            cpu: CpuSpent::default(),
         });
     }
     stop.store(true, Ordering::SeqCst);
@@ -525,6 +559,19 @@ async fn run() {
             ms(phase.cpu.nvim) / seconds,
             ms(phase.cpu.host) / seconds,
         );
+    }
+    for review in &reviews {
+        let seconds = (review.to - review.from).as_secs_f64();
+        match figures_of(&samples, review) {
+            Some(these) => println!(
+                "  {}: p99 {:.3} ms, max {:.3} ms ({} samples over {seconds:.2} s)",
+                review.label,
+                ms(these.p99),
+                ms(these.max),
+                these.samples,
+            ),
+            None => println!("  {}: no probe sent in its {seconds:.3} s", review.label),
+        }
     }
     for (phase, target) in phases[1..].iter().zip(["1.5", "2"]) {
         let these = figures(&samples, phase);

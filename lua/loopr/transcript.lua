@@ -72,9 +72,10 @@ local function window_options(buf)
     wo.wrap = true
     wo.linebreak = true
     if vim.fn.exists('+eventignorewin') == 1 then
-      -- A followed transcript scrolls with every append, dozens of times a second: each
-      -- would run every WinScrolled handler (matchparen's among them) for nothing the user did.
-      wo.eventignorewin = 'WinScrolled'
+      -- A followed transcript scrolls and changes dozens of times a second: each would run
+      -- every WinScrolled and TextChanged handler (matchparen's among them) for nothing the
+      -- user did.
+      wo.eventignorewin = 'WinScrolled,TextChanged'
     end
   end
 end
@@ -178,12 +179,16 @@ local function append_text(buf, text)
   local last = vim.api.nvim_buf_get_lines(buf, count - 1, count, true)[1]
   local current = vim.api.nvim_get_current_win()
   local cursors = {}
-  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    cursors[win] = vim.api.nvim_win_get_cursor(win)
+  -- (The API, not `win_findbuf()`: this runs for every piece of every followed transcript.)
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    if vim.api.nvim_win_get_buf(win) == buf then
+      cursors[win] = vim.api.nvim_win_get_cursor(win)
+    end
   end
-  vim.bo[buf].modifiable = true
+  local buffer_option = { buf = buf }
+  vim.api.nvim_set_option_value('modifiable', true, buffer_option)
   vim.api.nvim_buf_set_text(buf, count - 1, #last, count - 1, #last, vim.split(text, '\n', { plain = true }))
-  vim.bo[buf].modifiable = false
+  vim.api.nvim_set_option_value('modifiable', false, buffer_option)
   local new_count = vim.api.nvim_buf_line_count(buf)
   -- Only a block that starts here makes a new fold (most text is streamed words).
   local new_block = new_count > count and (last:sub(-8) .. text):find('<details>', 1, true) ~= nil

@@ -153,7 +153,14 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
 
     // The cursor in the transcript, on its last line (where new text lands).
     let before: Value = editor
-        .lua("vim.cmd('normal! G') return { win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }")
+        .lua(&format!(
+            "vim.cmd('normal! G')
+             _G.transcript_changed = 0
+             vim.api.nvim_create_autocmd('TextChanged', {{ buffer = {buf}, callback = function()
+               _G.transcript_changed = _G.transcript_changed + 1
+             end }})
+             return {{ win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }}"
+        ))
         .await;
     release_first.notify_one();
     fake.wait_for_requests(2).await;
@@ -162,6 +169,9 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
         .lua("return { win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }")
         .await;
     assert_eq!(before, after, "appending moved the cursor or the window");
+    // Text arriving ran no one's TextChanged handlers (it changes dozens of times a second).
+    let changed: i64 = editor.lua("return _G.transcript_changed").await;
+    assert_eq!(changed, 0);
 
     // Typing in another window while the transcript, at its end, follows along.
     let typing: Value = editor
