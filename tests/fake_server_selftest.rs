@@ -217,6 +217,60 @@ async fn status_reply_and_fallbacks() {
 }
 
 #[tokio::test]
+async fn an_answer_counts_as_served_once_its_last_piece_is_taken() {
+    let server = FakeLlm::start().await;
+    let turn = TurnBuilder::new().text("a whole answer");
+    let events = turn.events();
+    let expected = serialize_events(&events).into_bytes();
+    // The producer holds the body open after its last piece, as one preempted between its
+    // last send and its end does.
+    let (held_open, release) = turn.paused_after("message_stop");
+    server.push(held_open);
+    server.push(Reply::Stall(events[..3].to_vec()));
+
+    // The client has the last byte: the answer was served, whether or not the body has ended
+    // (a client that leaves at the last event never sees the end; the benches time the host
+    // from this moment).
+    let response = post(&server, &json!({})).await;
+    let mut stream = response.bytes_stream();
+    let mut received = Vec::new();
+    while received.len() < expected.len() {
+        let chunk = tokio::time::timeout(BOUND, stream.next())
+            .await
+            .expect("pieces arrive")
+            .expect("body not ended")
+            .expect("chunk");
+        received.extend_from_slice(&chunk);
+    }
+    let requests = server.requests();
+    assert!(
+        server.served_at(requests[0].number).is_some(),
+        "every piece was taken, yet the answer is not served"
+    );
+    drop(stream);
+    release.notify_one();
+
+    // A stalled answer is never served, however much of it was sent.
+    let response = post(&server, &json!({})).await;
+    let stalled = serialize_events(&events[..3]).into_bytes();
+    let mut stream = response.bytes_stream();
+    let mut received = Vec::new();
+    while received.len() < stalled.len() {
+        let chunk = tokio::time::timeout(BOUND, stream.next())
+            .await
+            .expect("pieces arrive")
+            .expect("body not ended")
+            .expect("chunk");
+        received.extend_from_slice(&chunk);
+    }
+    drop(stream);
+    tokio::time::timeout(BOUND, server.wait_for_disconnect())
+        .await
+        .expect("server notices the client went away");
+    assert_eq!(server.served_at(server.requests()[1].number), None);
+}
+
+#[tokio::test]
 async fn stall_keeps_body_open_until_client_leaves() {
     let server = FakeLlm::start().await;
     let events = TurnBuilder::new().text("partial answer").events();

@@ -1311,11 +1311,17 @@ fn sse_response(
     stream_response(inner, SSE_CONTENT_TYPE, bytes, seed, stall, number, None)
 }
 
-/// A streamed answer's body, which notes when the answer was served.
+/// A streamed answer's body, which notes when the answer was served: when hyper takes its
+/// last piece. (Waiting for the channel to close instead races the producer: a client that
+/// stops reading at the last event can close the connection while the producer, preempted
+/// between its last send and dropping its sender, still holds the channel open.)
 struct ServedBody {
     rx: mpsc::Receiver<Bytes>,
     inner: Arc<Inner>,
     number: usize,
+    /// How many pieces the answer has; `None` for one that never ends (a stall).
+    pieces: Option<usize>,
+    taken: usize,
     ended: bool,
 }
 
@@ -1339,18 +1345,17 @@ impl futures::Stream for ServedBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         let next = std::task::ready!(self.rx.poll_recv(cx));
-        if next.is_none() {
-            self.note_served();
+        match next {
+            Some(_) => {
+                self.taken += 1;
+                if self.pieces == Some(self.taken) {
+                    self.note_served();
+                }
+            }
+            None if self.pieces.is_some() => self.note_served(),
+            None => {}
         }
         std::task::Poll::Ready(next.map(|bytes| Ok(Frame::data(bytes))))
-    }
-}
-
-impl Drop for ServedBody {
-    fn drop(&mut self) {
-        if self.rx.is_closed() && self.rx.is_empty() {
-            self.note_served();
-        }
     }
 }
 
@@ -1373,6 +1378,7 @@ fn stream_response(
         ),
         None => (split_at_odd_boundaries(&bytes, seed), Vec::new(), None),
     };
+    let pieces = (!stall).then_some(first.len() + rest.len());
     // Capacity 1: hyper takes (and usually flushes) one piece at a time.
     let (tx, rx) = mpsc::channel::<Bytes>(1);
     let producer_inner = Arc::clone(inner);
@@ -1402,24 +1408,24 @@ fn stream_response(
             producer_inner.note_disconnect();
         }
     });
-    streamed_body(inner, content_type, rx, number)
+    streamed_body(inner, content_type, rx, number, pieces)
 }
 
-/// A 200 response whose body is what comes through `rx`, recording when it was all served.
+/// A 200 response whose body is the `pieces` that come through `rx` (`None`: it never ends),
+/// recording when it was all served.
 fn streamed_body(
     inner: &Arc<Inner>,
     content_type: &'static str,
     rx: mpsc::Receiver<Bytes>,
     number: usize,
+    pieces: Option<usize>,
 ) -> Response<ResponseBody> {
-    // The answer is served when hyper asks for more and hears it has it all: it has taken
-    // the last piece by then (a stalled answer never ends). A client that stops reading at
-    // the answer's last event may close before hyper asks again: the body's end then counts
-    // when it is dropped with every piece taken.
     let stream = ServedBody {
         rx,
         inner: Arc::clone(inner),
         number,
+        pieces,
+        taken: 0,
         ended: false,
     };
     let mut response = Response::new(StreamBody::new(stream).boxed());
@@ -1461,6 +1467,7 @@ fn paced_response(
         events.push(Bytes::copy_from_slice(event));
         rest = tail;
     }
+    let pieces = Some(events.len());
     let (tx, rx) = mpsc::channel::<Bytes>(1);
     tokio::spawn(async move {
         let start = tokio::time::Instant::now();
@@ -1471,5 +1478,5 @@ fn paced_response(
             }
         }
     });
-    streamed_body(inner, content_type, rx, number)
+    streamed_body(inner, content_type, rx, number, pieces)
 }
