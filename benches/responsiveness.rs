@@ -402,9 +402,10 @@ async fn stream_into_transcripts(
             data["status"] != "running" && data["status"] != "pending"
         })
         .await;
-        // The answers streamed side by side: once one is whole, what follows is opening the
-        // plans for review, not streaming.
-        ended.get_or_insert_with(|| (Instant::now(), pids.since(cpu_before)));
+        // The answers streamed side by side: once one is whole, what follows is storing the
+        // plans and opening them for review, not streaming. (The CPU figure also holds the
+        // little that passed between the answer and this update.)
+        ended.get_or_insert_with(|| pids.since(cpu_before));
         assert_eq!(update["status"], "awaiting_approval", "{update}");
         if let Some(id) = update["id"].as_str() {
             done.insert(id.to_owned());
@@ -432,7 +433,15 @@ async fn stream_into_transcripts(
         lines.len() == count && lines.iter().all(|&n| n as usize >= least),
         "{count} transcripts open in windows, each of at least {least} lines: {lines:?}"
     );
-    let (ended, cpu) = ended.expect("a loop finished");
+    let cpu = ended.expect("a loop finished");
+    // The first answer's last byte left the fake: Neovim hears of the finished loop only
+    // after it opened the plan for review, so the update's arrival would count that as
+    // streaming.
+    let ended = fake.requests()[asked_before..]
+        .iter()
+        .filter_map(|request| fake.served_at(request.number))
+        .min()
+        .expect("an answer served");
     Streamed {
         began,
         ended,
