@@ -443,6 +443,13 @@ local spec = {
 local user_opts = {}
 ---Whether setup() has stored options; callbacks waiting for that.
 local configured = false
+
+-- What get() and settings() return, made once per setup(): building them merges and copies
+-- every option, which the first command of a session would block Neovim for several times.
+---@type loopr.Config|nil
+local resolved = nil
+---@type table<string, any>|nil
+local host_settings = nil
 ---@type fun()[]
 local waiting = {}
 
@@ -514,6 +521,7 @@ function M.setup(opts)
     return false, err
   end
   user_opts = vim.deepcopy(opts or {})
+  resolved, host_settings = nil, nil
   configured = true
   local callbacks = waiting
   waiting = {}
@@ -549,9 +557,13 @@ function M.when_configured(fn, timeout_ms)
   vim.defer_fn(once, timeout_ms)
 end
 
----Current effective configuration (defaults merged with the latest setup()).
+---Current effective configuration (defaults merged with the latest setup()). Shared until the
+---next setup(): read it, never modify it.
 ---@return loopr.Config
 function M.get()
+  if resolved then
+    return resolved
+  end
   local cfg = {}
   for key, s in pairs(spec) do
     local v = user_opts[key]
@@ -562,17 +574,22 @@ function M.get()
     end
     cfg[key] = vim.deepcopy(v)
   end
+  resolved = cfg
   return cfg
 end
 
 ---Settings forwarded to the host with each `plan` and `run` request. Left out where the
 ---host's default applies: unset `deny_commands` and `secret_patterns`, and `approvals` equal
----to the default (the same as the host's).
+---to the default (the same as the host's). Shared until the next setup(): read it, never
+---modify it.
 ---@return table<string, any>
 function M.settings()
+  if host_settings then
+    return host_settings
+  end
   local c = M.get()
   local approvals = not vim.deep_equal(c.approvals, spec.approvals.default()) and c.approvals or nil
-  return {
+  host_settings = {
     provider = c.provider,
     model = c.model,
     models = next(c.models) and c.models or nil,
@@ -610,6 +627,7 @@ function M.settings()
     budget = next(c.budget) and c.budget or nil,
     mcp = M.mcp_settings(c.mcp),
   }
+  return host_settings
 end
 
 ---The `mcp` option as the host reads it: empty tables left out (msgpack cannot tell an

@@ -199,7 +199,8 @@ local function executable(path)
     path = path .. '.exe'
   end
   if vim.fn.executable(path) == 1 then
-    return vim.fn.exepath(path) ~= '' and vim.fn.exepath(path) or path
+    local full = vim.fn.exepath(path)
+    return full ~= '' and full or path
   end
   return nil
 end
