@@ -60,8 +60,8 @@ where
 }
 
 /// Starts a new run in `journal`: its first message and the loop's state. Returns the whole
-/// batches the journal then holds. Not waited on to reach the disk (the first turn's write
-/// syncs it): a run whose start a crash lost is started again, as if it never began.
+/// batches the journal then holds. See `run_start_needs_sync` for when it is waited on to
+/// reach the disk.
 pub(super) async fn start_run(
     context: &LoopContext,
     journal: &Journal,
@@ -76,13 +76,25 @@ pub(super) async fn start_run(
             let before = journal.whole_entries()?.batches;
             let entries = Journal::run_start_entries(&first, rules);
             emit_batch(&hub, &id, before, &entries);
-            journal
-                .append_unsynced(&entries, &state)
-                .map_err(journal_write_error)?;
+            if run_start_needs_sync(before) {
+                journal.append(&entries, &state)
+            } else {
+                journal.append_unsynced(&entries, &state)
+            }
+            .map_err(journal_write_error)?;
             hub.written(&id, before + 1);
             Ok(before + 1)
         })
         .await
+}
+
+/// Whether a run's start must be on disk before the run goes on. A loop's first run need not
+/// wait (the first turn's write syncs it): a crash that loses it leaves an empty journal, and
+/// the loop starts again as if it never began. A later run (a revision, a retry) must: its
+/// first turn can durably store an artifact and clear the feedback that asked for it, and a
+/// crash that lost the start would then resume the run before it, which had finished.
+fn run_start_needs_sync(batches_before: u64) -> bool {
+    batches_before > 0
 }
 
 fn state_value(state: &impl serde::Serialize) -> Result<serde_json::Value, LoopError> {
@@ -519,5 +531,17 @@ impl Conversation {
             let spent = usage_by_model(&turn.entries);
             Ok(db.add_turn_usage(&id, turn.tokens_in, turn.tokens_out, &spent)?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_start_needs_sync;
+
+    #[test]
+    fn only_a_run_after_an_earlier_one_waits_for_its_start_to_reach_the_disk() {
+        assert!(!run_start_needs_sync(0), "a loop's first run");
+        assert!(run_start_needs_sync(1), "a revision after the first run");
+        assert!(run_start_needs_sync(7), "a retry after several turns");
     }
 }
