@@ -57,26 +57,23 @@ local function close(buf, token)
   end
 end
 
----Window options of each window showing transcript `buf` (local to the transcript, so a
----buffer the user opens in the window later gets the window's own): long blocks are
----`<details>`, folded.
----@param buf integer
-local function window_options(buf)
+---Window options of `win`, which shows a transcript (local to the transcript, so a buffer the
+---user opens in the window later gets the window's own): long blocks are `<details>`, folded.
+---@param win integer
+local function window_options(win)
   -- The window may have opened without focus (the user typing elsewhere): not `vim.wo`.
-  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    local wo = vim.wo[win][0]
-    wo.foldmethod = 'marker'
-    wo.foldmarker = '<details>,</details>'
-    wo.foldlevel = 0
-    wo.foldtext = "v:lua.require'loopr.transcript'.foldtext()"
-    wo.wrap = true
-    wo.linebreak = true
-    if vim.fn.exists('+eventignorewin') == 1 then
-      -- A followed transcript scrolls and changes dozens of times a second: each would run
-      -- every WinScrolled and TextChanged handler (matchparen's among them) for nothing the
-      -- user did.
-      wo.eventignorewin = 'WinScrolled,TextChanged'
-    end
+  local wo = vim.wo[win][0]
+  wo.foldmethod = 'marker'
+  wo.foldmarker = '<details>,</details>'
+  wo.foldlevel = 0
+  wo.foldtext = "v:lua.require'loopr.transcript'.foldtext()"
+  wo.wrap = true
+  wo.linebreak = true
+  if vim.fn.exists('+eventignorewin') == 1 then
+    -- A followed transcript scrolls and changes dozens of times a second: each would run
+    -- every WinScrolled and TextChanged handler (matchparen's among them) for nothing the
+    -- user did.
+    wo.eventignorewin = 'WinScrolled,TextChanged'
   end
 end
 
@@ -102,7 +99,12 @@ local function new_buffer(token)
     buffer = buf,
     desc = 'Loopr: transcript window options',
     callback = function()
-      window_options(buf)
+      -- Neovim runs BufWinEnter in the window the buffer enters, focused or not. Only that
+      -- one: the others showing the transcript keep the folds the user opened there.
+      local win = vim.api.nvim_get_current_win()
+      if vim.api.nvim_win_get_buf(win) == buf then
+        window_options(win)
+      end
     end,
   })
   return buf

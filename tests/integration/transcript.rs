@@ -358,4 +358,27 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
         .lua("return vim.fn.foldclosed(vim.fn.search('<summary>→ cut<', 'n'))")
         .await;
     assert_ne!(closed, -1, "the block that came in two calls is folded");
+
+    // Showing the transcript in a second window leaves the folds of the first as the user
+    // left them.
+    let opened_fold = "vim.fn.foldclosed(vim.fn.search('→ create_plan (', 'n'))";
+    let before: i64 = editor.lua(&format!("return {opened_fold}")).await;
+    assert_eq!(before, -1, "the fold the user opened");
+    let first_window: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
+    let _: Option<bool> = editor
+        .lua(&format!(
+            "vim.cmd('vsplit | enew')
+             vim.api.nvim_win_set_buf(0, {opened})
+             vim.api.nvim_set_current_win({first_window})"
+        ))
+        .await;
+    let (after, second): (i64, String) = editor
+        .lua(&format!(
+            "local second = vim.fn.win_findbuf({opened})
+             local other = second[1] == {first_window} and second[2] or second[1]
+             return {{ {opened_fold}, vim.wo[other].foldmethod }}"
+        ))
+        .await;
+    assert_eq!(after, -1, "the first window's open fold stays open");
+    assert_eq!(second, "marker", "the second window folds the transcript");
 }
