@@ -44,7 +44,7 @@ pub fn store_artifact<T: Serialize>(
     if let Some(conversation) = &conversation {
         files.push((conversation_path.as_path(), conversation.as_slice()));
     }
-    write_new_files(&files).map_err(|err| {
+    write_new_files(&layout.loop_dir(loop_id), &files).map_err(|err| {
         std::io::Error::new(
             err.kind(),
             format!(

@@ -46,21 +46,31 @@ fn write_atomic_with(
     sync_dir(dir)
 }
 
-/// Writes `files` (path and content) into directories that nothing reads until the caller
-/// publishes them once this returns: a new iteration that the `current` link, the loop's
-/// record and its journal point at only afterwards. Each file is written under a temporary
-/// name and renamed into place, so a killed host leaves a file whole or not at all (and
-/// temporary files the next host sweeps). Since nothing reads the files before they are
-/// published, nothing is ordered that need not be: every file and every directory that
-/// gained an entry (each file's, and the parent of each directory made here) is synced
-/// once, all at the same time. Only when this returns is every file on disk whole under its
-/// name; a power cut before may leave any of them short, unpublished.
-pub fn write_new_files(files: &[(&Path, &[u8])]) -> io::Result<()> {
-    let dirs = directories_for(files)?;
+/// Writes `files` (path and content, each somewhere under `under`) into directories that
+/// nothing reads until the caller publishes them once this returns: a new iteration that the
+/// `current` link, the loop's record and its journal point at only afterwards. Each file is
+/// written under a temporary name and renamed into place, so a killed host leaves a file
+/// whole or not at all (and temporary files the next host sweeps). Since nothing reads the
+/// files before they are published, nothing is ordered that need not be: every file, and
+/// every directory from `under` down to each file's, is synced once, all at the same time.
+/// Only when this returns is every file on disk whole under its name; a power cut before may
+/// leave any of them short, unpublished.
+///
+/// Two cases are ordered all the same, as they may follow a write that published before it
+/// was killed (a retry): a file that is already there is synced before it is replaced, and the
+/// directories are synced whoever made them (an attempt that failed or was killed made them
+/// without syncing their entries).
+pub fn write_new_files(under: &Path, files: &[(&Path, &[u8])]) -> io::Result<()> {
+    let dirs = directories_for(under, files)?;
     let mut targets = Vec::with_capacity(files.len() + dirs.len());
     for (path, bytes) in files {
         let temp = written_temp_file(parent_dir(path)?, bytes, None)
             .map_err(|err| with_path(err, path))?;
+        if std::fs::symlink_metadata(path).is_ok() {
+            temp.as_file()
+                .sync_all()
+                .map_err(|err| with_path(err, path))?;
+        }
         let file = put_in_place(temp, path).map_err(|err| with_path(err, path))?;
         targets.push(SyncTarget::File(file, path));
     }
@@ -88,32 +98,25 @@ fn with_path(err: io::Error, path: &Path) -> io::Error {
     io::Error::new(err.kind(), format!("{}: {err}", path.display()))
 }
 
-/// Makes the directories `files` go into and returns every directory whose entries change:
-/// each file's own, and the parent of each directory made here (a new directory is only
-/// reachable once its parent's entry is on disk).
-fn directories_for(files: &[(&Path, &[u8])]) -> io::Result<BTreeSet<PathBuf>> {
+/// Makes the directories `files` go into and returns those to sync: every directory from
+/// `under` down to each file's (a directory is reachable only once its parent's entry is on
+/// disk, and a file only once its own directory's is).
+fn directories_for(under: &Path, files: &[(&Path, &[u8])]) -> io::Result<BTreeSet<PathBuf>> {
     let mut dirs = BTreeSet::new();
     for (path, _) in files {
         let dir = parent_dir(path)?;
-        let missing: Vec<&Path> = dir
-            .ancestors()
-            .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.is_dir())
-            .collect();
-        for new_dir in missing.into_iter().rev() {
-            match std::fs::create_dir(new_dir) {
-                Ok(()) => {}
-                // Made meanwhile by another writer; its entry is synced here all the same.
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(err) => return Err(err),
-            }
-            if let Some(parent) = new_dir
-                .parent()
-                .filter(|parent| !parent.as_os_str().is_empty())
-            {
-                dirs.insert(parent.to_path_buf());
-            }
+        if !dir.starts_with(under) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not under {}", path.display(), under.display()),
+            ));
         }
-        dirs.insert(dir.to_path_buf());
+        std::fs::create_dir_all(dir).map_err(|err| with_path(err, dir))?;
+        dirs.extend(
+            dir.ancestors()
+                .take_while(|ancestor| ancestor.starts_with(under))
+                .map(Path::to_path_buf),
+        );
     }
     Ok(dirs)
 }
@@ -268,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn new_files_land_whole_and_every_directory_that_gained_an_entry_is_synced() {
+    fn new_files_land_whole_and_every_directory_down_to_them_is_synced() {
         let dir = tempfile::tempdir().expect("tempdir");
         let loop_dir = dir.path().join("loop");
         std::fs::create_dir_all(&loop_dir).expect("loop dir");
@@ -276,7 +279,7 @@ mod tests {
         let json = artifacts.join("spec.json");
         let conversation = loop_dir.join("iterations/001/conversation.json");
         let files: [(&Path, &[u8]); 2] = [(&json, b"{}"), (&conversation, b"[]")];
-        let synced = directories_for(&files).expect("directories");
+        let synced = directories_for(&loop_dir, &files).expect("directories");
         // Each new directory is reachable only once its parent's entry is on disk.
         let expected: BTreeSet<PathBuf> = [
             loop_dir.clone(),
@@ -287,7 +290,7 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(synced, expected);
-        write_new_files(&files).expect("written");
+        write_new_files(&loop_dir, &files).expect("written");
         assert_eq!(std::fs::read(&json).expect("json"), b"{}");
         assert_eq!(std::fs::read(&conversation).expect("conversation"), b"[]");
         for written in [&artifacts, &loop_dir.join("iterations/001")] {
@@ -298,14 +301,23 @@ mod tests {
                 .collect();
             assert!(leftovers.is_empty(), "{leftovers:?}");
         }
-        // Directories that existed before only sync when a file goes into them.
-        let again = directories_for(&files).expect("directories");
-        assert_eq!(
-            again,
-            [artifacts.clone(), loop_dir.join("iterations/001")]
-                .into_iter()
-                .collect()
-        );
+        // A retry finds the directories made (by an attempt that may have been killed before
+        // it synced their entries): they are synced all the same.
+        let again = directories_for(&loop_dir, &files).expect("directories");
+        assert_eq!(again, expected);
+        write_new_files(&loop_dir, &[(&json, b"{\"again\": true}")]).expect("rewritten");
+        assert_eq!(std::fs::read(&json).expect("json"), b"{\"again\": true}");
+    }
+
+    #[test]
+    fn a_file_outside_the_directory_named_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let loop_dir = dir.path().join("loop");
+        let outside = dir.path().join("elsewhere/plan.json");
+        let err = write_new_files(&loop_dir, &[(&outside, b"{}")]).expect_err("outside");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("is not under"), "{err}");
+        assert!(!dir.path().join("elsewhere").exists());
     }
 
     #[test]
@@ -314,7 +326,7 @@ mod tests {
         let first = dir.path().join("plan.json");
         let blocked = dir.path().join("plan.md");
         std::fs::create_dir_all(blocked.join("occupied")).expect("a directory in the way");
-        let err = write_new_files(&[(&first, b"{}"), (&blocked, b"# Plan\n")])
+        let err = write_new_files(dir.path(), &[(&first, b"{}"), (&blocked, b"# Plan\n")])
             .expect_err("a directory is in the way");
         assert!(
             err.to_string().contains(&blocked.display().to_string()),
