@@ -48,6 +48,23 @@ async fn read_chunks(response: reqwest::Response) -> Vec<Vec<u8>> {
     chunks
 }
 
+/// Reads the body until it holds at least `len` bytes, without waiting for its end.
+async fn read_at_least(
+    stream: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    len: usize,
+) -> Vec<u8> {
+    let mut received = Vec::new();
+    while received.len() < len {
+        let chunk = tokio::time::timeout(BOUND, stream.next())
+            .await
+            .expect("pieces arrive")
+            .expect("body not ended")
+            .expect("chunk");
+        received.extend_from_slice(&chunk);
+    }
+    received
+}
+
 /// Minimal SSE parser for named events with single-line data.
 fn parse_sse(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
@@ -233,15 +250,7 @@ async fn an_answer_counts_as_served_once_its_last_piece_is_taken() {
     // from this moment).
     let response = post(&server, &json!({})).await;
     let mut stream = response.bytes_stream();
-    let mut received = Vec::new();
-    while received.len() < expected.len() {
-        let chunk = tokio::time::timeout(BOUND, stream.next())
-            .await
-            .expect("pieces arrive")
-            .expect("body not ended")
-            .expect("chunk");
-        received.extend_from_slice(&chunk);
-    }
+    read_at_least(&mut stream, expected.len()).await;
     let requests = server.requests();
     assert!(
         server.served_at(requests[0].number).is_some(),
@@ -254,15 +263,7 @@ async fn an_answer_counts_as_served_once_its_last_piece_is_taken() {
     let response = post(&server, &json!({})).await;
     let stalled = serialize_events(&events[..3]).into_bytes();
     let mut stream = response.bytes_stream();
-    let mut received = Vec::new();
-    while received.len() < stalled.len() {
-        let chunk = tokio::time::timeout(BOUND, stream.next())
-            .await
-            .expect("pieces arrive")
-            .expect("body not ended")
-            .expect("chunk");
-        received.extend_from_slice(&chunk);
-    }
+    read_at_least(&mut stream, stalled.len()).await;
     drop(stream);
     tokio::time::timeout(BOUND, server.wait_for_disconnect())
         .await
@@ -281,15 +282,7 @@ async fn stall_keeps_body_open_until_client_leaves() {
         let response = post(&server, &json!({})).await;
         assert_eq!(response.status(), 200);
         let mut stream = response.bytes_stream();
-        let mut received = Vec::new();
-        while received.len() < expected.len() {
-            let chunk = tokio::time::timeout(BOUND, stream.next())
-                .await
-                .expect("events arrive")
-                .expect("body not ended")
-                .expect("chunk");
-            received.extend_from_slice(&chunk);
-        }
+        let received = read_at_least(&mut stream, expected.len()).await;
         assert_eq!(received, expected);
 
         // Nothing more, but the body doesn't end either.
