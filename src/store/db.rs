@@ -34,6 +34,16 @@ pub enum StoreError {
     InvalidRow { path: PathBuf, message: String },
     #[error("no loop with id {0}")]
     UnknownLoop(String),
+    #[error(
+        "loop database {path} was written by a newer version of Loopr (schema {found}; this \
+         one knows up to {supported}): update Loopr, or point LOOPR_HOME elsewhere; the \
+         database is left as it is"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
 }
 
 /// The loop records of one project, in `loopr.db`. Several hosts (one per Neovim) may open the
@@ -68,7 +78,16 @@ impl LoopDb {
         connection
             .pragma_update(None, "synchronous", "FULL")
             .map_err(sqlite_error)?;
-        migrate(&mut connection).map_err(sqlite_error)?;
+        match migrate(&mut connection).map_err(sqlite_error)? {
+            Migrated::UpToDate => {}
+            Migrated::Newer(found) => {
+                return Err(StoreError::NewerSchema {
+                    path: path.to_path_buf(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+        }
         Ok(LoopDb {
             path: path.to_path_buf(),
             connection: Arc::new(Mutex::new(connection)),
@@ -608,18 +627,33 @@ fn use_write_ahead_log(connection: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
+/// What `migrate` found.
+enum Migrated {
+    /// The database has (now) this host's schema.
+    UpToDate,
+    /// A newer Loopr's schema, of this version: this host must not read or write it, since
+    /// what it does not know of (a new column, a new status) it would lose or misread.
+    Newer(i64),
+}
+
+fn migrate(connection: &mut Connection) -> rusqlite::Result<Migrated> {
     let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    if version >= SCHEMA_VERSION {
-        return Ok(());
+    if version > SCHEMA_VERSION {
+        return Ok(Migrated::Newer(version));
+    }
+    if version == SCHEMA_VERSION {
+        return Ok(Migrated::UpToDate);
     }
     let transaction =
         connection.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
     // Another host may have migrated between the read above and taking the lock: only the
     // version read under the lock says what is left to do.
     let version: i64 = transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    if version >= SCHEMA_VERSION {
-        return Ok(());
+    if version > SCHEMA_VERSION {
+        return Ok(Migrated::Newer(version));
+    }
+    if version == SCHEMA_VERSION {
+        return Ok(Migrated::UpToDate);
     }
     if version < 1 {
         transaction.execute_batch(
@@ -683,7 +717,8 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<()> {
         )?;
     }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-    transaction.commit()
+    transaction.commit()?;
+    Ok(Migrated::UpToDate)
 }
 
 #[cfg(test)]
@@ -874,6 +909,40 @@ mod tests {
         assert_eq!(usage[&old][1].usage.cache_read_tokens, 8, "added up");
         let record = db.get(&old).expect("get").expect("stored");
         assert_eq!((record.tokens_in, record.tokens_out), (154, 49));
+    }
+
+    #[test]
+    fn a_database_of_a_newer_loopr_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("loopr.db");
+        let newer = SCHEMA_VERSION + 1;
+        {
+            let db = LoopDb::open(&path).expect("open");
+            db.insert(&record("new-1", "2026-01-01T00:00:00Z"), 1)
+                .expect("insert");
+            db.with_connection(|connection| {
+                connection.pragma_update(None, "user_version", newer)
+            })
+            .expect("as a newer Loopr leaves it");
+        }
+        let refused = match LoopDb::open(&path) {
+            Ok(_) => panic!("an older host opened a newer database"),
+            Err(err) => err,
+        };
+        let message = refused.to_string();
+        assert!(
+            matches!(refused, StoreError::NewerSchema { found, .. } if found == newer),
+            "{message}"
+        );
+        assert!(
+            message.contains("newer version of Loopr") && message.contains("update"),
+            "{message}"
+        );
+        let connection = Connection::open(&path).expect("reopen");
+        let version: i64 = connection
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .expect("version");
+        assert_eq!(version, newer, "left as the newer Loopr wrote it");
     }
 
     #[test]
