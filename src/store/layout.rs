@@ -93,6 +93,9 @@ impl ProjectLayout {
     }
 }
 
+/// The longest file name Linux and macOS file systems take, in bytes.
+const NAME_MAX: usize = 255;
+
 fn project_key(project_root: &Path) -> String {
     let basename = project_root
         .file_name()
@@ -110,7 +113,15 @@ fn project_key(project_root: &Path) -> String {
         .collect();
     let digest = Sha256::digest(project_root.to_string_lossy().as_bytes());
     let short_hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{safe_basename}-{short_hash}")
+    // A name up to NAME_MAX bytes plus the hash would not fit: the name is cut (on a
+    // character) and the hash of the whole path keeps such projects apart. A name that fits
+    // keeps the key earlier versions gave it, so its state is found again.
+    let room = NAME_MAX - short_hash.len() - 1;
+    let mut cut = safe_basename.len().min(room);
+    while !safe_basename.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}-{short_hash}", &safe_basename[..cut])
 }
 
 #[cfg(test)]
@@ -124,6 +135,36 @@ mod tests {
         assert!(first.starts_with("app-") && first.len() == "app-".len() + 8);
         assert_ne!(first, second);
         assert_eq!(first, project_key(Path::new("/home/me/work/app")));
+    }
+
+    #[test]
+    fn a_long_non_ascii_project_name_still_makes_a_state_directory() {
+        // 120 characters of 3 bytes each: a 360-byte name... cannot be a directory itself, but
+        // 85 of them (255 bytes) can, and its key must fit too.
+        let longest: String = "項".repeat(85);
+        assert_eq!(longest.len(), 255);
+        let parent = tempfile::tempdir().expect("tempdir");
+        let root = parent.path().join(&longest);
+        std::fs::create_dir(&root).expect("a project with the longest name the system allows");
+        let key = project_key(&root);
+        assert!(key.len() <= NAME_MAX, "{} bytes", key.len());
+        let home = tempfile::tempdir().expect("tempdir");
+        let layout = ProjectLayout::new(home.path(), &root);
+        std::fs::create_dir_all(layout.project_dir()).expect("the state directory");
+        assert!(key.starts_with("項項項"), "{key}");
+        // Two long names that differ only past the cut still get their own state.
+        let other = parent.path().join(format!("{}x", "項".repeat(84)));
+        assert_ne!(key, project_key(&other));
+    }
+
+    #[test]
+    fn a_name_that_fits_keeps_the_key_earlier_versions_gave_it() {
+        let digest = Sha256::digest(b"/home/me/work/app");
+        let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            project_key(Path::new("/home/me/work/app")),
+            format!("app-{hash}")
+        );
     }
 
     #[test]
