@@ -13,6 +13,7 @@ mod read_file;
 mod run_command;
 mod sandbox;
 mod tree_watch;
+mod unfit_root;
 mod web_fetch;
 mod write_file;
 
@@ -44,6 +45,7 @@ pub use sandbox::{
     sandbox_exec,
 };
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
+pub use unfit_root::{UnfitRoot, unfit_root};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
 

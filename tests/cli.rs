@@ -490,6 +490,30 @@ async fn bad_settings_are_reported_with_the_fix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_that_holds_the_state_or_home_is_refused() {
+    let fake = FakeLlm::start().await;
+    let mut dirs = TestDirs::new();
+    // The state directory is inside HOME, which holds it: run from HOME, then from its parent.
+    for root in [dirs.home.clone(), dirs.temp.path().to_path_buf()] {
+        dirs.project = root.clone();
+        let output = run_loopr(&dirs, &fake, &["plan", "Add a flag"]).await;
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("holds Loopr's own state") && stderr.contains("root_markers"),
+            "{}: {stderr}",
+            root.display()
+        );
+    }
+    assert!(fake.requests().is_empty());
+    let state: Vec<_> = scenario::files_under(&dirs.loopr_home)
+        .into_iter()
+        .filter(|path| !path.starts_with(dirs.loopr_home.join("hosts")))
+        .collect();
+    assert!(state.is_empty(), "no project state was made: {state:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_started_together_on_a_new_project_all_plan() {
     // Several loopr processes open the project's new database at the same moment (its
     // migration and WAL switch race) and create loops at once (their ids must not collide).

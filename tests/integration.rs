@@ -32,5 +32,6 @@ mod integration {
     mod status_window;
     mod text_protocols;
     mod transcript;
+    mod trust;
     mod web;
 }

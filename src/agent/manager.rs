@@ -34,6 +34,7 @@ use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
 };
+use crate::tools::UnfitRoot;
 use crate::tools::{Approver, OpenBuffers, ProjectRoot};
 
 /// Builds the model client for a loop from its settings.
@@ -64,6 +65,12 @@ pub enum ManagerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{0}: loops write anywhere in their project, so it cannot be one. Work in a project: \
+         the root is the nearest directory above the current file that holds one of \
+         root_markers (a setting, default .git), or the directory given as the root"
+    )]
+    UnfitRoot(#[from] UnfitRoot),
     #[error("the task is empty; describe the change to plan, e.g. \"Add a --version flag\"")]
     EmptyTask,
     #[error("the feedback is empty; say what should change")]

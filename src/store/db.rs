@@ -920,10 +920,8 @@ mod tests {
             let db = LoopDb::open(&path).expect("open");
             db.insert(&record("new-1", "2026-01-01T00:00:00Z"), 1)
                 .expect("insert");
-            db.with_connection(|connection| {
-                connection.pragma_update(None, "user_version", newer)
-            })
-            .expect("as a newer Loopr leaves it");
+            db.with_connection(|connection| connection.pragma_update(None, "user_version", newer))
+                .expect("as a newer Loopr leaves it");
         }
         let refused = match LoopDb::open(&path) {
             Ok(_) => panic!("an older host opened a newer database"),

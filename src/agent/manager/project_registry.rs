@@ -20,7 +20,7 @@ pub struct ResumeCounts {
     /// `:LooprApprove` or a larger budget lets them go on.
     pub waiting_for_budget: usize,
 }
-use crate::tools::{ProjectRoot, project_walker};
+use crate::tools::{ProjectRoot, project_walker, unfit_root};
 
 impl LoopManager {
     /// The project at `root`, opened once per host. Opening it adopts loops left behind by a
@@ -30,6 +30,10 @@ impl LoopManager {
             path: root.to_path_buf(),
             source,
         })?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        if let Some(unfit) = unfit_root(root.path(), home.as_deref(), &self.shared.loopr_home) {
+            return Err(unfit.into());
+        }
         let project = {
             let mut projects = lock(&self.shared.projects);
             if let Some(project) = projects.get(root.path()) {
