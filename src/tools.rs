@@ -14,6 +14,7 @@ mod run_command;
 mod sandbox;
 mod tree_watch;
 mod unfit_root;
+mod url_credentials;
 mod web_fetch;
 mod write_file;
 
@@ -46,6 +47,7 @@ pub use sandbox::{
 };
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use unfit_root::{UnfitRoot, unfit_root};
+pub use url_credentials::redact_url_credentials;
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
 

@@ -3,6 +3,7 @@
 //! turn to the journal. What a call does, and what ends a loop, stay with the loop
 //! (`CallHandler` and the loop's own state).
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -20,6 +21,7 @@ use crate::llm::{
 };
 use crate::pricing::{BudgetGuard, ModelUsage};
 use crate::store::{LoopDb, LoopId};
+use crate::tools::redact_url_credentials;
 
 /// The answer to one tool call.
 pub(super) struct CallResult {
@@ -353,10 +355,15 @@ impl Conversation {
         let mut last_problem = None;
         for call in calls {
             let id = call.id.clone();
-            let result = match call.input_error.as_deref() {
+            let mut result = match call.input_error.as_deref() {
                 Some(problem) => CallResult::error(prompts::unusable_input(&call.name, problem)),
                 None => handler.answer(call, &self.request.messages).await?,
             };
+            // Whatever a tool read (a remote in .git/config, a command's output) goes to the
+            // provider, the journal and the screen: never a credential in a URL.
+            if let Cow::Owned(redacted) = redact_url_credentials(&result.content) {
+                result.content = redacted;
+            }
             follow_ups.extend(result.follow_up);
             if result.is_error {
                 last_problem = Some(result.content.clone());

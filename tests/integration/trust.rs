@@ -2,9 +2,14 @@
 //! directory does not make it a project (loops would write the shell's and editor's start-up
 //! files, and Loopr's own state).
 
+use serde_json::json;
+
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestDirs;
-use crate::scenario::{files_under, start_editor_in};
+use crate::scenario::{
+    create_plan_turn, files_containing, files_under, start_editor_in, tool_results, tool_turn,
+    valid_plan,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neovim_started_in_the_home_directory_does_not_make_it_a_project() {
@@ -40,4 +45,53 @@ async fn neovim_started_in_the_home_directory_does_not_make_it_a_project() {
         .filter(|path| !path.starts_with(home.join("tmp")))
         .collect();
     assert_eq!(after, before, "nothing was written in the home directory");
+}
+
+/// A token in a URL a tool reads (a remote in `.git/config`, a README's clone URL, a command's
+/// output) never reaches the model provider, nor Loopr's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_urls_never_leave_a_tool_result() {
+    const TOKEN: &str = "ghp_9f8e7d6c5b4a39281706f5e4d3c2b1a0";
+    const PASSWORD: &str = "hunter2-s3cret";
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    std::fs::create_dir_all(dirs.project.join(".git")).expect(".git");
+    std::fs::write(
+        dirs.project.join(".git/config"),
+        format!(
+            "[remote \"origin\"]\n\turl = https://{TOKEN}@github.com/acme/app.git\n\
+             [remote \"mirror\"]\n\turl = https://deploy:{PASSWORD}@git.example.com/app.git\n\
+             [remote \"ssh\"]\n\turl = ssh://git@github.com/acme/app.git\n"
+        ),
+    )
+    .expect("config");
+    fake.push(tool_turn(
+        "toolu_config",
+        "read_file",
+        json!({ "path": ".git/config" }),
+    ));
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let state = dirs.loopr_home.clone();
+    let mut editor = start_editor_in(dirs, &fake, "{ plan_review_passes = 0 }").await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+
+    let requests = fake.requests();
+    let result = tool_results(&requests[1].body)[0]["content"].to_string();
+    assert!(
+        result.contains("https://[REDACTED]@github.com/acme/app.git")
+            && result.contains("https://[REDACTED]@git.example.com/app.git")
+            && result.contains("ssh://git@github.com/acme/app.git"),
+        "the model still learns where the remotes are: {result}"
+    );
+    for secret in [TOKEN, PASSWORD] {
+        let sent: Vec<_> = requests
+            .iter()
+            .filter(|request| request.body.to_string().contains(secret))
+            .map(|request| request.path.clone())
+            .collect();
+        assert!(sent.is_empty(), "{secret} was sent: {sent:?}");
+        let stored = files_containing(&state, secret);
+        assert!(stored.is_empty(), "{secret} was stored: {stored:?}");
+    }
 }
