@@ -65,19 +65,118 @@ local function short(s)
   return vim.fn.strcharpart(s, 0, SUBJECT_WIDTH - 1) .. '…'
 end
 
+---Code points that show as nothing (or as something else) and so could hide what a command
+---does: no-break and other odd spaces, zero-width characters, bidirectional overrides (text
+---shown in another order than it runs), the BOM, interlinear annotations, tag characters.
+---@param cp integer
+---@return boolean
+local function invisible(cp)
+  return (cp >= 0x80 and cp <= 0xA0)
+    or cp == 0xAD
+    or cp == 0x34F
+    or cp == 0x61C
+    or cp == 0x115F
+    or cp == 0x1160
+    or cp == 0x17B4
+    or cp == 0x17B5
+    or cp == 0x180E
+    or (cp >= 0x2000 and cp <= 0x200F)
+    or (cp >= 0x2028 and cp <= 0x202F)
+    or (cp >= 0x205F and cp <= 0x206F)
+    or cp == 0x3000
+    or cp == 0x3164
+    or cp == 0xFEFF
+    or cp == 0xFFA0
+    or (cp >= 0xFFF9 and cp <= 0xFFFB)
+    or (cp >= 0xE0000 and cp <= 0xE007F)
+end
+
+---One line of a command as it must be reviewed: control characters as `^X`, bytes that are
+---no UTF-8 as `<xx>`, invisible characters as `<xxxx>` (as |strtrans()| shows them), blanks at the end and long runs of
+---blanks as `⟨N spaces⟩`: nothing in it can hide from the reader.
+---@param line string
+---@return string
+function M.visible(line)
+  local chars = {}
+  for _, char in ipairs(vim.fn.split(vim.fn.strtrans(line), '\\zs')) do
+    local cp = vim.fn.char2nr(char)
+    chars[#chars + 1] = invisible(cp) and ('<%04x>'):format(cp) or char
+  end
+  local text = table.concat(chars)
+  text = text:gsub('( +)$', function(blanks)
+    return ('⟨%d trailing space%s⟩'):format(#blanks, #blanks == 1 and '' or 's')
+  end)
+  text = text:gsub('(    +)', function(blanks)
+    return ('⟨%d spaces⟩'):format(#blanks)
+  end)
+  return text
+end
+
+---The lines of a command's review: every line of it, made visible, indented.
+---@param command string
+---@return string[]
+local function command_lines(command)
+  local lines = {}
+  for _, line in ipairs(vim.split(command, '\n', { plain = true })) do
+    lines[#lines + 1] = '  ' .. M.visible(line)
+  end
+  return lines
+end
+
+---A command on one line for a message: its lines joined by ` ⏎ ` (never `|`, which would
+---read as a pipe), made visible.
+---@param command string
+---@return string
+local function command_summary(command)
+  local lines = {}
+  for _, line in ipairs(vim.split(command, '\n', { plain = true })) do
+    lines[#lines + 1] = M.visible(line)
+  end
+  return table.concat(lines, ' ⏎ ')
+end
+
+---@param req loopr.ApprovalRequest
+---@return string[]
+local function render_command(req)
+  -- The detail is "$ <command>\n(in <dir>)" and, when nothing confines the command, an
+  -- "UNSANDBOXED: ..." line, which goes first: then this prompt is the only protection.
+  local prefix = '$ ' .. req.subject
+  local rest = vim.startswith(req.detail, prefix) and req.detail:sub(#prefix + 1) or ''
+  local notes = vim.split(rest, '\n', { trimempty = true })
+  local lines = { ('Loopr wants to run this command (loop %s):'):format(req.loop_id) }
+  for _, note in ipairs(notes) do
+    if vim.startswith(note, 'UNSANDBOXED') then
+      table.insert(lines, 1, M.visible(note))
+    end
+  end
+  table.insert(lines, '')
+  vim.list_extend(lines, command_lines(req.subject))
+  table.insert(lines, '')
+  for _, note in ipairs(notes) do
+    if not vim.startswith(note, 'UNSANDBOXED') then
+      table.insert(lines, M.visible(note))
+    end
+  end
+  return lines
+end
+
 ---@param req loopr.ApprovalRequest
 ---@return string[]
 local function render(req)
-  local header = req.kind == 'command' and ('Loopr wants to run: %s'):format(one_line(req.subject))
-    or req.kind == 'mcp' and ('Loopr wants to call the MCP tool %s (loop %s)'):format(req.subject, req.loop_id)
-    or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
-  local detail = vim.split(req.detail, '\n', { trimempty = true })
-  if req.kind == 'fetch' then
-    -- The detail's first line says it all ("Loopr wants to fetch <url>").
-    header = ('%s (loop %s)'):format(table.remove(detail, 1) or header, req.loop_id)
+  local lines
+  if req.kind == 'command' then
+    lines = render_command(req)
+  else
+    local header = req.kind == 'mcp' and ('Loopr wants to call the MCP tool %s (loop %s)'):format(req.subject, req.loop_id)
+      or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
+    local detail = vim.split(req.detail, '\n', { trimempty = true })
+    if req.kind == 'fetch' then
+      -- The detail's first line says it all ("Loopr wants to fetch <url>").
+      header = ('%s (loop %s)'):format(table.remove(detail, 1) or header, req.loop_id)
+    end
+    lines = { header, '' }
+    vim.list_extend(lines, detail)
   end
-  local lines = { header, '' }
-  vim.list_extend(lines, detail)
   table.insert(lines, '')
   table.insert(
     lines,
@@ -164,15 +263,23 @@ local function show(req)
   local ok, win = pcall(vim.api.nvim_open_win, buf, enter, { split = 'below', win = -1, height = height })
   if ok then
     vim.wo[win].winfixheight = true
-    vim.wo[win].wrap = false
+    -- A command is read whole, wrapped; a diff keeps its columns.
+    vim.wo[win].wrap = req.kind ~= 'write' and req.kind ~= 'edit'
+    local fits, text_height = pcall(vim.api.nvim_win_text_height, win, {})
+    if fits then
+      vim.api.nvim_win_set_height(win, math.min(text_height.all, MAX_HEIGHT))
+    end
   else
     require('loopr.notify').notify(
       ('Loopr: cannot open %s (%s); use :sbuffer'):format(name_of(req.id), win),
       vim.log.levels.WARN
     )
   end
+  -- A command is never cut here: its tail may be what matters ("cargo test<200 blanks>;
+  -- curl ... | sh"); the message shows what fits and keeps all of it in :messages.
+  local subject = req.kind == 'command' and command_summary(req.subject) or short(req.subject)
   require('loopr.notify').notify(
-    ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(req.kind, short(req.subject)),
+    ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(req.kind, subject),
     vim.log.levels.INFO
   )
 end
