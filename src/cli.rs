@@ -2,6 +2,14 @@
 //! for scripts and CI. Progress goes to stderr; the summary to stdout. SIGINT and SIGTERM stop
 //! the run's loops (and the commands they run) and end it with `Interrupted`.
 
+/// `eprintln!` for what the user reads on the terminal: text from outside (the model, the
+/// project's files, commands, servers) goes through `for_terminal`, never obeyed.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::terminal_text::for_terminal(&format!($($arg)*)))
+    };
+}
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,7 +131,7 @@ const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// (a CI timeout, a shutdown), and the tokens already spent are not thrown away; `:LooprCancel`
 /// cancels for good. Waits until the loop tasks ended (a second signal stops waiting).
 async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: Interrupted) {
-    eprintln!("loopr: {}: stopping the loops", signal.name());
+    say!("loopr: {}: stopping the loops", signal.name());
     manager.shut_down();
     let mut busy = manager.watch_busy();
     tokio::select! {
@@ -170,7 +178,7 @@ pub async fn run_plan(
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
-    eprintln!("loopr: plan loop {plan_id} started");
+    say!("loopr: plan loop {plan_id} started");
     let select = |manager: &LoopManager| tree_records(manager, &options.root, &plan_id);
     settle(
         &manager,
@@ -203,9 +211,9 @@ pub async fn resume(
         headless_shell(approver),
     );
     let counts = manager.resume(&root).context("opening the project")?;
-    eprintln!("loopr: {} unfinished loop(s)", counts.active);
+    say!("loopr: {} unfinished loop(s)", counts.active);
     if counts.waiting_for_budget > 0 {
-        eprintln!(
+        say!(
             "loopr: {} loop(s) wait for their plan tree's budget (paused or held); approve \
              the tree's plan to go on",
             counts.waiting_for_budget
@@ -246,7 +254,7 @@ pub async fn run_code(
     let code_id = manager
         .start_code(&root, phase, settings)
         .context("starting the code loop")?;
-    eprintln!("loopr: code loop {code_id} started for phase {phase}");
+    say!("loopr: code loop {code_id} started for phase {phase}");
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager
             .status(&root)?
@@ -337,7 +345,7 @@ fn approve_waiting(
     for record in select(manager)? {
         if record.status == LoopStatus::AwaitingApproval {
             manager.approve(root, Some(record.id.as_str()))?;
-            eprintln!(
+            say!(
                 "loopr: approved {} {}",
                 record.loop_type.as_str(),
                 record.id
@@ -366,15 +374,15 @@ fn report(event: &LoopEvent) {
             status,
             error,
         } => match error {
-            Some(error) => eprintln!(
+            Some(error) => say!(
                 "loopr: {} {id} {}: {error}",
                 loop_type.as_str(),
                 status.as_str()
             ),
-            None => eprintln!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
+            None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
-        LoopEvent::Progress { loop_id, message } => eprintln!("loopr: {loop_id}: {message}"),
-        LoopEvent::ApprovalRequested { request, .. } => eprintln!(
+        LoopEvent::Progress { loop_id, message } => say!("loopr: {loop_id}: {message}"),
+        LoopEvent::ApprovalRequested { request, .. } => say!(
             "loopr: {}: {} {} needs approval",
             request.loop_id,
             request.kind.as_str(),
@@ -385,7 +393,7 @@ fn report(event: &LoopEvent) {
             loop_id,
             level,
             message,
-        } => eprintln!("loopr: {loop_id}: {}: {message}", level.as_str()),
+        } => say!("loopr: {loop_id}: {}: {message}", level.as_str()),
         LoopEvent::ValidationFinished {
             loop_id,
             iteration,
@@ -395,9 +403,9 @@ fn report(event: &LoopEvent) {
             ..
         } => {
             let verdict = if *passed { "passed" } else { "failed" };
-            eprintln!("loopr: {loop_id}: iteration {iteration}: `{command}` {verdict}");
+            say!("loopr: {loop_id}: iteration {iteration}: `{command}` {verdict}");
             if !passed {
-                eprintln!("{output}");
+                say!("{output}");
             }
         }
         LoopEvent::ArtifactCreated {
@@ -405,7 +413,7 @@ fn report(event: &LoopEvent) {
             kind,
             markdown_path,
             ..
-        } => eprintln!(
+        } => say!(
             "loopr: {loop_id}: {} written to {}",
             kind.as_str(),
             markdown_path.display()
@@ -490,7 +498,9 @@ pub fn print_transcript(loopr_home: &Path, root: &Path, id: &str) -> anyhow::Res
         .get(&loop_id)?
         .ok_or_else(missing)?;
     let text = crate::agent::stored_transcript(&layout, &record)?;
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    std::io::stdout()
+        .lock()
+        .write_all(crate::terminal_text::for_terminal(&text).as_bytes())?;
     Ok(())
 }
 
@@ -515,8 +525,7 @@ fn write_table(
                 .price_table()
                 .cost(spent),
         };
-        writeln!(
-            out,
+        let row = format!(
             "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  {}",
             record.id.as_str(),
             record.loop_type.as_str(),
@@ -528,7 +537,8 @@ fn write_table(
             record.tokens_out,
             cost_cell(&cost),
             record.error.as_deref().unwrap_or("")
-        )?;
+        );
+        writeln!(out, "{}", crate::terminal_text::for_terminal(&row))?;
     }
     Ok(())
 }

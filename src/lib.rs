@@ -14,5 +14,6 @@ pub mod mcp;
 pub mod pricing;
 pub mod schema;
 pub mod store;
+pub mod terminal_text;
 pub mod test_hooks;
 pub mod tools;

@@ -263,8 +263,11 @@ fn main() -> ExitCode {
                 tracing::info!(signal = signal.name(), "headless run stopped by a signal");
                 return ExitCode::from(signal.exit_status());
             }
-            // stderr, never stdout: stdout is the RPC channel.
-            eprintln!("loopr: {err:#}");
+            // stderr, never stdout: stdout is the RPC channel. The error may quote a server.
+            eprintln!(
+                "{}",
+                loopr::terminal_text::for_terminal(&format!("loopr: {err:#}"))
+            );
             tracing::error!(error = %format!("{err:#}"), "host exited with an error");
             ExitCode::FAILURE
         }

