@@ -129,7 +129,7 @@ const SECCOMP_FD: i32 = 10;
 fn seccomp_fd() -> std::io::Result<Option<std::fs::File>> {
     use std::io::{Seek, Write};
     use std::os::fd::FromRawFd;
-    let Some(program) = super::seccomp::unix_socket_filter() else {
+    let Some(program) = super::seccomp::filter() else {
         return Ok(None);
     };
     // SAFETY: memfd_create takes a NUL-terminated name and flags, returning a new fd or -1.

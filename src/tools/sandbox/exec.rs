@@ -307,15 +307,15 @@ fn confine(request: &ExecRequest, supervisor: &OwnedFd) -> Result<(), SetupError
     drop_capabilities();
     restrict_files(&writable_dirs, &writable_devices)?;
     // After Landlock, which set no_new_privs: the filter needs it to load without privilege.
-    refuse_unix_sockets()?;
+    load_seccomp_filter()?;
     std::env::set_current_dir(&request.cwd)
         .map_err(failed(format!("entering {}", request.cwd.display())))?;
     Ok(())
 }
 
-/// Loads the seccomp filter bubblewrap gets too: no `socket(AF_UNIX)`.
-fn refuse_unix_sockets() -> Result<(), SetupError> {
-    let Some(program) = super::seccomp::unix_socket_filter() else {
+/// Loads the seccomp filter bubblewrap gets too (`seccomp.rs`).
+fn load_seccomp_filter() -> Result<(), SetupError> {
+    let Some(program) = super::seccomp::filter() else {
         return Ok(());
     };
     let mut filter: Vec<libc::sock_filter> = program
@@ -360,8 +360,9 @@ fn restrict_files(dirs: &[PathBuf], devices: &[PathBuf]) -> Result<(), SetupErro
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
         .map_err(landlock_error("Landlock"))?
-        // Signals only to its own processes (they are the only ones it sees anyway).
-        .scope(Scope::Signal)
+        // Signals only to its own processes (they are the only ones it sees anyway), and no
+        // abstract Unix socket outside (with the network on, the host's would be there).
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(landlock_error("Landlock"))?
         .create()
         .map_err(landlock_error("Landlock"))?
