@@ -1,7 +1,8 @@
 //! What a command written by an attacker can try in the sandbox, under bubblewrap and under
 //! Landlock, each run by a real code loop (`loopr run --yes`): reaching a Unix socket
-//! outside (io_uring included) and the system calls the sandbox refuses. Each test is
-//! skipped, saying why, where its mechanism cannot run.
+//! outside (io_uring included), the system calls the sandbox refuses and the metadata of
+//! files outside the writable places. Each test is skipped, saying why, where its mechanism
+//! cannot run.
 //!
 //! The commands run `loopr-test-sandbox-probe` (`tests/support/sandbox_probe.rs`), which makes
 //! its attempts with raw system calls.
@@ -17,6 +18,7 @@ mod scenario;
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 
@@ -286,3 +288,71 @@ async fn refused_calls_fail_and_ordinary_work_runs(mechanism: &str) {
 }
 
 under_both!(refused_calls_fail_and_ordinary_work_runs);
+
+/// A file's mode, modification time and `user.loopr` attribute.
+fn metadata_of(path: &Path) -> (u32, std::time::SystemTime, Option<Vec<u8>>) {
+    let metadata = std::fs::metadata(path).expect("metadata");
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let mut value = [0u8; 64];
+    // SAFETY: NUL-terminated path and attribute name, a buffer of its length.
+    let length = unsafe {
+        libc::getxattr(
+            name.as_ptr(),
+            c"user.loopr".as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    let attribute = usize::try_from(length)
+        .ok()
+        .map(|length| value[..length].to_vec());
+    (
+        metadata.permissions().mode() & 0o7777,
+        metadata.modified().expect("mtime"),
+        attribute,
+    )
+}
+
+fn change_metadata(path: &Path) -> String {
+    let path = path.display();
+    format!("chmod 600 {path}; touch -d 2001-01-01 {path}; {PROBE} set-xattr {path}")
+}
+
+async fn metadata_outside_the_writable_places_is_unchanged(mechanism: &str) {
+    let outside = outside();
+    let theirs = outside.path().join("theirs.txt");
+    std::fs::write(&theirs, "keep\n").expect("a file outside");
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let before = metadata_of(&theirs);
+    let Some((dirs, results)) = run_in(
+        mechanism,
+        |_| json!({}),
+        |dirs| std::fs::write(dirs.project.join("ours.txt"), "ours\n").expect("ours"),
+        |_| {
+            vec![
+                change_metadata(&theirs),
+                change_metadata(Path::new("ours.txt")),
+            ]
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        metadata_of(&theirs),
+        before,
+        "a command changed a file's metadata outside the project: {}",
+        results[0].text
+    );
+    assert!(results[0].is_error, "{}", results[0].text);
+    assert!(!results[1].is_error, "{}", results[1].text);
+    let (mode, modified, attribute) = metadata_of(&dirs.project.join("ours.txt"));
+    assert_eq!(mode, 0o600);
+    // 2001-01-01 is before the billionth second (2001-09-09).
+    let billionth = std::time::Duration::from_secs(1_000_000_000);
+    assert!(modified < std::time::SystemTime::UNIX_EPOCH + billionth);
+    assert_eq!(attribute.as_deref(), Some(&b"probe"[..]));
+}
+
+under_both!(metadata_outside_the_writable_places_is_unchanged);
