@@ -1,8 +1,8 @@
 //! What a command written by an attacker can try in the sandbox, under bubblewrap and under
 //! Landlock, each run by a real code loop (`loopr run --yes`): reaching a Unix socket
-//! outside (io_uring included), the system calls the sandbox refuses and the metadata of
-//! files outside the writable places. Each test is skipped, saying why, where its mechanism
-//! cannot run.
+//! outside (io_uring included), the system calls the sandbox refuses, the metadata of files
+//! outside the writable places, `.git` (nested ones too) under a writable parent, and the
+//! state directory. Each test is skipped, saying why, where its mechanism cannot run.
 //!
 //! The commands run `loopr-test-sandbox-probe` (`tests/support/sandbox_probe.rs`), which makes
 //! its attempts with raw system calls.
@@ -356,3 +356,160 @@ async fn metadata_outside_the_writable_places_is_unchanged(mechanism: &str) {
 }
 
 under_both!(metadata_outside_the_writable_places_is_unchanged);
+
+/// Repositories in and around the project: its own `.git`, a nested clone, a submodule (a
+/// `.git` file pointing into the project's `.git`), and a worktree of a repository beside
+/// the project (a `.git` file pointing outside it, whose `commondir` leads to that repository).
+fn make_repositories(dirs: &nvim::TestDirs) {
+    let project = &dirs.project;
+    let beside = project.parent().expect("parent").join("main-repo/.git");
+    for dir in [
+        project.join(".git/hooks"),
+        project.join(".git/modules/sub/hooks"),
+        project.join("vendor/lib/.git/hooks"),
+        project.join("sub"),
+        project.join("wt"),
+        beside.join("hooks"),
+        beside.join("worktrees/wt"),
+    ] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(project.join("sub/.git"), "gitdir: ../.git/modules/sub\n").expect("sub");
+    std::fs::write(
+        project.join("wt/.git"),
+        format!("gitdir: {}\n", beside.join("worktrees/wt").display()),
+    )
+    .expect("wt");
+    std::fs::write(beside.join("worktrees/wt/commondir"), "../..\n").expect("commondir");
+}
+
+/// Commands that write the internals of every repository in and beside the project, with
+/// the file each makes (under the project's parent).
+const GIT_WRITES: [(&str, &str); 5] = [
+    ("touch .git/hooks/x", "project/.git/hooks/x"),
+    (
+        "touch vendor/lib/.git/hooks/x",
+        "project/vendor/lib/.git/hooks/x",
+    ),
+    (
+        "touch .git/modules/sub/hooks/x",
+        "project/.git/modules/sub/hooks/x",
+    ),
+    ("touch ../main-repo/.git/hooks/x", "main-repo/.git/hooks/x"),
+    (
+        "touch ../main-repo/.git/worktrees/wt/x",
+        "main-repo/.git/worktrees/wt/x",
+    ),
+];
+
+/// `GIT_WRITES`, then one that points the submodule elsewhere and one that writes beside the
+/// project (which the writable parent allows).
+fn write_repositories(_: &nvim::TestDirs) -> Vec<String> {
+    GIT_WRITES
+        .iter()
+        .map(|(command, _)| command.to_string())
+        .chain([
+            "echo 'gitdir: /tmp/evil' > sub/.git".to_owned(),
+            "touch ../beside.txt".to_owned(),
+        ])
+        .collect()
+}
+
+fn writable_parent(dirs: &nvim::TestDirs, allow_git: bool) -> serde_json::Value {
+    json!({
+        "writable": [dirs.project.parent().expect("parent")],
+        "allow_git": allow_git,
+    })
+}
+
+async fn git_stays_read_only_under_a_writable_parent(mechanism: &str) {
+    let Some((dirs, results)) = run_in(
+        mechanism,
+        |dirs| writable_parent(dirs, false),
+        make_repositories,
+        write_repositories,
+    )
+    .await
+    else {
+        return;
+    };
+    let around = dirs.project.parent().expect("parent");
+    for ((_, written), result) in GIT_WRITES.iter().zip(&results) {
+        assert!(
+            !around.join(written).exists(),
+            "{written} was written: {}",
+            result.text
+        );
+        assert!(result.is_error, "{}", result.text);
+    }
+    let pointed = &results[GIT_WRITES.len()];
+    assert_eq!(
+        std::fs::read_to_string(dirs.project.join("sub/.git")).expect("sub/.git"),
+        "gitdir: ../.git/modules/sub\n",
+        "{}",
+        pointed.text
+    );
+    assert!(pointed.is_error, "{}", pointed.text);
+    let beside = &results[GIT_WRITES.len() + 1];
+    assert!(!beside.is_error, "{}", beside.text);
+    assert!(around.join("beside.txt").exists());
+}
+
+under_both!(git_stays_read_only_under_a_writable_parent);
+
+async fn allow_git_lets_commands_write_git(mechanism: &str) {
+    let Some((dirs, results)) = run_in(
+        mechanism,
+        |dirs| writable_parent(dirs, true),
+        make_repositories,
+        write_repositories,
+    )
+    .await
+    else {
+        return;
+    };
+    for result in &results {
+        assert!(!result.is_error, "{}", result.text);
+    }
+    assert!(dirs.project.join(".git/hooks/x").exists());
+    assert!(dirs.project.join("vendor/lib/.git/hooks/x").exists());
+}
+
+under_both!(allow_git_lets_commands_write_git);
+
+async fn the_state_directory_is_never_writable(mechanism: &str) {
+    let Some((dirs, results)) = run_in(
+        mechanism,
+        // The state directory lies under HOME, allowed as a whole.
+        |dirs| json!({"writable": [dirs.home]}),
+        |_| {},
+        |dirs| {
+            let state = dirs.loopr_home.display();
+            let home = dirs.home.display();
+            vec![
+                format!("touch {state}/planted"),
+                format!("touch {state}/*/loopr.db && ls {state}/*/loopr.db"),
+                format!("touch {home}/allowed.txt"),
+            ]
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    assert!(
+        !dirs.loopr_home.join("planted").exists(),
+        "a command wrote into the state directory: {}",
+        results[0].text
+    );
+    assert!(results[0].is_error, "{}", results[0].text);
+    assert!(
+        results[1].is_error,
+        "a command touched a loop database: {}",
+        results[1].text
+    );
+    assert!(!results[2].is_error, "{}", results[2].text);
+    assert!(dirs.home.join("allowed.txt").exists());
+}
+
+under_both!(the_state_directory_is_never_writable);

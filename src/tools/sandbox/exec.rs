@@ -44,8 +44,9 @@ pub struct ExecRequest {
     pub root: PathBuf,
     pub cwd: PathBuf,
     pub writable: Vec<PathBuf>,
+    /// Bound read-only over the writable places, last (`.git`s, the state directory).
+    pub read_only: Vec<PathBuf>,
     pub network: bool,
-    pub allow_git: bool,
     pub shell_command: String,
 }
 
@@ -265,7 +266,8 @@ fn confine(request: &ExecRequest, supervisor: &OwnedFd) -> Result<(), SetupError
 }
 
 /// The files as the command sees them: every mount read-only, a private `/tmp`, the writable
-/// places bound back writable and `.git` read-only over them. Returns the writable places.
+/// places bound back writable and what stays read-only in them bound over them. Returns the
+/// writable places.
 fn mount_files(request: &ExecRequest) -> Result<Vec<PathBuf>, SetupError> {
     let mut writable_dirs: Vec<PathBuf> = vec![request.root.clone()];
     writable_dirs.extend(
@@ -303,9 +305,14 @@ fn mount_files(request: &ExecRequest) -> Result<Vec<PathBuf>, SetupError> {
         attach(tree, path).map_err(failed(format!("binding {} writable", path.display())))?;
     }
     drop(trees);
-    let git = request.root.join(".git");
-    if !request.allow_git && git.exists() {
-        bind_read_only(&git).map_err(failed("making .git read-only"))?;
+    // Last, so that no writable place covers them. One gone since the host found it has
+    // nothing left to keep.
+    for path in &request.read_only {
+        if let Err(err) = bind_read_only(path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            return Err(failed(format!("keeping {} read-only", path.display()))(err));
+        }
     }
     Ok(writable_dirs)
 }
