@@ -119,7 +119,7 @@ enum Command {
         /// The host: the command dies with it.
         #[arg(long)]
         parent_pid: i32,
-        /// The project root (writable, its .git not unless --allow-git).
+        /// The project root (writable).
         #[arg(long)]
         root: PathBuf,
         /// Where the command starts.
@@ -128,10 +128,11 @@ enum Command {
         /// More paths the command may write.
         #[arg(long)]
         writable: Vec<PathBuf>,
+        /// Paths kept read-only inside the writable ones (`.git`, the state directory).
+        #[arg(long)]
+        read_only: Vec<PathBuf>,
         #[arg(long)]
         network: bool,
-        #[arg(long)]
-        allow_git: bool,
         /// The command, run with `sh -c`.
         #[arg(last = true, required = true)]
         shell_command: String,
@@ -225,8 +226,8 @@ fn main() -> ExitCode {
             root,
             cwd,
             writable,
+            read_only,
             network,
-            allow_git,
             shell_command,
         } => {
             let request = loopr::tools::ExecRequest {
@@ -234,8 +235,8 @@ fn main() -> ExitCode {
                 root,
                 cwd,
                 writable,
+                read_only,
                 network,
-                allow_git,
                 shell_command,
             };
             let status = loopr::tools::sandbox_exec(&request).unwrap_or_else(|err| {

@@ -5,6 +5,8 @@
 mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
+#[path = "support/sandboxed.rs"]
+mod sandboxed;
 #[path = "support/scenario.rs"]
 mod scenario;
 
@@ -12,6 +14,7 @@ use serde_json::{Value, json};
 
 use fake_llm::{FakeLlm, TurnBuilder, first_user_text};
 use nvim::TestDirs;
+use sandboxed::{sandbox_settings, sandboxed_project};
 use scenario::{
     files_ending_with, phase_input, phase_route, plan_route, run_loopr, spec_input, spec_route,
     tool_results, tool_turn, valid_plan,
@@ -241,40 +244,6 @@ async fn a_validation_command_on_the_deny_list_never_runs() {
         "{stdout}"
     );
     assert!(!dirs.project.join("ran").exists());
-}
-
-/// The settings that run commands under `mechanism` ("bubblewrap", "landlock"), or `None` with the
-/// reason it cannot run here (printed, and the test skipped).
-fn sandbox_settings(mechanism: &str) -> Result<String, String> {
-    let settings = format!(
-        r#"{{"plan_review_passes": 0, "spec_review": false, "code_max_iterations": 1,
-            "sandbox": {{"mode": "{mechanism}"}}}}"#
-    );
-    let probe = std::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
-        .args(["sandbox", "--settings", &settings])
-        .output()
-        .expect("run loopr sandbox");
-    if probe.status.success() {
-        Ok(settings)
-    } else {
-        Err(String::from_utf8_lossy(&probe.stderr).trim().to_owned())
-    }
-}
-
-/// A planned project and the settings that run its commands under `mechanism`; `None`
-/// (the test skipped, saying why) where that sandbox cannot run here.
-async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeLlm, TestDirs)> {
-    let settings = match sandbox_settings(mechanism) {
-        Ok(settings) => settings,
-        Err(why) => {
-            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
-            return None;
-        }
-    };
-    let fake = FakeLlm::start().await;
-    let dirs = TestDirs::new();
-    scenario::plan_code_project(&fake, &dirs, "true").await;
-    Some((settings, fake, dirs))
 }
 
 fn run_command_call(id: &str, command: &str) -> (String, Value) {

@@ -147,7 +147,10 @@ pub async fn run_shell(
         path: "(command)".to_owned(),
         message: format!("could not start the command: {err}"),
     };
-    let mut process = sandbox.command(command, cwd, root);
+    let mut process = sandbox
+        .command(command, cwd, root)
+        .await
+        .map_err(spawn_error)?;
     process
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,11 +1,15 @@
 //! The operating-system sandbox every command a loop runs (`run_command`, the phase's
 //! validation command) runs in. The deny-list is a tripwire; this is the guarantee:
 //!
-//! - files: everything read-only but the project root (its `.git` read-only unless
-//!   `allow_git`), a private `/tmp`, and the `writable` paths of the settings;
+//! - files: everything read-only (metadata too) but the project root, a private `/tmp`, and
+//!   the `writable` paths of the settings; inside those, `.git` of the project and of the
+//!   repositories nested in it (unless `allow_git`) and the state directory stay read-only
+//!   (`protected.rs`);
 //! - network: none unless `network`;
 //! - processes: a PID namespace of its own (with its own `/proc`), so every descendant is
 //!   gone when the command ends, times out, is cancelled or its host dies;
+//! - the kernel: no Unix sockets, io_uring, new user namespaces, mounts, ptrace, eBPF,
+//!   keyrings and other ways past the rest (the seccomp filter, `seccomp.rs`);
 //! - environment: an allow-list, never a variable that looks like a secret.
 //!
 //! Mechanisms, best first: bubblewrap (`bwrap`), Landlock with namespaces (`landlock.rs`,
@@ -16,6 +20,7 @@ mod bubblewrap;
 mod environment;
 mod exec;
 mod landlock;
+mod protected;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -110,6 +115,8 @@ pub struct Sandbox {
     writable: Vec<PathBuf>,
     network: bool,
     allow_git: bool,
+    /// `$LOOPR_HOME` as the host sees it: never writable by a command.
+    state_dir: Option<PathBuf>,
     environment: Vec<(OsString, OsString)>,
 }
 
@@ -147,6 +154,7 @@ impl Sandbox {
             writable: settings.writable_paths()?,
             network: settings.network,
             allow_git: settings.allow_git,
+            state_dir: crate::store::loopr_home_from_env(),
             environment: command_environment(&settings.env),
         })
     }
@@ -161,6 +169,7 @@ impl Sandbox {
             writable: Vec::new(),
             network: true,
             allow_git: true,
+            state_dir: None,
             environment: command_environment(&[]),
         }
     }
@@ -201,13 +210,26 @@ impl Sandbox {
         }
     }
 
-    /// The process that runs `sh -c <shell_command>` in `cwd`, confined to `root`.
-    pub fn command(&self, shell_command: &str, cwd: &Path, root: &Path) -> tokio::process::Command {
+    /// The process that runs `sh -c <shell_command>` in `cwd`, confined to `root`. Looks for
+    /// the repositories nested in `root` first, on the blocking pool.
+    pub async fn command(
+        &self,
+        shell_command: &str,
+        cwd: &Path,
+        root: &Path,
+    ) -> std::io::Result<tokio::process::Command> {
+        let read_only = if self.is_confined() {
+            self.read_only_paths(root).await?
+        } else {
+            Vec::new()
+        };
         let mut command = match &self.mechanism {
             Mechanism::Bubblewrap { bwrap } => {
-                bubblewrap::command(bwrap, self, shell_command, cwd, root)
+                bubblewrap::command(bwrap, self, shell_command, cwd, root, &read_only)
             }
-            Mechanism::Landlock { .. } => landlock::command(self, shell_command, cwd, root),
+            Mechanism::Landlock { .. } => {
+                landlock::command(self, shell_command, cwd, root, &read_only)
+            }
             Mechanism::Unconfined { .. } => {
                 let mut command = tokio::process::Command::new("sh");
                 command.arg("-c").arg(shell_command).current_dir(cwd);
@@ -216,7 +238,22 @@ impl Sandbox {
             }
         };
         command.kill_on_drop(true);
-        command
+        Ok(command)
+    }
+
+    /// What stays read-only inside the writable places for a command in `root`.
+    async fn read_only_paths(&self, root: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let root = root.to_owned();
+        let writable = self.writable.clone();
+        let allow_git = self.allow_git;
+        let state_dir = self.state_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            protected::read_only_paths(&root, &writable, allow_git, state_dir.as_deref())
+        })
+        .await
+        .map_err(|err| {
+            std::io::Error::other(format!("finding what must stay read-only failed: {err}"))
+        })
     }
 
     /// What the sandbox refused, if the failed command's output shows it ran into it, for the

@@ -63,12 +63,14 @@ fn find_on_path(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// `read_only`: what to bind read-only over the writable places (`protected.rs`).
 pub(super) fn command(
     bwrap: &Path,
     sandbox: &Sandbox,
     shell_command: &str,
     cwd: &Path,
     root: &Path,
+    read_only: &[PathBuf],
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(bwrap);
     command.args(BASE_ARGS);
@@ -77,15 +79,16 @@ pub(super) fn command(
     }
     // After /tmp: a project (or writable path) under /tmp is bound back over the tmpfs.
     bind(&mut command, "--bind", root);
-    let git = root.join(".git");
-    if !sandbox.allow_git && git.exists() {
-        bind(&mut command, "--ro-bind", &git);
-    }
     for path in &sandbox.writable {
         // A missing path would make bwrap fail; nothing to write there anyway.
         if path.exists() {
             bind(&mut command, "--bind", path);
         }
+    }
+    // Last, so that no writable place covers them. One gone since it was found has nothing
+    // left to keep.
+    for path in read_only {
+        bind(&mut command, "--ro-bind-try", path);
     }
     command.arg("--clearenv");
     for (name, value) in sandbox.environment() {
@@ -129,7 +132,7 @@ const SECCOMP_FD: i32 = 10;
 fn seccomp_fd() -> std::io::Result<Option<std::fs::File>> {
     use std::io::{Seek, Write};
     use std::os::fd::FromRawFd;
-    let Some(program) = super::seccomp::unix_socket_filter() else {
+    let Some(program) = super::seccomp::filter() else {
         return Ok(None);
     };
     // SAFETY: memfd_create takes a NUL-terminated name and flags, returning a new fd or -1.

@@ -8,11 +8,10 @@
 //! supervisor (`PR_SET_PDEATHSIG`: the supervisor is single-threaded), and the supervisor kills
 //! the child when the host dies, however it dies.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -45,8 +44,9 @@ pub struct ExecRequest {
     pub root: PathBuf,
     pub cwd: PathBuf,
     pub writable: Vec<PathBuf>,
+    /// Bound read-only over the writable places, last (`.git`s, the state directory).
+    pub read_only: Vec<PathBuf>,
     pub network: bool,
-    pub allow_git: bool,
     pub shell_command: String,
 }
 
@@ -208,55 +208,7 @@ fn confine(request: &ExecRequest, supervisor: &OwnedFd) -> Result<(), SetupError
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(failed("making the mounts private"))?;
 
-    let mut writable_dirs: Vec<PathBuf> = vec![request.root.clone()];
-    writable_dirs.extend(
-        request
-            .writable
-            .iter()
-            .filter(|path| path.exists())
-            .cloned(),
-    );
-    // Held before /tmp is covered: a project (or writable path) under /tmp is bound back.
-    let held: Vec<(PathBuf, OwnedFd, bool)> = writable_dirs
-        .iter()
-        .filter(|path| path.starts_with("/tmp"))
-        .map(|path| {
-            open_path(path)
-                .map(|fd| (path.clone(), fd, path.is_dir()))
-                .map_err(failed(format!("opening {}", path.display())))
-        })
-        .collect::<Result<_, _>>()?;
-    mount(
-        Some("tmpfs"),
-        "/tmp",
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=1777"),
-    )
-    .map_err(failed("mounting a private /tmp"))?;
-    for (path, fd, is_dir) in &held {
-        let is_dir = *is_dir;
-        let target_parent = path.parent().unwrap_or(Path::new("/tmp"));
-        std::fs::create_dir_all(if is_dir { path } else { target_parent })
-            .map_err(failed(format!("recreating {} in /tmp", path.display())))?;
-        if !is_dir {
-            std::fs::write(path, "").map_err(failed(format!("recreating {}", path.display())))?;
-        }
-        let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        mount(
-            Some(&source),
-            path,
-            None,
-            libc::MS_BIND | libc::MS_REC,
-            None,
-        )
-        .map_err(failed(format!("binding {} back into /tmp", path.display())))?;
-    }
-    drop(held);
-    let git = request.root.join(".git");
-    if !request.allow_git && git.exists() {
-        bind_read_only(&git).map_err(failed("making .git read-only"))?;
-    }
+    let mut writable_dirs = mount_files(request)?;
     writable_dirs.push(PathBuf::from("/tmp"));
     if Path::new("/dev/shm").is_dir()
         && mount(
@@ -307,15 +259,67 @@ fn confine(request: &ExecRequest, supervisor: &OwnedFd) -> Result<(), SetupError
     drop_capabilities();
     restrict_files(&writable_dirs, &writable_devices)?;
     // After Landlock, which set no_new_privs: the filter needs it to load without privilege.
-    refuse_unix_sockets()?;
+    load_seccomp_filter()?;
     std::env::set_current_dir(&request.cwd)
         .map_err(failed(format!("entering {}", request.cwd.display())))?;
     Ok(())
 }
 
-/// Loads the seccomp filter bubblewrap gets too: no `socket(AF_UNIX)`.
-fn refuse_unix_sockets() -> Result<(), SetupError> {
-    let Some(program) = super::seccomp::unix_socket_filter() else {
+/// The files as the command sees them: every mount read-only, a private `/tmp`, the writable
+/// places bound back writable and what stays read-only in them bound over them. Returns the
+/// writable places.
+fn mount_files(request: &ExecRequest) -> Result<Vec<PathBuf>, SetupError> {
+    let mut writable_dirs: Vec<PathBuf> = vec![request.root.clone()];
+    writable_dirs.extend(
+        request
+            .writable
+            .iter()
+            .filter(|path| path.exists())
+            .cloned(),
+    );
+    // Copies of the writable places as they are, taken before everything is made read-only
+    // (and before /tmp is covered: a project or writable path under /tmp comes back).
+    let trees: Vec<(PathBuf, OwnedFd, bool)> = writable_dirs
+        .iter()
+        .map(|path| {
+            clone_tree(path)
+                .map(|tree| (path.clone(), tree, path.is_dir()))
+                .map_err(failed(format!("copying the mount of {}", path.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    // Landlock leaves metadata alone (chmod, utimes, extended attributes): a read-only mount
+    // does not, for every file and every mount under /.
+    set_read_only(libc::AT_FDCWD, c"/", 0).map_err(failed("making / read-only"))?;
+    mount(
+        Some("tmpfs"),
+        "/tmp",
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .map_err(failed("mounting a private /tmp"))?;
+    for (path, tree, is_dir) in &trees {
+        if path.starts_with("/tmp") {
+            recreate_in_tmp(path, *is_dir)?;
+        }
+        attach(tree, path).map_err(failed(format!("binding {} writable", path.display())))?;
+    }
+    drop(trees);
+    // Last, so that no writable place covers them. One gone since the host found it has
+    // nothing left to keep.
+    for path in &request.read_only {
+        if let Err(err) = bind_read_only(path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            return Err(failed(format!("keeping {} read-only", path.display()))(err));
+        }
+    }
+    Ok(writable_dirs)
+}
+
+/// Loads the seccomp filter bubblewrap gets too (`seccomp.rs`).
+fn load_seccomp_filter() -> Result<(), SetupError> {
+    let Some(program) = super::seccomp::filter() else {
         return Ok(());
     };
     let mut filter: Vec<libc::sock_filter> = program
@@ -360,8 +364,9 @@ fn restrict_files(dirs: &[PathBuf], devices: &[PathBuf]) -> Result<(), SetupErro
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
         .map_err(landlock_error("Landlock"))?
-        // Signals only to its own processes (they are the only ones it sees anyway).
-        .scope(Scope::Signal)
+        // Signals only to its own processes (they are the only ones it sees anyway), and no
+        // abstract Unix socket outside (with the network on, the host's would be there).
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(landlock_error("Landlock"))?
         .create()
         .map_err(landlock_error("Landlock"))?
@@ -447,42 +452,110 @@ fn mount(
     }
 }
 
-/// Binds `path` over itself read-only. The remount must keep the flags the kernel locked on
-/// the mount it comes from (nosuid, nodev...), or a user namespace may not change it.
-fn bind_read_only(path: &Path) -> io::Result<()> {
-    mount(
-        Some(&path.to_string_lossy()),
-        path,
-        None,
-        libc::MS_BIND | libc::MS_REC,
-        None,
-    )?;
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-    // SAFETY: statvfs fills the zeroed struct from a valid path.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is NUL-terminated and stat is a valid out pointer.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } < 0 {
+/// `open_tree` flags and `mount_setattr`'s structure (uapi `linux/mount.h`; Linux 5.12 and
+/// later have them all, and Landlock ABI 3 needs 6.2).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+const MOUNT_ATTR_RDONLY: u64 = 1;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A detached copy of the mounts at and under `path`, with their flags as they are now.
+fn clone_tree(path: &Path) -> io::Result<OwnedFd> {
+    let c_path = c_path(path)?;
+    // SAFETY: a NUL-terminated path and flags; the kernel returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    let kept = [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
-    ]
-    .into_iter()
-    .filter(|(st, _)| stat.f_flag & st != 0)
-    .fold(0, |flags, (_, ms)| flags | ms);
-    mount(
-        None,
-        path,
-        None,
-        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
-        None,
-    )
+    let fd = i32::try_from(fd).map_err(io::Error::other)?;
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Mounts the detached `tree` on `path`.
+fn attach(tree: &OwnedFd, path: &Path) -> io::Result<()> {
+    let c_path = c_path(path)?;
+    // SAFETY: a detached mount's descriptor, an empty path for it, and a NUL-terminated target.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Makes the mount at `path` (from `dir`) and every mount under it read-only. Only adds the
+/// flag: whatever the kernel locked on mounts inherited into this namespace (nosuid,
+/// nodev...) stays as it is.
+fn set_read_only(dir: libc::c_int, path: &CStr, flags: libc::c_int) -> io::Result<()> {
+    let attributes = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a mount_attr of the size passed, alive for the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dir,
+            path.as_ptr(),
+            (flags | libc::AT_RECURSIVE) as libc::c_uint,
+            &raw const attributes,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Binds `path` (and what is mounted under it) over itself read-only.
+fn bind_read_only(path: &Path) -> io::Result<()> {
+    let tree = clone_tree(path)?;
+    set_read_only(tree.as_raw_fd(), c"", libc::AT_EMPTY_PATH)?;
+    attach(&tree, path)
+}
+
+/// Makes room in the private /tmp for a writable place that was under the real one.
+fn recreate_in_tmp(path: &Path, is_dir: bool) -> Result<(), SetupError> {
+    let parent = path.parent().unwrap_or(Path::new("/tmp"));
+    std::fs::create_dir_all(if is_dir { path } else { parent })
+        .map_err(failed(format!("recreating {} in /tmp", path.display())))?;
+    if !is_dir {
+        std::fs::write(path, "").map_err(failed(format!("recreating {}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }
 
 fn bring_up_loopback() -> io::Result<()> {
@@ -511,14 +584,6 @@ fn bring_up_loopback() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn open_path(path: &Path) -> io::Result<OwnedFd> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-        .open(path)
-        .map(OwnedFd::from)
 }
 
 fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {

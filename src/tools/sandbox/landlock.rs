@@ -2,14 +2,15 @@
 //!
 //! The host starts its own binary again as `loopr sandbox-exec` (see `exec.rs`), which
 //! unshares the user, mount, PID, IPC, UTS (and, without network, network) namespaces itself,
-//! forks the command's PID 1, sets up the mounts there (a private `/tmp`, `.git` read-only, its
-//! own `/proc`), applies Landlock (writes only beneath the writable places, reads everywhere)
-//! and `exec`s `sh -c`. Doing the namespaces in-process rather than through util-linux
+//! forks the command's PID 1, sets up the mounts there (everything read-only but the writable
+//! places, a private `/tmp`, `.git`s and the state directory read-only over them, its own
+//! `/proc`), applies Landlock (writes only beneath the writable places, reads everywhere) and
+//! the seccomp filter, and `exec`s `sh -c`. Doing the namespaces in-process rather than through util-linux
 //! `unshare` keeps it to one helper process and lets the supervisor watch the host through a
 //! pidfd: `PR_SET_PDEATHSIG` set by the host would fire when the host *thread* that spawned it
 //! exits (tokio's threads come and go), killing commands for nothing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use super::Sandbox;
@@ -35,8 +36,8 @@ pub(super) fn available() -> Result<i32, String> {
             root: probe_root.path(),
             cwd: probe_root.path(),
             writable: &[],
+            read_only: &[],
             network: false,
-            allow_git: false,
             shell_command: "echo $$",
         }))
         .env_clear()
@@ -96,9 +97,9 @@ fn kernel_abi() -> Result<i32, String> {
 struct ExecArguments<'a> {
     root: &'a Path,
     cwd: &'a Path,
-    writable: &'a [std::path::PathBuf],
+    writable: &'a [PathBuf],
+    read_only: &'a [PathBuf],
     network: bool,
-    allow_git: bool,
     shell_command: &'a str,
 }
 
@@ -116,30 +117,33 @@ fn exec_arguments(arguments: &ExecArguments<'_>) -> Vec<std::ffi::OsString> {
         args.push("--writable".into());
         args.push(path.into());
     }
+    for path in arguments.read_only {
+        args.push("--read-only".into());
+        args.push(path.into());
+    }
     if arguments.network {
         args.push("--network".into());
-    }
-    if arguments.allow_git {
-        args.push("--allow-git".into());
     }
     args.push("--".into());
     args.push(arguments.shell_command.into());
     args
 }
 
+/// `read_only`: what to bind read-only over the writable places (`protected.rs`).
 pub(super) fn command(
     sandbox: &Sandbox,
     shell_command: &str,
     cwd: &Path,
     root: &Path,
+    read_only: &[PathBuf],
 ) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(SELF_EXE);
     command.args(exec_arguments(&ExecArguments {
         root,
         cwd,
         writable: &sandbox.writable,
+        read_only,
         network: sandbox.network,
-        allow_git: sandbox.allow_git,
         shell_command,
     }));
     // `sandbox-exec` passes its environment on to the command as it is.
