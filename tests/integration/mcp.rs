@@ -362,3 +362,70 @@ async fn planning_loops_get_only_the_tools_marked_read_only() {
     );
     editor.quit().await;
 }
+
+/// How long a start of the dead servers below may take.
+const START_SECS: u64 = 2;
+
+/// Plans and approves a tree of eleven loops (two specs, the second after the first, of four
+/// phases each) with `setup` (a Lua table), and returns the time from the plan's start until
+/// every loop completed.
+async fn plan_tree_took(setup: &str) -> std::time::Duration {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", crate::scenario::valid_plan()),
+    );
+    for (spec, phases) in [
+        ("version-flag", ["flag-1", "flag-2", "flag-3", "flag-4"]),
+        ("version-docs", ["docs-1", "docs-2", "docs-3", "docs-4"]),
+    ] {
+        fake.push_routed(
+            &spec_route(spec),
+            tool_turn(spec, "create_spec", spec_input(spec, &phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+    let mut editor = start_editor(&fake, setup).await;
+    let started = std::time::Instant::now();
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 11).await;
+    let took = started.elapsed();
+    editor.quit().await;
+    took
+}
+
+/// A server that exits at once, or one that never answers the handshake, configured for
+/// every planning level: the first loop that asks waits for one bounded start at most, and
+/// every later one is told at once that the server is down, while it is tried again in the
+/// background. The tree takes about as long as without the server, give or take one start
+/// (it once took a minute more, every loop waiting out the restart delay behind the server's
+/// lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_mcp_server_costs_a_plan_tree_nothing() {
+    let without = plan_tree_took("{}").await;
+    // What a start of each may cost the first loop that asks, besides the slack.
+    for (how, server, start) in [
+        ("exits at once", "command = 'false'", 0),
+        (
+            "never answers",
+            "command = 'sleep', args = { '600' }",
+            START_SECS,
+        ),
+    ] {
+        let took = plan_tree_took(&format!(
+            "{{ mcp = {{ servers = {{ dead = {{ {server}, levels = {{ 'plan', 'spec', 'phase' }},
+                 timeout_secs = {START_SECS} }} }} }} }}"
+        ))
+        .await;
+        let bound = without * 2 + std::time::Duration::from_secs(start + 2);
+        assert!(
+            took < bound,
+            "with a server that {how} the tree took {took:?}, without one {without:?}"
+        );
+    }
+}
