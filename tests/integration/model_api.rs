@@ -1,11 +1,13 @@
 //! Reaching the model API: a key or base URL set inside Neovim after the host started, and a
 //! base URL nothing answers at.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
-use crate::scenario::{create_plan_turn, files_under, start_editor_at, valid_plan};
+use crate::scenario::{
+    create_plan_turn, files_containing, files_under, start_editor_at, valid_plan,
+};
 
 const KEY_SET_IN_NEOVIM: &str = "sk-ant-set-inside-neovim-7d2e91c4";
 const MISSING_KEY: &str = "ANTHROPIC_API_KEY is not set; export it in the shell, or in Neovim \
@@ -18,20 +20,6 @@ async fn messages(editor: &TestNvim) -> String {
 async fn host_pid(editor: &TestNvim) -> i64 {
     let pid: Option<i64> = editor.lua("return require('loopr.host').pid()").await;
     pid.expect("the host runs")
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    files_under(dir)
-        .into_iter()
-        .filter(|path| {
-            std::fs::read(path).is_ok_and(|bytes| {
-                bytes
-                    .windows(needle.len())
-                    .any(|window| window == needle.as_bytes())
-            })
-        })
-        .collect()
 }
 
 /// Asks for a plan and checks that it is refused for the missing key.

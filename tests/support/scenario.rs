@@ -301,6 +301,20 @@ pub fn files_ending_with(dir: &std::path::Path, suffix: &str) -> Vec<std::path::
         .collect()
 }
 
+/// Every file under `dir` whose bytes contain `needle`.
+pub fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| {
+            std::fs::read(path).is_ok_and(|bytes| {
+                bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            })
+        })
+        .collect()
+}
+
 /// Every file under `dir`, however deep, sorted.
 pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
