@@ -1233,6 +1233,34 @@ async fn a_loop_with_large_tool_outputs_over_many_turns_stays_under_its_context_
     assert_eq!(whole_in_journal, READS);
 }
 
+/// Runs `loopr plan` with `settings` until the model got `requests` requests (the last one
+/// left unanswered), and kills it there; returns that last request.
+async fn plan_killed_at_request(
+    dirs: &TestDirs,
+    fake: &FakeLlm,
+    settings: &str,
+    requests: usize,
+) -> RecordedRequest {
+    let mut plan = scenario::loopr_command(
+        dirs,
+        fake,
+        &["plan", "Add a --version flag", "--settings", settings],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("start loopr plan");
+    let mut asked = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(requests),
+    )
+    .await
+    .expect("the model is asked");
+    plan.start_kill().expect("SIGKILL");
+    plan.wait().await.expect("wait");
+    asked.swap_remove(requests - 1)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_loop_sends_what_the_killed_one_sent() {
     // Killed between two shortenings: a resumed loop that only fitted what it loaded to the
@@ -1241,24 +1269,7 @@ async fn a_resumed_loop_sends_what_the_killed_one_sent() {
     let fake = FakeLlm::start().await;
     let (dirs, settings) = large_reads(&fake, READS);
     fake.push(scenario::stalled_turn("Reading more."));
-    let mut first = scenario::loopr_command(
-        &dirs,
-        &fake,
-        &["plan", "Add a --version flag", "--settings", &settings],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("start loopr plan");
-    let in_flight = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(READS + 1),
-    )
-    .await
-    .expect("the model is asked after the last read")
-    .swap_remove(READS);
-    first.start_kill().expect("SIGKILL");
-    first.wait().await.expect("wait");
+    let in_flight = plan_killed_at_request(&dirs, &fake, &settings, READS + 1).await;
 
     fake.push(tool_turn("plan", "create_plan", valid_plan()));
     let resumed = run_loopr(&dirs, &fake, &["resume"]).await;
@@ -1349,23 +1360,7 @@ async fn resume_takes_mcp_env_values_from_its_settings() {
     })
     .to_string();
     fake.push(scenario::stalled_turn("Let me look."));
-    let mut first = scenario::loopr_command(
-        &dirs,
-        &fake,
-        &["plan", "Add a --version flag", "--settings", &settings],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("start loopr plan");
-    tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(1),
-    )
-    .await
-    .expect("the model is asked");
-    first.start_kill().expect("SIGKILL");
-    first.wait().await.expect("wait");
+    plan_killed_at_request(&dirs, &fake, &settings, 1).await;
 
     fake.push(
         TurnBuilder::new()

@@ -81,6 +81,25 @@ local function send_changed_credentials(chan)
   return ok, err
 end
 
+---Notify the host on `chan` of `method` with `params`, unless `sent` (what stands for them) is
+---what it got last under that name.
+---@param chan integer
+---@param method 'budget'|'mcp'
+---@param params table
+---@param sent string
+---@return boolean ok
+---@return any err The rpcnotify error when not ok.
+local function notify_changed(chan, method, params, sent)
+  if state[method] == sent then
+    return true
+  end
+  local ok, err = pcall(vim.rpcnotify, chan, method, params)
+  if ok then
+    state[method] = sent
+  end
+  return ok, err
+end
+
 ---Pass the setup()'s budget and prices to the host on `chan` when they changed since it got
 ---them (nothing before the first setup()): it holds every plan tree to them from then on
 ---(|loopr-option-budget|). A notification the host applies before it reads the request sent
@@ -99,15 +118,7 @@ local function send_changed_budget(chan)
     params = vim.empty_dict()
   end
   -- vim.inspect orders keys, so equal tables give equal text.
-  local text = vim.inspect(params)
-  if state.budget == text then
-    return true
-  end
-  local ok, err = pcall(vim.rpcnotify, chan, 'budget', params)
-  if ok then
-    state.budget = text
-  end
-  return ok, err
+  return notify_changed(chan, 'budget', params, vim.inspect(params))
 end
 
 ---Pass the setup()'s MCP servers to the host on `chan` when they changed since it got them
@@ -122,16 +133,8 @@ local function send_changed_mcp(chan)
     return true
   end
   local mcp = config.settings().mcp or { servers = vim.empty_dict() }
-  -- A fingerprint, so that this table holds no copy of a token.
-  local sent = fingerprint(vim.inspect(mcp))
-  if state.mcp == sent then
-    return true
-  end
-  local ok, err = pcall(vim.rpcnotify, chan, 'mcp', mcp)
-  if ok then
-    state.mcp = sent
-  end
-  return ok, err
+  -- A fingerprint, so that the state holds no copy of a token.
+  return notify_changed(chan, 'mcp', mcp, fingerprint(vim.inspect(mcp)))
 end
 
 ---Send changed provider variables, then a changed budget and MCP servers, to the host on

@@ -863,26 +863,29 @@ mod tests {
         assert!(old[0].depends_on.is_empty());
     }
 
+    /// A database at `path` with the loops `old-1` (120 tokens in, 45 out) and `old-2`, then
+    /// made by `earlier` what an earlier Loopr left.
+    fn earlier_database(path: &Path, earlier: impl FnOnce(&Connection) -> rusqlite::Result<()>) {
+        let db = LoopDb::open(path).expect("open");
+        db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        db.set_tokens(&LoopId::parse("old-1").expect("id"), 120, 45)
+            .expect("tokens");
+        db.with_connection(earlier)
+            .expect("as an earlier Loopr left it");
+    }
+
     #[test]
     fn a_version_three_database_keeps_its_token_counts_under_an_unrecorded_model() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("loopr.db");
-        {
-            let db = LoopDb::open(&path).expect("open");
-            db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            db.set_tokens(&LoopId::parse("old-1").expect("id"), 120, 45)
-                .expect("tokens");
-            // Back to version 3, as an earlier Loopr left it.
-            db.with_connection(|connection| {
-                connection.execute_batch(
-                    "DROP TABLE loop_usage; DROP TABLE budget_grants; PRAGMA user_version = 3;",
-                )
-            })
-            .expect("downgrade");
-        }
+        earlier_database(&path, |connection| {
+            connection.execute_batch(
+                "DROP TABLE loop_usage; DROP TABLE budget_grants; PRAGMA user_version = 3;",
+            )
+        });
         let db = LoopDb::open(&path).expect("migrate");
         let usage = db.usage_by_loop().expect("usage");
         let old = LoopId::parse("old-1").expect("id");
@@ -958,22 +961,14 @@ mod tests {
     fn a_version_four_database_loses_the_secrets_it_stored() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("loopr.db");
-        {
-            let db = LoopDb::open(&path).expect("open");
-            db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            // As an earlier Loopr stored them: the token with the settings.
-            db.with_connection(|connection| {
-                connection.execute(
-                    "UPDATE loops SET settings = ?1 WHERE id = 'old-1'",
-                    params![settings_with_token()],
-                )?;
-                connection.execute_batch("PRAGMA user_version = 4;")
-            })
-            .expect("as version 4 left it");
-        }
+        // The token stored with the settings.
+        earlier_database(&path, |connection| {
+            connection.execute(
+                "UPDATE loops SET settings = ?1 WHERE id = 'old-1'",
+                params![settings_with_token()],
+            )?;
+            connection.execute_batch("PRAGMA user_version = 4;")
+        });
         assert!(database_files_hold(&path, TOKEN), "the old record holds it");
         let db = LoopDb::open(&path).expect("migrate");
         let old = db

@@ -9,8 +9,9 @@ use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::{API_KEY, TestNvim};
 use crate::scenario::{
     code_route, commit_everything, complete_phase_turn, files_containing, phase_input, phase_route,
-    plan_and_approve, plan_route, requests_routed, run_code_loop, spec_input, spec_route,
-    start_editor, start_editor_at, start_editor_in, tool_results, tool_turn, wait_all_complete,
+    plan_and_approve, plan_route, push_specs_and_phases, requests_routed, run_code_loop,
+    spec_input, spec_route, start_editor, start_editor_at, start_editor_in, tool_results,
+    tool_turn, wait_all_complete,
 };
 
 /// A token in the host's environment that no MCP server may see.
@@ -375,21 +376,13 @@ async fn plan_tree_took(setup: &str) -> std::time::Duration {
         plan_route(),
         tool_turn("plan", "create_plan", crate::scenario::valid_plan()),
     );
-    for (spec, phases) in [
-        ("version-flag", ["flag-1", "flag-2", "flag-3", "flag-4"]),
-        ("version-docs", ["docs-1", "docs-2", "docs-3", "docs-4"]),
-    ] {
-        fake.push_routed(
-            &spec_route(spec),
-            tool_turn(spec, "create_spec", spec_input(spec, &phases)),
-        );
-        for phase in phases {
-            fake.push_routed(
-                &phase_route(phase),
-                tool_turn(phase, "create_phase", phase_input(phase)),
-            );
-        }
-    }
+    push_specs_and_phases(
+        &fake,
+        &[
+            ("version-flag", ["flag-1", "flag-2", "flag-3", "flag-4"]),
+            ("version-docs", ["docs-1", "docs-2", "docs-3", "docs-4"]),
+        ],
+    );
     let mut editor = start_editor(&fake, setup).await;
     let started = std::time::Instant::now();
     plan_and_approve(&mut editor).await;
