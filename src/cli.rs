@@ -19,6 +19,7 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
+use crate::mcp::McpSettings;
 use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
@@ -194,13 +195,15 @@ pub async fn run_plan(
 
 /// Resumes the project's unfinished loops (left behind by a host that died) and, with
 /// `approve_all`, everything they spawn, until nothing can move. Returns whether every loop
-/// of the project completed.
+/// of the project completed. `mcp` is the user's current MCP settings, where the loops' servers get their `env` values
+/// (a loop's stored settings name the variables only).
 pub async fn resume(
     loopr_home: PathBuf,
     provider_factory: ProviderFactory,
     root: PathBuf,
     approve_all: bool,
     approver: Arc<dyn Approver>,
+    mcp: &McpSettings,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
@@ -210,6 +213,7 @@ pub async fn resume(
         provider_factory,
         headless_shell(approver),
     );
+    manager.mcp().use_current(mcp);
     let counts = manager.resume(&root).context("opening the project")?;
     say!("loopr: {} unfinished loop(s)", counts.active);
     if counts.waiting_for_budget > 0 {

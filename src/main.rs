@@ -78,6 +78,10 @@ enum Command {
         /// The project root (default: the current directory).
         #[arg(long, default_value = ".")]
         root: PathBuf,
+        /// Settings as JSON, as for `loopr plan`; only `mcp` matters: the loops' MCP servers
+        /// get their `env` values from it (loops keep only the names).
+        #[arg(long, default_value = "{}")]
+        settings: String,
     },
     /// Exit 0 when the project has Loopr state (its database under $LOOPR_HOME), 1 when it
     /// has none, 2 on error. Creates nothing; the plugin asks this at startup so that it
@@ -179,8 +183,9 @@ fn main() -> ExitCode {
             yes,
             unsandboxed,
             root,
+            settings,
         } => require_confinement(&loopr::tools::SandboxSettings::default(), yes, unsandboxed)
-            .and_then(|()| run_resume(credentials, root, approve_all, yes)),
+            .and_then(|()| run_resume(credentials, root, approve_all, yes, &settings)),
         Command::Run {
             phase,
             yes,
@@ -333,7 +338,13 @@ fn run_resume(
     root: PathBuf,
     approve_all: bool,
     yes: bool,
+    settings: &str,
 ) -> anyhow::Result<()> {
+    let settings = parse_settings(settings)?;
+    settings
+        .mcp
+        .check()
+        .map_err(|err| anyhow::anyhow!("--settings: {err}"))?;
     let runtime = runtime()?;
     let all_complete = runtime.block_on(loopr::cli::resume(
         loopr_home()?,
@@ -341,6 +352,7 @@ fn run_resume(
         root,
         approve_all,
         loopr::cli::headless_approver(yes),
+        &settings.mcp,
     ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     require_all_complete(all_complete?)

@@ -8,6 +8,7 @@ mod host_lock;
 mod layout;
 mod leftovers;
 mod records;
+mod stored_settings;
 
 pub use append_log::{AppendLog, LogLines};
 pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode, write_new_files};

@@ -65,3 +65,9 @@ pub fn hold_point(point: &str) {
 pub fn bubblewrap_hidden() -> bool {
     hook_variable("LOOPR_TEST_NO_BWRAP").is_some_and(|value| value == "1")
 }
+
+/// Whether a test lets `web_fetch` reach 127.0.0.1, where it serves its pages
+/// (`LOOPR_TEST_FETCH_LOOPBACK=1`); every other address is checked as always.
+pub fn loopback_fetch_allowed() -> bool {
+    hook_variable("LOOPR_TEST_FETCH_LOOPBACK").is_some_and(|value| value == "1")
+}

@@ -1314,6 +1314,34 @@ async fn a_loop_with_large_tool_outputs_over_many_turns_stays_under_its_context_
     assert_eq!(whole_in_journal, READS);
 }
 
+/// Runs `loopr plan` with `settings` until the model got `requests` requests (the last one
+/// left unanswered), and kills it there; returns that last request.
+async fn plan_killed_at_request(
+    dirs: &TestDirs,
+    fake: &FakeLlm,
+    settings: &str,
+    requests: usize,
+) -> RecordedRequest {
+    let mut plan = scenario::loopr_command(
+        dirs,
+        fake,
+        &["plan", "Add a --version flag", "--settings", settings],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("start loopr plan");
+    let mut asked = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(requests),
+    )
+    .await
+    .expect("the model is asked");
+    plan.start_kill().expect("SIGKILL");
+    plan.wait().await.expect("wait");
+    asked.swap_remove(requests - 1)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_loop_sends_what_the_killed_one_sent() {
     // Killed between two shortenings: a resumed loop that only fitted what it loaded to the
@@ -1322,24 +1350,7 @@ async fn a_resumed_loop_sends_what_the_killed_one_sent() {
     let fake = FakeLlm::start().await;
     let (dirs, settings) = large_reads(&fake, READS);
     fake.push(scenario::stalled_turn("Reading more."));
-    let mut first = scenario::loopr_command(
-        &dirs,
-        &fake,
-        &["plan", "Add a --version flag", "--settings", &settings],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("start loopr plan");
-    let in_flight = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(READS + 1),
-    )
-    .await
-    .expect("the model is asked after the last read")
-    .swap_remove(READS);
-    first.start_kill().expect("SIGKILL");
-    first.wait().await.expect("wait");
+    let in_flight = plan_killed_at_request(&dirs, &fake, &settings, READS + 1).await;
 
     fake.push(tool_turn("plan", "create_plan", valid_plan()));
     let resumed = run_loopr(&dirs, &fake, &["resume"]).await;
@@ -1405,4 +1416,58 @@ async fn a_prompt_the_model_finds_too_long_is_shortened_and_asked_again() {
         .count();
     assert_eq!(shortened, READS - 1, "all but the latest result");
     assert!(again.body_len * 2 < refused.body_len);
+}
+
+/// `loopr resume --settings` gives a resumed loop's MCP server its `env` values, which no
+/// loop keeps: killed mid-turn, the plan is resumed, its server gets the token again, and
+/// nothing of Loopr's holds it.
+#[cfg(feature = "test-mcp-server")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_takes_mcp_env_values_from_its_settings() {
+    const TOKEN: &str = "mcp-token-cli-9b3e-never-store-me";
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let settings = json!({
+        "plan_review_passes": 0,
+        "mcp": {"servers": {"probe": {
+            "command": env!("CARGO_BIN_EXE_loopr-test-mcp-server"),
+            "args": ["--log", log, "--log-env", "PROBE_TOKEN"],
+            "env": {"PROBE_TOKEN": TOKEN},
+            "levels": ["plan"],
+            "read_only_tools": ["lookup"]
+        }}}
+    })
+    .to_string();
+    fake.push(scenario::stalled_turn("Let me look."));
+    plan_killed_at_request(&dirs, &fake, &settings, 1).await;
+
+    fake.push(
+        TurnBuilder::new()
+            .tool_use("l1", "probe__lookup", json!({"key": "resumed"}))
+            .reply(),
+    );
+    fake.push(tool_turn("plan", "create_plan", valid_plan()));
+    let resumed = run_loopr(&dirs, &fake, &["resume", "--settings", &settings]).await;
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let results = tool_results(&requests[2].body);
+    assert_eq!(results[0]["content"], "value of resumed\n", "{results:?}");
+    let given = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        given.matches(&format!("env PROBE_TOKEN={TOKEN}")).count(),
+        2,
+        "the plan's server and the resumed plan's got the token: {given}"
+    );
+    assert_eq!(
+        scenario::files_containing(dirs.temp.path(), TOKEN),
+        Vec::<std::path::PathBuf>::new(),
+        "no state file (loopr.db and its log included) holds the token"
+    );
 }

@@ -16,6 +16,7 @@ local STDERR_KEEP = 50
 ---@field log_file string|nil Log file the running host writes to.
 ---@field credentials loopr.Credentials|nil What the running host has: Neovim's environment when it started, then what was last sent.
 ---@field budget string|nil The budget and prices last sent to the running host (as text), nil before.
+---@field mcp string|nil A fingerprint of the MCP servers last sent to the running host, nil before.
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
 
 ---@class loopr.Credentials
@@ -80,6 +81,25 @@ local function send_changed_credentials(chan)
   return ok, err
 end
 
+---Notify the host on `chan` of `method` with `params`, unless `sent` (what stands for them) is
+---what it got last under that name.
+---@param chan integer
+---@param method 'budget'|'mcp'
+---@param params table
+---@param sent string
+---@return boolean ok
+---@return any err The rpcnotify error when not ok.
+local function notify_changed(chan, method, params, sent)
+  if state[method] == sent then
+    return true
+  end
+  local ok, err = pcall(vim.rpcnotify, chan, method, params)
+  if ok then
+    state[method] = sent
+  end
+  return ok, err
+end
+
 ---Pass the setup()'s budget and prices to the host on `chan` when they changed since it got
 ---them (nothing before the first setup()): it holds every plan tree to them from then on
 ---(|loopr-option-budget|). A notification the host applies before it reads the request sent
@@ -98,18 +118,27 @@ local function send_changed_budget(chan)
     params = vim.empty_dict()
   end
   -- vim.inspect orders keys, so equal tables give equal text.
-  local text = vim.inspect(params)
-  if state.budget == text then
-    return true
-  end
-  local ok, err = pcall(vim.rpcnotify, chan, 'budget', params)
-  if ok then
-    state.budget = text
-  end
-  return ok, err
+  return notify_changed(chan, 'budget', params, vim.inspect(params))
 end
 
----Send changed provider variables, then a changed budget, to the host on `chan`.
+---Pass the setup()'s MCP servers to the host on `chan` when they changed since it got them
+---(nothing before the first setup()): every loop, a resumed one too, takes its servers' `env`
+---values (tokens) from them, since none is stored with a loop (|loopr-mcp|). A notification
+---the host applies before it reads the request sent after it.
+---@param chan integer
+---@return boolean ok
+---@return any err The rpcnotify error when not ok.
+local function send_changed_mcp(chan)
+  if not config.configured() then
+    return true
+  end
+  local mcp = config.settings().mcp or { servers = vim.empty_dict() }
+  -- A fingerprint, so that the state holds no copy of a token.
+  return notify_changed(chan, 'mcp', mcp, fingerprint(vim.inspect(mcp)))
+end
+
+---Send changed provider variables, then a changed budget and MCP servers, to the host on
+---`chan`.
 ---@param chan integer
 ---@return boolean ok
 ---@return any err The rpcnotify error when not ok.
@@ -117,6 +146,9 @@ local function send_changed_state(chan)
   local ok, err = send_changed_credentials(chan)
   if ok then
     ok, err = send_changed_budget(chan)
+  end
+  if ok then
+    ok, err = send_changed_mcp(chan)
   end
   return ok, err
 end
@@ -306,7 +338,7 @@ local function start()
     return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
   end
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
-  state.credentials, state.budget = credentials, nil
+  state.credentials, state.budget, state.mcp = credentials, nil, nil
 end
 
 ---Whether the host process of `state.chan` is still running.

@@ -87,6 +87,24 @@ impl CredentialsParams {
     }
 }
 
+/// The MCP servers of the user's `setup()`. Parse errors never quote the input: an `env`
+/// value is a token.
+pub struct McpParams(pub crate::mcp::McpSettings);
+
+impl McpParams {
+    pub fn from_args(args: Vec<Value>) -> Result<McpParams, String> {
+        let settings: crate::mcp::McpSettings = params("mcp", args).map_err(|_| {
+            "Loopr: bad parameters for mcp: expected { servers = { <name> = { command = ..., \
+             env = { NAME = string, ... }, ... } } }"
+                .to_owned()
+        })?;
+        settings
+            .check()
+            .map_err(|err| format!("Loopr: mcp: {err}"))?;
+        Ok(McpParams(settings))
+    }
+}
+
 /// The budget and prices of the user's `setup()`, which every plan tree is held to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

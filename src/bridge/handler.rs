@@ -4,9 +4,9 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
-    LoopIdsParams, LoopRecordReply, McpProbeParams, McpProbeReply, PhaseParams, PlanParams,
-    ProviderParams, ProviderReply, RefusedRulesReply, ResumeReply, ReviseParams, RootParams,
-    RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
+    LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, PhaseParams,
+    PlanParams, ProviderParams, ProviderReply, RefusedRulesReply, ResumeReply, ReviseParams,
+    RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
     TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, params,
     to_value,
 };
@@ -136,6 +136,21 @@ impl RpcHandler {
         }
         let manager = self.manager.clone();
         tokio::task::spawn_blocking(move || manager.resume_within_budget());
+    }
+
+    /// `mcp` notification: the MCP servers of the user's `setup()`, where loops (those
+    /// resumed included) take their servers' `env` values from, since none is stored.
+    fn set_mcp(&self, args: Vec<Value>) {
+        match McpParams::from_args(args) {
+            Ok(McpParams(settings)) => {
+                tracing::info!(
+                    servers = ?settings.servers.keys().collect::<Vec<_>>(),
+                    "MCP settings from Neovim for loops started from now on"
+                );
+                self.manager.mcp().use_current(&settings);
+            }
+            Err(err) => tracing::error!(error = %err, "mcp notification refused"),
+        }
     }
 
     async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {
@@ -411,6 +426,7 @@ impl Handler for RpcHandler {
                 }
             }
             "budget" => self.set_budget(args),
+            "mcp" => self.set_mcp(args),
             other => tracing::warn!(notification = other, "unknown notification; ignored"),
         }
     }

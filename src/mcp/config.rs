@@ -23,12 +23,15 @@ pub struct McpSettings {
 }
 
 /// One server: a command speaking MCP over stdio, or the URL of a streamable HTTP server.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// `Debug` names its `env` variables, never their values.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpServerConfig {
     pub command: Option<String>,
     pub args: Vec<String>,
-    /// Variables set for the command, over the allow-listed ones of the host.
+    /// Variables set for the command, over the allow-listed ones of the host. Their values
+    /// are secrets (tokens): a loop's stored settings keep only the names, and a loop takes
+    /// the values from the user's current settings (`McpSettings::with_current_env`).
     pub env: BTreeMap<String, String>,
     pub url: Option<String>,
     /// The loop levels offered the server's tools; planning levels get only `read_only_tools`.
@@ -50,6 +53,21 @@ impl Default for McpServerConfig {
             read_only_tools: Vec::new(),
             timeout_secs: 60,
         }
+    }
+}
+
+impl std::fmt::Debug for McpServerConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("McpServerConfig")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("url", &self.url)
+            .field("levels", &self.levels)
+            .field("read_only_tools", &self.read_only_tools)
+            .field("timeout_secs", &self.timeout_secs)
+            .finish()
     }
 }
 
@@ -100,6 +118,42 @@ impl McpServerConfig {
 }
 
 impl McpSettings {
+    /// `server` (as a loop's settings have it) with the values of its `env` taken from these,
+    /// the user's current settings, by server and variable name: a loop's stored settings
+    /// name the variables only. Else which ones the current settings do not set, and the fix.
+    pub fn with_current_env(
+        &self,
+        name: &str,
+        server: &McpServerConfig,
+    ) -> Result<McpServerConfig, String> {
+        if server.env.is_empty() {
+            return Ok(server.clone());
+        }
+        let current = self.servers.get(name).map(|current| &current.env);
+        let mut env = BTreeMap::new();
+        let mut missing = Vec::new();
+        for variable in server.env.keys() {
+            match current.and_then(|current| current.get(variable)) {
+                Some(value) => {
+                    env.insert(variable.clone(), value.clone());
+                }
+                None => missing.push(variable.as_str()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(format!(
+                "MCP server {name} needs {} in its env, which the current settings do not \
+                 set (env values are never stored with a loop); set mcp.servers.{name}.env in \
+                 setup() (or --settings) to use it",
+                missing.join(", ")
+            ));
+        }
+        Ok(McpServerConfig {
+            env,
+            ..server.clone()
+        })
+    }
+
     /// Rejects what no server could start with, naming the setting and the fix.
     pub fn check(&self) -> Result<(), String> {
         for (name, server) in &self.servers {
@@ -245,6 +299,38 @@ mod tests {
                 .check()
                 .expect_err("key")
                 .contains("provider keys never reach MCP servers")
+        );
+    }
+
+    #[test]
+    fn env_values_come_from_the_current_settings_and_debug_hides_them() {
+        let configured = McpServerConfig {
+            env: BTreeMap::from([("GITHUB_TOKEN".to_owned(), "ghp-now".to_owned())]),
+            ..command("gh-mcp")
+        };
+        let current = settings("github", configured.clone());
+        let stored = McpServerConfig {
+            env: BTreeMap::from([("GITHUB_TOKEN".to_owned(), String::new())]),
+            ..command("gh-mcp")
+        };
+        assert_eq!(current.with_current_env("github", &stored), Ok(configured));
+        let err = McpSettings::default()
+            .with_current_env("github", &stored)
+            .expect_err("not configured now");
+        assert!(
+            err.contains("MCP server github needs GITHUB_TOKEN")
+                && err.contains("mcp.servers.github.env"),
+            "{err}"
+        );
+        assert_eq!(
+            McpSettings::default().with_current_env("plain", &command("x")),
+            Ok(command("x")),
+            "a server without env needs nothing"
+        );
+        let shown = format!("{current:?}");
+        assert!(
+            shown.contains("GITHUB_TOKEN") && !shown.contains("ghp-now"),
+            "{shown}"
         );
     }
 

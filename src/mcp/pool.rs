@@ -1,5 +1,6 @@
 //! The host's MCP servers, shared by its loops: one per project, name and configuration,
-//! started on first use and stopped with the host.
+//! started on first use and stopped with the host; and the user's current MCP settings,
+//! where loops take their servers' `env` values from.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,8 @@ type ServerKey = (PathBuf, String, McpServerConfig);
 #[derive(Default)]
 pub struct McpPool {
     servers: Mutex<HashMap<ServerKey, Arc<McpServer>>>,
+    /// The latest a shell gave (Neovim's `setup()`, the CLI's `--settings`).
+    current: Mutex<McpSettings>,
     stopped: CancellationToken,
 }
 
@@ -46,9 +49,15 @@ impl McpPool {
             .clone()
     }
 
-    /// The tools the configured servers offer loops of `level` in the project at `root`,
-    /// starting the servers not running. A server that cannot start is named with its error;
-    /// the loop goes on without its tools.
+    /// The user's MCP settings from now on: the `env` values loops' servers get.
+    pub fn use_current(&self, settings: &McpSettings) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = settings.clone();
+    }
+
+    /// The tools the servers of a loop's `settings` offer loops of `level` in the project at
+    /// `root`, starting the servers not running, with the `env` values of the current
+    /// settings. A server that cannot start, or whose `env` the current settings lack, is
+    /// named with its error; the loop goes on without its tools, whose calls get that error.
     pub async fn tools_for(
         &self,
         root: &Path,
@@ -62,9 +71,8 @@ impl McpPool {
             if !config.offered_to(level) {
                 continue;
             }
-            let server = self.server(root, name, config);
-            match server.tools(cancel).await {
-                Ok(listed) => {
+            match self.server_tools(root, name, config, cancel).await {
+                Ok((server, listed)) => {
                     for tool in listed
                         .iter()
                         .filter(|tool| config.offers(level, &tool.name))
@@ -72,13 +80,35 @@ impl McpPool {
                         tools.add(&server, tool);
                     }
                 }
-                Err(err) => unavailable.push(Unavailable {
-                    server: name.clone(),
-                    error: err.to_string(),
-                }),
+                Err(error) => {
+                    tools.unavailable(name, &error);
+                    unavailable.push(Unavailable {
+                        server: name.clone(),
+                        error,
+                    });
+                }
             }
         }
         (tools.build(), unavailable)
+    }
+
+    /// The server `name` as a loop's settings have it, with the current `env` values, and
+    /// its tools; or why not.
+    async fn server_tools(
+        &self,
+        root: &Path,
+        name: &str,
+        config: &McpServerConfig,
+        cancel: &CancellationToken,
+    ) -> Result<(Arc<McpServer>, Vec<rmcp::model::Tool>), String> {
+        let config = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .with_current_env(name, config)?;
+        let server = self.server(root, name, &config);
+        let listed = server.tools(cancel).await.map_err(|err| err.to_string())?;
+        Ok((server, listed))
     }
 
     /// Starts (if needed) each configured server for `root` and lists its tools, for

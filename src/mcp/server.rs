@@ -1,10 +1,13 @@
-//! One configured MCP server, supervised: started on first use, restarted with backoff after
-//! it crashed or failed to start, stopped with the pool. Its state, tools and recent errors
+//! One configured MCP server, supervised: started on first use, stopped with the pool. A
+//! server that fails to start, or crashes again after a restart, is down: its callers are
+//! told so at once, with the reason and when it is tried again, and it is restarted in the
+//! background with a delay that doubles with each failure. No caller ever waits on another's
+//! backoff, and at most for one start, which is bounded. Its state, tools and recent errors
 //! are kept for `:LooprMcp` and `:checkhealth`.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
@@ -12,6 +15,7 @@ use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::{ServiceExt, transport::TokioChildProcess};
 use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +23,8 @@ use super::config::{Endpoint, McpServerConfig};
 
 /// Recent errors kept per server.
 const RECENT_ERRORS: usize = 5;
-/// The first restart's delay; each failure in a row doubles it, up to `MAX_BACKOFF`.
+/// The delay before the first restart of a server that is down; each failure in a row
+/// doubles it, up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -30,13 +35,23 @@ pub enum McpError {
     #[error("MCP server {server} could not be started: {message}")]
     Start { server: String, message: String },
     #[error(
+        "MCP server {server} is down ({reason}); it is {retry}, try again later or do without \
+         it"
+    )]
+    Down {
+        server: String,
+        reason: String,
+        /// `tried again in 2.0 s` or `being restarted`.
+        retry: String,
+    },
+    #[error(
         "MCP server {server} did not answer within {seconds} s; it may be busy or stuck, try \
          again later or do without it"
     )]
     Timeout { server: String, seconds: u64 },
     #[error(
-        "MCP server {server} stopped during the call ({message}); it is restarted for the next \
-         call"
+        "MCP server {server} stopped during the call ({message}); it is started again for \
+         later calls"
     )]
     Crashed { server: String, message: String },
     #[error("MCP server {server} refused the call: {message}")]
@@ -49,8 +64,8 @@ pub enum McpError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServerStatus {
     pub name: String,
-    /// `not started`, `starting`, `running`, `stopped` (crashed or failed; restarted on next
-    /// use) or `shut down`.
+    /// `not started`, `starting`, `running`, `stopped` (crashed or failed; restarted in the
+    /// background) or `shut down`.
     pub state: String,
     pub transport: &'static str,
     /// The project it was started for (its working directory).
@@ -68,13 +83,31 @@ struct Connection {
     tools: Vec<Tool>,
 }
 
-#[derive(Default)]
+/// Where a server is in its life.
+enum Phase {
+    /// Not started yet, or lost after it had been running: the next use starts it.
+    Idle,
+    /// A start under way. Callers wait for it when it is `awaited` (a start from `Idle`);
+    /// a restart of a server that is down goes on in the background, callers told it is down.
+    Starting {
+        awaited: bool,
+    },
+    Running(Arc<Connection>),
+    /// It failed to start, or crashed again before a call succeeded: callers are refused at
+    /// once, and the first one refused plans a restart for `retry_at` (at once if that has
+    /// passed).
+    Down {
+        reason: String,
+        retry_at: Instant,
+        restart_planned: bool,
+    },
+    ShutDown,
+}
+
 struct Slot {
-    connection: Option<Arc<Connection>>,
+    phase: Phase,
     /// Failures (crashes, failed starts) since the last successful call.
     failures: u32,
-    /// No start before this, after a failure.
-    not_before: Option<Instant>,
 }
 
 struct Shown {
@@ -88,10 +121,20 @@ pub struct McpServer {
     name: String,
     config: McpServerConfig,
     root: PathBuf,
-    /// Held while starting, so concurrent first uses start the server once.
-    slot: tokio::sync::Mutex<Slot>,
+    /// Never held across an await: a caller decides under it what to do, then waits (if at
+    /// all) on `start_ended`.
+    slot: Mutex<Slot>,
+    /// Wakes the callers waiting for a start.
+    start_ended: Notify,
     shown: Mutex<Shown>,
     stopped: CancellationToken,
+}
+
+/// What a caller found: a connection to use, a start to wait for, or why not.
+enum Found {
+    Ready(Arc<Connection>),
+    WaitForStart,
+    Refused(McpError),
 }
 
 impl McpServer {
@@ -105,7 +148,11 @@ impl McpServer {
             name: name.to_owned(),
             config,
             root: root.to_owned(),
-            slot: tokio::sync::Mutex::new(Slot::default()),
+            slot: Mutex::new(Slot {
+                phase: Phase::Idle,
+                failures: 0,
+            }),
+            start_ended: Notify::new(),
             shown: Mutex::new(Shown {
                 state: "not started",
                 tools: Vec::new(),
@@ -125,26 +172,29 @@ impl McpServer {
     }
 
     /// The server's tools, starting it if it is not running.
-    pub async fn tools(&self, cancel: &CancellationToken) -> Result<Vec<Tool>, McpError> {
-        let connection = self.bounded(cancel, self.connection(cancel)).await?;
+    pub async fn tools(
+        self: &Arc<Self>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Tool>, McpError> {
+        let connection = self.connection(cancel).await?;
         Ok(connection.tools.clone())
     }
 
     /// Calls `tool`; a crash, a timeout or a refusal comes back as an error, never a wait
     /// without end.
     pub async fn call(
-        &self,
+        self: &Arc<Self>,
         tool: &str,
         arguments: JsonObject,
         cancel: &CancellationToken,
     ) -> Result<CallToolResult, McpError> {
+        let connection = self.connection(cancel).await?;
         let work = async {
-            let connection = self.connection(cancel).await?;
             let mut params = CallToolRequestParams::new(tool.to_owned());
             params.arguments = Some(arguments);
             match connection.client.call_tool(params).await {
                 Ok(result) => {
-                    self.slot.lock().await.failures = 0;
+                    self.lock_slot().failures = 0;
                     Ok(result)
                 }
                 Err(ServiceError::McpError(refusal)) => Err(McpError::Refused {
@@ -153,7 +203,11 @@ impl McpServer {
                 }),
                 Err(err) => {
                     let message = err.to_string();
-                    self.lost(&connection, &message).await;
+                    self.lose(
+                        &connection,
+                        format!("the server stopped during a call: {message}"),
+                    );
+                    tracing::warn!(server = %self.name, error = %message, "MCP server lost");
                     Err(McpError::Crashed {
                         server: self.name.clone(),
                         message,
@@ -187,31 +241,128 @@ impl McpServer {
         }
     }
 
-    /// The running connection, started (after the backoff of earlier failures) if there is
-    /// none or it closed.
-    async fn connection(&self, cancel: &CancellationToken) -> Result<Arc<Connection>, McpError> {
-        let mut slot = self.slot.lock().await;
-        if let Some(connection) = &slot.connection {
-            if !connection.client.is_closed() {
-                return Ok(connection.clone());
+    /// The running connection; if there is none, a start this caller waits for (bounded by
+    /// the server's timeout), or at once why not.
+    async fn connection(
+        self: &Arc<Self>,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<Connection>, McpError> {
+        let mut waited = false;
+        loop {
+            // Made before the slot is released: a start that ends in between still wakes it.
+            let start_ended = self.start_ended.notified();
+            match self.find(waited) {
+                Found::Ready(connection) => return Ok(connection),
+                Found::Refused(err) => return Err(err),
+                Found::WaitForStart => {}
             }
-            slot.connection = None;
-            slot.failures += 1;
-            slot.not_before = Some(Instant::now() + backoff(slot.failures));
-            self.remember_error("the server exited".to_owned());
-        }
-        if let Some(not_before) = slot.not_before {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return Err(McpError::Cancelled),
-                () = tokio::time::sleep_until(not_before) => {}
+                _ = self.stopped.cancelled() => return Err(McpError::Cancelled),
+                () = start_ended => waited = true,
             }
         }
-        self.set_state("starting");
-        match self.start().await {
+    }
+
+    /// What a caller finds, deciding under the slot's lock whether a start begins. A caller
+    /// that `waited` for a start that failed is told why it failed.
+    fn find(self: &Arc<Self>, waited: bool) -> Found {
+        let mut slot = self.lock_slot();
+        if let Phase::Running(connection) = &slot.phase {
+            if !connection.client.is_closed() {
+                return Found::Ready(connection.clone());
+            }
+            let connection = connection.clone();
+            self.lose_in(&mut slot, &connection, "the server exited".to_owned());
+        }
+        let now = Instant::now();
+        match &mut slot.phase {
+            Phase::Running(connection) => Found::Ready(connection.clone()),
+            Phase::Idle => {
+                slot.phase = Phase::Starting { awaited: true };
+                self.start_in_background(None);
+                Found::WaitForStart
+            }
+            Phase::Starting { awaited: true } => Found::WaitForStart,
+            Phase::Starting { awaited: false } => Found::Refused(McpError::Down {
+                server: self.name.clone(),
+                reason: self.last_error(),
+                retry: "being restarted".to_owned(),
+            }),
+            Phase::Down { reason, .. } if waited => Found::Refused(McpError::Start {
+                server: self.name.clone(),
+                message: reason
+                    .strip_prefix(START_FAILED)
+                    .unwrap_or(reason)
+                    .to_owned(),
+            }),
+            Phase::Down {
+                reason,
+                retry_at,
+                restart_planned,
+            } => {
+                if !*restart_planned {
+                    *restart_planned = true;
+                    self.start_in_background(Some(*retry_at));
+                }
+                let retry = if *retry_at > now {
+                    format!(
+                        "tried again in {:.1} s",
+                        retry_at.duration_since(now).as_secs_f64()
+                    )
+                } else {
+                    "being restarted".to_owned()
+                };
+                Found::Refused(McpError::Down {
+                    server: self.name.clone(),
+                    reason: reason.clone(),
+                    retry,
+                })
+            }
+            Phase::ShutDown => Found::Refused(McpError::Cancelled),
+        }
+    }
+
+    /// Starts the server in a task of its own, so that a caller giving up does not end a
+    /// start others wait for; `at`, a restart of a server that is down, once its delay is
+    /// over.
+    fn start_in_background(self: &Arc<Self>, at: Option<Instant>) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            if let Some(at) = at {
+                tokio::select! {
+                    _ = server.stopped.cancelled() => return,
+                    () = tokio::time::sleep_until(at) => {}
+                }
+                let mut slot = server.lock_slot();
+                if !matches!(slot.phase, Phase::Down { .. }) {
+                    return;
+                }
+                slot.phase = Phase::Starting { awaited: false };
+            }
+            server.set_state("starting");
+            let started = tokio::select! {
+                _ = server.stopped.cancelled() => Err("the host is shutting down".to_owned()),
+                outcome = tokio::time::timeout(server.config.timeout(), server.start()) => {
+                    outcome.unwrap_or_else(|_| Err(format!(
+                        "no answer to the MCP handshake within {} s",
+                        server.config.timeout_secs
+                    )))
+                }
+            };
+            server.record_start(started);
+            server.start_ended.notify_waiters();
+        });
+    }
+
+    fn record_start(&self, started: Result<Connection, String>) {
+        let mut slot = self.lock_slot();
+        if matches!(slot.phase, Phase::ShutDown) {
+            return;
+        }
+        match started {
             Ok(connection) => {
-                let connection = Arc::new(connection);
-                slot.connection = Some(connection.clone());
-                slot.not_before = None;
                 let mut shown = self.lock_shown();
                 shown.state = "running";
                 shown.starts += 1;
@@ -220,36 +371,46 @@ impl McpServer {
                     .iter()
                     .map(|tool| tool.name.to_string())
                     .collect();
-                Ok(connection)
+                slot.phase = Phase::Running(Arc::new(connection));
             }
             Err(message) => {
+                tracing::warn!(server = %self.name, error = %message, "MCP server did not start");
                 slot.failures += 1;
-                slot.not_before = Some(Instant::now() + backoff(slot.failures));
+                let reason = format!("{START_FAILED}{message}");
                 self.set_state("stopped");
-                self.remember_error(format!("start failed: {message}"));
-                Err(McpError::Start {
-                    server: self.name.clone(),
-                    message,
-                })
+                self.remember_error(reason.clone());
+                slot.phase = Phase::Down {
+                    reason,
+                    retry_at: Instant::now() + backoff(slot.failures),
+                    restart_planned: false,
+                };
             }
         }
     }
 
-    /// The connection broke during a call: forget it, so the next use restarts the server.
-    async fn lost(&self, connection: &Arc<Connection>, message: &str) {
-        let mut slot = self.slot.lock().await;
-        if slot
-            .connection
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, connection))
-        {
-            slot.connection = None;
-            slot.failures += 1;
-            slot.not_before = Some(Instant::now() + backoff(slot.failures));
-            self.set_state("stopped");
-            self.remember_error(format!("the server stopped during a call: {message}"));
+    /// The connection broke: forget it. A server that ran until now is started again on its
+    /// next use; one that breaks again before a call succeeded is down.
+    fn lose(&self, connection: &Arc<Connection>, reason: String) {
+        let mut slot = self.lock_slot();
+        self.lose_in(&mut slot, connection, reason);
+    }
+
+    fn lose_in(&self, slot: &mut Slot, connection: &Arc<Connection>, reason: String) {
+        if !matches!(&slot.phase, Phase::Running(current) if Arc::ptr_eq(current, connection)) {
+            return;
         }
-        tracing::warn!(server = %self.name, error = %message, "MCP server lost");
+        slot.failures += 1;
+        self.set_state("stopped");
+        self.remember_error(reason.clone());
+        slot.phase = if slot.failures == 1 {
+            Phase::Idle
+        } else {
+            Phase::Down {
+                reason,
+                retry_at: Instant::now() + backoff(slot.failures),
+                restart_planned: false,
+            }
+        };
     }
 
     async fn start(&self) -> Result<Connection, String> {
@@ -304,10 +465,9 @@ impl McpServer {
     /// child's stdin and kills its process group. A start under way ends with the pool's
     /// stop token and drops what it started.
     pub(super) fn stop(&self) {
-        if let Ok(mut slot) = self.slot.try_lock() {
-            slot.connection = None;
-        }
+        self.lock_slot().phase = Phase::ShutDown;
         self.set_state("shut down");
+        self.start_ended.notify_waiters();
     }
 
     pub fn status(&self) -> ServerStatus {
@@ -338,10 +498,25 @@ impl McpServer {
         shown.recent_errors.push_back(error);
     }
 
-    fn lock_shown(&self) -> std::sync::MutexGuard<'_, Shown> {
+    fn last_error(&self) -> String {
+        self.lock_shown()
+            .recent_errors
+            .back()
+            .cloned()
+            .unwrap_or_else(|| "it stopped".to_owned())
+    }
+
+    fn lock_shown(&self) -> MutexGuard<'_, Shown> {
         self.shown.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn lock_slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
+
+/// How the reason of a server that did not start begins.
+const START_FAILED: &str = "start failed: ";
 
 fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
@@ -353,6 +528,48 @@ fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stdio server that never answers the MCP handshake, with a start bounded to 1 s.
+    fn never_answering(root: &Path) -> Arc<McpServer> {
+        let config = McpServerConfig {
+            command: Some("sleep".to_owned()),
+            args: vec!["600".to_owned()],
+            timeout_secs: 1,
+            ..McpServerConfig::default()
+        };
+        Arc::new(McpServer::new(
+            "stuck",
+            config,
+            root,
+            CancellationToken::new(),
+        ))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_failed_to_start_fails_its_callers_at_once_with_the_reason() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let server = never_answering(root.path());
+        let cancel = CancellationToken::new();
+        let first = server.tools(&cancel).await.expect_err("never answers");
+        assert!(first.to_string().contains("MCP server stuck"), "{first}");
+
+        // Another start would take the whole second again: the caller is told at once.
+        let asked = std::time::Instant::now();
+        let second = server.tools(&cancel).await.expect_err("down");
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "waited {:?} for a server known to be down",
+            asked.elapsed()
+        );
+        let told = second.to_string();
+        assert!(
+            told.contains("MCP server stuck is down")
+                && told.contains("no answer to the MCP handshake within 1 s")
+                && told.contains("tried again"),
+            "{told}"
+        );
+        assert_eq!(server.status().state, "stopped");
+    }
 
     #[test]
     fn backoff_doubles_up_to_a_cap() {

@@ -25,15 +25,20 @@ struct McpTool {
     server: Arc<McpServer>,
 }
 
-/// The MCP tools of one loop, in a stable order (server, then the server's order).
+/// The MCP tools of one loop, in a stable order (server, then the server's order), and the
+/// servers whose tools it could not be offered, with why.
 #[derive(Clone, Default)]
 pub struct McpTools {
     tools: Arc<[McpTool]>,
+    unavailable: Arc<[(String, String)]>,
 }
 
 impl McpTools {
     pub(super) fn builder() -> McpToolsBuilder {
-        McpToolsBuilder { tools: Vec::new() }
+        McpToolsBuilder {
+            tools: Vec::new(),
+            unavailable: Vec::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -62,20 +67,32 @@ impl McpTools {
         self.tools.iter().any(|tool| tool.exposed == name)
     }
 
-    /// Runs the call of `name` (one of `names`); `None` if it is no MCP tool of this loop.
+    /// Runs the call of `name` (one of `names`); a tool of a server this loop could not be
+    /// offered fails with why (a resumed conversation may call one); `None` if it is no MCP
+    /// tool of this loop.
     pub async fn call(
         &self,
         name: &str,
         input: Value,
         context: &ToolContext,
     ) -> Option<Result<String, ToolError>> {
-        let tool = self.tools.iter().find(|tool| tool.exposed == name)?;
-        Some(call(tool, input, context).await)
+        match self.tools.iter().find(|tool| tool.exposed == name) {
+            Some(tool) => Some(call(tool, input, context).await),
+            None => self
+                .unavailable
+                .iter()
+                .find(|(server, _)| {
+                    name.strip_prefix(server.as_str())
+                        .is_some_and(|tool| tool.starts_with(TOOL_SEPARATOR))
+                })
+                .map(|(_, why)| Err(ToolError::External(why.clone()))),
+        }
     }
 }
 
 pub(super) struct McpToolsBuilder {
     tools: Vec<McpTool>,
+    unavailable: Vec<(String, String)>,
 }
 
 impl McpToolsBuilder {
@@ -109,9 +126,15 @@ impl McpToolsBuilder {
         });
     }
 
+    /// `server` offers this loop nothing, for `why`.
+    pub(super) fn unavailable(&mut self, server: &str, why: &str) {
+        self.unavailable.push((server.to_owned(), why.to_owned()));
+    }
+
     pub(super) fn build(self) -> McpTools {
         McpTools {
             tools: self.tools.into(),
+            unavailable: self.unavailable.into(),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
 use super::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
+use super::stored_settings::{secrets_removed, settings_without_secrets};
 use crate::llm::Usage;
 use crate::pricing::ModelUsage;
 
@@ -56,7 +57,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -421,6 +422,7 @@ fn store_to_sqlite(err: StoreError) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(err.to_string())))
 }
 
+/// Every loop row is written here: its settings go in without secrets.
 fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> rusqlite::Result<()> {
     let depends_on = serde_json::to_string(&record.depends_on).unwrap_or_else(|_| "[]".to_owned());
     connection.execute(
@@ -446,7 +448,7 @@ fn insert_row(connection: &Connection, record: &LoopRecord, host_pid: u32) -> ru
             depends_on,
             record.review_passes,
             record.feedback,
-            record.settings,
+            settings_without_secrets(&record.settings),
         ],
     )?;
     Ok(())
@@ -716,9 +718,47 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<Migrated> {
              );",
         )?;
     }
+    let mut secrets_removed_from = 0;
+    if version < 5 {
+        // Earlier versions kept every setting with each loop, MCP servers' `env` values
+        // (tokens) included: only their names stay.
+        secrets_removed_from = remove_stored_secrets(&transaction)?;
+    }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()?;
+    if secrets_removed_from > 0 {
+        forget_overwritten_pages(connection)?;
+    }
     Ok(Migrated::UpToDate)
+}
+
+/// Blanks the secrets in every loop's stored settings (overwriting what they held, with
+/// `secure_delete`); returns how many loops held some.
+fn remove_stored_secrets(transaction: &Transaction) -> rusqlite::Result<usize> {
+    transaction.pragma_update(None, "secure_delete", true)?;
+    let mut select = transaction.prepare("SELECT id, settings FROM loops")?;
+    let stored: Vec<(String, String)> = select
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut changed = 0;
+    for (id, settings) in stored {
+        if let Some(settings) = secrets_removed(&settings) {
+            transaction.execute(
+                "UPDATE loops SET settings = ?2 WHERE id = ?1",
+                params![id, settings],
+            )?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
+
+/// After rows were overwritten: their old content may still be in the write-ahead log and in
+/// the database file's old pages until a checkpoint copies the new pages over them. One that
+/// truncates the log leaves neither (another host reading at this moment may keep it from
+/// finishing; its next checkpoint does).
+fn forget_overwritten_pages(connection: &Connection) -> rusqlite::Result<()> {
+    connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
 }
 
 #[cfg(test)]
@@ -857,26 +897,29 @@ mod tests {
         assert!(old[0].depends_on.is_empty());
     }
 
+    /// A database at `path` with the loops `old-1` (120 tokens in, 45 out) and `old-2`, then
+    /// made by `earlier` what an earlier Loopr left.
+    fn earlier_database(path: &Path, earlier: impl FnOnce(&Connection) -> rusqlite::Result<()>) {
+        let db = LoopDb::open(path).expect("open");
+        db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        db.set_tokens(&LoopId::parse("old-1").expect("id"), 120, 45)
+            .expect("tokens");
+        db.with_connection(earlier)
+            .expect("as an earlier Loopr left it");
+    }
+
     #[test]
     fn a_version_three_database_keeps_its_token_counts_under_an_unrecorded_model() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("loopr.db");
-        {
-            let db = LoopDb::open(&path).expect("open");
-            db.insert(&record("old-1", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            db.insert(&record("old-2", "2026-01-01T00:00:00Z"), 1)
-                .expect("insert");
-            db.set_tokens(&LoopId::parse("old-1").expect("id"), 120, 45)
-                .expect("tokens");
-            // Back to version 3, as an earlier Loopr left it.
-            db.with_connection(|connection| {
-                connection.execute_batch(
-                    "DROP TABLE loop_usage; DROP TABLE budget_grants; PRAGMA user_version = 3;",
-                )
-            })
-            .expect("downgrade");
-        }
+        earlier_database(&path, |connection| {
+            connection.execute_batch(
+                "DROP TABLE loop_usage; DROP TABLE budget_grants; PRAGMA user_version = 3;",
+            )
+        });
         let db = LoopDb::open(&path).expect("migrate");
         let usage = db.usage_by_loop().expect("usage");
         let old = LoopId::parse("old-1").expect("id");
@@ -909,6 +952,76 @@ mod tests {
         assert_eq!(usage[&old][1].usage.cache_read_tokens, 8, "added up");
         let record = db.get(&old).expect("get").expect("stored");
         assert_eq!((record.tokens_in, record.tokens_out), (154, 49));
+    }
+
+    /// Whether any file of the database (the main file, its write-ahead log) holds `needle`.
+    fn database_files_hold(path: &Path, needle: &str) -> bool {
+        ["", "-wal"].iter().any(|suffix| {
+            std::fs::read(format!("{}{suffix}", path.display())).is_ok_and(|bytes| {
+                bytes
+                    .windows(needle.len())
+                    .any(|window| window == needle.as_bytes())
+            })
+        })
+    }
+
+    const TOKEN: &str = "ghp-never-stored-4e1a";
+
+    fn settings_with_token() -> String {
+        format!(
+            r#"{{"max_turns":9,"mcp":{{"servers":{{"github":{{"command":"gh-mcp","env":{{"GITHUB_TOKEN":"{TOKEN}"}}}}}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_loop_is_stored_without_the_secrets_of_its_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        let mut parent = record("with-token", "2026-01-01T00:00:00Z");
+        parent.settings = settings_with_token();
+        db.insert(&parent, 1).expect("insert");
+        let stored = db.get(&parent.id).expect("get").expect("stored");
+        assert!(!stored.settings.contains(TOKEN), "{}", stored.settings);
+        assert!(
+            stored.settings.contains(r#""GITHUB_TOKEN":"""#),
+            "{}",
+            stored.settings
+        );
+        drop(db);
+        assert!(!database_files_hold(&dir.path().join("p/loopr.db"), TOKEN));
+    }
+
+    #[test]
+    fn a_version_four_database_loses_the_secrets_it_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("loopr.db");
+        // The token stored with the settings.
+        earlier_database(&path, |connection| {
+            connection.execute(
+                "UPDATE loops SET settings = ?1 WHERE id = 'old-1'",
+                params![settings_with_token()],
+            )?;
+            connection.execute_batch("PRAGMA user_version = 4;")
+        });
+        assert!(database_files_hold(&path, TOKEN), "the old record holds it");
+        let db = LoopDb::open(&path).expect("migrate");
+        let old = db
+            .get(&LoopId::parse("old-1").expect("id"))
+            .expect("get")
+            .expect("kept");
+        let settings: serde_json::Value = serde_json::from_str(&old.settings).expect("json");
+        assert_eq!(settings["max_turns"], 9, "the rest is kept");
+        assert_eq!(
+            settings["mcp"]["servers"]["github"]["env"],
+            serde_json::json!({"GITHUB_TOKEN": ""}),
+            "the name is kept"
+        );
+        assert!(
+            !database_files_hold(&path, TOKEN),
+            "nothing of the token is left in the database's files, even while open"
+        );
+        drop(db);
+        assert!(!database_files_hold(&path, TOKEN));
     }
 
     #[test]

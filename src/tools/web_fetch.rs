@@ -3,7 +3,10 @@
 //! metadata and other special addresses are refused), the connection goes only to an address
 //! that passed (the client resolves through the same check, so a DNS answer cannot change
 //! between the check and the connection), and redirects are followed one at a time, each hop
-//! checked and its host approved again.
+//! checked and its host approved again. The page is made text (`html_text`) on the blocking
+//! pool, within the fetch's time limit and its cancel.
+
+mod html_text;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -15,18 +18,20 @@ use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
-use super::output::CappedOutput;
+use super::output::{CappedOutput, clip_line};
 use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input};
 use crate::schema::input_schema_for;
 
-/// Time on the network for one fetch, all its hops together; the user's approvals are not
-/// counted, they may take as long as the user likes.
+/// Time for one fetch: on the network, all its hops together, and making text of the page.
+/// The user's approvals are not counted, they may take as long as the user likes.
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Bytes read from the server at most; the rest is not downloaded.
 const MAX_DOWNLOAD: usize = 2 * 1024 * 1024;
 const MAX_OUTPUT_BYTES: usize = 100 * 1024;
-const TEXT_WIDTH: usize = 100;
+/// Longer lines (minified scripts and JSON) are clipped, so one line cannot take the output.
+const MAX_LINE_CHARS: usize = 10_000;
 /// Redirects followed at most; each one is checked like the first request.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -51,6 +56,9 @@ pub struct WebFetchTool {
 
 impl WebFetchTool {
     pub fn new() -> WebFetchTool {
+        if crate::test_hooks::loopback_fetch_allowed() {
+            return WebFetchTool::with_address_check(public_or_the_test_server);
+        }
         WebFetchTool::with_address_check(non_public_address)
     }
 
@@ -97,37 +105,92 @@ impl Tool for WebFetchTool {
         let input: WebFetchInput = parse_input(self.name(), input)?;
         let url = parse_web_url(input.url.trim())
             .map_err(|why| ToolError::InvalidInput(format!("url {:?} {why}", input.url)))?;
-        let fetch = self.fetch_following_redirects(url.clone(), context);
-        let (content_type, bytes, truncated) = tokio::select! {
+        let work = async {
+            let mut budget = TimeBudget { left: TIMEOUT };
+            let page = self
+                .fetch_following_redirects(url.clone(), context, &mut budget)
+                .await?;
+            budget
+                .within(page_text(&url, page))
+                .await
+                .unwrap_or_else(|| {
+                    Err(web_error(
+                        &url,
+                        format!(
+                            "could not be fetched and made text within {}s; fetch a smaller or \
+                             simpler page",
+                            TIMEOUT.as_secs()
+                        ),
+                    ))
+                })
+        };
+        tokio::select! {
             biased;
-            _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
-            result = fetch => result?,
-        };
-        let text = if content_type.contains("html") {
-            html2text::config::plain_no_decorate()
-                .string_from_read(bytes.as_slice(), TEXT_WIDTH)
-                .map_err(|err| web_error(&url, format!("unreadable HTML: {err}")))?
-        } else if content_type.is_empty()
-            || content_type.starts_with("text/")
-            || content_type.contains("json")
-            || content_type.contains("xml")
-        {
-            String::from_utf8_lossy(&bytes).into_owned()
-        } else {
-            return Err(web_error(&url, format!("is {content_type}, not text")));
-        };
-        let mut output = CappedOutput::new(MAX_OUTPUT_BYTES);
-        for line in text.lines() {
-            if !output.push_line(line) {
-                break;
-            }
+            _ = context.cancel.cancelled() => Err(ToolError::Cancelled),
+            result = work => result,
         }
-        let mut result = output.finish("fetch a more specific page");
-        if truncated {
-            result.push_str(&format!("[download stopped at {MAX_DOWNLOAD} bytes]\n"));
-        }
-        Ok(result)
     }
+}
+
+/// A fetched page: its content type, and its body up to `MAX_DOWNLOAD` bytes.
+struct Page {
+    content_type: String,
+    body: Vec<u8>,
+    truncated: bool,
+}
+
+/// The page as the text the model gets. Made on the blocking pool, so the async workers go on
+/// streaming other loops' answers; when the caller stops waiting (cancel, time limit), the
+/// work stops at its next check.
+async fn page_text(url: &reqwest::Url, page: Page) -> Result<String, ToolError> {
+    let content_type = page.content_type.as_str();
+    let html = content_type.contains("html");
+    let text = html
+        || content_type.is_empty()
+        || content_type.starts_with("text/")
+        || content_type.contains("json")
+        || content_type.contains("xml");
+    if !text {
+        return Err(web_error(url, format!("is {content_type}, not text")));
+    }
+    let stop = CancellationToken::new();
+    let _stop_when_dropped = stop.clone().drop_guard();
+    let converting =
+        tokio::task::spawn_blocking(move || readable_text(&page, html, &|| stop.is_cancelled()));
+    match converting.await {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(html_text::Stopped)) => Err(ToolError::Cancelled),
+        Err(err) => Err(web_error(
+            url,
+            format!("making text of the page failed: {err}"),
+        )),
+    }
+}
+
+/// The page's text, capped; HTML reduced to readable text (`html_text`).
+fn readable_text(
+    page: &Page,
+    html: bool,
+    stop: &dyn Fn() -> bool,
+) -> Result<String, html_text::Stopped> {
+    let body = String::from_utf8_lossy(&page.body);
+    let text = if html {
+        // One byte over the cap, so that a page cut there is said to be.
+        std::borrow::Cow::Owned(html_text::html_to_text(&body, MAX_OUTPUT_BYTES + 1, stop)?.text)
+    } else {
+        body
+    };
+    let mut output = CappedOutput::new(MAX_OUTPUT_BYTES);
+    for line in text.lines() {
+        if !output.push_line(&clip_line(line, MAX_LINE_CHARS)) {
+            break;
+        }
+    }
+    let mut result = output.finish("fetch a more specific page");
+    if page.truncated {
+        result.push_str(&format!("[download stopped at {MAX_DOWNLOAD} bytes]\n"));
+    }
+    Ok(result)
 }
 
 impl WebFetchTool {
@@ -138,10 +201,10 @@ impl WebFetchTool {
         &self,
         mut url: reqwest::Url,
         context: &ToolContext,
-    ) -> Result<(String, Vec<u8>, bool), ToolError> {
+        network: &mut TimeBudget,
+    ) -> Result<Page, ToolError> {
         let mut approved_hosts: HashSet<String> = HashSet::new();
         let mut redirected_from: Option<reqwest::Url> = None;
-        let mut network = NetworkBudget { left: TIMEOUT };
         for hop in 0..=MAX_REDIRECTS {
             let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
             network
@@ -252,22 +315,42 @@ impl WebFetchTool {
     }
 }
 
-/// What is left of a fetch's `TIMEOUT`, spent only by the network parts.
-struct NetworkBudget {
+/// What is left of a fetch's `TIMEOUT`, spent by the network and by making text of the page.
+struct TimeBudget {
     left: Duration,
 }
 
-impl NetworkBudget {
+impl TimeBudget {
+    /// `work`'s outcome, or `None` if the time left ran out first.
+    async fn within<T>(&mut self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        let started = tokio::time::Instant::now();
+        let finished = tokio::time::timeout(self.left, work).await;
+        self.left = self.left.saturating_sub(started.elapsed());
+        finished.ok()
+    }
+
+    /// A network step, failing with the fetch's time limit when it runs out.
     async fn spend<T>(
         &mut self,
         url: &reqwest::Url,
         work: impl std::future::Future<Output = Result<T, ToolError>>,
     ) -> Result<T, ToolError> {
-        let started = tokio::time::Instant::now();
-        let finished = tokio::time::timeout(self.left, work).await;
-        self.left = self.left.saturating_sub(started.elapsed());
-        finished.map_err(|_| web_error(url, format!("no answer within {}s", TIMEOUT.as_secs())))?
+        self.within(work).await.unwrap_or_else(|| {
+            Err(web_error(
+                url,
+                format!("no answer within {}s", TIMEOUT.as_secs()),
+            ))
+        })
     }
+}
+
+/// The strict check, but for 127.0.0.1 itself, where a test serves its pages (only when the
+/// test hooks ask for it).
+fn public_or_the_test_server(address: IpAddr) -> Option<&'static str> {
+    if address == IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        return None;
+    }
+    non_public_address(address)
 }
 
 /// `url` if it is an http(s) URL with a host; else why not, to follow the URL in a message.
@@ -282,10 +365,7 @@ fn parse_web_url(text: &str) -> Result<reqwest::Url, String> {
     Ok(url)
 }
 
-async fn read_body(
-    url: &reqwest::Url,
-    response: reqwest::Response,
-) -> Result<(String, Vec<u8>, bool), ToolError> {
+async fn read_body(url: &reqwest::Url, response: reqwest::Response) -> Result<Page, ToolError> {
     let content_type = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -304,7 +384,11 @@ async fn read_body(
             break;
         }
     }
-    Ok((content_type, body, truncated))
+    Ok(Page {
+        content_type,
+        body,
+        truncated,
+    })
 }
 
 /// An address the check refused, carried through reqwest's error chain from the resolver.
@@ -571,14 +655,6 @@ mod tests {
         )
     }
 
-    /// The strict check, except for 127.0.0.1 itself, where the test servers listen.
-    fn strict_but_the_test_server(address: IpAddr) -> Option<&'static str> {
-        if address == IpAddr::V4(Ipv4Addr::LOCALHOST) {
-            return None;
-        }
-        non_public_address(address)
-    }
-
     #[test]
     fn only_public_addresses_pass() {
         for (address, reason) in [
@@ -713,7 +789,7 @@ mod tests {
             }
         })
         .await;
-        let tool = WebFetchTool::with_address_check(strict_but_the_test_server);
+        let tool = WebFetchTool::with_address_check(public_or_the_test_server);
         let fetch =
             |path: &str| tool.call(json!({ "url": format!("http://{server}{path}") }), &context);
 
@@ -801,13 +877,46 @@ mod tests {
             )
         })
         .await;
-        let tool = WebFetchTool::with_address_check(strict_but_the_test_server);
+        let tool = WebFetchTool::with_address_check(public_or_the_test_server);
         let page = tool
             .call(json!({ "url": format!("http://{server}/") }), &context)
             .await
             .expect("fetched after a slow approval");
         assert_eq!(page, "worth the wait\n");
         assert_eq!(*requests.lock().expect("lock"), ["/"]);
+    }
+
+    /// A page of 100,000 nested elements (1.1 MB, half the download cap) is made text in
+    /// bounded time; the call runs in a task of its own, so a conversion that never ends fails
+    /// the test instead of hanging it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_page_of_100000_nested_elements_is_made_text_in_bounded_time() {
+        let depth = 100_000;
+        let page = format!(
+            "<html><body>{}deep inside{}</body></html>",
+            "<div>".repeat(depth),
+            "</div>".repeat(depth)
+        );
+        let (server, _) = serve(move |_| {
+            (
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html".to_owned(),
+                page.clone(),
+            )
+        })
+        .await;
+        let call = tokio::spawn(async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let context = context(&dir, Arc::new(Recording::default()));
+            let tool = WebFetchTool::with_address_check(public_or_the_test_server);
+            tool.call(json!({ "url": format!("http://{server}/") }), &context)
+                .await
+        });
+        let text = tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .expect("made text within 30 s")
+            .expect("the call did not panic")
+            .expect("fetched");
+        assert_eq!(text, "deep inside\n");
     }
 
     #[tokio::test]

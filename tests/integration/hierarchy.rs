@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, first_user_text};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    REVISED_PHASES, phase_input, phase_route, plan_and_approve, plan_route, restart_mid_turn,
+    REVISED_PHASES, plan_and_approve, plan_route, push_specs_and_phases, restart_mid_turn,
     revise_current, script_revised_spec, spec_input, spec_route, start_editor, tool_turn,
     valid_plan, wait_all_complete, wait_settled,
 };
@@ -26,18 +26,7 @@ fn two_spec_plan() -> Value {
 
 fn script_hierarchy(fake: &FakeLlm, plan: Value, specs: &[(&str, [&str; 3])]) {
     fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    for (spec, phases) in specs {
-        fake.push_routed(
-            &spec_route(spec),
-            tool_turn(spec, "create_spec", spec_input(spec, phases)),
-        );
-        for phase in phases {
-            fake.push_routed(
-                &phase_route(phase),
-                tool_turn(phase, "create_phase", phase_input(phase)),
-            );
-        }
-    }
+    push_specs_and_phases(fake, specs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,17 +251,7 @@ async fn the_status_tree_shows_review_passes_and_approves_and_opens_from_its_key
             json!({"verdict": "approve", "issues": []}),
         ),
     );
-    let (spec, phases) = SPECS[0];
-    fake.push_routed(
-        &spec_route(spec),
-        tool_turn(spec, "create_spec", spec_input(spec, &phases)),
-    );
-    for phase in phases {
-        fake.push_routed(
-            &phase_route(phase),
-            tool_turn(phase, "create_phase", phase_input(phase)),
-        );
-    }
+    push_specs_and_phases(&fake, &SPECS[..1]);
     let mut editor = start_editor(&fake, "{ plan_review_passes = 1 }").await;
     let plan_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&plan_id, "awaiting_approval").await;

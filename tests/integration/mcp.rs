@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::{API_KEY, TestNvim};
 use crate::scenario::{
-    code_route, commit_everything, complete_phase_turn, phase_input, phase_route, plan_and_approve,
-    plan_route, requests_routed, run_code_loop, spec_input, spec_route, start_editor,
-    start_editor_at, tool_results, tool_turn, wait_all_complete,
+    code_route, commit_everything, complete_phase_turn, files_containing, phase_input, phase_route,
+    plan_and_approve, plan_route, push_specs_and_phases, requests_routed, run_code_loop,
+    spec_input, spec_route, start_editor, start_editor_at, start_editor_in, tool_results,
+    tool_turn, wait_all_complete,
 };
 
 /// A token in the host's environment that no MCP server may see.
@@ -361,4 +362,222 @@ async fn planning_loops_get_only_the_tools_marked_read_only() {
         "plan is not in levels"
     );
     editor.quit().await;
+}
+
+/// How long a start of the dead servers below may take.
+const START_SECS: u64 = 2;
+
+/// Plans and approves a tree of eleven loops (two specs, the second after the first, of four
+/// phases each) with `setup` (a Lua table), and returns the time from the plan's start until
+/// every loop completed.
+async fn plan_tree_took(setup: &str) -> std::time::Duration {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", crate::scenario::valid_plan()),
+    );
+    push_specs_and_phases(
+        &fake,
+        &[
+            ("version-flag", ["flag-1", "flag-2", "flag-3", "flag-4"]),
+            ("version-docs", ["docs-1", "docs-2", "docs-3", "docs-4"]),
+        ],
+    );
+    let mut editor = start_editor(&fake, setup).await;
+    let started = std::time::Instant::now();
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 11).await;
+    let took = started.elapsed();
+    editor.quit().await;
+    took
+}
+
+/// A server that exits at once, or one that never answers the handshake, configured for
+/// every planning level: the first loop that asks waits for one bounded start at most, and
+/// every later one is told at once that the server is down, while it is tried again in the
+/// background. The tree takes about as long as without the server, give or take one start
+/// (it once took a minute more, every loop waiting out the restart delay behind the server's
+/// lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_mcp_server_costs_a_plan_tree_nothing() {
+    let without = plan_tree_took("{}").await;
+    // What a start of each may cost the first loop that asks, besides the slack.
+    for (how, server, start) in [
+        ("exits at once", "command = 'false'", 0),
+        (
+            "never answers",
+            "command = 'sleep', args = { '600' }",
+            START_SECS,
+        ),
+    ] {
+        let took = plan_tree_took(&format!(
+            "{{ mcp = {{ servers = {{ dead = {{ {server}, levels = {{ 'plan', 'spec', 'phase' }},
+                 timeout_secs = {START_SECS} }} }} }} }}"
+        ))
+        .await;
+        let bound = without * 2 + std::time::Duration::from_secs(start + 2);
+        assert!(
+            took < bound,
+            "with a server that {how} the tree took {took:?}, without one {without:?}"
+        );
+    }
+}
+
+/// A token in an MCP server's `env`: the server gets it, nothing of Loopr's keeps it.
+const TOKEN: &str = "mcp-token-5d1f0c7e-never-store-me";
+
+/// A whole `setup()` table (review passes off, changes approved): the test server as `probe`
+/// for every level, `lookup` read-only, logging to `log` what `PROBE_TOKEN` it was given,
+/// which `env` sets to `token` if there is one.
+fn token_setup(log: &std::path::Path, token: Option<&str>) -> String {
+    let env = token
+        .map(|token| format!("env = {{ PROBE_TOKEN = {token:?} }},"))
+        .unwrap_or_default();
+    format!(
+        "{{ plan_review_passes = 0, spec_review = false,
+           approvals = {{ write = 'auto', edit = 'auto', command = 'auto' }},
+           mcp = {{ servers = {{ probe = {{ command = {:?},
+             args = {{ '--log', {:?}, '--log-env', 'PROBE_TOKEN' }}, {env}
+             levels = {{ 'plan', 'spec', 'phase', 'code' }}, read_only_tools = {{ 'lookup' }} }} }} }} }}",
+        server_binary(),
+        log.display().to_string(),
+    )
+}
+
+/// Quits `editor` and waits until its host has exited, so its database is as it left it.
+async fn quit_host(editor: TestNvim) -> crate::nvim::TestDirs {
+    let host: i32 = editor.lua("return require('loopr.host').pid()").await;
+    let dirs = editor.quit().await;
+    crate::nvim::wait_for_exit(host).await;
+    dirs
+}
+
+fn assert_stored_nowhere(dirs: &crate::nvim::TestDirs) {
+    assert_eq!(
+        files_containing(dirs.temp.path(), TOKEN),
+        Vec::<std::path::PathBuf>::new(),
+        "no byte of the token in $LOOPR_HOME (loopr.db and its log included), the host's log \
+         or the project"
+    );
+}
+
+/// A plan tree and a code loop whose MCP server's `env` holds a token: the server is given
+/// it, but no loop record (they once kept every setting, `env` values included), no other
+/// state file and no log holds it once the host is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_env_values_reach_the_server_and_nothing_that_is_stored() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let mut editor = planned_editor(&fake, &token_setup(&log, Some(TOKEN))).await;
+    fake.push_routed(
+        &code_route(PHASE),
+        TurnBuilder::new()
+            .tool_use("l1", "probe__lookup", json!({"key": "token"}))
+            .reply(),
+    );
+    fake.push_routed(&code_route(PHASE), complete_phase_turn("looked it up"));
+    let code_id = run_code_loop(&mut editor, PHASE).await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let results = tool_results(&requests_routed(&fake, &code_route(PHASE))[1]);
+    assert_eq!(result_text(&results[0]), "value of token\n");
+    assert!(
+        server_log(&log).contains(&format!("env PROBE_TOKEN={TOKEN}")),
+        "{:?}",
+        server_log(&log)
+    );
+    let dirs = quit_host(editor).await;
+    assert_stored_nowhere(&dirs);
+}
+
+/// Plans `task` with a first turn that never ends, and quits once the model was asked: the
+/// plan is left running, for the next editor to resume. Returns its id.
+async fn plan_cut_off(fake: &FakeLlm, editor: &mut TestNvim, task: &str) -> String {
+    let asked = fake.requests().len();
+    fake.push_routed(task, crate::scenario::stalled_turn("Let me look"));
+    // Not the id `plan` returns: an earlier loop's `running` event may still be unread.
+    editor.plan(task).await;
+    tokio::time::timeout(crate::nvim::WAIT, fake.wait_for_requests(asked + 1))
+        .await
+        .expect("the model was asked");
+    let records = editor.status_records().await;
+    let planned = records
+        .iter()
+        .find(|record| record["task"] == task)
+        .expect("the plan is recorded");
+    planned["id"].as_str().expect("id").to_owned()
+}
+
+/// Starts an editor on `dirs` with `setup`, which resumes the cut-off plan `task`: its turn
+/// calls `probe__lookup`, then plans. Returns the editor once the plan waits for approval,
+/// and what the lookup answered.
+async fn resume_looking_up(
+    fake: &FakeLlm,
+    dirs: crate::nvim::TestDirs,
+    setup: &str,
+    task: &str,
+    plan_id: &str,
+) -> (TestNvim, Value) {
+    let lookup = TurnBuilder::new()
+        .tool_use("l1", "probe__lookup", json!({"key": "resumed"}))
+        .reply();
+    // Held until the new editor listens for events.
+    let (lookup, release) = lookup.held();
+    fake.push_routed(task, lookup);
+    fake.push_routed(
+        task,
+        tool_turn("plan", "create_plan", crate::scenario::valid_plan()),
+    );
+    let mut editor = start_editor_in(dirs, fake, setup).await;
+    release.notify_one();
+    editor.wait_status(plan_id, "awaiting_approval").await;
+    let requests = requests_routed(fake, task);
+    let result = tool_results(requests.last().expect("the plan's last request"))[0].clone();
+    (editor, result)
+}
+
+/// A loop resumed by a new host takes its server's `env` from the settings of now: with the
+/// token there, the server gets it; without, the server's tools fail with why, and the loop
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_loop_takes_mcp_env_values_from_the_current_settings() {
+    let fake = FakeLlm::start().await;
+    let temp = tempfile::tempdir().expect("temp dir");
+    let log = temp.path().join("server.log");
+    let with_token = token_setup(&log, Some(TOKEN));
+
+    let mut editor = start_editor_in(crate::nvim::TestDirs::new(), &fake, &with_token).await;
+    let second = plan_cut_off(&fake, &mut editor, "Second change").await;
+    let dirs = quit_host(editor).await;
+    assert_stored_nowhere(&dirs);
+    let starts_before = server_log(&log).len();
+    let (mut editor, result) =
+        resume_looking_up(&fake, dirs, &with_token, "Second change", &second).await;
+    assert_eq!(result_text(&result), "value of resumed\n", "{result}");
+    assert!(
+        server_log(&log)[starts_before..].contains(&format!("env PROBE_TOKEN={TOKEN}")),
+        "the resumed loop's server got the token: {:?}",
+        server_log(&log)
+    );
+
+    // The token is gone from the settings: the server's tools say why they cannot be used.
+    let third = plan_cut_off(&fake, &mut editor, "Third change").await;
+    let dirs = quit_host(editor).await;
+    let (editor, result) = resume_looking_up(
+        &fake,
+        dirs,
+        &token_setup(&log, None),
+        "Third change",
+        &third,
+    )
+    .await;
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result_text(&result).contains("PROBE_TOKEN")
+            && result_text(&result).contains("mcp.servers.probe.env"),
+        "{result}"
+    );
+    let dirs = quit_host(editor).await;
+    assert_stored_nowhere(&dirs);
 }

@@ -16,30 +16,15 @@ use tokio_util::sync::CancellationToken;
 use crate::fake_llm::openai::{dropped_stream, mid_stream_error, overloaded, rate_limited};
 use crate::fake_llm::{FakeLlm, TurnBuilder, Wire};
 use crate::scenario::{
-    AUTO_APPROVE, OPENAI_KEY, code_route, complete_phase_turn, phase_input, phase_route,
-    plan_route, requests_routed, run_print_version, spec_input, spec_route, start_openai_editor,
-    tool_turn, valid_plan, wait_all_complete,
+    AUTO_APPROVE, OPENAI_KEY, code_route, complete_phase_turn, plan_route, push_specs_and_phases,
+    requests_routed, run_print_version, start_openai_editor, tool_turn, valid_plan,
+    wait_all_complete,
 };
 
 const SPECS: [(&str, [&str; 3]); 2] = [
     ("version-flag", ["parse-flag", "print-version", "exit-code"]),
     ("version-docs", ["readme", "changelog", "help-text"]),
 ];
-
-fn script_specs_and_phases(fake: &FakeLlm, specs: &[(&str, [&str; 3])]) {
-    for (spec, phases) in specs {
-        fake.push_routed(
-            &spec_route(spec),
-            tool_turn(spec, "create_spec", spec_input(spec, phases)),
-        );
-        for phase in phases {
-            fake.push_routed(
-                &phase_route(phase),
-                tool_turn(phase, "create_phase", phase_input(phase)),
-            );
-        }
-    }
-}
 
 /// The messages of a request body.
 fn messages(body: &Value) -> &Vec<Value> {
@@ -88,7 +73,7 @@ async fn a_plan_hierarchy_runs_end_to_end_over_chat_completions() {
                 .reply(),
         );
     }
-    script_specs_and_phases(&fake, &SPECS);
+    push_specs_and_phases(&fake, &SPECS);
     let mut editor = start_openai_editor(&fake, "{ layout = 'vsplit' }", Some(OPENAI_KEY)).await;
 
     let plan_id = editor.plan("Add a --version flag").await;

@@ -1,14 +1,17 @@
 //! The MCP server the tests run, written with the same SDK as the host's client (`rmcp`).
 //!
-//! `loopr-test-mcp-server [--log FILE] [--http]` serves over stdio, or with `--http` over
-//! streamable HTTP on a loopback port, whose URL it prints as its first line. Tools:
+//! `loopr-test-mcp-server [--log FILE] [--log-env NAME] [--http]` serves over stdio, or with
+//! `--http` over streamable HTTP on a loopback port, whose URL it prints as its first line.
+//! Tools:
 //! - `lookup` (read-only): answers `value of <key>`;
 //! - `record` (changing): appends its `note` to the log, so a test sees what reached it;
 //! - `environment`: the names of the variables the server was started with;
 //! - `crash`: the process exits while the call is under way;
 //! - `hang`: never answers.
 //!
-//! Every start appends `start <pid>` to the log, so a test can count restarts.
+//! Every start appends `start <pid>` to the log, so a test can count restarts, and with
+//! `--log-env` then `env NAME=<value>` (or `env NAME unset`), so a test sees what the server
+//! was given.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -147,10 +150,12 @@ impl ServerHandler for TestServer {
 async fn main() {
     let mut arguments = std::env::args().skip(1);
     let mut log = None;
+    let mut logged_variable = None;
     let mut http = false;
     while let Some(argument) = arguments.next() {
         match argument.as_str() {
             "--log" => log = arguments.next().map(PathBuf::from).map(Arc::new),
+            "--log-env" => logged_variable = arguments.next(),
             "--http" => http = true,
             other => {
                 eprintln!("loopr-test-mcp-server: unknown argument {other}");
@@ -160,6 +165,12 @@ async fn main() {
     }
     let server = TestServer { log };
     server.append(&format!("start {}", std::process::id()));
+    if let Some(name) = logged_variable {
+        match std::env::var(&name) {
+            Ok(value) => server.append(&format!("env {name}={value}")),
+            Err(_) => server.append(&format!("env {name} unset")),
+        }
+    }
     if http {
         serve_http(server).await;
         return;

@@ -225,6 +225,27 @@ pub fn tool_results(body: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// Scripts into `fake` each spec of `specs` (its name and its phases' names) and each of its
+/// phases, routed to their loops.
+pub fn push_specs_and_phases<'a, Phases: AsRef<[&'a str]>>(
+    fake: &FakeLlm,
+    specs: &[(&str, Phases)],
+) {
+    for (spec, phases) in specs {
+        let phases = phases.as_ref();
+        fake.push_routed(
+            &spec_route(spec),
+            tool_turn(spec, "create_spec", spec_input(spec, phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &phase_route(phase),
+                tool_turn(phase, "create_phase", phase_input(phase)),
+            );
+        }
+    }
+}
+
 /// A spec of the two-spec hierarchy, with `phases` phases named `<prefix>-1`, `<prefix>-2`, ...
 pub fn spec_input(name: &str, phase_names: &[&str]) -> Value {
     let phases: Vec<Value> = phase_names

@@ -25,6 +25,9 @@ impl LoopManager {
         // Fail now, not in the background, when the provider cannot be built (no API key).
         (self.shared.provider_factory)(&settings)?;
         let project = self.project(root)?;
+        // The shell's settings are the user's current ones: the loop's servers (stored without
+        // their env values) get theirs.
+        self.shared.mcp.use_current(&settings.mcp);
         let record = LoopRecord::new_pending(LoopType::Plan, task, settings.to_json());
         project.db.insert(&record, self.shared.host_pid)?;
         tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop created");
@@ -44,6 +47,7 @@ impl LoopManager {
         settings.check().map_err(ManagerError::Settings)?;
         (self.shared.provider_factory)(&settings)?;
         let project = self.project(root)?;
+        self.shared.mcp.use_current(&settings.mcp);
         let records = project.db.list()?;
         let phase_record = resolve_phase(&records, phase, |record| {
             runnable_phase(record.status, record.iteration)
