@@ -15,4 +15,6 @@ pub mod pricing;
 pub mod schema;
 pub mod store;
 pub mod test_hooks;
+#[cfg(test)]
+mod test_support;
 pub mod tools;

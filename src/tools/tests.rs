@@ -1015,3 +1015,41 @@ async fn common_credential_files_are_refused_in_any_case_and_id_map_go_is_not() 
         .expect("id_map.go is an ordinary file");
     assert_eq!(ordinary, "     1\tpackage ids\n");
 }
+
+/// A tool call run on a runtime of its own on another thread, failing the test if it has not
+/// returned within 20 s instead of hanging it (a runtime waits for its blocking work when
+/// dropped, so the test's own could not give up on a call blocked for good).
+fn call_within(project: &Project, name: &'static str, input: Value) -> Result<String, ToolError> {
+    let context = project.context.clone();
+    crate::test_support::returns_within(name, move || {
+        let registry = ToolRegistry::for_loop(LoopType::Code, true);
+        let tool = registry.get(name).expect("tool exists").clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async move { tool.call(input, &context).await })
+    })
+}
+
+#[test]
+fn a_flood_of_command_output_keeps_its_start_and_end_and_says_how_much_was_left_out() {
+    let project = project();
+    let flooded = 300 * 1024 * 1024;
+    let output = call_within(
+        &project,
+        "run_command",
+        json!({"command": format!("printf START; head -c {flooded} /dev/zero | tr '\\0' x; printf END")}),
+    )
+    .expect("command");
+    let (stdout, stderr) = output.split_once("--- stderr ---\n").expect("two streams");
+    let stdout = stdout
+        .strip_prefix("exit status 0\n--- stdout ---\n")
+        .expect("stdout");
+    assert_eq!(stderr, "");
+    let left_out = flooded + "STARTEND".len() - 4 * 1024 - 12 * 1024;
+    let marker = format!("\n[... {left_out} bytes left out ...]\n");
+    let (head, tail) = stdout.split_once(&marker).expect("the cut is marked");
+    assert_eq!(head, format!("START{}", "x".repeat(4 * 1024 - 5)));
+    assert_eq!(tail, format!("{}END\n", "x".repeat(12 * 1024 - 3)));
+}
