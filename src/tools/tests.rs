@@ -1032,6 +1032,48 @@ fn call_within(project: &Project, name: &'static str, input: Value) -> Result<St
     })
 }
 
+#[cfg(unix)]
+#[test]
+fn ignore_files_that_are_fifos_or_device_links_never_hang_a_listing_search_or_watch() {
+    use crate::test_support::{mkfifo, returns_within};
+    let project = project();
+    let root = project.context.root.path().to_path_buf();
+    // Opening a FIFO for reading blocks until a writer comes; /dev/zero never ends.
+    mkfifo(&root.join("docs/.gitignore"));
+    std::os::unix::fs::symlink("/dev/zero", root.join("src/.gitignore")).expect("link");
+    std::os::unix::fs::symlink("/dev/zero", root.join("src/.ignore")).expect("link");
+    let listed = call_within(&project, "list_files", json!({})).expect("list");
+    assert_eq!(
+        listed,
+        ".env\n.gitignore\nconfig/server.pem\ndocs/.gitignore\ndocs/guide.md\nimage.bin\n\
+         src/.gitignore\nsrc/.ignore\nsrc/lib.rs\nsrc/main.rs\n",
+        "the root's .gitignore still hides target/ and *.log"
+    );
+    let found = call_within(&project, "grep", json!({"pattern": "run"})).expect("grep");
+    assert_eq!(
+        found,
+        "docs/guide.md:2: run it\nsrc/main.rs:2:     run();\nsrc/main.rs:5: fn run() {}\n"
+    );
+    let tree = {
+        let root = project.context.root.clone();
+        returns_within("capturing the tree", move || {
+            TreeStats::capture(&root, &ToolPolicy::default())
+        })
+        .expect("capture")
+    };
+    assert_eq!(
+        tree.files.keys().collect::<Vec<_>>(),
+        [
+            ".gitignore",
+            "docs/guide.md",
+            "image.bin",
+            "src/lib.rs",
+            "src/main.rs"
+        ],
+        "only regular files, secret ones left out"
+    );
+}
+
 #[test]
 fn a_flood_of_command_output_keeps_its_start_and_end_and_says_how_much_was_left_out() {
     let project = project();
