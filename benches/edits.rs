@@ -65,7 +65,9 @@ fn main() {
     let policy = ToolPolicy::default();
     let baseline = Baseline::at(state.path());
     timed("baseline record", || {
-        baseline.record(&root, &policy).expect("record")
+        baseline
+            .record(&root, &policy, &CancellationToken::new())
+            .expect("record")
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -919,7 +919,13 @@ impl ChangeJournal for RecordingJournal {
         ));
     }
 
-    fn command_changed(&self, relative: &str, _path: &std::path::Path, before: Option<FileStat>) {
+    fn command_changed(
+        &self,
+        _root: &ProjectRoot,
+        relative: &str,
+        before: Option<FileStat>,
+        _budget: &ReadBudget,
+    ) {
         self.0.lock().expect("lock").push(format!(
             "command {relative}: existed before: {}",
             before.is_some()
@@ -1057,7 +1063,7 @@ fn ignore_files_that_are_fifos_or_device_links_never_hang_a_listing_search_or_wa
     let tree = {
         let root = project.context.root.clone();
         returns_within("capturing the tree", move || {
-            TreeStats::capture(&root, &ToolPolicy::default())
+            TreeStats::capture(&root, &ToolPolicy::default(), &CancellationToken::new())
         })
         .expect("capture")
     };
@@ -1094,4 +1100,13 @@ fn a_flood_of_command_output_keeps_its_start_and_end_and_says_how_much_was_left_
     let (head, tail) = stdout.split_once(&marker).expect("the cut is marked");
     assert_eq!(head, format!("START{}", "x".repeat(4 * 1024 - 5)));
     assert_eq!(tail, format!("{}END\n", "x".repeat(12 * 1024 - 3)));
+}
+
+#[test]
+fn a_cancel_stops_a_walk_of_the_tree() {
+    let project = project();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let walked = TreeStats::capture(&project.context.root, &ToolPolicy::default(), &cancel);
+    assert!(matches!(walked, Err(ToolError::Cancelled)), "{walked:?}");
 }
