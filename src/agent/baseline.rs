@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{write_atomic, write_atomic_keeping_mode};
+use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{
     BufferCheck, BufferEdit, ChangeJournal, FileStat, OpenBuffers, ProjectFile, ProjectRoot,
     ReadBudget, ReadError, ToolError, ToolPolicy, TreeStats, bounded_line_diff, read_regular,
@@ -189,7 +189,9 @@ impl Baseline {
     }
 
     /// Records the project as it is now, stopping (with nothing recorded) at a cancel of
-    /// `cancel`. Blocking: run it off the async threads.
+    /// `cancel`. The copies of the files are not synced one by one: a copy is checked, and
+    /// made durable, when the ledger first comes to depend on it (`durable_blob`). Blocking:
+    /// run it off the async threads.
     pub fn record(
         &self,
         root: &ProjectRoot,
@@ -217,7 +219,7 @@ impl Baseline {
             let hash = hash_of(&bytes);
             let blob = self.blob(&hash);
             if !blob.exists() {
-                write_atomic(&blob, &bytes).map_err(|err| self.io_error(&blob, err))?;
+                write_atomic_unsynced(&blob, &bytes).map_err(|err| self.io_error(&blob, err))?;
             }
             manifest.files.insert(relative, Some(hash));
         }
@@ -503,13 +505,22 @@ impl Baseline {
         self.save_ledger(&ledger)
     }
 
+    /// Keeps `bytes` as a blob, durable before this returns (a ledger entry is about to
+    /// name it); returns its name.
     fn store_blob(&self, bytes: &[u8]) -> Result<String, BaselineError> {
         let hash = hash_of(bytes);
-        let blob = self.blob(&hash);
-        if !blob.exists() {
+        if !self.durable_blob(&hash) {
+            let blob = self.blob(&hash);
             write_atomic(&blob, bytes).map_err(|err| self.io_error(&blob, err))?;
         }
         Ok(hash)
+    }
+
+    /// Whether the blob `hash` holds what its name says, made durable if so: the baseline's
+    /// blobs are written without a sync each, so a power cut may have lost or cut one.
+    fn durable_blob(&self, hash: &str) -> bool {
+        let blob = self.blob(hash);
+        self.read_blob(hash).is_ok() && make_durable(&blob).is_ok()
     }
 
     /// The content of the blob `hash`, checked against its name.
@@ -581,12 +592,15 @@ impl ChangeJournal for Baseline {
                     return Before::Absent;
                 };
                 // Known only if the file is still as the baseline recorded it: otherwise the
-                // user (or a command) changed it since, and its content then is gone.
+                // user (or a command) changed it since, and its content then is gone. So is a
+                // copy a power cut damaged.
                 let Ok(manifest) = baseline.manifest() else {
                     return Before::Unknown;
                 };
                 match (manifest.stats.get(relative), manifest.files.get(relative)) {
-                    (Some(stat), Some(Some(hash))) if *stat == before => {
+                    (Some(stat), Some(Some(hash)))
+                        if *stat == before && baseline.durable_blob(hash) =>
+                    {
                         Before::Stored(hash.clone())
                     }
                     _ => Before::Unknown,
@@ -1020,15 +1034,7 @@ mod tests {
         fixture.write("generated.rs", "// generated\n");
         fixture.write("touched-by-user.txt", "three, the command's\n");
         std::fs::remove_file(fixture.project.path().join("gone.txt")).expect("remove");
-        let after = fixture.tree();
-        for change in before.changes_to(&after) {
-            fixture.baseline.command_changed(
-                &fixture.root,
-                &change.relative,
-                change.before,
-                &unlimited(),
-            );
-        }
+        command_ran(&fixture, &before);
         assert_eq!(
             fixture.listed(),
             vec![
@@ -1087,15 +1093,7 @@ mod tests {
             "src/lib.rs",
             "pub fn a() {} // saved while the command ran\n",
         );
-        let after = fixture.tree();
-        for change in before.changes_to(&after) {
-            fixture.baseline.command_changed(
-                &fixture.root,
-                &change.relative,
-                change.before,
-                &unlimited(),
-            );
-        }
+        command_ran(&fixture, &before);
         fixture.tool_writes(
             "src/lib.rs",
             "pub fn b() {} // saved while the command ran\n",
@@ -1259,6 +1257,36 @@ mod tests {
                 "data.txt".to_owned(),
                 format!("modified: {huge} bytes, too large to compare")
             )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_blob_that_does_not_hold_what_its_name_says_is_never_restored() {
+        let fixture = Fixture::new(&[("src/main.rs", MAIN), ("src/lib.rs", "pub fn a() {}\n")]);
+        // What a power cut may leave of blobs written without a sync of their own.
+        for text in [MAIN, "pub fn a() {}\n"] {
+            std::fs::write(fixture.baseline.blob(&hash_of(text.as_bytes())), "").expect("torn");
+        }
+        let before = fixture.tree();
+        fixture.write("src/main.rs", "fn main() { command(); }\n");
+        command_ran(&fixture, &before);
+        fixture.tool_writes("src/lib.rs", "pub fn b() {}\n");
+
+        let (restored, skipped) = fixture.undo(true).await;
+        assert_eq!(
+            restored,
+            vec!["src/lib.rs"],
+            "the tool had the content at hand"
+        );
+        assert_eq!(
+            fixture.read("src/lib.rs").as_deref(),
+            Some("pub fn a() {}\n")
+        );
+        assert_eq!(skipped, vec![("src/main.rs".to_owned(), "unrestorable")]);
+        assert_eq!(
+            fixture.read("src/main.rs").as_deref(),
+            Some("fn main() { command(); }\n"),
+            "not emptied"
         );
     }
 
