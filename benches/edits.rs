@@ -1,5 +1,7 @@
-//! The cost of the code loop's file changes on a large file: the approval diff, the changes
-//! list's hunks, and a whole `write_file` replacing a 3 MB file. Prints figures only.
+//! The cost of the code loop's file changes and commands: on a large file, the approval diff,
+//! the changes list's hunks and a whole `write_file` replacing a 3 MB file; the baseline of a
+//! project of 5,000 files, which every code loop records when it starts; and a command writing
+//! 1 GB of output, of which the tool keeps only the start and end. Prints figures only.
 //! Run with `cargo bench --bench edits`.
 
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use loopr::agent::Baseline;
 use loopr::store::LoopType;
 use loopr::tools::{
-    AcceptAll, NoBuffers, ProjectRoot, ToolContext, ToolPolicy, ToolRegistry, file_diff,
+    AcceptAll, NoBuffers, ProjectRoot, ToolContext, ToolPolicy, ToolRegistry, file_diff, run_shell,
 };
 
 const LINES: usize = 60_000;
@@ -65,7 +67,9 @@ fn main() {
     let policy = ToolPolicy::default();
     let baseline = Baseline::at(state.path());
     timed("baseline record", || {
-        baseline.record(&root, &policy).expect("record")
+        baseline
+            .record(&root, &policy, &CancellationToken::new())
+            .expect("record")
     });
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -92,4 +96,51 @@ fn main() {
         baseline.changes(&root).expect("changes")
     });
     println!("  hunks: {}", hunks.len());
+
+    many_files_baseline(&policy);
+    command_output_flood(&runtime, &policy);
+}
+
+/// Recording the baseline of a project of 5,000 small files (what a code loop does before it
+/// starts): its cost is in the writes and syncs of the copies it keeps.
+fn many_files_baseline(policy: &ToolPolicy) {
+    const FILES: usize = 5_000;
+    let project = tempfile::tempdir().expect("project");
+    for i in 0..FILES {
+        let dir = project.path().join(format!("src/module_{}", i / 100));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(
+            dir.join(format!("file_{i}.rs")),
+            format!("pub fn f{i}() -> usize {{ {i} }}\n"),
+        )
+        .expect("write");
+    }
+    let root = ProjectRoot::new(project.path()).expect("root");
+    // The state directory on the same filesystem as a real `$LOOPR_HOME` would be.
+    let state = tempfile::tempdir_in(std::env::temp_dir()).expect("state");
+    let baseline = Baseline::at(state.path());
+    timed(&format!("baseline record, {FILES} files"), || {
+        baseline
+            .record(&root, policy, &CancellationToken::new())
+            .expect("record")
+    });
+}
+
+/// A command writing 1 GB to its standard output, read to the end by `run_command`'s reader,
+/// which keeps the start and the end.
+fn command_output_flood(runtime: &tokio::runtime::Runtime, policy: &ToolPolicy) {
+    let project = tempfile::tempdir().expect("project");
+    let output = timed("command writing 1 GB of output", || {
+        runtime
+            .block_on(run_shell(
+                "head -c 1000000000 /dev/zero",
+                project.path(),
+                std::time::Duration::from_secs(600),
+                &CancellationToken::new(),
+                &policy.sandbox,
+                project.path(),
+            ))
+            .expect("command")
+    });
+    println!("  kept: {} bytes of stdout", output.stdout.len());
 }

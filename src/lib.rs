@@ -16,4 +16,6 @@ pub mod schema;
 pub mod store;
 pub mod terminal_text;
 pub mod test_hooks;
+#[cfg(test)]
+mod test_support;
 pub mod tools;

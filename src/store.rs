@@ -11,7 +11,10 @@ mod records;
 mod stored_settings;
 
 pub use append_log::{AppendLog, LogLines};
-pub use atomic::{replace_symlink, write_atomic, write_atomic_keeping_mode, write_new_files};
+pub use atomic::{
+    make_durable, replace_symlink, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced,
+    write_new_files,
+};
 pub use db::{
     CancelledTree, CodeLoopRefused, Held, LoopDb, Paused, Refused, StatusChange, StoreError,
     TreeSpend, WentOn, approvable, held_at_budget, retryable,

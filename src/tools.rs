@@ -9,6 +9,8 @@ mod grep;
 mod list_files;
 mod output;
 mod policy;
+mod project_file;
+mod project_walk;
 mod read_file;
 mod run_command;
 mod sandbox;
@@ -35,9 +37,11 @@ pub use buffers::{
 pub use confine::{PathError, ProjectRoot};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
-pub use list_files::{ListFilesTool, project_walker};
+pub use list_files::ListFilesTool;
 pub use output::CappedOutput;
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
+pub use project_file::{ProjectFile, ReadBudget, ReadError, read_regular};
+pub use project_walk::project_walker;
 pub use read_file::ReadFileTool;
 pub use run_command::{CommandOutput, RunCommandTool, run_shell, unsandboxed_note};
 pub use sandbox::{
@@ -248,8 +252,9 @@ where
     let (before, after, diff) = {
         let path = path.clone();
         let shown = shown.clone();
+        let root = context.root.clone();
         run_blocking(context, move || {
-            let before = read_existing(&path, &shown)?;
+            let before = read_existing(&root, &path, &shown)?;
             let after = edit(before.as_deref(), &shown)?;
             let diff = file_diff(&shown, before.as_deref().unwrap_or_default(), &after);
             Ok((before, after, diff))
@@ -329,7 +334,8 @@ async fn write_through_buffers(
     let now = {
         let path = path.clone();
         let shown = shown.clone();
-        run_blocking(context, move || read_existing(&path, &shown))
+        let root = context.root.clone();
+        run_blocking(context, move || read_existing(&root, &path, &shown))
             .await
             .map_err(|err| failure(err, "it can no longer be read"))?
     };
@@ -357,6 +363,7 @@ async fn write_through_buffers(
     };
     let journal = context.journal.clone();
     let relative = shown.clone();
+    let root = context.root.clone();
     let written = tokio::task::spawn_blocking(move || {
         if written_on_disk {
             crate::store::write_atomic_keeping_mode(&path, new.as_bytes())?;
@@ -366,7 +373,8 @@ async fn write_through_buffers(
         let after = if written_on_disk {
             new.into_bytes()
         } else {
-            std::fs::read(&path)?
+            read_regular(&root, &path, MAX_EDITABLE_BYTES)
+                .map_err(|err| std::io::Error::other(format!("reading what was saved: {err}")))?
         };
         journal.tool_changed(&relative, old.as_deref().map(str::as_bytes), &after);
         Ok::<(), std::io::Error>(())
@@ -394,75 +402,18 @@ async fn write_through_buffers(
 /// Larger files are not read whole to be edited or diffed.
 const MAX_EDITABLE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Why a file's bytes could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("does not exist")]
-    NotFound,
-    #[error("is {0}, not a regular file; only regular files can be read or changed")]
-    NotRegular(&'static str),
-    #[error("is {0} bytes, larger than the limit")]
-    TooLarge(u64),
-    #[error("{0}")]
-    Io(std::io::Error),
-}
-
-/// The bytes of the regular file at `path`, at most `limit` of them. The file is opened
-/// non-blocking and checked on the opened handle: a FIFO or a device would block a read
-/// forever, and a check of the path before opening could be raced. Blocking.
-pub fn read_regular(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    use std::io::Read;
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-    let file = options.open(path).map_err(|err| match err.kind() {
-        std::io::ErrorKind::NotFound => ReadError::NotFound,
-        _ => ReadError::Io(err),
-    })?;
-    let metadata = file.metadata().map_err(ReadError::Io)?;
-    if !metadata.is_file() {
-        return Err(ReadError::NotRegular(file_kind(&metadata.file_type())));
-    }
-    if metadata.len() > limit {
-        return Err(ReadError::TooLarge(metadata.len()));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-    // The file may grow between the check and the read; the limit holds regardless.
-    file.take(limit)
-        .read_to_end(&mut bytes)
-        .map_err(ReadError::Io)?;
-    Ok(bytes)
-}
-
-fn file_kind(kind: &std::fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return "a FIFO (named pipe)";
-        }
-        if kind.is_socket() {
-            return "a socket";
-        }
-        if kind.is_char_device() || kind.is_block_device() {
-            return "a device";
-        }
-    }
-    if kind.is_dir() {
-        return "a directory";
-    }
-    "a special file"
-}
-
 /// The text of the file at `path`, `None` if it does not exist; an error if it cannot be
 /// read as text, is not a regular file or is too large to edit. Blocking.
-fn read_existing(path: &std::path::Path, shown: &str) -> Result<Option<String>, ToolError> {
+fn read_existing(
+    root: &ProjectRoot,
+    path: &std::path::Path,
+    shown: &str,
+) -> Result<Option<String>, ToolError> {
     let file_error = |message: String| ToolError::File {
         path: shown.to_owned(),
         message,
     };
-    let bytes = match read_regular(path, MAX_EDITABLE_BYTES) {
+    let bytes = match read_regular(root, path, MAX_EDITABLE_BYTES) {
         Ok(bytes) => bytes,
         Err(ReadError::NotFound) => return Ok(None),
         Err(ReadError::TooLarge(size)) => {

@@ -1471,3 +1471,98 @@ async fn resume_takes_mcp_env_values_from_its_settings() {
         "no state file (loopr.db and its log included) holds the token"
     );
 }
+
+/// Waits for `child` to exit (it must not have been waited for) and returns its wait status and
+/// its peak resident memory in KiB (`ru_maxrss` of `wait4`, the kernel's own count).
+fn wait_with_peak_memory(child: std::process::Child) -> (i32, u64) {
+    let pid = i32::try_from(child.id()).expect("pid");
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 waits for the child `pid`, which nothing else waits for, and fills the
+    // status and rusage given.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    (status, u64::try_from(usage.ru_maxrss).expect("ru_maxrss"))
+}
+
+/// A rules file a command made huge (`truncate -s 4G AGENTS.md`, sparse, on every later
+/// start): the host reads `rules_max_bytes` of it, and its memory stays far below the file's
+/// size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_rules_file_costs_the_host_no_more_memory_than_its_cap() {
+    use std::os::unix::process::CommandExt;
+
+    const PEAK_LIMIT_KIB: u64 = 200 * 1024;
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let huge: u64 = 4 << 30;
+    std::fs::File::create(dirs.project.join("AGENTS.md"))
+        .and_then(|file| file.set_len(huge))
+        .expect("sparse AGENTS.md");
+    fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
+    let stderr_path = dirs.temp.path().join("stderr.txt");
+    let mut command = scenario::loopr_std_command(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 0}"#,
+        ],
+    );
+    command
+        .stdout(std::fs::File::create(dirs.temp.path().join("stdout.txt")).expect("stdout"))
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr"));
+    // A guard for the machine, well above the limit checked: a host that reads the file
+    // whole fails to allocate it instead of taking gigabytes.
+    // SAFETY: setrlimit is async-signal-safe and touches only the child being started.
+    unsafe {
+        command.pre_exec(|| {
+            let guard = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_DATA, &guard) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let child = command.spawn().expect("spawn loopr");
+    let pid = i32::try_from(child.id()).expect("pid");
+    let waited = tokio::time::timeout(
+        nvim::WAIT,
+        tokio::task::spawn_blocking(move || wait_with_peak_memory(child)),
+    )
+    .await;
+    let Ok(waited) = waited else {
+        // SAFETY: kill sends SIGKILL to the child this test started, which still runs.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("loopr plan did not end within {:?}", nvim::WAIT);
+    };
+    let (status, peak_kib) = waited.expect("join");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        peak_kib < PEAK_LIMIT_KIB,
+        "peak resident memory {peak_kib} KiB (limit {PEAK_LIMIT_KIB} KiB), wait status \
+         {status:#x}; stderr:\n{stderr}"
+    );
+    assert!(
+        libc::WIFEXITED(status),
+        "killed by signal {}: {stderr}",
+        libc::WTERMSIG(status)
+    );
+    let system: String = fake.requests()[0].body["system"]
+        .as_array()
+        .expect("system blocks")
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect();
+    assert!(
+        system.contains(&format!("[Loopr cut AGENTS.md here: it has {huge} bytes")),
+        "{system}"
+    );
+}

@@ -8,20 +8,27 @@
 //! first changed by a command, since the user may have saved it while the command ran.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
-use crate::store::{write_atomic, write_atomic_keeping_mode};
+use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{
-    BufferCheck, BufferEdit, ChangeJournal, FileStat, OpenBuffers, ProjectRoot, ToolPolicy,
-    TreeStats, bounded_line_diff,
+    BufferCheck, BufferEdit, ChangeJournal, FileStat, OpenBuffers, ProjectFile, ProjectRoot,
+    ReadBudget, ReadError, ToolError, ToolPolicy, TreeStats, bounded_line_diff, read_regular,
 };
 
 /// Files larger than this are listed but not copied; they cannot be restored.
 const MAX_SNAPSHOT_FILE: u64 = 2 * 1024 * 1024;
+/// Files larger than this are not read to be compared (changes list) or restored through an
+/// open buffer (undo).
+const MAX_COMPARED_FILE: u64 = 8 * 1024 * 1024;
+/// Files larger than this are told apart by size and modification time, not content.
+const MAX_HASHED_FILE: u64 = 16 * 1024 * 1024;
+/// How a fingerprint by size and modification time starts (a content hash is hex digits).
+const STAT_FINGERPRINT: &str = "stat:";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
@@ -29,6 +36,8 @@ pub enum BaselineError {
     Io { path: PathBuf, message: String },
     #[error("the code loop has no baseline yet (it has not started)")]
     Missing,
+    #[error("cancelled")]
+    Cancelled,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -57,7 +66,7 @@ enum Before {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct LedgerEntry {
     before: Before,
-    /// The hash of what the loop left; `None` when it deleted the file.
+    /// What the loop left (see `fingerprint`); `None` when it deleted the file.
     after: Option<String>,
     /// The loop first changed the file through a command, so it is known only that the file
     /// changed while the command ran: the user may have saved it meanwhile, and "what the loop
@@ -147,6 +156,8 @@ enum UndoAction {
     /// Already holds what it held before; only the ledger entry goes.
     AlreadyUndone,
     Restore {
+        /// What it holds now, when it exists and is small enough to restore through an open
+        /// buffer.
         current: Option<Vec<u8>>,
         /// `None`: the loop created it, so it is removed.
         before: Option<Vec<u8>>,
@@ -177,25 +188,39 @@ impl Baseline {
         self.dir.join("manifest.json").exists()
     }
 
-    /// Records the project as it is now. Blocking: run it off the async threads.
-    pub fn record(&self, root: &ProjectRoot, policy: &ToolPolicy) -> Result<(), BaselineError> {
+    /// Records the project as it is now, stopping (with nothing recorded) at a cancel of
+    /// `cancel`. The copies of the files are not synced one by one: a copy is checked, and
+    /// made durable, when the ledger first comes to depend on it (`durable_blob`). Blocking:
+    /// run it off the async threads.
+    pub fn record(
+        &self,
+        root: &ProjectRoot,
+        policy: &ToolPolicy,
+        cancel: &CancellationToken,
+    ) -> Result<(), BaselineError> {
         let mut manifest = Manifest::default();
-        let tree = TreeStats::capture(root, policy).map_err(|err| BaselineError::Io {
-            path: root.path().to_path_buf(),
-            message: err.to_string(),
+        let tree = TreeStats::capture(root, policy, cancel).map_err(|err| match err {
+            ToolError::Cancelled => BaselineError::Cancelled,
+            err => BaselineError::Io {
+                path: root.path().to_path_buf(),
+                message: err.to_string(),
+            },
         })?;
         for (relative, (path, stat)) in tree.files {
-            manifest.stats.insert(relative.clone(), stat);
-            if stat.size > MAX_SNAPSHOT_FILE {
-                manifest.files.insert(relative, None);
-                continue;
+            if cancel.is_cancelled() {
+                return Err(BaselineError::Cancelled);
             }
-            let Ok(bytes) = std::fs::read(&path) else {
-                // Present but unreadable: listed, not restorable.
+            manifest.stats.insert(relative.clone(), stat);
+            // Too large, or no longer a regular file: listed, not restorable.
+            let Ok(bytes) = read_regular(root, &path, MAX_SNAPSHOT_FILE) else {
                 manifest.files.insert(relative, None);
                 continue;
             };
-            let hash = self.store_blob(&bytes)?;
+            let hash = hash_of(&bytes);
+            let blob = self.blob(&hash);
+            if !blob.exists() {
+                write_atomic_unsynced(&blob, &bytes).map_err(|err| self.io_error(&blob, err))?;
+            }
             manifest.files.insert(relative, Some(hash));
         }
         let json = serde_json::to_vec(&manifest).map_err(|err| self.io_error(&self.dir, err))?;
@@ -204,42 +229,56 @@ impl Baseline {
     }
 
     /// Every hunk the loop's changes make, file by file in path order: each file the loop
-    /// changed, compared with what it held before the loop's first change. Blocking.
+    /// changed, compared with what it held before the loop's first change. What is now in a
+    /// file's place is looked at without following a link, and read only up to a bound.
+    /// Blocking.
     pub fn changes(&self, root: &ProjectRoot) -> Result<Vec<ChangedHunk>, BaselineError> {
         self.manifest()?;
         let mut hunks = Vec::new();
         for (relative, entry) in self.ledger() {
             let path = root.path().join(&relative);
-            let now = std::fs::read(&path).ok();
-            match (&entry.before, now) {
-                (Before::Absent, None) => {}
-                (Before::Absent, Some(now)) => hunks.push(ChangedHunk {
-                    path,
-                    status: ChangeStatus::Added,
-                    line: 0,
-                    summary: first_line(&String::from_utf8_lossy(&now)),
-                }),
-                (_, None) => hunks.push(ChangedHunk {
-                    path,
-                    status: ChangeStatus::Deleted,
-                    line: 0,
-                    summary: "deleted".to_owned(),
-                }),
-                (Before::Stored(hash), Some(now)) if *hash != hash_of(&now) => {
-                    let old = std::fs::read(self.blob(hash)).unwrap_or_default();
-                    hunks.extend(diff_hunks(
-                        &path,
-                        &String::from_utf8_lossy(&old),
-                        &String::from_utf8_lossy(&now),
-                    ));
+            let status_if_there = match entry.before {
+                Before::Absent => ChangeStatus::Added,
+                _ => ChangeStatus::Modified,
+            };
+            let hunk = |status: ChangeStatus, summary: String| ChangedHunk {
+                path: path.clone(),
+                status,
+                line: 0,
+                summary,
+            };
+            match (&entry.before, found_at(root, &path)) {
+                (Before::Absent, Found::Absent) => {}
+                (_, Found::Absent) => {
+                    hunks.push(hunk(ChangeStatus::Deleted, "deleted".to_owned()));
                 }
-                (Before::Stored(_), Some(_)) => {}
-                (Before::Unknown, Some(_)) => hunks.push(ChangedHunk {
-                    path,
-                    status: ChangeStatus::Modified,
-                    line: 0,
-                    summary: "changed by a command; what it held before is unknown".to_owned(),
-                }),
+                (_, Found::Other(what)) => hunks.push(hunk(status_if_there, what)),
+                (_, Found::TooLarge(size)) => hunks.push(hunk(
+                    status_if_there,
+                    format!("{size} bytes, too large to compare"),
+                )),
+                (Before::Absent, Found::File(now)) => hunks.push(hunk(
+                    ChangeStatus::Added,
+                    first_line(&String::from_utf8_lossy(&now)),
+                )),
+                (Before::Stored(hash), Found::File(now)) if *hash != hash_of(&now) => {
+                    match self.read_blob(hash) {
+                        Ok(old) => hunks.extend(diff_hunks(
+                            &path,
+                            &String::from_utf8_lossy(&old),
+                            &String::from_utf8_lossy(&now),
+                        )),
+                        Err(err) => hunks.push(hunk(
+                            ChangeStatus::Modified,
+                            format!("what it held before is lost from the baseline: {err}"),
+                        )),
+                    }
+                }
+                (Before::Stored(_), Found::File(_)) => {}
+                (Before::Unknown, Found::File(_)) => hunks.push(hunk(
+                    ChangeStatus::Modified,
+                    "changed by a command; what it held before is unknown".to_owned(),
+                )),
             }
         }
         Ok(hunks)
@@ -330,24 +369,33 @@ impl Baseline {
                 });
                 continue;
             };
-            let current = match std::fs::read(&path) {
-                Ok(bytes) => Some(bytes),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            if path != root.path().join(&relative) {
+                // A directory on the way is now a link (inside the project): restoring through
+                // it would write another file than the one the loop changed.
+                steps.push(UndoStep {
+                    path,
+                    relative,
+                    action: UndoAction::Skip(SkipReason::Unrestorable(
+                        "its path now goes through a symbolic link, which Loopr does not follow"
+                            .to_owned(),
+                    )),
+                });
+                continue;
+            }
+            let current = match current_state(root, &path, entry.after.as_deref()) {
+                Ok(current) => current,
                 Err(err) => {
                     steps.push(UndoStep {
                         path,
                         relative,
-                        action: UndoAction::Skip(SkipReason::Unrestorable(format!(
-                            "it cannot be read: {err}"
-                        ))),
+                        action: UndoAction::Skip(SkipReason::Unrestorable(format!("it {err}"))),
                     });
                     continue;
                 }
             };
-            let current_hash = current.as_deref().map(hash_of);
             let before = match &entry.before {
                 Before::Absent => None,
-                Before::Stored(hash) => match std::fs::read(self.blob(hash)) {
+                Before::Stored(hash) => match self.read_blob(hash) {
                     Ok(bytes) => Some(bytes),
                     Err(err) => {
                         steps.push(UndoStep {
@@ -371,13 +419,18 @@ impl Baseline {
                     continue;
                 }
             };
-            let action = if current_hash == before.as_deref().map(hash_of) {
+            let already_undone = match (&current.fingerprint, &before) {
+                (None, None) => true,
+                (Some(_), Some(before)) => current.bytes.as_ref() == Some(before),
+                _ => false,
+            };
+            let action = if already_undone {
                 UndoAction::AlreadyUndone
             } else {
                 UndoAction::Restore {
-                    changed_since: current_hash != entry.after,
+                    changed_since: current.fingerprint != entry.after,
                     by_command: entry.by_command,
-                    current,
+                    current: current.bytes,
                     before,
                 }
             };
@@ -452,13 +505,33 @@ impl Baseline {
         self.save_ledger(&ledger)
     }
 
+    /// Keeps `bytes` as a blob, durable before this returns (a ledger entry is about to
+    /// name it); returns its name.
     fn store_blob(&self, bytes: &[u8]) -> Result<String, BaselineError> {
         let hash = hash_of(bytes);
-        let blob = self.blob(&hash);
-        if !blob.exists() {
+        if !self.durable_blob(&hash) {
+            let blob = self.blob(&hash);
             write_atomic(&blob, bytes).map_err(|err| self.io_error(&blob, err))?;
         }
         Ok(hash)
+    }
+
+    /// Whether the blob `hash` holds what its name says, made durable if so: the baseline's
+    /// blobs are written without a sync each, so a power cut may have lost or cut one.
+    fn durable_blob(&self, hash: &str) -> bool {
+        let blob = self.blob(hash);
+        self.read_blob(hash).is_ok() && make_durable(&blob).is_ok()
+    }
+
+    /// The content of the blob `hash`, checked against its name.
+    fn read_blob(&self, hash: &str) -> Result<Vec<u8>, String> {
+        // Loopr's own state: only ever the blobs it wrote, of bounded size.
+        let bytes = std::fs::read(self.blob(hash)).map_err(|err| err.to_string())?;
+        if hash_of(&bytes) == hash {
+            Ok(bytes)
+        } else {
+            Err("the copy does not hold what it held when it was made".to_owned())
+        }
     }
 
     fn blob(&self, hash: &str) -> PathBuf {
@@ -498,12 +571,17 @@ impl ChangeJournal for Baseline {
         }
     }
 
-    fn command_changed(&self, relative: &str, path: &Path, before: Option<FileStat>) {
-        let after = match hash_file(path) {
-            Ok(hash) => Some(hash),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+    fn command_changed(
+        &self,
+        root: &ProjectRoot,
+        relative: &str,
+        before: Option<FileStat>,
+        budget: &ReadBudget,
+    ) {
+        let after = match what_is_at(root, &root.path().join(relative), budget) {
+            Ok(after) => after,
             Err(err) => {
-                tracing::warn!(error = %err, relative, "hashing a file a command changed");
+                tracing::warn!(error = %err, relative, "looking at a file a command changed");
                 return;
             }
         };
@@ -514,12 +592,15 @@ impl ChangeJournal for Baseline {
                     return Before::Absent;
                 };
                 // Known only if the file is still as the baseline recorded it: otherwise the
-                // user (or a command) changed it since, and its content then is gone.
+                // user (or a command) changed it since, and its content then is gone. So is a
+                // copy a power cut damaged.
                 let Ok(manifest) = baseline.manifest() else {
                     return Before::Unknown;
                 };
                 match (manifest.stats.get(relative), manifest.files.get(relative)) {
-                    (Some(stat), Some(Some(hash))) if *stat == before => {
+                    (Some(stat), Some(Some(hash)))
+                        if *stat == before && baseline.durable_blob(hash) =>
+                    {
                         Before::Stored(hash.clone())
                     }
                     _ => Before::Unknown,
@@ -591,13 +672,117 @@ fn hash_of(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// The hash of a file's content, read in pieces (a command may leave a large file).
-fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
+/// What is at `path` now, without following a link, as the ledger's `after` says it: the
+/// fingerprint of a regular file, a description of anything else, `None` when nothing is.
+fn what_is_at(
+    root: &ProjectRoot,
+    path: &Path,
+    budget: &ReadBudget,
+) -> Result<Option<String>, ReadError> {
+    match ProjectFile::open(root, path) {
+        Ok(file) => fingerprint(file, budget).map(Some),
+        Err(ReadError::NotFound) => Ok(None),
+        Err(ReadError::Symlink(target)) => Ok(Some(format!("link:{}", target.display()))),
+        Err(ReadError::NotRegular(kind)) => Ok(Some(format!("special:{kind}"))),
+        Err(ReadError::ThroughLink) => Ok(Some("through-link".to_owned())),
+        Err(err) => Err(err),
+    }
+}
+
+/// What identifies the content of `file`: the hash of its bytes (as blobs are named), or,
+/// when it is larger than `MAX_HASHED_FILE`, grows while read or `budget` does not allow
+/// reading it, its size and modification time.
+fn fingerprint(file: ProjectFile, budget: &ReadBudget) -> Result<String, ReadError> {
+    let by_stat = stat_fingerprint(file.metadata());
+    if file.size() > MAX_HASHED_FILE {
+        return Ok(by_stat);
+    }
     let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher)?;
-    hasher.flush()?;
-    Ok(hex(&hasher.finalize()))
+    if file.read_pieces(budget, |piece| hasher.update(piece))? {
+        Ok(hex(&hasher.finalize()))
+    } else {
+        Ok(by_stat)
+    }
+}
+
+fn stat_fingerprint(metadata: &std::fs::Metadata) -> String {
+    let stat = FileStat::of(metadata);
+    format!("{STAT_FINGERPRINT}{}:{}", stat.size, stat.modified_ns)
+}
+
+/// What is at a changed file's path as the changes list shows it.
+enum Found {
+    Absent,
+    /// A regular file, read whole.
+    File(Vec<u8>),
+    /// A regular file larger than `MAX_COMPARED_FILE`, of this size.
+    TooLarge(u64),
+    /// Anything else, described.
+    Other(String),
+}
+
+/// What is at `path` now, looked at without following a link.
+fn found_at(root: &ProjectRoot, path: &Path) -> Found {
+    match ProjectFile::open(root, path).and_then(|file| file.read_all(MAX_COMPARED_FILE)) {
+        Ok(bytes) => Found::File(bytes),
+        Err(ReadError::NotFound) => Found::Absent,
+        Err(ReadError::TooLarge(size)) => Found::TooLarge(size),
+        Err(ReadError::Symlink(target)) => Found::Other(format!(
+            "now a symbolic link to {} (not followed)",
+            target.display()
+        )),
+        Err(ReadError::NotRegular(kind)) => Found::Other(format!("now {kind}, not a regular file")),
+        Err(ReadError::ThroughLink) => Found::Other(
+            "a directory on its path is now a symbolic link or a file (not followed)".to_owned(),
+        ),
+        Err(err) => Found::Other(format!("cannot be read: {err}")),
+    }
+}
+
+/// A changed file as undo finds it.
+struct Current {
+    /// What it holds, when it exists and is no larger than `MAX_COMPARED_FILE`.
+    bytes: Option<Vec<u8>>,
+    /// What identifies it the way `after` (the ledger's) does; `None` when it does not exist.
+    fingerprint: Option<String>,
+}
+
+/// What is at `path` now, for undo; an error when it is not a regular file reached without a
+/// link, which undo does not replace.
+fn current_state(
+    root: &ProjectRoot,
+    path: &Path,
+    after: Option<&str>,
+) -> Result<Current, ReadError> {
+    let file = match ProjectFile::open(root, path) {
+        Ok(file) => file,
+        Err(ReadError::NotFound) => {
+            return Ok(Current {
+                bytes: None,
+                fingerprint: None,
+            });
+        }
+        Err(err) => return Err(err),
+    };
+    let by_stat = after
+        .is_some_and(|after| after.starts_with(STAT_FINGERPRINT))
+        .then(|| stat_fingerprint(file.metadata()));
+    if file.size() > MAX_COMPARED_FILE {
+        let unlimited = ReadBudget::new(u64::MAX, CancellationToken::new());
+        let fingerprint = match by_stat {
+            Some(by_stat) => by_stat,
+            None => fingerprint(file, &unlimited)?,
+        };
+        return Ok(Current {
+            bytes: None,
+            fingerprint: Some(fingerprint),
+        });
+    }
+    let bytes = file.read_all(MAX_COMPARED_FILE)?;
+    Ok(Current {
+        fingerprint: Some(by_stat.unwrap_or_else(|| hash_of(&bytes))),
+        bytes: Some(bytes),
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -676,7 +861,11 @@ mod tests {
             }
             fixture
                 .baseline
-                .record(&fixture.root, &ToolPolicy::default())
+                .record(
+                    &fixture.root,
+                    &ToolPolicy::default(),
+                    &CancellationToken::new(),
+                )
                 .expect("record");
             fixture
         }
@@ -685,6 +874,16 @@ mod tests {
             let path = self.project.path().join(path);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
             std::fs::write(path, text).expect("write");
+        }
+
+        /// The project's files and their metadata, as a command's recording takes them.
+        fn tree(&self) -> TreeStats {
+            TreeStats::capture(
+                &self.root,
+                &ToolPolicy::default(),
+                &CancellationToken::new(),
+            )
+            .expect("tree")
         }
 
         fn read(&self, path: &str) -> Option<String> {
@@ -733,6 +932,10 @@ mod tests {
                     .collect(),
             )
         }
+    }
+
+    fn unlimited() -> ReadBudget {
+        ReadBudget::new(u64::MAX, CancellationToken::new())
     }
 
     const MAIN: &str = "fn main() {\n    a();\n    b();\n    c();\n    d();\n    e();\n}\n";
@@ -823,21 +1026,15 @@ mod tests {
             ("gone.txt", "bye\n"),
             ("touched-by-user.txt", "one\n"),
         ]);
-        let policy = ToolPolicy::default();
         // The user changes a file after the loop started, then a command changes it again:
         // what it held in between is unknown, so undo must not pretend to restore it.
         fixture.write("touched-by-user.txt", "two, the user's\n");
-        let before = TreeStats::capture(&fixture.root, &policy).expect("before");
+        let before = fixture.tree();
         fixture.write("src/main.rs", "fn main() {}\n");
         fixture.write("generated.rs", "// generated\n");
         fixture.write("touched-by-user.txt", "three, the command's\n");
         std::fs::remove_file(fixture.project.path().join("gone.txt")).expect("remove");
-        let after = TreeStats::capture(&fixture.root, &policy).expect("after");
-        for change in before.changes_to(&after) {
-            fixture
-                .baseline
-                .command_changed(&change.relative, &change.path, change.before);
-        }
+        command_ran(&fixture, &before);
         assert_eq!(
             fixture.listed(),
             vec![
@@ -887,22 +1084,16 @@ mod tests {
     #[tokio::test]
     async fn the_first_change_of_a_file_decides_whether_undo_needs_force() {
         let fixture = Fixture::new(&[("src/main.rs", MAIN), ("src/lib.rs", "pub fn a() {}\n")]);
-        let policy = ToolPolicy::default();
         // A tool writes main.rs, then a command (a formatter, say) rewrites it: the loop's.
         fixture.tool_writes("src/main.rs", "fn main() {}\n");
-        let before = TreeStats::capture(&fixture.root, &policy).expect("before");
+        let before = fixture.tree();
         fixture.write("src/main.rs", "fn main() {\n}\n");
         // A command changes lib.rs first (or the user saved it meanwhile); a tool edits it later.
         fixture.write(
             "src/lib.rs",
             "pub fn a() {} // saved while the command ran\n",
         );
-        let after = TreeStats::capture(&fixture.root, &policy).expect("after");
-        for change in before.changes_to(&after) {
-            fixture
-                .baseline
-                .command_changed(&change.relative, &change.path, change.before);
-        }
+        command_ran(&fixture, &before);
         fixture.tool_writes(
             "src/lib.rs",
             "pub fn b() {} // saved while the command ran\n",
@@ -944,5 +1135,197 @@ mod tests {
             !outside.path().join("main.rs").exists(),
             "nothing written outside the root"
         );
+    }
+
+    /// Records what a command did between `before` and now, as `run_recorded` does.
+    fn command_ran(fixture: &Fixture, before: &TreeStats) {
+        let after = fixture.tree();
+        for change in before.changes_to(&after) {
+            fixture.baseline.command_changed(
+                &fixture.root,
+                &change.relative,
+                change.before,
+                &unlimited(),
+            );
+        }
+    }
+
+    /// A file outside the project, in a directory that lives as long as the result.
+    fn secret_outside() -> (tempfile::TempDir, PathBuf) {
+        let outside = tempfile::tempdir().expect("outside");
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "top secret\n").expect("write");
+        (outside, secret)
+    }
+
+    fn listed_summaries(baseline: &Baseline, root: &ProjectRoot) -> Vec<(String, String)> {
+        baseline
+            .changes(root)
+            .expect("changes")
+            .iter()
+            .map(|hunk| {
+                (
+                    root.relative_display(&hunk.path),
+                    format!("{}: {}", hunk.status.as_str(), hunk.summary),
+                )
+            })
+            .collect()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn what_a_command_left_in_place_of_a_file_is_recorded_and_listed_without_opening_it() {
+        use crate::test_support::{mkfifo, returns_within};
+        let (_outside, secret) = secret_outside();
+        let fixture = Fixture::new(&[("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")]);
+        let before = fixture.tree();
+        let project = fixture.project.path().to_path_buf();
+        for name in ["a.txt", "b.txt", "c.txt"] {
+            std::fs::remove_file(project.join(name)).expect("remove");
+        }
+        mkfifo(&project.join("a.txt"));
+        std::os::unix::fs::symlink("/dev/zero", project.join("b.txt")).expect("link");
+        std::os::unix::fs::symlink(&secret, project.join("c.txt")).expect("link");
+        let (_fixture, listed) =
+            returns_within("recording and listing the command's changes", move || {
+                command_ran(&fixture, &before);
+                let listed = listed_summaries(&fixture.baseline, &fixture.root);
+                (fixture, listed)
+            });
+        assert_eq!(
+            listed,
+            vec![
+                (
+                    "a.txt".to_owned(),
+                    "modified: now a FIFO (named pipe), not a regular file".to_owned()
+                ),
+                (
+                    "b.txt".to_owned(),
+                    "modified: now a symbolic link to /dev/zero (not followed)".to_owned()
+                ),
+                (
+                    "c.txt".to_owned(),
+                    format!(
+                        "modified: now a symbolic link to {} (not followed)",
+                        secret.display()
+                    )
+                ),
+            ]
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_changes_list_never_reads_through_a_link_left_in_place_of_a_file() {
+        let (_outside, secret) = secret_outside();
+        let fixture = Fixture::new(&[("src/main.rs", MAIN)]);
+        fixture.tool_writes("notes.txt", "the loop's notes\n");
+        fixture.tool_writes("src/main.rs", "fn main() {}\n");
+        let project = fixture.project.path();
+        for name in ["notes.txt", "src/main.rs"] {
+            std::fs::remove_file(project.join(name)).expect("remove");
+            std::os::unix::fs::symlink(&secret, project.join(name)).expect("link");
+        }
+        let link_note = format!("now a symbolic link to {} (not followed)", secret.display());
+        assert_eq!(
+            listed_summaries(&fixture.baseline, &fixture.root),
+            vec![
+                ("notes.txt".to_owned(), format!("added: {link_note}")),
+                ("src/main.rs".to_owned(), format!("modified: {link_note}")),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_changes_list_reads_a_bounded_part_of_a_huge_file() {
+        use crate::test_support::bytes_read_by_this_thread;
+        let fixture = Fixture::new(&[("data.txt", "small\n")]);
+        fixture.tool_writes("data.txt", "still small\n");
+        let huge = 256 * 1024 * 1024;
+        std::fs::File::options()
+            .write(true)
+            .open(fixture.project.path().join("data.txt"))
+            .and_then(|file| file.set_len(huge))
+            .expect("grow");
+        let read_before = bytes_read_by_this_thread();
+        let listed = listed_summaries(&fixture.baseline, &fixture.root);
+        let read = bytes_read_by_this_thread() - read_before;
+        assert!(read < 16 * 1024 * 1024, "{read} bytes read");
+        assert_eq!(
+            listed,
+            vec![(
+                "data.txt".to_owned(),
+                format!("modified: {huge} bytes, too large to compare")
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_blob_that_does_not_hold_what_its_name_says_is_never_restored() {
+        let fixture = Fixture::new(&[("src/main.rs", MAIN), ("src/lib.rs", "pub fn a() {}\n")]);
+        // What a power cut may leave of blobs written without a sync of their own.
+        for text in [MAIN, "pub fn a() {}\n"] {
+            std::fs::write(fixture.baseline.blob(&hash_of(text.as_bytes())), "").expect("torn");
+        }
+        let before = fixture.tree();
+        fixture.write("src/main.rs", "fn main() { command(); }\n");
+        command_ran(&fixture, &before);
+        fixture.tool_writes("src/lib.rs", "pub fn b() {}\n");
+
+        let (restored, skipped) = fixture.undo(true).await;
+        assert_eq!(
+            restored,
+            vec!["src/lib.rs"],
+            "the tool had the content at hand"
+        );
+        assert_eq!(
+            fixture.read("src/lib.rs").as_deref(),
+            Some("pub fn a() {}\n")
+        );
+        assert_eq!(skipped, vec![("src/main.rs".to_owned(), "unrestorable")]);
+        assert_eq!(
+            fixture.read("src/main.rs").as_deref(),
+            Some("fn main() { command(); }\n"),
+            "not emptied"
+        );
+    }
+
+    #[test]
+    fn a_cancelled_recording_stops_and_leaves_no_baseline() {
+        let project = tempfile::tempdir().expect("project");
+        let state = tempfile::tempdir().expect("state");
+        std::fs::write(project.path().join("main.rs"), MAIN).expect("write");
+        let root = ProjectRoot::new(project.path()).expect("root");
+        let baseline = Baseline::at(state.path());
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let recorded = baseline.record(&root, &ToolPolicy::default(), &cancel);
+        assert!(
+            matches!(recorded, Err(BaselineError::Cancelled)),
+            "{recorded:?}"
+        );
+        assert!(!baseline.exists());
+    }
+
+    #[test]
+    fn a_file_too_large_growing_or_beyond_the_budget_is_fingerprinted_by_size_and_time() {
+        let fixture = Fixture::new(&[("small.txt", "small\n"), ("growing.log", "start\n")]);
+        let fingerprint_of = |relative: &str, budget: &ReadBudget| {
+            what_is_at(&fixture.root, &fixture.root.path().join(relative), budget)
+                .expect("looked at")
+                .expect("present")
+        };
+        assert_eq!(
+            fingerprint_of("small.txt", &unlimited()),
+            hash_of(b"small\n")
+        );
+        let no_budget = ReadBudget::new(0, CancellationToken::new());
+        assert!(fingerprint_of("small.txt", &no_budget).starts_with(STAT_FINGERPRINT));
+        std::fs::File::options()
+            .write(true)
+            .open(fixture.root.path().join("growing.log"))
+            .and_then(|file| file.set_len(MAX_HASHED_FILE + 1))
+            .expect("grow");
+        assert!(fingerprint_of("growing.log", &unlimited()).starts_with(STAT_FINGERPRINT));
     }
 }

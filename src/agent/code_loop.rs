@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
-use super::baseline::Baseline;
+use super::baseline::{Baseline, BaselineError};
 use super::events::{LoopEvent, NoticeLevel};
 use super::jobs;
 use super::journal::Journal;
@@ -305,13 +305,24 @@ async fn record_baseline(context: &LoopContext) -> Result<(), LoopError> {
     context.progress("recording the baseline of the project");
     let root = context.root.clone();
     let policy = context.policy.clone();
-    tokio::task::spawn_blocking(move || baseline.record(&root, &policy))
-        .await
+    let cancel = context.cancel.clone();
+    let recording = tokio::task::spawn_blocking(move || baseline.record(&root, &policy, &cancel));
+    // A cancel ends the wait at once, and the recording at its next file.
+    let recorded = tokio::select! {
+        biased;
+        _ = context.cancel.cancelled() => return Err(LoopError::Cancelled),
+        recorded = recording => recorded,
+    };
+    match recorded
         .map_err(|err| LoopError::Validation(format!("recording the baseline crashed: {err}")))?
-        .map_err(|err| LoopError::Artifact {
+    {
+        Ok(()) => Ok(()),
+        Err(BaselineError::Cancelled) => Err(LoopError::Cancelled),
+        Err(err) => Err(LoopError::Artifact {
             kind: "baseline",
             source: std::io::Error::other(err.to_string()),
-        })
+        }),
+    }
 }
 
 /// Runs the validation command for `iteration`, stores its output and the conversation, and

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::context::LoopContext;
 use crate::markdown::char_boundary_at_or_before;
-use crate::tools::{ProjectRoot, ToolPolicy};
+use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy};
 
 /// The rules for a loop run in `context` whose work touches `worked_on`, read on the
 /// blocking threads; files refused are logged (`:checkhealth loopr` lists them too).
@@ -102,12 +102,12 @@ impl ProjectRules {
         let mut read = Vec::new();
         let mut refused = Vec::new();
         for (path, scope) in candidates {
-            match read_rules(root, policy, &path) {
+            match read_rules(root, policy, &path, max_bytes) {
                 Ok(None) => {}
-                Ok(Some(text)) => read.push(RulesFile {
+                Ok(Some((text, size))) => read.push(RulesFile {
                     path,
+                    cut_from: (text.len() < size).then_some(size),
                     text,
-                    cut_from: None,
                     scope,
                 }),
                 Err(reason) => refused.push(RefusedRules { path, reason }),
@@ -119,7 +119,7 @@ impl ProjectRules {
         for file in nested.into_iter().chain(general) {
             if file.text.len() > room {
                 let end = char_boundary_at_or_before(&file.text, room);
-                file.cut_from = Some(file.text.len());
+                file.cut_from.get_or_insert(file.text.len());
                 file.text.truncate(end);
             }
             room -= file.text.len();
@@ -189,13 +189,14 @@ fn nearest_nested(root: &ProjectRoot, file: &str) -> Option<(String, Option<Stri
     None
 }
 
-/// The text of rules file `path`: `None` when there is none, an error naming why an existing
-/// one is not read.
+/// The start of rules file `path`, at most `max_bytes` of it, and the file's size: `None`
+/// when there is none, an error naming why an existing one is not read.
 fn read_rules(
     root: &ProjectRoot,
     policy: &ToolPolicy,
     path: &str,
-) -> Result<Option<String>, String> {
+    max_bytes: usize,
+) -> Result<Option<(String, usize)>, String> {
     let resolved: PathBuf = match root.resolve_existing(path) {
         Ok(resolved) => resolved,
         Err(crate::tools::PathError::NotFound { .. }) => return Ok(None),
@@ -208,11 +209,25 @@ fn read_rules(
     if let Some(pattern) = policy.secret_pattern(&relative) {
         return Err(format!("it matches the secret pattern {pattern:?}"));
     }
-    if !resolved.is_file() {
-        return Ok(None);
+    let file = match ProjectFile::open(root, &resolved) {
+        Ok(file) => file,
+        Err(ReadError::NotFound | ReadError::NotRegular("a directory")) => return Ok(None),
+        Err(err) => return Err(format!("it {err}")),
+    };
+    let size = usize::try_from(file.size()).unwrap_or(usize::MAX);
+    let mut bytes = file
+        .read_start(max_bytes as u64)
+        .map_err(|err| format!("reading it failed: {err}"))?;
+    if bytes.len() < size {
+        // Cut, maybe inside a character: the cut leaves out what is left of it.
+        let whole = match std::str::from_utf8(&bytes) {
+            Ok(_) => bytes.len(),
+            Err(err) if err.error_len().is_none() => err.valid_up_to(),
+            Err(_) => bytes.len(),
+        };
+        bytes.truncate(whole);
     }
-    let bytes = std::fs::read(&resolved).map_err(|err| format!("reading it failed: {err}"))?;
-    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    Ok(Some((String::from_utf8_lossy(&bytes).into_owned(), size)))
 }
 
 #[cfg(test)]
@@ -318,5 +333,29 @@ mod tests {
             .collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(reasons[1].1.contains("secret pattern"), "{reasons:?}");
+    }
+
+    #[test]
+    fn only_the_cap_of_a_huge_rules_file_is_read() {
+        use crate::test_support::bytes_read_by_this_thread;
+        let (dir, root) = project(&[]);
+        let huge = 256 * 1024 * 1024;
+        // What `truncate -s` makes: a sparse file, read as zeros.
+        std::fs::File::create(dir.path().join("AGENTS.md"))
+            .and_then(|file| file.set_len(huge))
+            .expect("sparse file");
+        let read_before = bytes_read_by_this_thread();
+        let (rules, refused) = ProjectRules::gather(
+            &root,
+            &ToolPolicy::default(),
+            &names(&["AGENTS.md"]),
+            &[],
+            1000,
+        );
+        let read = bytes_read_by_this_thread() - read_before;
+        assert!(read < 64 * 1024, "{read} bytes read for a 1000-byte cap");
+        assert!(refused.is_empty(), "{refused:?}");
+        assert_eq!(rules.files[0].text.len(), 1000);
+        assert_eq!(rules.files[0].cut_from, Some(huge as usize));
     }
 }

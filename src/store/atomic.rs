@@ -33,6 +33,31 @@ fn default_permissions() -> Option<std::fs::Permissions> {
     None
 }
 
+/// Writes `bytes` to `path` whole or not at all as far as a killed host goes (a temporary
+/// file renamed into place), without syncing it: a power cut may lose it, or leave it short
+/// under its name. For copies that are checked before they are trusted and made durable when
+/// something comes to depend on them (`make_durable`): a baseline's blobs, named by their
+/// hash, where a sync of each of thousands of files would be most of the cost.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = parent_dir(path)?;
+    // The directory is made only when missing: thousands of files go into the same one.
+    let temp = match written_temp_file(dir, bytes, None) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            written_temp_file(dir, bytes, None)?
+        }
+        written => written?,
+    };
+    put_in_place(temp, path).map(drop)
+}
+
+/// Makes the file at `path`, written without a sync, durable: its content, then its entry in
+/// its directory.
+pub fn make_durable(path: &Path) -> io::Result<()> {
+    std::fs::File::open(path)?.sync_all()?;
+    sync_dir(parent_dir(path)?)
+}
+
 fn write_atomic_with(
     path: &Path,
     bytes: &[u8],
@@ -233,16 +258,20 @@ mod tests {
 
     #[test]
     fn write_atomic_replaces_content_and_leaves_no_temp_files() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("nested/plan.json");
-        write_atomic(&path, b"first").expect("first write");
-        write_atomic(&path, b"second").expect("second write");
-        assert_eq!(std::fs::read(&path).expect("read"), b"second");
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("nested"))
-            .expect("read_dir")
-            .map(|entry| entry.expect("entry").file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("plan.json")]);
+        type Writer = fn(&Path, &[u8]) -> io::Result<()>;
+        for write in [write_atomic as Writer, write_atomic_unsynced] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("nested/plan.json");
+            write(&path, b"first").expect("first write");
+            write(&path, b"second").expect("second write");
+            make_durable(&path).expect("durable");
+            assert_eq!(std::fs::read(&path).expect("read"), b"second");
+            let names: Vec<_> = std::fs::read_dir(dir.path().join("nested"))
+                .expect("read_dir")
+                .map(|entry| entry.expect("entry").file_name())
+                .collect();
+            assert_eq!(names, vec![std::ffi::OsString::from("plan.json")]);
+        }
     }
 
     #[cfg(unix)]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 
 use super::tree_watch::FileStat;
+use super::{ProjectRoot, ReadBudget};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BufferEdit {
@@ -71,9 +72,16 @@ pub trait ChangeJournal: Send + Sync {
     /// exist) to `after`.
     fn tool_changed(&self, relative: &str, before: Option<&[u8]>, after: &[u8]);
 
-    /// A command created, changed or deleted `relative` (at `path`); `before` is its metadata
-    /// before the command, `None` when it did not exist.
-    fn command_changed(&self, relative: &str, path: &Path, before: Option<FileStat>);
+    /// A command created, changed or deleted `relative` (inside `root`); `before` is its
+    /// metadata before the command, `None` when it did not exist. Telling what it holds now
+    /// reads at most what `budget`, shared by the files of one command, still allows.
+    fn command_changed(
+        &self,
+        root: &ProjectRoot,
+        relative: &str,
+        before: Option<FileStat>,
+        budget: &ReadBudget,
+    );
 }
 
 /// Nothing to remember (planning loops never write).
@@ -82,7 +90,14 @@ pub struct NoJournal;
 impl ChangeJournal for NoJournal {
     fn tool_changed(&self, _relative: &str, _before: Option<&[u8]>, _after: &[u8]) {}
 
-    fn command_changed(&self, _relative: &str, _path: &Path, _before: Option<FileStat>) {}
+    fn command_changed(
+        &self,
+        _root: &ProjectRoot,
+        _relative: &str,
+        _before: Option<FileStat>,
+        _budget: &ReadBudget,
+    ) {
+    }
 }
 
 /// The smallest whole-line replacement turning `old` into `new`: the zero-based line range

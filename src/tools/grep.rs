@@ -8,9 +8,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::list_files::project_walker;
 use super::output::{CappedOutput, clip_line};
-use super::{ProjectRoot, Tool, ToolContext, ToolError, ToolPolicy, parse_input, run_blocking};
+use super::project_walk::project_walker;
+use super::{
+    ProjectFile, ProjectRoot, Tool, ToolContext, ToolError, ToolPolicy, parse_input, run_blocking,
+};
 use crate::schema::input_schema_for;
 
 const DEFAULT_MAX_MATCHES: usize = 100;
@@ -95,12 +97,16 @@ fn search(
         {
             continue;
         }
+        // What is no longer a regular file reached without a link is skipped, like files
+        // that cannot be read (permissions, invalid UTF-8 midway), as rg does.
+        let Ok(file) = ProjectFile::open(root, entry.path()) else {
+            continue;
+        };
         let shown = root.relative_display(entry.path());
         let mut stop = false;
-        // Unreadable files (permissions, invalid UTF-8 midway) are skipped, as rg does.
-        let _ = searcher.search_path(
+        let _ = searcher.search_reader(
             &matcher,
-            entry.path(),
+            file.into_reader(),
             UTF8(|line_number, line| {
                 if matches >= max_matches || output.is_full() {
                     more_matches = true;

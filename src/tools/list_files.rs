@@ -1,13 +1,12 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use ignore::WalkBuilder;
-use ignore::overrides::OverrideBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::output::CappedOutput;
+use super::project_walk::project_walker;
 use super::{ProjectRoot, Tool, ToolContext, ToolError, parse_input, run_blocking};
 use crate::schema::input_schema_for;
 
@@ -56,33 +55,6 @@ impl Tool for ListFilesTool {
         let root = context.root.clone();
         run_blocking(context, move || list(&root, &dir, &input)).await
     }
-}
-
-/// A walker over `dir` that honours .gitignore (also outside a git repository), shows dotfiles
-/// but never descends into `.git`, does not follow symlinks and yields paths in sorted order.
-pub fn project_walker(
-    root: &ProjectRoot,
-    dir: &Path,
-    glob: Option<&str>,
-) -> Result<ignore::Walk, ToolError> {
-    let mut builder = WalkBuilder::new(dir);
-    builder
-        .hidden(false)
-        .require_git(false)
-        .follow_links(false)
-        .sort_by_file_path(|a, b| a.cmp(b))
-        .filter_entry(|entry| entry.file_name() != ".git");
-    if let Some(glob) = glob.filter(|glob| !glob.trim().is_empty()) {
-        let mut overrides = OverrideBuilder::new(root.path());
-        overrides
-            .add(glob)
-            .map_err(|err| ToolError::InvalidInput(format!("glob {glob:?}: {err}")))?;
-        let overrides = overrides
-            .build()
-            .map_err(|err| ToolError::InvalidInput(format!("glob {glob:?}: {err}")))?;
-        builder.overrides(overrides);
-    }
-    Ok(builder.build())
 }
 
 fn list(root: &ProjectRoot, dir: &Path, input: &ListFilesInput) -> Result<String, ToolError> {

@@ -45,6 +45,69 @@ impl CappedOutput {
     }
 }
 
+/// The start and the end of a stream of any length, and how much lies between: what a
+/// command's output keeps. Each piece costs a copy of at most what is kept of it, so a command
+/// writing gigabytes costs no more than reading them.
+pub struct HeadAndTail {
+    head: Vec<u8>,
+    head_bytes: usize,
+    /// The end so far; may hold up to twice `tail_bytes` between trims.
+    tail: Vec<u8>,
+    tail_bytes: usize,
+    left_out: u64,
+}
+
+impl HeadAndTail {
+    pub fn new(head_bytes: usize, tail_bytes: usize) -> HeadAndTail {
+        HeadAndTail {
+            head: Vec::with_capacity(head_bytes),
+            head_bytes,
+            tail: Vec::with_capacity(2 * tail_bytes),
+            tail_bytes,
+            left_out: 0,
+        }
+    }
+
+    pub fn push(&mut self, mut piece: &[u8]) {
+        let to_head = piece.len().min(self.head_bytes - self.head.len());
+        self.head.extend_from_slice(&piece[..to_head]);
+        piece = &piece[to_head..];
+        if piece.len() >= self.tail_bytes {
+            // Only the piece's own end can be kept.
+            let skipped = piece.len() - self.tail_bytes;
+            self.left_out += (self.tail.len() + skipped) as u64;
+            self.tail.clear();
+            self.tail.extend_from_slice(&piece[skipped..]);
+            return;
+        }
+        self.tail.extend_from_slice(piece);
+        if self.tail.len() > 2 * self.tail_bytes {
+            self.trim_tail();
+        }
+    }
+
+    fn trim_tail(&mut self) {
+        let excess = self.tail.len().saturating_sub(self.tail_bytes);
+        self.tail.drain(..excess);
+        self.left_out += excess as u64;
+    }
+
+    /// The text kept, the cut marked with how many bytes it left out, ending with a newline
+    /// unless empty.
+    pub fn finish(mut self) -> String {
+        self.trim_tail();
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if self.left_out > 0 {
+            text.push_str(&format!("\n[... {} bytes left out ...]\n", self.left_out));
+        }
+        text.push_str(&String::from_utf8_lossy(&self.tail));
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
+    }
+}
+
 /// `line` cut to at most `max_chars` characters, marking the cut.
 pub fn clip_line(line: &str, max_chars: usize) -> Cow<'_, str> {
     // A line of no more bytes than the limit has no more characters either.
@@ -72,6 +135,30 @@ mod tests {
             output.finish("narrow it"),
             "12345\n[output truncated at 10 bytes; narrow it]\n"
         );
+    }
+
+    #[test]
+    fn head_and_tail_keep_both_ends_of_pieces_of_any_size() {
+        let stream: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for piece_size in [1, 3, 7, 10, 11, 64, 1000, 10_000] {
+            let mut kept = HeadAndTail::new(5, 10);
+            for piece in stream.chunks(piece_size) {
+                kept.push(piece);
+            }
+            let text = String::from_utf8_lossy(&stream).into_owned();
+            assert_eq!(
+                kept.finish(),
+                format!(
+                    "{}\n[... 9985 bytes left out ...]\n{}\n",
+                    &text[..5],
+                    &text[text.len() - 10..]
+                ),
+                "pieces of {piece_size}"
+            );
+        }
+        let mut short = HeadAndTail::new(5, 10);
+        short.push(b"hello world");
+        assert_eq!(short.finish(), "hello world\n", "nothing left out");
     }
 
     #[test]

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use super::output::{CappedOutput, clip_line};
 use super::{
-    ReadError, Tool, ToolContext, ToolError, parse_input, read_regular, refuse_secret, run_blocking,
+    ProjectRoot, ReadError, Tool, ToolContext, ToolError, parse_input, read_regular, refuse_secret,
+    run_blocking,
 };
 use crate::schema::input_schema_for;
 
@@ -54,7 +55,8 @@ impl Tool for ReadFileTool {
         let path = context.root.resolve_existing(&input.path)?;
         refuse_secret(context, &path)?;
         let shown = context.root.relative_display(&path);
-        run_blocking(context, move || read_numbered(&path, &shown, &input)).await
+        let root = context.root.clone();
+        run_blocking(context, move || read_numbered(&root, &path, &shown, &input)).await
     }
 }
 
@@ -65,6 +67,7 @@ fn line_count(text: &str) -> usize {
 }
 
 fn read_numbered(
+    root: &ProjectRoot,
     path: &std::path::Path,
     shown: &str,
     input: &ReadFileInput,
@@ -79,7 +82,7 @@ fn read_numbered(
             "is a directory; use list_files to see its files".to_owned(),
         ));
     }
-    let bytes = read_regular(path, MAX_FILE_BYTES).map_err(|err| match err {
+    let bytes = read_regular(root, path, MAX_FILE_BYTES).map_err(|err| match err {
         ReadError::TooLarge(size) => file_error(format!(
             "is {size} bytes, larger than the {MAX_FILE_BYTES}-byte limit; use grep to find the \
              part you need"

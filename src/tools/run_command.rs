@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::output::HeadAndTail;
 use super::sandbox::Sandbox;
 use super::{ApprovalRequest, ChangeKind, Tool, ToolContext, ToolError, parse_input, run_recorded};
 use crate::schema::input_schema_for;
@@ -221,40 +222,23 @@ enum Outcome {
     Cancelled,
 }
 
+/// Bytes taken from a pipe per read.
+const READ_PIECE: usize = 256 * 1024;
+
 /// Reads a stream to its end in the background, keeping its start and its end.
 fn read_capped<R: AsyncRead + Unpin + Send + 'static>(
     mut stream: R,
 ) -> tokio::task::JoinHandle<String> {
     tokio::spawn(async move {
-        let mut head = Vec::new();
-        let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
-        let mut dropped = 0usize;
-        let mut buffer = [0u8; 8192];
+        let mut kept = HeadAndTail::new(HEAD_BYTES, TAIL_BYTES);
+        let mut buffer = vec![0u8; READ_PIECE];
         while let Ok(read) = stream.read(&mut buffer).await {
             if read == 0 {
                 break;
             }
-            for &byte in &buffer[..read] {
-                if head.len() < HEAD_BYTES {
-                    head.push(byte);
-                } else {
-                    tail.push_back(byte);
-                    if tail.len() > TAIL_BYTES {
-                        tail.pop_front();
-                        dropped += 1;
-                    }
-                }
-            }
+            kept.push(&buffer[..read]);
         }
-        let mut text = String::from_utf8_lossy(&head).into_owned();
-        if dropped > 0 {
-            text.push_str(&format!("\n[... {dropped} bytes left out ...]\n"));
-        }
-        text.push_str(&String::from_utf8_lossy(tail.make_contiguous()));
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text
+        kept.finish()
     })
 }
 

@@ -919,7 +919,13 @@ impl ChangeJournal for RecordingJournal {
         ));
     }
 
-    fn command_changed(&self, relative: &str, _path: &std::path::Path, before: Option<FileStat>) {
+    fn command_changed(
+        &self,
+        _root: &ProjectRoot,
+        relative: &str,
+        before: Option<FileStat>,
+        _budget: &ReadBudget,
+    ) {
         self.0.lock().expect("lock").push(format!(
             "command {relative}: existed before: {}",
             before.is_some()
@@ -1014,4 +1020,93 @@ async fn common_credential_files_are_refused_in_any_case_and_id_map_go_is_not() 
         .await
         .expect("id_map.go is an ordinary file");
     assert_eq!(ordinary, "     1\tpackage ids\n");
+}
+
+/// A tool call run on a runtime of its own on another thread, failing the test if it has not
+/// returned within 20 s instead of hanging it (a runtime waits for its blocking work when
+/// dropped, so the test's own could not give up on a call blocked for good).
+fn call_within(project: &Project, name: &'static str, input: Value) -> Result<String, ToolError> {
+    let context = project.context.clone();
+    crate::test_support::returns_within(name, move || {
+        let registry = ToolRegistry::for_loop(LoopType::Code, true);
+        let tool = registry.get(name).expect("tool exists").clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async move { tool.call(input, &context).await })
+    })
+}
+
+#[cfg(unix)]
+#[test]
+fn ignore_files_that_are_fifos_or_device_links_never_hang_a_listing_search_or_watch() {
+    use crate::test_support::{mkfifo, returns_within};
+    let project = project();
+    let root = project.context.root.path().to_path_buf();
+    // Opening a FIFO for reading blocks until a writer comes; /dev/zero never ends.
+    mkfifo(&root.join("docs/.gitignore"));
+    std::os::unix::fs::symlink("/dev/zero", root.join("src/.gitignore")).expect("link");
+    std::os::unix::fs::symlink("/dev/zero", root.join("src/.ignore")).expect("link");
+    let listed = call_within(&project, "list_files", json!({})).expect("list");
+    assert_eq!(
+        listed,
+        ".env\n.gitignore\nconfig/server.pem\ndocs/.gitignore\ndocs/guide.md\nimage.bin\n\
+         src/.gitignore\nsrc/.ignore\nsrc/lib.rs\nsrc/main.rs\n",
+        "the root's .gitignore still hides target/ and *.log"
+    );
+    let found = call_within(&project, "grep", json!({"pattern": "run"})).expect("grep");
+    assert_eq!(
+        found,
+        "docs/guide.md:2: run it\nsrc/main.rs:2:     run();\nsrc/main.rs:5: fn run() {}\n"
+    );
+    let tree = {
+        let root = project.context.root.clone();
+        returns_within("capturing the tree", move || {
+            TreeStats::capture(&root, &ToolPolicy::default(), &CancellationToken::new())
+        })
+        .expect("capture")
+    };
+    assert_eq!(
+        tree.files.keys().collect::<Vec<_>>(),
+        [
+            ".gitignore",
+            "docs/guide.md",
+            "image.bin",
+            "src/lib.rs",
+            "src/main.rs"
+        ],
+        "only regular files, secret ones left out"
+    );
+}
+
+#[test]
+fn a_flood_of_command_output_keeps_its_start_and_end_and_says_how_much_was_left_out() {
+    let project = project();
+    let flooded = 300 * 1024 * 1024;
+    let output = call_within(
+        &project,
+        "run_command",
+        json!({"command": format!("printf START; head -c {flooded} /dev/zero | tr '\\0' x; printf END")}),
+    )
+    .expect("command");
+    let (stdout, stderr) = output.split_once("--- stderr ---\n").expect("two streams");
+    let stdout = stdout
+        .strip_prefix("exit status 0\n--- stdout ---\n")
+        .expect("stdout");
+    assert_eq!(stderr, "");
+    let left_out = flooded + "STARTEND".len() - 4 * 1024 - 12 * 1024;
+    let marker = format!("\n[... {left_out} bytes left out ...]\n");
+    let (head, tail) = stdout.split_once(&marker).expect("the cut is marked");
+    assert_eq!(head, format!("START{}", "x".repeat(4 * 1024 - 5)));
+    assert_eq!(tail, format!("{}END\n", "x".repeat(12 * 1024 - 3)));
+}
+
+#[test]
+fn a_cancel_stops_a_walk_of_the_tree() {
+    let project = project();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let walked = TreeStats::capture(&project.context.root, &ToolPolicy::default(), &cancel);
+    assert!(matches!(walked, Err(ToolError::Cancelled)), "{walked:?}");
 }

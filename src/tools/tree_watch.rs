@@ -7,9 +7,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use super::run_command::{CommandOutput, run_shell};
-use super::{ProjectRoot, ToolContext, ToolError, ToolPolicy, project_walker};
+use super::{ProjectRoot, ReadBudget, ToolContext, ToolError, ToolPolicy, project_walker};
+
+/// What reading the files one command changed (to tell later whether they still hold what it
+/// left) may take in all: a command can leave any number of large, even sparse, files. Past
+/// it, or once the loop is cancelled, files are told apart by their size and modification
+/// time.
+const READ_BUDGET_PER_COMMAND: u64 = 256 * 1024 * 1024;
 
 /// Enough of a file's metadata to tell that it was written: a rewrite in place changes the
 /// modification time, a replacement by rename the inode.
@@ -67,10 +74,18 @@ pub struct TreeChange {
 }
 
 impl TreeStats {
-    /// Walks the project. Blocking: run it off the async threads.
-    pub fn capture(root: &ProjectRoot, policy: &ToolPolicy) -> Result<TreeStats, ToolError> {
+    /// Walks the project, reading only metadata (of the files, never through a link), and
+    /// stops when `cancel` is cancelled. Blocking: run it off the async threads.
+    pub fn capture(
+        root: &ProjectRoot,
+        policy: &ToolPolicy,
+        cancel: &CancellationToken,
+    ) -> Result<TreeStats, ToolError> {
         let mut files = BTreeMap::new();
         for entry in project_walker(root, root.path(), None)?.filter_map(Result::ok) {
+            if cancel.is_cancelled() {
+                return Err(ToolError::Cancelled);
+            }
             if !entry.file_type().is_some_and(|kind| kind.is_file())
                 || policy.secret_pattern(entry.path()).is_some()
             {
@@ -127,9 +142,20 @@ pub async fn run_recorded(
     let capture = {
         let root = context.root.clone();
         let policy = context.policy.clone();
-        move || TreeStats::capture(&root, &policy)
+        move |cancel: &CancellationToken| TreeStats::capture(&root, &policy, cancel)
     };
-    let before = match tokio::task::spawn_blocking(capture.clone()).await {
+    let listing = {
+        let capture = capture.clone();
+        let cancel = context.cancel.clone();
+        tokio::task::spawn_blocking(move || capture(&cancel))
+    };
+    // A cancel ends the wait at once, and the walk at its next file.
+    let before = tokio::select! {
+        biased;
+        _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
+        listed = listing => listed,
+    };
+    let before = match before {
         Ok(Ok(stats)) => Some(stats),
         failed => {
             // Without a "before", every file would look created by the command, and undo
@@ -152,11 +178,15 @@ pub async fn run_recorded(
     .await;
     if let Some(before) = before {
         let journal = context.journal.clone();
+        let root = context.root.clone();
+        let budget = ReadBudget::new(READ_BUDGET_PER_COMMAND, context.cancel.clone());
+        // Recorded even after a cancel, so that undo knows what the command did: the walk
+        // reads only metadata, and a cancel leaves the files' contents unread (the budget).
         let recorded = tokio::task::spawn_blocking(move || {
-            let after = capture()?;
+            let after = capture(&CancellationToken::new())?;
             let changes = before.changes_to(&after);
             for change in &changes {
-                journal.command_changed(&change.relative, &change.path, change.before);
+                journal.command_changed(&root, &change.relative, change.before, &budget);
             }
             Ok::<_, ToolError>(
                 changes

@@ -612,24 +612,25 @@ async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_
     editor.quit().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_started() {
-    let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
-    // The command says through a FIFO when its child runs, so the test cancels at that moment.
-    let fifo = editor.dirs.project.join("ready.fifo");
-    let fifo_name = std::ffi::CString::new(fifo.display().to_string()).expect("path");
-    // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
-    assert_eq!(unsafe { libc::mkfifo(fifo_name.as_ptr(), 0o600) }, 0);
+/// Runs the code loop of `phase`, whose command starts a long `sleep` and says through the
+/// FIFO `fifo` (in the project) when it runs, so that a test cancels at that moment; returns
+/// the loop's id once the command runs.
+async fn run_a_command_that_keeps_running(
+    editor: &mut TestNvim,
+    fake: &FakeLlm,
+    phase: &str,
+    fifo: &str,
+) -> String {
     fake.push_routed(
-        &code_route("print-version"),
+        &code_route(phase),
         tool_turn(
             "slow",
             "run_command",
-            json!({"command": "sleep 1000 & echo go > ready.fifo; wait"}),
+            json!({"command": format!("sleep 1000 & echo go > {fifo}; wait")}),
         ),
     );
-    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let code_id = run_code_loop(editor, phase).await;
+    let fifo = editor.dirs.project.join(fifo);
     let ready =
         tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).expect("read fifo"));
     assert_eq!(
@@ -639,6 +640,16 @@ async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_s
             .expect("join"),
         "go\n"
     );
+    code_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_code_loop_kills_its_running_command_and_the_processes_it_started() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
+    mkfifo(&editor.dirs.project.join("ready.fifo"));
+    let code_id =
+        run_a_command_that_keeps_running(&mut editor, &fake, "print-version", "ready.fifo").await;
 
     // Host-side pids: inside the sandbox's PID namespace the command's own are other numbers.
     let host: i32 = editor.lua("return require('loopr.host').pid()").await;
@@ -739,5 +750,74 @@ async fn without_a_sandbox_every_command_is_asked_about_and_says_unsandboxed() {
             .await;
     }
     editor.wait_status(&code_id, "complete").await;
+    editor.quit().await;
+}
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let name = std::ffi::CString::new(path.display().to_string()).expect("path");
+    // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// What a hostile command can leave in a project: FIFOs (opening one for reading blocks until a
+/// writer comes), one of them named like an ignore file, and links to a device that never ends.
+/// A code loop still records its baseline, records what its command replaced (without opening
+/// it), and completes; the changes list names what is there instead of reading it; and
+/// `:LooprCancel` still ends the next loop while its command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_and_device_links_in_the_project_never_hang_a_code_loop_or_its_cancel() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
+    let project = editor.dirs.project.clone();
+    mkfifo(&project.join("signal.fifo"));
+    mkfifo(&project.join("src/.gitignore"));
+    std::os::unix::fs::symlink("/dev/zero", project.join("zero")).expect("link");
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn(
+            "c1",
+            "run_command",
+            json!({"command": "rm README.md Cargo.toml && mkfifo README.md && ln -s /dev/zero Cargo.toml"}),
+        ),
+    );
+    fake.push_routed(
+        &code_route("print-version"),
+        complete_phase_turn("replaced two files"),
+    );
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    let results = tool_results(&print_version_requests(&fake)[1]);
+    assert_eq!(
+        results[0]["content"], "exit status 0\n--- stdout ---\n--- stderr ---\n",
+        "{results:?}"
+    );
+
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    let items: Value = editor
+        .lua(
+            "local items = {}
+             for _, item in ipairs(vim.fn.getqflist()) do
+               table.insert(items, { file = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'), text = item.text })
+             end
+             return items",
+        )
+        .await;
+    assert_eq!(
+        items,
+        json!([
+            {"file": "Cargo.toml", "text": "modified: now a symbolic link to /dev/zero (not followed)"},
+            {"file": "README.md", "text": "modified: now a FIFO (named pipe), not a regular file"}
+        ])
+    );
+
+    // The next loop is cancelled while its command runs.
+    let slow_id =
+        run_a_command_that_keeps_running(&mut editor, &fake, "document-flag", "signal.fifo").await;
+    assert_eq!(
+        editor.command(&format!("LooprCancel {slow_id}")).await,
+        None
+    );
+    editor.wait_status(&slow_id, "cancelled").await;
     editor.quit().await;
 }

@@ -387,7 +387,18 @@ pub fn loopr_command(
     fake: &FakeLlm,
     args: &[&str],
 ) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+    let mut command = tokio::process::Command::from(loopr_std_command(dirs, fake, args));
+    command.kill_on_drop(true);
+    command
+}
+
+/// `loopr_command` as a `std` command, for a test that waits for the process itself.
+pub fn loopr_std_command(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeLlm,
+    args: &[&str],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
     command
         .args(args)
         .current_dir(&dirs.project)
@@ -395,8 +406,7 @@ pub fn loopr_command(
         .env("HOME", &dirs.home)
         .env("LOOPR_HOME", &dirs.loopr_home)
         .env("ANTHROPIC_API_KEY", crate::nvim::API_KEY)
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .kill_on_drop(true);
+        .env("ANTHROPIC_BASE_URL", fake.base_url());
     command
 }
 
