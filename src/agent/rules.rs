@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::context::LoopContext;
 use crate::markdown::char_boundary_at_or_before;
-use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy};
+use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy, redact_url_credentials};
 
 /// The rules for a loop run in `context` whose work touches `worked_on`, read on the
 /// blocking threads; files refused are logged (`:checkhealth loopr` lists them too).
@@ -227,7 +227,10 @@ fn read_rules(
         };
         bytes.truncate(whole);
     }
-    Ok(Some((String::from_utf8_lossy(&bytes).into_owned(), size)))
+    // A clone URL with a token in a README goes to the provider with the prompt: never the
+    // token.
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(Some((redact_url_credentials(&text).into_owned(), size)))
 }
 
 #[cfg(test)]
@@ -333,6 +336,27 @@ mod tests {
             .collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(reasons[1].1.contains("secret pattern"), "{reasons:?}");
+    }
+
+    #[test]
+    fn credentials_in_urls_of_a_rules_file_never_reach_the_prompt() {
+        let (_dir, root) = project(&[(
+            "AGENTS.md",
+            "Clone with git clone https://oauth2:glpat-s3cr3t@gitlab.example.com/app.git\n",
+        )]);
+        let (rules, _) = ProjectRules::gather(
+            &root,
+            &ToolPolicy::default(),
+            &names(&["AGENTS.md"]),
+            &[],
+            1000,
+        );
+        let prompt = rules.prompt_section();
+        assert!(!prompt.contains("glpat-s3cr3t"), "{prompt}");
+        assert!(
+            prompt.contains("https://[REDACTED]@gitlab.example.com/app.git"),
+            "{prompt}"
+        );
     }
 
     #[test]
