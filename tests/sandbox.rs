@@ -28,7 +28,23 @@ use sandboxed::{
     CommandResult, planned_project, run_commands, sandbox_settings_with, settings_or_skip,
 };
 
-const PROBE: &str = env!("CARGO_BIN_EXE_loopr-test-sandbox-probe");
+/// The probe as cargo built it: under the checkout's `target/`, which a command does not see
+/// when the checkout is under /tmp (the sandbox's /tmp is its own).
+const BUILT_PROBE: &str = env!("CARGO_BIN_EXE_loopr-test-sandbox-probe");
+
+/// The probe where every sandboxed command sees it: a copy outside /tmp, made once per test
+/// process.
+fn probe_binary() -> &'static str {
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, String)> = std::sync::OnceLock::new();
+    let (_dir, path) = COPY.get_or_init(|| {
+        let dir = outside();
+        let path = dir.path().join("loopr-test-sandbox-probe");
+        std::fs::copy(BUILT_PROBE, &path).expect("copy the probe out of /tmp's reach");
+        let path = path.to_str().expect("a UTF-8 path").to_owned();
+        (dir, path)
+    });
+    path
+}
 
 /// The tests `<name>::under_bubblewrap` and `<name>::under_landlock`, which run
 /// `name(mechanism)`.
@@ -66,7 +82,7 @@ fn outcomes(text: &str) -> BTreeMap<String, String> {
 }
 
 fn probe(arguments: &str) -> String {
-    format!("{PROBE} {arguments}")
+    format!("{} {arguments}", probe_binary())
 }
 
 /// Runs `commands` in a freshly planned project under `mechanism` with the `sandbox` table;
@@ -141,7 +157,7 @@ async fn no_unix_socket_outside_is_reached(mechanism: &str) {
     let sockets = UserSockets::bind(outside.path());
     // Without a sandbox the probe's ways work on this machine, so a refusal below is the
     // sandbox's doing.
-    let unconfined = std::process::Command::new(PROBE)
+    let unconfined = std::process::Command::new(probe_binary())
         .args(sockets.probe_arguments().split(' '))
         .output()
         .expect("run the probe");
@@ -315,7 +331,10 @@ fn metadata_of(path: &Path) -> (u32, std::time::SystemTime, Option<Vec<u8>>) {
 
 fn change_metadata(path: &Path) -> String {
     let path = path.display();
-    format!("chmod 600 {path}; touch -d 2001-01-01 {path}; {PROBE} set-xattr {path}")
+    format!(
+        "chmod 600 {path}; touch -d 2001-01-01 {path}; {} set-xattr {path}",
+        probe_binary()
+    )
 }
 
 async fn metadata_outside_the_writable_places_is_unchanged(mechanism: &str) {
