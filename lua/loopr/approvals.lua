@@ -112,27 +112,47 @@ function M.visible(line)
   return text
 end
 
+---A command's lines made visible, each run of empty lines as one `⟨N empty lines⟩` (blank
+---lines would otherwise push its tail out of the window).
+---@param command string
+---@return string[]
+local function visible_lines(command)
+  local lines, empty = {}, 0
+  local function flush_empty()
+    if empty > 0 then
+      lines[#lines + 1] = ('⟨%d empty line%s⟩'):format(empty, empty == 1 and '' or 's')
+      empty = 0
+    end
+  end
+  for _, line in ipairs(vim.split(command, '\n', { plain = true })) do
+    if line == '' then
+      empty = empty + 1
+    else
+      flush_empty()
+      lines[#lines + 1] = M.visible(line)
+    end
+  end
+  flush_empty()
+  return lines
+end
+
 ---The lines of a command's review: every line of it, made visible, indented.
 ---@param command string
 ---@return string[]
 local function command_lines(command)
-  local lines = {}
-  for _, line in ipairs(vim.split(command, '\n', { plain = true })) do
-    lines[#lines + 1] = '  ' .. M.visible(line)
-  end
-  return lines
+  return vim.tbl_map(function(line)
+    return '  ' .. line
+  end, visible_lines(command))
 end
 
 ---A command on one line for a message: its lines joined by ` ⏎ ` (never `|`, which would
----read as a pipe), made visible.
+---read as a pipe), made visible, with its size when it has more than one line.
 ---@param command string
 ---@return string
 local function command_summary(command)
-  local lines = {}
-  for _, line in ipairs(vim.split(command, '\n', { plain = true })) do
-    lines[#lines + 1] = M.visible(line)
-  end
-  return table.concat(lines, ' ⏎ ')
+  local count = #vim.split(command, '\n', { plain = true })
+  local size = count > 1 and (' (%d lines)'):format(count) or ''
+  return table.concat(visible_lines(command), ' ⏎ ') .. size
 end
 
 ---@param req loopr.ApprovalRequest
@@ -143,7 +163,15 @@ local function render_command(req)
   local prefix = '$ ' .. req.subject
   local rest = vim.startswith(req.detail, prefix) and req.detail:sub(#prefix + 1) or ''
   local notes = vim.split(rest, '\n', { trimempty = true })
-  local lines = { ('Loopr wants to run this command (loop %s):'):format(req.loop_id) }
+  local count = #vim.split(req.subject, '\n', { plain = true })
+  local lines = {
+    ('Loopr wants to run this command (loop %s), %d line%s, %d characters:'):format(
+      req.loop_id,
+      count,
+      count == 1 and '' or 's',
+      vim.fn.strchars(req.subject)
+    ),
+  }
   for _, note in ipairs(notes) do
     if vim.startswith(note, 'UNSANDBOXED') then
       table.insert(lines, 1, M.visible(note))
@@ -267,7 +295,14 @@ local function show(req)
     vim.wo[win].wrap = req.kind ~= 'write' and req.kind ~= 'edit'
     local fits, text_height = pcall(vim.api.nvim_win_text_height, win, {})
     if fits then
-      vim.api.nvim_win_set_height(win, math.min(text_height.all, MAX_HEIGHT))
+      -- A command may take up to two thirds of the screen; what still does not fit is said
+      -- above it, where it cannot scroll away.
+      local most = req.kind == 'command' and math.max(MAX_HEIGHT, math.floor(vim.o.lines * 2 / 3))
+        or MAX_HEIGHT
+      vim.api.nvim_win_set_height(win, math.min(text_height.all, most))
+      if text_height.all > vim.api.nvim_win_get_height(win) then
+        vim.wo[win].winbar = '%#WarningMsg#Taller than this window: scroll to read all of it before you answer'
+      end
     end
   else
     require('loopr.notify').notify(
