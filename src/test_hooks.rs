@@ -66,6 +66,12 @@ pub fn bubblewrap_hidden() -> bool {
     hook_variable("LOOPR_TEST_NO_BWRAP").is_some_and(|value| value == "1")
 }
 
+/// Whether a test asked to act as on an architecture without a seccomp filter
+/// (`LOOPR_TEST_NO_SECCOMP=1`), to see that no sandbox is claimed there.
+pub fn seccomp_hidden() -> bool {
+    hook_variable("LOOPR_TEST_NO_SECCOMP").is_some_and(|value| value == "1")
+}
+
 /// Whether a test lets `web_fetch` reach 127.0.0.1, where it serves its pages
 /// (`LOOPR_TEST_FETCH_LOOPBACK=1`); every other address is checked as always.
 pub fn loopback_fetch_allowed() -> bool {

@@ -532,3 +532,35 @@ async fn the_state_directory_is_never_writable(mechanism: &str) {
 }
 
 under_both!(the_state_directory_is_never_writable);
+
+/// Where Loopr has no seccomp filter (an architecture it does not know), neither bubblewrap
+/// nor Landlock is claimed as a sandbox: without the filter a command reaches the user's Unix
+/// sockets through them, so every command must be asked about instead.
+#[test]
+fn without_a_seccomp_filter_no_sandbox_is_claimed() {
+    let sandbox = |mode: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_loopr"))
+            .args([
+                "sandbox",
+                "--settings",
+                &json!({ "sandbox": { "mode": mode } }).to_string(),
+            ])
+            .env("LOOPR_TEST_HOOKS", "1")
+            .env("LOOPR_TEST_NO_SECCOMP", "1")
+            .output()
+            .expect("run loopr sandbox")
+    };
+    let auto = sandbox("auto");
+    let described = String::from_utf8_lossy(&auto.stdout);
+    assert!(!auto.status.success(), "{described}");
+    assert!(
+        described.starts_with("none: ") && described.contains("no seccomp filter"),
+        "{described}"
+    );
+    for mode in ["bubblewrap", "landlock"] {
+        let explicit = sandbox(mode);
+        let refused = String::from_utf8_lossy(&explicit.stderr);
+        assert!(!explicit.status.success(), "{mode}: {refused}");
+        assert!(refused.contains("no seccomp filter"), "{mode}: {refused}");
+    }
+}

@@ -225,7 +225,7 @@ impl Sandbox {
         };
         let mut command = match &self.mechanism {
             Mechanism::Bubblewrap { bwrap } => {
-                bubblewrap::command(bwrap, self, shell_command, cwd, root, &read_only)
+                bubblewrap::command(bwrap, self, shell_command, cwd, root, &read_only)?
             }
             Mechanism::Landlock { .. } => {
                 landlock::command(self, shell_command, cwd, root, &read_only)

@@ -29,6 +29,12 @@ const BASE_ARGS: [&str; 15] = [
 
 /// `bwrap` on PATH, if it can set up a sandbox here (user namespaces may be off).
 pub(super) fn available() -> Result<PathBuf, String> {
+    if super::seccomp::filter().is_none() {
+        return Err(format!(
+            "bubblewrap cannot be used: {}",
+            super::seccomp::NO_FILTER_HERE
+        ));
+    }
     if crate::test_hooks::bubblewrap_hidden() {
         return Err("bubblewrap (bwrap) is not installed (hidden for a test)".to_owned());
     }
@@ -71,7 +77,7 @@ pub(super) fn command(
     cwd: &Path,
     root: &Path,
     read_only: &[PathBuf],
-) -> tokio::process::Command {
+) -> std::io::Result<tokio::process::Command> {
     let mut command = tokio::process::Command::new(bwrap);
     command.args(BASE_ARGS);
     if !sandbox.network {
@@ -96,8 +102,9 @@ pub(super) fn command(
     }
     command.args(["--setenv", "TMPDIR", "/tmp"]);
     command.arg("--chdir").arg(cwd);
+    // Without its filter the sandbox has holes (Unix sockets, io_uring): no command runs.
     match seccomp_fd() {
-        Ok(Some(filter)) => {
+        Ok(filter) => {
             command.args(["--seccomp", &SECCOMP_FD.to_string()]);
             let raw = std::os::fd::AsRawFd::as_raw_fd(&filter);
             // SAFETY: between fork and exec only dup2 runs (async-signal-safe); the copy at
@@ -113,28 +120,30 @@ pub(super) fn command(
                 });
             }
         }
-        Ok(None) => {}
-        Err(err) => tracing::warn!(error = %err, "no seccomp filter for a sandboxed command"),
+        Err(err) => {
+            return Err(std::io::Error::other(format!(
+                "the sandbox's seccomp filter could not be made ({err}); the command was not run"
+            )));
+        }
     }
     command.args(["--", "sh", "-c"]).arg(shell_command);
     // bwrap reads its own environment for nothing the command sees; keep it clean anyway.
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    command
+    Ok(command)
 }
 
 /// Where bwrap finds the seccomp filter (above stdio, below anything tokio uses in the child).
 const SECCOMP_FD: i32 = 10;
 
-/// The filter in a memory file, read from its start by bwrap; `None` on an architecture the
-/// filter does not know.
-fn seccomp_fd() -> std::io::Result<Option<std::fs::File>> {
+/// The filter in a memory file, read from its start by bwrap; an error on an architecture the
+/// filter does not know (which `available` refuses before).
+fn seccomp_fd() -> std::io::Result<std::fs::File> {
     use std::io::{Seek, Write};
     use std::os::fd::FromRawFd;
-    let Some(program) = super::seccomp::filter() else {
-        return Ok(None);
-    };
+    let program = super::seccomp::filter()
+        .ok_or_else(|| std::io::Error::other(super::seccomp::NO_FILTER_HERE))?;
     // SAFETY: memfd_create takes a NUL-terminated name and flags, returning a new fd or -1.
     let fd = unsafe { libc::memfd_create(c"loopr-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -144,7 +153,7 @@ fn seccomp_fd() -> std::io::Result<Option<std::fs::File>> {
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     file.write_all(&program)?;
     file.rewind()?;
-    Ok(Some(file))
+    Ok(file)
 }
 
 fn bind(command: &mut tokio::process::Command, how: &str, path: &Path) {

@@ -26,6 +26,12 @@ const SELF_EXE: &str = "/proc/self/exe";
 /// The Landlock ABI of the running kernel, if commands can be confined with it and with the
 /// namespaces here (probed by running one through `sandbox-exec`).
 pub(super) fn available() -> Result<i32, String> {
+    if super::seccomp::filter().is_none() {
+        return Err(format!(
+            "Landlock cannot be used: {}",
+            super::seccomp::NO_FILTER_HERE
+        ));
+    }
     let abi = kernel_abi()?;
     let probe_root = tempfile::tempdir()
         .map_err(|err| format!("no temporary directory to probe the sandbox in: {err}"))?;
