@@ -4,6 +4,7 @@
 mod approval;
 mod buffers;
 mod confine;
+mod credentials_in_text;
 mod edit_file;
 mod grep;
 mod list_files;
@@ -16,7 +17,6 @@ mod run_command;
 mod sandbox;
 mod tree_watch;
 mod unfit_root;
-mod url_credentials;
 mod web_fetch;
 mod write_file;
 
@@ -35,6 +35,7 @@ pub use buffers::{
     BufferCheck, BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement,
 };
 pub use confine::{PathError, ProjectRoot};
+pub use credentials_in_text::redact_credentials;
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;
@@ -51,7 +52,6 @@ pub use sandbox::{
 };
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use unfit_root::{UnfitRoot, unfit_root};
-pub use url_credentials::redact_url_credentials;
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
 

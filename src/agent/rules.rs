@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::context::LoopContext;
 use crate::markdown::char_boundary_at_or_before;
-use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy, redact_url_credentials};
+use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy, redact_credentials};
 
 /// The rules for a loop run in `context` whose work touches `worked_on`, read on the
 /// blocking threads; files refused are logged (`:checkhealth loopr` lists them too).
@@ -104,9 +104,9 @@ impl ProjectRules {
         for (path, scope) in candidates {
             match read_rules(root, policy, &path, max_bytes) {
                 Ok(None) => {}
-                Ok(Some((text, size))) => read.push(RulesFile {
+                Ok(Some((text, cut_from))) => read.push(RulesFile {
                     path,
-                    cut_from: (text.len() < size).then_some(size),
+                    cut_from,
                     text,
                     scope,
                 }),
@@ -189,14 +189,15 @@ fn nearest_nested(root: &ProjectRoot, file: &str) -> Option<(String, Option<Stri
     None
 }
 
-/// The start of rules file `path`, at most `max_bytes` of it, and the file's size: `None`
-/// when there is none, an error naming why an existing one is not read.
+/// The start of rules file `path`, at most `max_bytes` of it, and the file's size when that
+/// start is not all of it: `None` when there is none, an error naming why an existing one is
+/// not read.
 fn read_rules(
     root: &ProjectRoot,
     policy: &ToolPolicy,
     path: &str,
     max_bytes: usize,
-) -> Result<Option<(String, usize)>, String> {
+) -> Result<Option<(String, Option<usize>)>, String> {
     let resolved: PathBuf = match root.resolve_existing(path) {
         Ok(resolved) => resolved,
         Err(crate::tools::PathError::NotFound { .. }) => return Ok(None),
@@ -218,6 +219,7 @@ fn read_rules(
     let mut bytes = file
         .read_start(max_bytes as u64)
         .map_err(|err| format!("reading it failed: {err}"))?;
+    let cut_from = (bytes.len() < size).then_some(size);
     if bytes.len() < size {
         // Cut, maybe inside a character: the cut leaves out what is left of it.
         let whole = match std::str::from_utf8(&bytes) {
@@ -230,7 +232,7 @@ fn read_rules(
     // A clone URL with a token in a README goes to the provider with the prompt: never the
     // token.
     let text = String::from_utf8_lossy(&bytes);
-    Ok(Some((redact_url_credentials(&text).into_owned(), size)))
+    Ok(Some((redact_credentials(&text).into_owned(), cut_from)))
 }
 
 #[cfg(test)]
@@ -357,6 +359,8 @@ mod tests {
             prompt.contains("https://[REDACTED]@gitlab.example.com/app.git"),
             "{prompt}"
         );
+        assert!(!prompt.contains("[Loopr cut"), "nothing was cut: {prompt}");
+        assert!(!rules.summary()[0].contains("cut"), "{:?}", rules.summary());
     }
 
     #[test]

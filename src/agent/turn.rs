@@ -21,7 +21,7 @@ use crate::llm::{
 };
 use crate::pricing::{BudgetGuard, ModelUsage};
 use crate::store::{LoopDb, LoopId};
-use crate::tools::redact_url_credentials;
+use crate::tools::redact_credentials;
 
 /// The answer to one tool call.
 pub(super) struct CallResult {
@@ -361,7 +361,7 @@ impl Conversation {
             };
             // Whatever a tool read (a remote in .git/config, a command's output) goes to the
             // provider, the journal and the screen: never a credential in a URL.
-            if let Cow::Owned(redacted) = redact_url_credentials(&result.content) {
+            if let Cow::Owned(redacted) = redact_credentials(&result.content) {
                 result.content = redacted;
             }
             follow_ups.extend(result.follow_up);
