@@ -37,10 +37,21 @@ pub fn sandbox_settings(mechanism: &str) -> Result<String, String> {
 
 /// The settings that run commands under `mechanism`; `None`, saying why (the test is then
 /// skipped), where it cannot run here.
+/// `LOOPR_REQUIRE_SANDBOX` names the mechanisms that must run (the test script sets it where
+/// they do): a skip there would pass without testing anything, so it fails instead.
 pub fn settings_or_skip(mechanism: &str) -> Option<String> {
-    sandbox_settings(mechanism)
-        .map_err(|why| eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}"))
-        .ok()
+    let required = std::env::var("LOOPR_REQUIRE_SANDBOX")
+        .is_ok_and(|names| names.split(',').any(|name| name.trim() == mechanism));
+    match sandbox_settings(mechanism) {
+        Ok(settings) => Some(settings),
+        Err(why) if required => {
+            panic!("the {mechanism} sandbox must run here (LOOPR_REQUIRE_SANDBOX) but cannot: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");
+            None
+        }
+    }
 }
 
 /// A planned project and the settings that run its commands under `mechanism`; `None`
