@@ -388,12 +388,19 @@ fn make_repositories(dirs: &nvim::TestDirs) {
         project.join("vendor/lib/.git/hooks"),
         project.join("sub"),
         project.join("wt"),
+        project.join(".husky/_"),
         beside.join("hooks"),
         beside.join("worktrees/wt"),
     ] {
         std::fs::create_dir_all(dir).expect("mkdir");
     }
     std::fs::write(project.join("sub/.git"), "gitdir: ../.git/modules/sub\n").expect("sub");
+    // Husky's hooks: in the working tree, ignored, run by the user's next commit.
+    std::fs::write(
+        project.join(".git/config"),
+        "[core]\n\thooksPath = .husky/_\n",
+    )
+    .expect("config");
     std::fs::write(
         project.join("wt/.git"),
         format!("gitdir: {}\n", beside.join("worktrees/wt").display()),
@@ -404,8 +411,9 @@ fn make_repositories(dirs: &nvim::TestDirs) {
 
 /// Commands that write the internals of every repository in and beside the project, with
 /// the file each makes (under the project's parent).
-const GIT_WRITES: [(&str, &str); 5] = [
+const GIT_WRITES: [(&str, &str); 6] = [
     ("touch .git/hooks/x", "project/.git/hooks/x"),
+    ("touch .husky/_/pre-commit", "project/.husky/_/pre-commit"),
     (
         "touch vendor/lib/.git/hooks/x",
         "project/vendor/lib/.git/hooks/x",

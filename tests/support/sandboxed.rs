@@ -45,7 +45,9 @@ pub fn settings_or_skip(mechanism: &str) -> Option<String> {
     match sandbox_settings(mechanism) {
         Ok(settings) => Some(settings),
         Err(why) if required => {
-            panic!("the {mechanism} sandbox must run here (LOOPR_REQUIRE_SANDBOX) but cannot: {why}")
+            panic!(
+                "the {mechanism} sandbox must run here (LOOPR_REQUIRE_SANDBOX) but cannot: {why}"
+            )
         }
         Err(why) => {
             eprintln!("skipped: the {mechanism} sandbox cannot run here: {why}");

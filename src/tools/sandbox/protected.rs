@@ -6,6 +6,10 @@
 //!   the user runs git, outside any sandbox, and the project's diff does not show them;
 //! - the Git directories `.git` files point to (a submodule's, a worktree's and its main
 //!   repository's), when they lie in a writable place;
+//! - what a repository's config has git run or read from the working tree (its hooks
+//!   directory `core.hooksPath`, as Husky sets it, an fsmonitor, pager, editor or other
+//!   program, an included config file): a command could otherwise rewrite what git runs next,
+//!   outside any sandbox, in files the project's diff may not show (Husky's are ignored);
 //! - the state directory (`$LOOPR_HOME`), whose database holds the settings later loops run
 //!   with, when it lies in a writable place.
 //!
@@ -52,7 +56,21 @@ pub(super) fn read_only_paths(
     if !allow_git {
         let mut budget = MAX_GIT_PATH_BYTES;
         'entries: for entry in git_entries(root) {
-            for path in git_dirs_named_by(&entry).into_iter().chain([entry]) {
+            let git_dirs = if entry.is_dir() {
+                vec![entry.clone()]
+            } else {
+                git_dirs_named_by(&entry)
+            };
+            let worktree = entry.parent().unwrap_or(root).to_path_buf();
+            let run_by_git = git_dirs
+                .iter()
+                .flat_map(|git_dir| config_paths(git_dir, &worktree));
+            let paths: Vec<PathBuf> = git_dirs_named_by(&entry)
+                .into_iter()
+                .chain([entry])
+                .chain(run_by_git)
+                .collect();
+            for path in paths {
                 let Some(path) = inside_a_place(&path) else {
                     continue;
                 };
@@ -135,9 +153,107 @@ fn git_dirs_named_by(dot_git: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// The keys of a Git config (section.key, lowercase) whose value is a program git runs or a
+/// directory of them; the value's first word is what may be a path into the working tree.
+const PROGRAM_KEYS: [&str; 11] = [
+    "core.hookspath",
+    "core.fsmonitor",
+    "core.pager",
+    "core.editor",
+    "core.sshcommand",
+    "core.askpass",
+    "sequence.editor",
+    "diff.external",
+    "gpg.program",
+    "credential.helper",
+    "merge.tool",
+];
+/// How many config files (a repository's and those it includes) are read per repository.
+const MAX_CONFIG_FILES: usize = 8;
+/// How much of one config file is read.
+const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+
+/// The paths `git_dir`'s config has git run or read, relative ones resolved as git does
+/// (programs and hooks from the working tree's top, included files from the including
+/// file's directory); bounded, and only regular files read.
+fn config_paths(git_dir: &Path, worktree: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![git_dir.join("config")];
+    let mut read = 0;
+    while let Some(config) = pending.pop() {
+        if read == MAX_CONFIG_FILES {
+            break;
+        }
+        read += 1;
+        let Some(text) = read_small_file(&config, MAX_CONFIG_BYTES) else {
+            continue;
+        };
+        let base = config.parent().unwrap_or(Path::new("/"));
+        for (key, value) in config_entries(&text) {
+            let first_word = value.split_whitespace().next().unwrap_or("");
+            if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
+                let included = base.join(value);
+                found.push(included.clone());
+                pending.push(included);
+            } else if PROGRAM_KEYS.contains(&key.as_str()) && first_word.contains('/') {
+                found.push(worktree.join(first_word));
+            }
+        }
+    }
+    found
+}
+
+/// `(section.key, value)` of each setting in a Git config's text: section and key lowercase
+/// (a subsection kept as written), the value unquoted and without a trailing comment.
+fn config_entries(text: &str) -> Vec<(String, String)> {
+    let mut section = String::new();
+    let mut entries = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.split(']').next().unwrap_or("");
+            section = match header.split_once(char::is_whitespace) {
+                Some((name, sub)) => format!(
+                    "{}.{}",
+                    name.to_ascii_lowercase(),
+                    sub.trim().trim_matches('"')
+                ),
+                None => header.to_ascii_lowercase(),
+            };
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let mut unquoted = String::new();
+        let mut quoted = false;
+        for c in value.trim().chars() {
+            match c {
+                '"' => quoted = !quoted,
+                '#' | ';' if !quoted => break,
+                c => unquoted.push(c),
+            }
+        }
+        entries.push((
+            format!("{section}.{}", key.trim().to_ascii_lowercase()),
+            unquoted.trim().to_owned(),
+        ));
+    }
+    entries
+}
+
 /// The first line of a small regular file; `None` for anything else (a link, a FIFO, a
 /// device: never opened in a way that could block or follow it).
 fn read_pointer(path: &Path) -> Option<String> {
+    read_small_file(path, MAX_POINTER_BYTES)?
+        .lines()
+        .next()
+        .map(str::to_owned)
+}
+
+/// At most `max_bytes` of a regular file; `None` for anything else (a link, a FIFO, a
+/// device: never opened in a way that could block or follow it).
+fn read_small_file(path: &Path, max_bytes: u64) -> Option<String> {
     if !std::fs::symlink_metadata(path).ok()?.is_file() {
         return None;
     }
@@ -149,11 +265,9 @@ fn read_pointer(path: &Path) -> Option<String> {
     if !file.metadata().ok()?.is_file() {
         return None;
     }
-    let mut text = String::new();
-    file.take(MAX_POINTER_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    text.lines().next().map(str::to_owned)
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[cfg(test)]

@@ -120,3 +120,32 @@ fn allow_git_leaves_every_git_writable() {
         Vec::<PathBuf>::new()
     );
 }
+
+#[test]
+fn what_a_repositorys_config_runs_from_the_working_tree_stays_read_only() {
+    let tree = Tree::new();
+    // Husky's hooks directory, a fsmonitor script and an included config file, all in the
+    // working tree (the included file names a pager script of its own).
+    tree.file(
+        "project/.git/config",
+        "[core]\n\tbare = false\n\thooksPath = .husky/_ ; husky\n\
+         \tfsmonitor = \"tools/watch.sh\"\n[include]\n\tpath = ../extra.gitconfig\n\
+         [remote \"origin\"]\n\turl = https://example.com/app.git\n",
+    );
+    tree.file(
+        "project/extra.gitconfig",
+        "[core]\n\tpager = scripts/page --color\n",
+    );
+    let hooks = tree.dir("project/.husky/_");
+    let monitor = tree.file("project/tools/watch.sh", "#!/bin/sh\n");
+    let pager = tree.file("project/scripts/page", "#!/bin/sh\n");
+    let included = tree.base.join("project/extra.gitconfig");
+    let kept = read_only_paths(&tree.project, &[], false, None);
+    for path in [&hooks, &monitor, &included, &pager] {
+        assert!(kept.contains(path), "{} in {kept:?}", path.display());
+    }
+    assert!(
+        read_only_paths(&tree.project, &[], true, None).is_empty(),
+        "allow_git lets commands write all of it"
+    );
+}
