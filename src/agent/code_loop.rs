@@ -24,7 +24,7 @@ use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
     ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolRegistry, parse_input,
-    run_recorded, unsandboxed_note,
+    redact_cut_start, run_recorded, unsandboxed_note,
 };
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
@@ -432,7 +432,11 @@ fn tail(text: &str, max_bytes: usize) -> String {
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    format!("[... {start} bytes left out ...]\n{}", &text[start..])
+    // The cut may go through a URL: what is left of its credentials goes too.
+    format!(
+        "[... {start} bytes left out ...]\n{}",
+        redact_cut_start(&text[start..])
+    )
 }
 
 /// A revision of the code loop: the user's feedback opens a new iteration (with a fresh
@@ -515,4 +519,21 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
 /// waits for review, or was invalidated, may not run).
 pub fn runnable_phase(status: LoopStatus, iteration: u32) -> bool {
     iteration > 0 && status == LoopStatus::Complete
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_of_a_validation_cut_inside_a_url_keeps_no_part_of_its_credentials() {
+        let output = "fatal: could not read from https://user:s3cr3t-t0ken@git.example.com/app\n";
+        let kept = tail(
+            output,
+            output.len() - "fatal: could not read from https://user:s3".len(),
+        );
+        assert!(!kept.contains("cr3t") && !kept.contains("t0ken"), "{kept}");
+        assert!(kept.contains("[REDACTED]@git.example.com/app"), "{kept}");
+        assert_eq!(tail("short", 100), "short");
+    }
 }

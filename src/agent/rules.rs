@@ -4,11 +4,14 @@
 //! confinement and secret policy as `read_file`: nothing outside the root, no secret file.
 //! Blocking (reads files): call it off the async threads.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use super::context::LoopContext;
 use crate::markdown::char_boundary_at_or_before;
-use crate::tools::{ProjectFile, ProjectRoot, ReadError, ToolPolicy, redact_credentials};
+use crate::tools::{
+    ProjectFile, ProjectRoot, ReadError, ToolPolicy, redact_credentials, redact_cut_end,
+};
 
 /// The rules for a loop run in `context` whose work touches `worked_on`, read on the
 /// blocking threads; files refused are logged (`:checkhealth loopr` lists them too).
@@ -121,6 +124,9 @@ impl ProjectRules {
                 let end = char_boundary_at_or_before(&file.text, room);
                 file.cut_from.get_or_insert(file.text.len());
                 file.text.truncate(end);
+                if let Cow::Owned(redacted) = redact_cut_end(&file.text) {
+                    file.text = redacted;
+                }
             }
             room -= file.text.len();
         }
@@ -232,6 +238,11 @@ fn read_rules(
     // A clone URL with a token in a README goes to the provider with the prompt: never the
     // token.
     let text = String::from_utf8_lossy(&bytes);
+    let text = match cut_from {
+        // The cut may go through a URL: what came of its credentials goes too.
+        Some(_) => redact_cut_end(&text).into_owned(),
+        None => text.into_owned(),
+    };
     Ok(Some((redact_credentials(&text).into_owned(), cut_from)))
 }
 
@@ -361,6 +372,26 @@ mod tests {
         );
         assert!(!prompt.contains("[Loopr cut"), "nothing was cut: {prompt}");
         assert!(!rules.summary()[0].contains("cut"), "{:?}", rules.summary());
+    }
+
+    #[test]
+    fn a_rules_file_cut_inside_a_url_keeps_no_part_of_its_credentials() {
+        let text = "Push with https://ci:glpat-0123456789abcdef@gitlab.example.com/app.git\n";
+        let (_dir, root) = project(&[("AGENTS.md", text)]);
+        let cap = "Push with https://ci:glpat-0123".len();
+        let (rules, _) = ProjectRules::gather(
+            &root,
+            &ToolPolicy::default(),
+            &names(&["AGENTS.md"]),
+            &[],
+            cap,
+        );
+        let prompt = rules.prompt_section();
+        assert!(
+            !prompt.contains("glpat") && !prompt.contains("ci:"),
+            "{prompt}"
+        );
+        assert!(prompt.contains("https://[REDACTED]"), "{prompt}");
     }
 
     #[test]

@@ -38,6 +38,38 @@ pub fn redact_credentials(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// A URL cut off inside its authority at the end of a text: `scheme://` and whatever of
+/// the userinfo or host got in before the cut.
+static CUT_AUTHORITY_AT_END: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r#"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s"'<>`\\]+$"#).ok());
+
+/// The rest of a userinfo at the start of a text that a cut began inside a URL: up to its
+/// `@`, with nothing between that ends an authority.
+static CUT_USERINFO_AT_START: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r#"^[:/]*[^/?#\s"'<>`\\]*@"#).ok());
+
+/// The kept start of a text cut at its end: a URL the cut went through keeps its scheme and
+/// loses what came of its authority, which may be part of a token.
+pub fn redact_cut_end(kept: &str) -> Cow<'_, str> {
+    match CUT_AUTHORITY_AT_END.as_ref() {
+        Some(pattern) if kept.contains("://") => {
+            pattern.replace(kept, format!("${{1}}{REDACTED}").as_str())
+        }
+        _ => Cow::Borrowed(kept),
+    }
+}
+
+/// The kept end of a text cut at its start: if the cut went through a URL's userinfo, what is
+/// left of it up to the `@` goes.
+pub fn redact_cut_start(kept: &str) -> Cow<'_, str> {
+    match CUT_USERINFO_AT_START.as_ref() {
+        Some(pattern) if kept.contains('@') => {
+            pattern.replace(kept, format!("{REDACTED}@").as_str())
+        }
+        _ => Cow::Borrowed(kept),
+    }
+}
+
 fn redact_userinfo(text: &str) -> Cow<'_, str> {
     let Some(pattern) = USERINFO.as_ref().filter(|_| text.contains("://")) else {
         return Cow::Borrowed(text);

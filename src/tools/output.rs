@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use super::credentials_in_text::{redact_cut_end, redact_cut_start};
+
 /// Collects lines up to a byte budget and remembers whether anything was dropped.
 pub struct CappedOutput {
     text: String,
@@ -96,11 +98,19 @@ impl HeadAndTail {
     /// unless empty.
     pub fn finish(mut self) -> String {
         self.trim_tail();
-        let mut text = String::from_utf8_lossy(&self.head).into_owned();
-        if self.left_out > 0 {
-            text.push_str(&format!("\n[... {} bytes left out ...]\n", self.left_out));
+        let head = String::from_utf8_lossy(&self.head);
+        let tail = String::from_utf8_lossy(&self.tail);
+        if self.left_out == 0 {
+            let mut text = format!("{head}{tail}");
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            return text;
         }
-        text.push_str(&String::from_utf8_lossy(&self.tail));
+        // A URL the cut went through could leave part of a token on either side.
+        let mut text = redact_cut_end(&head).into_owned();
+        text.push_str(&format!("\n[... {} bytes left out ...]\n", self.left_out));
+        text.push_str(&redact_cut_start(&tail));
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
@@ -115,7 +125,7 @@ pub fn clip_line(line: &str, max_chars: usize) -> Cow<'_, str> {
         return Cow::Borrowed(line);
     }
     match line.char_indices().nth(max_chars) {
-        Some((cut, _)) => Cow::Owned(format!("{}… [line clipped]", &line[..cut])),
+        Some((cut, _)) => Cow::Owned(format!("{}… [line clipped]", redact_cut_end(&line[..cut]))),
         None => Cow::Borrowed(line),
     }
 }
@@ -159,6 +169,26 @@ mod tests {
         let mut short = HeadAndTail::new(5, 10);
         short.push(b"hello world");
         assert_eq!(short.finish(), "hello world\n", "nothing left out");
+    }
+
+    #[test]
+    fn a_cut_through_a_url_leaves_no_part_of_its_credentials() {
+        const TOKEN: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
+        let url = format!("remote: https://{TOKEN}@github.com/acme/app.git");
+        for cut in ["remote: https://".len() + 3, "remote: https://".len() + 30] {
+            let clipped = clip_line(&url, cut);
+            assert!(!clipped.contains(&TOKEN[..3]), "{clipped}");
+            assert!(clipped.ends_with("… [line clipped]"), "{clipped}");
+        }
+        // The stream's kept head ends inside the token, its kept tail starts inside it.
+        let mut kept = HeadAndTail::new(20, 30);
+        kept.push(format!("{}\n{}\n", "x".repeat(4), url).as_bytes());
+        let text = kept.finish();
+        for piece in TOKEN.as_bytes().chunks(4) {
+            let piece = std::str::from_utf8(piece).expect("ascii");
+            assert!(!text.contains(piece), "{piece} in {text}");
+        }
+        assert!(text.contains("@github.com/acme/app.git"), "{text}");
     }
 
     #[test]
