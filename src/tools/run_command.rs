@@ -148,10 +148,14 @@ pub async fn run_shell(
         path: "(command)".to_owned(),
         message: format!("could not start the command: {err}"),
     };
-    let mut process = sandbox
-        .command(command, cwd, root)
-        .await
-        .map_err(spawn_error)?;
+    // Making the sandbox looks through the project for nested repositories, which a huge or
+    // slow tree makes long: a cancel does not wait for it (the look, on the blocking pool,
+    // finishes on its own).
+    let mut process = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Err(ToolError::Cancelled),
+        process = sandbox.command(command, cwd, root) => process.map_err(spawn_error)?,
+    };
     process
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

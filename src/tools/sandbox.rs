@@ -248,6 +248,7 @@ impl Sandbox {
         let allow_git = self.allow_git;
         let state_dir = self.state_dir.clone();
         tokio::task::spawn_blocking(move || {
+            crate::test_hooks::hold_point("sandbox_walk");
             protected::read_only_paths(&root, &writable, allow_git, state_dir.as_deref())
         })
         .await

@@ -5,9 +5,9 @@
 use serde_json::json;
 
 use crate::fake_llm::FakeLlm;
-use crate::nvim::{TestDirs, TestNvim};
+use crate::nvim::{Hold, StartOptions, TestDirs, TestNvim};
 use crate::scenario::{
-    code_route, commit_everything, create_plan_turn, files_containing, files_under,
+    AUTO_APPROVE, code_route, commit_everything, create_plan_turn, files_containing, files_under,
     plan_and_approve, start_editor, start_editor_in, tool_results, tool_turn, valid_plan,
     wait_all_complete,
 };
@@ -254,5 +254,49 @@ async fn the_approval_of_a_command_taller_than_its_window_says_so() {
         None
     );
     editor.wait_status(code_id, "cancelled").await;
+    editor.quit().await;
+}
+
+/// Before a command runs, the sandbox looks through the project for nested repositories to
+/// keep read-only; on a huge or slow tree that takes a while. A cancel does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_does_not_wait_for_the_sandbox_to_look_through_the_project() {
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    fake.push_routed(
+        &code_route("print-version"),
+        tool_turn("c1", "run_command", json!({ "command": "echo hi" })),
+    );
+    let dirs = TestDirs::new();
+    let hold = Hold::new(dirs.temp.path());
+    let mut editor = TestNvim::start(
+        dirs,
+        StartOptions {
+            base_url: fake.base_url(),
+            setup: format!(
+                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {AUTO_APPROVE})"
+            ),
+            extra_env: hold.env("sandbox_walk"),
+        },
+    )
+    .await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor.type_keys(":LooprRun print-version\r").await;
+    hold.arrived().await;
+    let code_id = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|record| record["type"] == "code")
+        .and_then(|record| record["id"].as_str().map(str::to_owned))
+        .expect("the code loop");
+    assert_eq!(
+        editor.command(&format!("LooprCancel {code_id}")).await,
+        None
+    );
+    editor.wait_status(&code_id, "cancelled").await;
+    hold.release().await;
     editor.quit().await;
 }
