@@ -507,16 +507,16 @@ under_both!(allow_git_lets_commands_write_git);
 async fn the_state_directory_is_never_writable(mechanism: &str) {
     let Some((dirs, results)) = run_in(
         mechanism,
-        // The state directory lies under HOME, allowed as a whole.
-        |dirs| json!({"writable": [dirs.home]}),
+        // The state directory allowed by name (what holds it is HOME, which may not be
+        // writable; a project holding it is refused).
+        |dirs| json!({"writable": [dirs.loopr_home]}),
         |_| {},
         |dirs| {
             let state = dirs.loopr_home.display();
-            let home = dirs.home.display();
             vec![
                 format!("touch {state}/planted"),
                 format!("touch {state}/*/loopr.db && ls {state}/*/loopr.db"),
-                format!("touch {home}/allowed.txt"),
+                "touch allowed.txt".to_owned(),
             ]
         },
     )
@@ -536,7 +536,7 @@ async fn the_state_directory_is_never_writable(mechanism: &str) {
         results[1].text
     );
     assert!(!results[2].is_error, "{}", results[2].text);
-    assert!(dirs.home.join("allowed.txt").exists());
+    assert!(dirs.project.join("allowed.txt").exists());
 }
 
 under_both!(the_state_directory_is_never_writable);

@@ -79,16 +79,34 @@ impl SandboxSettings {
                         .ok_or_else(|| format!("sandbox.writable {path:?}: HOME is not set"))?,
                     None => PathBuf::from(path),
                 };
-                if expanded.is_absolute() {
-                    Ok(expanded)
-                } else {
-                    Err(format!(
+                if !expanded.is_absolute() {
+                    return Err(format!(
                         "sandbox.writable {path:?} is not an absolute path (or ~/...)"
-                    ))
+                    ));
                 }
+                if holds_home(&expanded) {
+                    return Err(format!(
+                        "sandbox.writable {path:?} holds your home directory: a command could \
+                         change what runs outside the sandbox (your shell's start-up files, \
+                         ~/.ssh, your editor's and Git's configuration); allow the directories \
+                         a build writes instead, e.g. \"~/.cargo\" or \"~/.npm\""
+                    ));
+                }
+                Ok(expanded)
             })
             .collect()
     }
+}
+
+/// Whether `path` is the home directory or holds it (`/` included), symlinks resolved.
+fn holds_home(path: &Path) -> bool {
+    let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) else {
+        return path.parent().is_none();
+    };
+    let home = PathBuf::from(home);
+    let home = home.canonicalize().unwrap_or(home);
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    home.starts_with(&path)
 }
 
 /// How commands are confined on this machine.

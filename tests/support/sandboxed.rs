@@ -64,10 +64,12 @@ pub async fn sandboxed_project(mechanism: &str) -> Option<(String, FakeLlm, Test
     Some((settings, fake, dirs))
 }
 
-/// A project planned headless whose phase `print-version` is validated by `true`.
+/// A project planned headless whose phase `print-version` is validated by `true`. It lies in
+/// a directory of its own (`work/`), which a test may make writable: the test's HOME is
+/// beside it, and a writable place may not hold HOME.
 pub async fn planned_project() -> (FakeLlm, TestDirs) {
     let fake = FakeLlm::start().await;
-    let dirs = TestDirs::new();
+    let dirs = TestDirs::with_project_name("work/project");
     crate::scenario::plan_code_project(&fake, &dirs, "true").await;
     (fake, dirs)
 }

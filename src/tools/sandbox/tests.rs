@@ -30,6 +30,35 @@ fn writable_paths_must_be_absolute() {
 }
 
 #[test]
+fn a_writable_path_holding_the_home_directory_is_refused() {
+    let home = std::env::var("HOME").expect("HOME");
+    let parent = Path::new(&home)
+        .parent()
+        .expect("a home below /")
+        .display()
+        .to_string();
+    for path in [home.clone(), format!("{home}/"), parent, "/".to_owned()] {
+        let settings = SandboxSettings {
+            writable: vec![path.clone()],
+            ..SandboxSettings::default()
+        };
+        let refused = settings.writable_paths().expect_err(&path);
+        assert!(
+            refused.contains("holds your home directory") && refused.contains("~/.cargo"),
+            "{path}: {refused}"
+        );
+    }
+    let cache = SandboxSettings {
+        writable: vec!["~/.cargo".to_owned()],
+        ..SandboxSettings::default()
+    };
+    assert_eq!(
+        cache.writable_paths(),
+        Ok(vec![Path::new(&home).join(".cargo")])
+    );
+}
+
+#[test]
 fn an_unavailable_explicit_mechanism_names_how_to_get_one() {
     if bubblewrap::available().is_ok() {
         return;
