@@ -389,6 +389,7 @@ fn make_repositories(dirs: &nvim::TestDirs) {
         project.join("sub"),
         project.join("wt"),
         project.join(".husky/_"),
+        project.parent().expect("parent").join("other/.git/hooks"),
         beside.join("hooks"),
         beside.join("worktrees/wt"),
     ] {
@@ -411,8 +412,10 @@ fn make_repositories(dirs: &nvim::TestDirs) {
 
 /// Commands that write the internals of every repository in and beside the project, with
 /// the file each makes (under the project's parent).
-const GIT_WRITES: [(&str, &str); 6] = [
+const GIT_WRITES: [(&str, &str); 7] = [
     ("touch .git/hooks/x", "project/.git/hooks/x"),
+    // Another repository in the writable place beside the project.
+    ("touch ../other/.git/hooks/x", "other/.git/hooks/x"),
     ("touch .husky/_/pre-commit", "project/.husky/_/pre-commit"),
     (
         "touch vendor/lib/.git/hooks/x",

@@ -2,7 +2,8 @@
 //! read-only, after every writable bind, so that no `sandbox.writable` entry opens them again.
 //!
 //! - `.git` of the project and of every repository nested in it (a `.git` directory or file
-//!   anywhere under the root), unless `allow_git`: hooks and config there run the next time
+//!   anywhere under the root), and of the repositories in the writable places beside it (to
+//!   a few levels), unless `allow_git`: hooks and config there run the next time
 //!   the user runs git, outside any sandbox, and the project's diff does not show them;
 //! - the Git directories `.git` files point to (a submodule's, a worktree's and its main
 //!   repository's), when they lie in a writable place;
@@ -25,6 +26,10 @@ use std::path::{Path, PathBuf};
 /// How many directories the search for nested repositories reads, breadth first (shallow
 /// repositories first). A tree larger than this is searched this far, and the log says so.
 const MAX_DIRECTORIES: usize = 100_000;
+/// How many directories are read, and how deep, in each writable place beside the project
+/// (`~/src` holding other repositories at `~/src/<name>` or `~/src/<group>/<name>`).
+const MAX_PLACE_DIRECTORIES: usize = 10_000;
+const MAX_PLACE_DEPTH: usize = 3;
 /// How many `.git` entries are kept read-only at most (each is a mount).
 const MAX_GIT_ENTRIES: usize = 1_000;
 /// How many bytes of `.git` paths are kept read-only at most: each goes on a command line
@@ -55,7 +60,19 @@ pub(super) fn read_only_paths(
     let mut kept = Vec::new();
     if !allow_git {
         let mut budget = MAX_GIT_PATH_BYTES;
-        'entries: for entry in git_entries(root) {
+        // The project whole; the writable places beside it to a few levels (the
+        // repositories of `~/src/*`), which are often large trees of other things.
+        let beside = writable
+            .iter()
+            .filter_map(|place| place.canonicalize().ok())
+            .filter(|place| !place.starts_with(root));
+        let entries = git_entries(root, MAX_DIRECTORIES, usize::MAX)
+            .into_iter()
+            .chain(
+                beside
+                    .flat_map(|place| git_entries(&place, MAX_PLACE_DIRECTORIES, MAX_PLACE_DEPTH)),
+            );
+        'entries: for entry in entries {
             let git_dirs = if entry.is_dir() {
                 vec![entry.clone()]
             } else {
@@ -94,16 +111,17 @@ pub(super) fn read_only_paths(
 }
 
 /// `root/.git` and the `.git` entries (directories, files, links) of the repositories nested
-/// under `root`, breadth first; links are not followed, nor is any `.git` searched.
-fn git_entries(root: &Path) -> Vec<PathBuf> {
+/// under `root`, breadth first, reading at most `max_directories` directories no deeper than
+/// `max_depth` below `root`; links are not followed, nor is any `.git` searched.
+fn git_entries(root: &Path, max_directories: usize, max_depth: usize) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    let mut pending = VecDeque::from([root.to_owned()]);
+    let mut pending = VecDeque::from([(root.to_owned(), 0)]);
     let mut read = 0;
-    while let Some(dir) = pending.pop_front() {
-        if read == MAX_DIRECTORIES {
+    while let Some((dir, depth)) = pending.pop_front() {
+        if read == max_directories {
             tracing::warn!(
                 root = %root.display(),
-                "stopped looking for nested Git repositories after {MAX_DIRECTORIES} \
+                "stopped looking for nested Git repositories after {max_directories} \
                  directories: commands may write the .git of those further down"
             );
             break;
@@ -126,8 +144,8 @@ fn git_entries(root: &Path) -> Vec<PathBuf> {
                     );
                     return found;
                 }
-            } else if kind.is_dir() {
-                pending.push_back(entry.path());
+            } else if kind.is_dir() && depth < max_depth {
+                pending.push_back((entry.path(), depth + 1));
             }
         }
     }

@@ -149,3 +149,24 @@ fn what_a_repositorys_config_runs_from_the_working_tree_stays_read_only() {
         "allow_git lets commands write all of it"
     );
 }
+
+#[test]
+fn the_repositories_in_a_writable_place_beside_the_project_stay_read_only_too() {
+    let tree = Tree::new();
+    let src = tree.dir("src");
+    let other = tree.dir("src/other/.git/hooks");
+    let deeper = tree.dir("src/group/team/app/.git");
+    let too_deep = tree.dir("src/a/b/c/d/e/.git");
+    let kept = read_only_paths(&tree.project, &[src], false, None);
+    for path in [other.parent().expect(".git"), deeper.as_path()] {
+        assert!(
+            kept.iter().any(|kept| kept == path),
+            "{} in {kept:?}",
+            path.display()
+        );
+    }
+    assert!(
+        !kept.contains(&too_deep),
+        "only the first levels of a writable place are searched: {kept:?}"
+    );
+}
