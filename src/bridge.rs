@@ -8,6 +8,7 @@ mod event_pump;
 mod handler;
 mod lua_call;
 mod transcript_pump;
+mod words;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};

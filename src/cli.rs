@@ -18,7 +18,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::{LoopEvent, LoopManager, LoopSettings, ProviderFactory, ShellServices};
+use crate::agent::{
+    LoopEvent, LoopManager, LoopSettings, ManagerError, ProviderFactory, ShellServices,
+};
 use crate::mcp::McpSettings;
 use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
@@ -257,6 +259,7 @@ pub async fn run_code(
     );
     let code_id = manager
         .start_code(&root, phase, settings)
+        .map_err(with_next_step)
         .context("starting the code loop")?;
     say!("loopr: code loop {code_id} started for phase {phase}");
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
@@ -423,6 +426,16 @@ fn report(event: &LoopEvent) {
             markdown_path.display()
         ),
     }
+}
+
+/// The core's error with the command that is the user's next step from the command line.
+fn with_next_step(err: ManagerError) -> anyhow::Error {
+    let next_step = match &err {
+        ManagerError::UnknownPhase(_) => "; `loopr status` lists the project's loops".to_owned(),
+        ManagerError::NoCodeLoop(phase) => format!("; start one with `loopr run {phase}`"),
+        _ => return err.into(),
+    };
+    anyhow::anyhow!("{err}{next_step}")
 }
 
 /// The plan loop and everything below it, parents first.

@@ -178,6 +178,10 @@ async fn an_unknown_phase_is_reported() {
         stderr.contains("no approved phase named \"no-such-phase\""),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("`loopr status` lists the project's loops") && !stderr.contains(":Loopr"),
+        "the command line's next step, not Neovim's: {stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

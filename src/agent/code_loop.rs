@@ -290,7 +290,10 @@ pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
         context.events.emit(LoopEvent::Notice {
             loop_id: context.record.id.to_string(),
             level: NoticeLevel::Warn,
-            message: format!("{error}; its tools are not offered to this loop (:LooprMcp)"),
+            message: format!(
+                "{error}; its tools are not offered to this loop (the MCP servers' status keeps \
+                 the error)"
+            ),
         });
     }
     tools

@@ -85,10 +85,7 @@ pub enum ManagerError {
     Job(#[from] JobError),
     #[error("no {0} loop in this project")]
     NothingTo(&'static str),
-    #[error(
-        "no loop is running in this project and the current buffer is no artifact; name one: \
-         :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
-    )]
+    #[error("no loop is running in this project and none was named")]
     NoTranscriptTarget,
     #[error("no loop {0} in this project")]
     UnknownLoop(String),
@@ -99,11 +96,11 @@ pub enum ManagerError {
         hint: &'static str,
     },
     #[error(
-        "no approved phase named {0:?} in this project; see :LooprStatus (phases that are not yet \
-         written, wait for review or were invalidated cannot run)"
+        "no approved phase named {0:?} in this project (phases that are not yet written, wait \
+         for review or were invalidated cannot run)"
     )]
     UnknownPhase(String),
-    #[error("no code loop has run for phase {0:?}; start one with :LooprRun {0}")]
+    #[error("no code loop has run for phase {0:?}")]
     NoCodeLoop(String),
     #[error(transparent)]
     Phase(#[from] PhaseLookupError),
@@ -208,7 +205,8 @@ impl LoopManager {
         self.shared.mcp.shut_down();
     }
 
-    /// The host's MCP servers: their state for `:LooprMcp`, a probe for `:checkhealth`.
+    /// The host's MCP servers: their state for a shell's MCP status, a probe for its health
+    /// check.
     pub fn mcp(&self) -> &crate::mcp::McpPool {
         &self.shared.mcp
     }

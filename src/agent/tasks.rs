@@ -1,4 +1,4 @@
-//! The tasks of phase artifacts, as places in the project: what `:LooprTasks` lists.
+//! The tasks of phase artifacts, as places in the project: what a shell's task list shows.
 //!
 //! A task without a file points at its line in phase.md. That line comes from rendering
 //! phase.json again, not from reading phase.md: phase.md is written by the same renderer from

@@ -11,6 +11,7 @@ use super::dto::{
     to_value,
 };
 use super::event_pump::OutgoingQueue;
+use super::words::manager_error;
 use std::sync::Arc;
 
 use crate::agent::{InteractiveApprover, LoopManager, TranscriptText};
@@ -161,7 +162,7 @@ impl RpcHandler {
                     .manager
                     .undo(&params.root, &params.phase, params.force)
                     .await
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&UndoReply::new(loop_id.to_string(), report))
             }
             "mcp_status" => to_value(&self.manager.mcp().status()),
@@ -221,7 +222,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .start_plan(&params.root, &params.task, params.settings)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -231,7 +232,7 @@ impl RpcHandler {
                 let target = self
                     .manager
                     .transcript_target(&params.root, params.id.as_deref(), params.path.as_deref())
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 let record = self
                     .manager
                     .follow_transcript(
@@ -240,7 +241,7 @@ impl RpcHandler {
                         params.token,
                         self.transcripts.clone(),
                     )
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&TranscriptReply {
                     loop_id: record.id.to_string(),
                     loop_type: record.loop_type.as_str(),
@@ -256,7 +257,7 @@ impl RpcHandler {
                 let records: Vec<LoopRecordReply> = self
                     .manager
                     .status_with_spend(&params.root, &params.price_table()?)
-                    .map_err(|err| format!("Loopr: {err}"))?
+                    .map_err(manager_error)?
                     .into_iter()
                     .map(LoopRecordReply::new)
                     .collect();
@@ -267,7 +268,7 @@ impl RpcHandler {
                 let phases = self
                     .manager
                     .tasks(&params.root, &params.selector())
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&TasksReply::new(phases)?)
             }
             "cancel" => {
@@ -275,7 +276,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .cancel(&params.root, params.id.as_deref())
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -285,7 +286,7 @@ impl RpcHandler {
                 let ids: Vec<String> = self
                     .manager
                     .status(&params.root)
-                    .map_err(|err| format!("Loopr: {err}"))?
+                    .map_err(manager_error)?
                     .into_iter()
                     .filter(|record| params.matches(record))
                     .map(|record| record.id.to_string())
@@ -297,7 +298,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .start_code(&params.root, &params.phase, params.settings)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -307,7 +308,7 @@ impl RpcHandler {
                 let (loop_id, hunks) = self
                     .manager
                     .changes(&params.root, &params.phase)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&ChangesReply::new(loop_id.to_string(), hunks)?)
             }
             "approval" => {
@@ -320,7 +321,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .approve(&params.root, params.id.as_deref())
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -330,17 +331,14 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .revise(&params.root, &params.id, &params.feedback)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
             }
             "resume" => {
                 let params: RootParams = params(method, args)?;
-                let counts = self
-                    .manager
-                    .resume(&params.root)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                let counts = self.manager.resume(&params.root).map_err(manager_error)?;
                 to_value(&ResumeReply::from(counts))
             }
             "retry" => {
@@ -348,7 +346,7 @@ impl RpcHandler {
                 let id = self
                     .manager
                     .retry(&params.root, params.id.as_deref())
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&LoopIdReply {
                     loop_id: id.to_string(),
                 })
@@ -358,7 +356,7 @@ impl RpcHandler {
                 let names = self
                     .manager
                     .phase_selectors(&params.root)
-                    .map_err(|err| format!("Loopr: {err}"))?;
+                    .map_err(manager_error)?;
                 to_value(&names)
             }
             "credentials" => {

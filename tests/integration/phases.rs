@@ -242,7 +242,9 @@ async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
     assert!(editor.command("LooprChanges docs/parse").await.is_some());
     let note = notes(&editor).await.join("\n");
     assert!(
-        note.contains("no code loop has run for phase \"docs/parse\""),
+        note.contains(
+            "no code loop has run for phase \"docs/parse\"; start one with :LooprRun docs/parse"
+        ),
         "{note}"
     );
 

@@ -11,7 +11,7 @@ use crate::llm::Usage;
 use crate::pricing::{Cost, ModelUsage, PriceTable, total_usage};
 use crate::store::{LoopId, LoopRecord, LoopStatus};
 
-/// One loop for `:LooprStatus`.
+/// One loop of a shell's status list.
 pub struct StatusRow {
     pub record: LoopRecord,
     /// The markdown of its current artifact, if it has one.

@@ -139,8 +139,9 @@ impl LoopManager {
             }
             Err(join_error) => {
                 tracing::error!(loop_id = %record.id, error = %join_error, "loop crashed");
-                let message =
-                    format!("internal error: the loop crashed ({join_error}); see :LooprLog");
+                let message = format!(
+                    "internal error: the loop crashed ({join_error}); the host's log has the details"
+                );
                 self.record_end(project, record, LoopStatus::Failed, Some(message));
             }
         }
