@@ -41,7 +41,12 @@ fn only_the_command_line_writes_to_stdout() {
                 .iter()
                 .any(|writes| calls(code, writes))
             {
-                offending.push(format!("{}:{}: {}", file.display(), number + 1, line.trim()));
+                offending.push(format!(
+                    "{}:{}: {}",
+                    file.display(),
+                    number + 1,
+                    line.trim()
+                ));
             }
         }
     }

@@ -5,11 +5,11 @@
 use serde_json::json;
 
 use crate::fake_llm::FakeLlm;
-use crate::nvim::{Hold, StartOptions, TestDirs, TestNvim};
+use crate::nvim::{Hold, TestDirs, TestNvim};
 use crate::scenario::{
     AUTO_APPROVE, code_route, commit_everything, create_plan_turn, files_containing, files_under,
-    plan_and_approve, start_editor, start_editor_in, tool_results, tool_turn, valid_plan,
-    wait_all_complete,
+    plan_and_approve, start_editor, start_editor_at, start_editor_in, tool_results, tool_turn,
+    valid_plan, wait_all_complete,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,19 +269,9 @@ async fn the_approval_of_a_command_taller_than_its_window_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_does_not_wait_for_the_sandbox_to_look_through_the_project() {
     let fake = fake_running(&["echo hi"]).await;
-    let dirs = TestDirs::new();
-    let hold = Hold::new(dirs.temp.path());
-    let mut editor = TestNvim::start(
-        dirs,
-        StartOptions {
-            base_url: fake.base_url(),
-            setup: format!(
-                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {AUTO_APPROVE})"
-            ),
-            extra_env: hold.env("sandbox_walk"),
-        },
-    )
-    .await;
+    let hold_dir = tempfile::tempdir().expect("tempdir");
+    let hold = Hold::new(hold_dir.path());
+    let mut editor = start_editor_at(fake.base_url(), AUTO_APPROVE, hold.env("sandbox_walk")).await;
     run_print_version_typed(&mut editor, false).await;
     hold.arrived().await;
     let code_id = editor

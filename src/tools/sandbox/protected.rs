@@ -19,9 +19,9 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::tools::{ProjectFile, ProjectRoot};
 
 /// How many directories the search for nested repositories reads, breadth first (shallow
 /// repositories first). A tree larger than this is searched this far, and the log says so.
@@ -272,19 +272,11 @@ fn read_pointer(path: &Path) -> Option<String> {
 /// At most `max_bytes` of a regular file; `None` for anything else (a link, a FIFO, a
 /// device: never opened in a way that could block or follow it).
 fn read_small_file(path: &Path, max_bytes: u64) -> Option<String> {
-    if !std::fs::symlink_metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(max_bytes).read_to_end(&mut bytes).ok()?;
+    // The project's one reader, with the file's own directory as its root: these files may
+    // lie beside the project (a worktree's main repository).
+    let directory = ProjectRoot::new(path.parent()?).ok()?;
+    let file = ProjectFile::open(&directory, &directory.path().join(path.file_name()?)).ok()?;
+    let bytes = file.read_start(max_bytes).ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
