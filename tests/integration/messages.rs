@@ -90,8 +90,9 @@ async fn typing_survives_loopr_messages(columns: i64, mode_key: &str, mode: &str
         }
         assert!(
             typed.len() < 20_000,
-            "the loops did not fail; events: {:#?}",
-            editor.events_seen()
+            "the loops did not fail; events: {:#?}\nhost log:\n{}",
+            editor.events_seen(),
+            editor.log_text()
         );
     }
 
