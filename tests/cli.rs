@@ -1314,32 +1314,14 @@ async fn a_loop_with_large_tool_outputs_over_many_turns_stays_under_its_context_
     assert_eq!(whole_in_journal, READS);
 }
 
-/// Runs `loopr plan` with `settings` until the model got `requests` requests (the last one
-/// left unanswered), and kills it there; returns that last request.
+/// `scenario::plan_killed_at_request` for the plan of "Add a --version flag".
 async fn plan_killed_at_request(
     dirs: &TestDirs,
     fake: &FakeLlm,
     settings: &str,
     requests: usize,
 ) -> RecordedRequest {
-    let mut plan = scenario::loopr_command(
-        dirs,
-        fake,
-        &["plan", "Add a --version flag", "--settings", settings],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("start loopr plan");
-    let mut asked = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(requests),
-    )
-    .await
-    .expect("the model is asked");
-    plan.start_kill().expect("SIGKILL");
-    plan.wait().await.expect("wait");
-    asked.swap_remove(requests - 1)
+    scenario::plan_killed_at_request(dirs, fake, "Add a --version flag", settings, requests).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

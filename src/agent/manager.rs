@@ -33,6 +33,7 @@ use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
+    host_is_alive,
 };
 use crate::tools::UnfitRoot;
 use crate::tools::{Approver, OpenBuffers, ProjectRoot};
@@ -220,6 +221,13 @@ impl LoopManager {
     /// Loops this host is running now.
     pub fn running_count(&self) -> usize {
         lock(&self.shared.running).len()
+    }
+
+    /// Whether the host that ran as `owner` is gone, as its lock tells (this host is not: what
+    /// holds its pid in an open project is its own, the leftovers of an earlier host with the
+    /// same pid having been disowned when the project was opened).
+    fn host_is_gone(&self, owner: u32) -> bool {
+        owner != self.shared.host_pid && !host_is_alive(&self.shared.loopr_home, owner)
     }
 
     fn emit_status(

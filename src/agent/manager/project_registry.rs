@@ -5,8 +5,7 @@ use std::path::Path;
 
 use super::{LoopManager, ManagerError, Project, lock};
 use crate::store::{
-    LoopDb, LoopStatus, ProjectLayout, held_at_budget, host_is_alive, remove_if_leftover,
-    sweep_state_dir,
+    LoopDb, LoopStatus, ProjectLayout, held_at_budget, remove_if_leftover, sweep_state_dir,
 };
 
 /// What opening a project left to do.
@@ -41,6 +40,15 @@ impl LoopManager {
             }
             let layout = ProjectLayout::new(&self.shared.loopr_home, root.path());
             let db = LoopDb::open(&layout.database())?;
+            // Before anyone can start a loop here through this host: whatever holds its pid now
+            // was left by an earlier host with the same pid.
+            let disowned = db.disown_leftovers(self.shared.host_pid)?;
+            if disowned > 0 {
+                tracing::info!(
+                    count = disowned,
+                    "loops of an earlier host with this host's pid belong to no host now"
+                );
+            }
             let project = Project { root, layout, db };
             projects.insert(project.root.path().to_path_buf(), project.clone());
             project
@@ -48,14 +56,7 @@ impl LoopManager {
         self.remove_leftovers(&project);
         let adopted = project
             .db
-            .adopt_orphans(self.shared.host_pid, |owner, id, status| {
-                if owner == self.shared.host_pid {
-                    // Ours by pid, yet no task runs it: left by an earlier host with our pid.
-                    status == LoopStatus::Running && !lock(&self.shared.running).contains_key(id)
-                } else {
-                    !host_is_alive(&self.shared.loopr_home, owner)
-                }
-            })?;
+            .adopt_orphans(self.shared.host_pid, |owner| self.host_is_gone(owner))?;
         if !adopted.is_empty() {
             tracing::info!(
                 count = adopted.len(),
