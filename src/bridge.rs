@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::agent::{InteractiveApprover, LoopManager, ProviderFactory, ShellServices};
+use crate::agent::{InteractiveApprover, LoopManager, OnOpen, ProviderFactory, ShellServices};
 use crate::llm::SharedEnv;
 
 pub struct HostOptions {
@@ -47,6 +47,9 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
         ShellServices {
             approver: approvals.clone(),
             buffers: Arc::new(buffers.clone()),
+            // The editor picks up what a host that is gone left: on the plugin's `resume` at
+            // start, else on the first request for the project.
+            on_open: OnOpen::ResumeInterrupted,
         },
     );
     let handler = handler::RpcHandler::new(

@@ -19,11 +19,11 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{
-    LoopEvent, LoopManager, LoopSettings, ManagerError, ProviderFactory, ShellServices,
+    LoopEvent, LoopManager, LoopSettings, ManagerError, OnOpen, ProviderFactory, ShellServices,
 };
 use crate::mcp::McpSettings;
 use crate::pricing::{Cost, ModelUsage, PriceTable};
-use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout};
+use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
 
@@ -147,11 +147,28 @@ async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: In
     }
 }
 
+/// The services of a headless run. Every run leaves the loops that hosts which are gone left
+/// unfinished as they were when it opens the project: `plan` and `run` run their own, and
+/// `resume` takes them over explicitly.
 fn headless_shell(approver: Arc<dyn Approver>) -> ShellServices {
     ShellServices {
         approver,
         buffers: Arc::new(NoBuffers),
+        on_open: OnOpen::LeaveInterrupted,
     }
+}
+
+/// Says once, on stderr, that the project has loops that hosts which are gone left
+/// unfinished, which this run leaves alone.
+fn tell_about_loops_left(manager: &LoopManager, root: &Path) -> anyhow::Result<()> {
+    let left = manager.left_unfinished(root)?;
+    if left > 0 {
+        say!(
+            "loopr: {left} unfinished loop(s) of this project that no host runs were left as \
+             they were; `loopr resume` continues them"
+        );
+    }
+    Ok(())
 }
 
 pub struct PlanOptions {
@@ -161,8 +178,9 @@ pub struct PlanOptions {
     pub settings: LoopSettings,
 }
 
-/// Runs a plan loop and, with `approve_all`, the whole hierarchy below it, until nothing in it
-/// can move. Returns whether every loop completed.
+/// Runs a plan loop and, with `approve_all`, the whole hierarchy below it (approving only
+/// there), until nothing in it can move. Returns whether every loop of it completed. Other
+/// loops of the project are left as they are.
 pub async fn run_plan(
     loopr_home: PathBuf,
     provider_factory: ProviderFactory,
@@ -170,8 +188,7 @@ pub async fn run_plan(
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    // Plans only read the project; a code loop of a crashed host that this run resumes gets
-    // no approvals.
+    // Plans only read the project: nothing is approved.
     let manager = LoopManager::new(
         loopr_home,
         Arc::new(sender),
@@ -182,6 +199,7 @@ pub async fn run_plan(
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
     say!("loopr: plan loop {plan_id} started");
+    tell_about_loops_left(&manager, &options.root)?;
     let select = |manager: &LoopManager| tree_records(manager, &options.root, &plan_id);
     settle(
         &manager,
@@ -262,6 +280,7 @@ pub async fn run_code(
         .map_err(with_next_step)
         .context("starting the code loop")?;
     say!("loopr: code loop {code_id} started for phase {phase}");
+    tell_about_loops_left(&manager, &root)?;
     let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
         Ok(manager
             .status(&root)?
@@ -305,8 +324,9 @@ async fn settle(
             if approve_all && approve_waiting(manager, root, select)? {
                 continue;
             }
-            // Quiet: give whatever could still start its chance, then stop if nothing did.
-            manager.resume(root)?;
+            // Quiet: give whatever of this run could still start its chance, then stop if
+            // nothing did.
+            manager.start_ready(root)?;
             if *busy.borrow_and_update() == 0 {
                 while let Ok(event) = events.try_recv() {
                     report(&event);
@@ -472,7 +492,8 @@ pub fn has_state(loopr_home: &Path, root: &Path) -> anyhow::Result<bool> {
 }
 
 /// Prints the project's loops, oldest first, their cost priced by `prices` if given, else
-/// by the prices each loop started with. Reads the database only: unlike a host, it does not
+/// by the prices each loop started with; a running loop whose host is gone is interrupted,
+/// and stderr says what continues it. Reads the database only: unlike a host, it does not
 /// resume anything.
 pub fn print_status(
     loopr_home: &Path,
@@ -485,12 +506,23 @@ pub fn print_status(
     let database = ProjectLayout::new(loopr_home, &root).database();
     let (mut records, usage) = if database.exists() {
         let db = LoopDb::open(&database)?;
-        (db.list()?, db.usage_by_loop()?)
+        let records = db.list_as_seen(|owner| !host_is_alive(loopr_home, owner))?;
+        (records, db.usage_by_loop()?)
     } else {
         (Vec::new(), HashMap::new())
     };
     records.reverse();
     write_table(&mut std::io::stdout().lock(), &records, &usage, prices)?;
+    let interrupted = records
+        .iter()
+        .filter(|record| record.status == LoopStatus::Interrupted)
+        .count();
+    if interrupted > 0 {
+        say!(
+            "loopr: {interrupted} loop(s) interrupted: the host running them exited; `loopr \
+             resume` continues them"
+        );
+    }
     Ok(())
 }
 

@@ -1314,32 +1314,14 @@ async fn a_loop_with_large_tool_outputs_over_many_turns_stays_under_its_context_
     assert_eq!(whole_in_journal, READS);
 }
 
-/// Runs `loopr plan` with `settings` until the model got `requests` requests (the last one
-/// left unanswered), and kills it there; returns that last request.
+/// `scenario::plan_killed_at_request` for the plan of "Add a --version flag".
 async fn plan_killed_at_request(
     dirs: &TestDirs,
     fake: &FakeLlm,
     settings: &str,
     requests: usize,
 ) -> RecordedRequest {
-    let mut plan = scenario::loopr_command(
-        dirs,
-        fake,
-        &["plan", "Add a --version flag", "--settings", settings],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("start loopr plan");
-    let mut asked = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(requests),
-    )
-    .await
-    .expect("the model is asked");
-    plan.start_kill().expect("SIGKILL");
-    plan.wait().await.expect("wait");
-    asked.swap_remove(requests - 1)
+    scenario::plan_killed_at_request(dirs, fake, "Add a --version flag", settings, requests).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1564,5 +1546,162 @@ async fn a_huge_rules_file_costs_the_host_no_more_memory_than_its_cap() {
     assert!(
         system.contains(&format!("[Loopr cut AGENTS.md here: it has {huge} bytes")),
         "{system}"
+    );
+}
+
+/// The task of the plan an earlier `loopr plan` was running when it was killed: no message of
+/// the tests' other plans holds it, so its replies are routed by it.
+const KILLED_TASK: &str = "Rename the settings module";
+
+/// Runs a `loopr plan` of `KILLED_TASK` and kills it (SIGKILL) while the model answers: its
+/// loop stays `running` in the store, its host gone. Returns the loop's id.
+async fn plan_killed_mid_turn(dirs: &TestDirs, fake: &FakeLlm) -> String {
+    fake.push_routed(KILLED_TASK, scenario::stalled_turn("Let me look."));
+    scenario::plan_killed_at_request(dirs, fake, KILLED_TASK, r#"{"plan_review_passes": 0}"#, 1)
+        .await;
+    let journals = files_ending_with(&dirs.loopr_home, "journal.jsonl");
+    assert_eq!(journals.len(), 1, "{journals:?}");
+    journals[0]
+        .parent()
+        .and_then(|dir| dir.file_name())
+        .and_then(|name| name.to_str())
+        .expect("the loop's directory is its id")
+        .to_owned()
+}
+
+/// The STATUS column of loop `id`'s row in a summary table.
+fn status_in_table<'a>(table: &'a str, id: &str) -> &'a str {
+    table
+        .lines()
+        .find(|line| line.starts_with(id))
+        .and_then(|row| row.split_whitespace().nth(3))
+        .unwrap_or_else(|| panic!("no row for {id}:\n{table}"))
+}
+
+/// How many requests the model got from the killed plan (their first message holds its task).
+fn requests_of_killed_plan(fake: &FakeLlm) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|request| first_user_text(&request.body).contains(KILLED_TASK))
+        .count()
+}
+
+/// A loop whose host was killed is `interrupted`, not `running`, in `loopr status` (with the
+/// command that continues it), while a loop a live host runs is `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_loop_whose_host_was_killed_as_interrupted() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let killed = plan_killed_mid_turn(&dirs, &fake).await;
+
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{stderr}");
+    assert_eq!(status_in_table(&table, &killed), "interrupted", "{table}");
+    assert!(
+        stderr.contains("1 loop(s) interrupted") && stderr.contains("`loopr resume` continues"),
+        "{stderr}"
+    );
+
+    // A plan whose host lives, held in its first turn.
+    let (answer, release) = scenario::create_plan_turn("live", valid_plan()).held();
+    fake.push_routed("Add a --version flag", answer);
+    let live = scenario::loopr_command(&dirs, &fake, &scenario::PLAN_ARGS)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start loopr plan");
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(2),
+    )
+    .await
+    .expect("the live plan asks the model");
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status_in_table(&table, &killed), "interrupted", "{table}");
+    let running: Vec<&str> = table
+        .lines()
+        .filter(|row| row.split_whitespace().nth(3) == Some("running"))
+        .collect();
+    assert_eq!(running.len(), 1, "the live plan runs:\n{table}");
+    release.notify_one();
+    let live = live.wait_with_output().await.expect("run loopr plan");
+    assert!(
+        String::from_utf8_lossy(&live.stdout).contains("awaiting_approval"),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    assert_eq!(requests_of_killed_plan(&fake), 1, "nothing resumed it");
+}
+
+/// A `loopr plan` in a project where an earlier run was killed runs, waits for, reports and
+/// takes its exit code from its own plan tree only; the killed run's loop is left for
+/// `loopr resume`, which says so once, and which then continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_runs_waits_for_and_reports_its_own_tree_only() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let killed = plan_killed_mid_turn(&dirs, &fake).await;
+    // Held: a run that resumed the killed loop would wait for this answer forever.
+    let (answer, release) = scenario::create_plan_turn("resumed", valid_plan()).held();
+    fake.push_routed(KILLED_TASK, answer);
+    scenario::push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        run_loopr(
+            &dirs,
+            &fake,
+            &[
+                "plan",
+                "Add a --version flag",
+                "--approve-all",
+                "--settings",
+                r#"{"plan_review_passes": 0, "spec_review": false}"#,
+            ],
+        ),
+    )
+    .await
+    .expect("the run ends when its own tree does, not waiting for the killed run's loop");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}\n{stdout}");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(
+        rows.len(),
+        1 + 1 + 3,
+        "its plan, spec and phases:\n{stdout}"
+    );
+    assert!(
+        rows.iter()
+            .all(|row| row.contains(" complete ") && !row.starts_with(&killed)),
+        "{stdout}"
+    );
+    assert_eq!(requests_of_killed_plan(&fake), 1, "{stderr}");
+    let told: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("`loopr resume` continues them"))
+        .collect();
+    assert_eq!(told.len(), 1, "{stderr}");
+    assert!(
+        told[0].contains("1 unfinished loop(s) of this project that no host runs"),
+        "{stderr}"
+    );
+
+    release.notify_one();
+    let resumed = run_loopr(&dirs, &fake, &["resume"]).await;
+    let table = String::from_utf8_lossy(&resumed.stdout);
+    assert_eq!(
+        requests_of_killed_plan(&fake),
+        2,
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(
+        status_in_table(&table, &killed),
+        "awaiting_approval",
+        "{table}"
     );
 }

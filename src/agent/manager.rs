@@ -1,9 +1,9 @@
 //! `LoopManager`, the facade the shells drive, and what its parts share. Each part is one
-//! job: `project_registry` (open projects, adopting a dead host's loops), `new_loops`,
-//! `tree_operations` (approve, revise, retry, cancel), `queries`, `code_changes` (changes,
-//! undo), `scheduler` (what runs next) and `supervisor` (one loop task and what follows its
-//! end). Tree semantics (what a revision invalidates, what a cancel reaches) are store
-//! transactions; the manager emits what they changed and stops what they stopped.
+//! job: `project_registry` (open projects; adopting the loops of hosts that are gone),
+//! `new_loops`, `tree_operations` (approve, revise, retry, cancel), `queries`, `code_changes`
+//! (changes, undo), `scheduler` (what runs next) and `supervisor` (one loop task and what
+//! follows its end). Tree semantics (what a revision invalidates, what a cancel reaches) are
+//! store transactions; the manager emits what they changed and stops what they stopped.
 
 mod budget;
 mod code_changes;
@@ -33,6 +33,7 @@ use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
+    host_is_alive,
 };
 use crate::tools::UnfitRoot;
 use crate::tools::{Approver, OpenBuffers, ProjectRoot};
@@ -110,12 +111,26 @@ pub enum ManagerError {
     StoredArtifact { id: String, message: String },
 }
 
-/// What the shell running the manager lends its loops.
+/// What the shell running the manager lends its loops, and what it wants run.
 pub struct ShellServices {
     /// Who is asked before a code loop changes something.
     pub approver: Arc<dyn Approver>,
     /// Where files open in the editor are edited.
     pub buffers: Arc<dyn OpenBuffers>,
+    /// What opening a project runs besides the loops the shell starts.
+    pub on_open: OnOpen,
+}
+
+/// Whether opening a project takes over the loops that hosts which are gone left unfinished:
+/// each shell's choice. `LoopManager::resume` takes them over either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnOpen {
+    /// Adopt and run them (and let the trees a larger budget allows go on): an editor picks up
+    /// what the last one left.
+    ResumeInterrupted,
+    /// Leave them as they are: a run of its own (the command line's `plan`) runs only what it
+    /// starts, and an explicit resume takes the rest.
+    LeaveInterrupted,
 }
 
 /// Starts, schedules, tracks and cancels loops. Cheap to clone; all clones share state.
@@ -130,6 +145,7 @@ struct Shared {
     /// Asks the user (or policy) before code loops change anything.
     approver: Arc<dyn Approver>,
     buffers: Arc<dyn OpenBuffers>,
+    on_open: OnOpen,
     events: Arc<dyn EventSink>,
     provider_factory: ProviderFactory,
     policies: super::policy_cache::PolicyCache,
@@ -178,6 +194,7 @@ impl LoopManager {
                 host_pid,
                 approver: shell.approver,
                 buffers: shell.buffers,
+                on_open: shell.on_open,
                 events,
                 provider_factory,
                 policies: super::policy_cache::PolicyCache::default(),
@@ -220,6 +237,13 @@ impl LoopManager {
     /// Loops this host is running now.
     pub fn running_count(&self) -> usize {
         lock(&self.shared.running).len()
+    }
+
+    /// Whether the host that ran as `owner` is gone, as its lock tells (this host is not: what
+    /// holds its pid in an open project is its own, the leftovers of an earlier host with the
+    /// same pid having been disowned when the project was opened).
+    fn host_is_gone(&self, owner: u32) -> bool {
+        owner != self.shared.host_pid && !host_is_alive(&self.shared.loopr_home, owner)
     }
 
     fn emit_status(

@@ -10,6 +10,7 @@ use super::stored_settings::{secrets_removed, settings_without_secrets};
 use crate::llm::Usage;
 use crate::pricing::ModelUsage;
 
+mod owners;
 mod tree;
 
 pub use tree::{
@@ -307,45 +308,6 @@ impl LoopDb {
             &format!("{SELECT_RECORD} WHERE parent = ?1 ORDER BY created_at, rowid"),
             &[id.as_str()],
         )
-    }
-
-    /// Loops left pending or running by a host that no longer runs them become pending and
-    /// owned by `host_pid`, so this host resumes them. `is_orphan(owner, id)` decides. Each
-    /// takeover is guarded by the owner seen, so two hosts adopting at once cannot both win.
-    /// Returns the ids this host adopted.
-    pub fn adopt_orphans(
-        &self,
-        host_pid: u32,
-        is_orphan: impl Fn(u32, &LoopId, LoopStatus) -> bool,
-    ) -> Result<Vec<LoopId>, StoreError> {
-        let active: Vec<(String, u32, String)> = self.with_connection(|connection| {
-            let mut statement = connection.prepare(
-                "SELECT id, host_pid, status FROM loops WHERE status IN ('pending', 'running')",
-            )?;
-            statement
-                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-                .collect::<Result<Vec<_>, _>>()
-        })?;
-        let mut adopted = Vec::new();
-        for (id, owner, status) in active {
-            let (Some(id), Ok(status)) = (LoopId::parse(&id), status.parse::<LoopStatus>()) else {
-                continue;
-            };
-            if !is_orphan(owner, &id, status) {
-                continue;
-            }
-            let changed = self.with_connection(|connection| {
-                connection.execute(
-                    "UPDATE loops SET status = 'pending', host_pid = ?2, updated_at = ?3
-                     WHERE id = ?1 AND host_pid = ?4 AND status IN ('pending', 'running')",
-                    params![id.as_str(), host_pid, now_rfc3339(), owner],
-                )
-            })?;
-            if changed == 1 {
-                adopted.push(id);
-            }
-        }
-        Ok(adopted)
     }
 
     /// Pending loops owned by `host_pid`, oldest first.
@@ -817,58 +779,6 @@ mod tests {
         assert_eq!(records[1].status, LoopStatus::Failed);
         assert_eq!(records[1].error.as_deref(), Some("turn limit"));
         assert_eq!((records[1].tokens_in, records[1].tokens_out), (120, 45));
-    }
-
-    #[test]
-    fn orphans_of_dead_hosts_are_adopted_and_claimed_once() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = open(&dir);
-        db.insert(&record("dead-1", "2026-01-01T00:00:00Z"), 111)
-            .expect("insert");
-        db.insert(&record("live-1", "2026-01-01T00:00:00Z"), 222)
-            .expect("insert");
-        let adopted = db
-            .adopt_orphans(333, |owner, _, _| owner != 222)
-            .expect("adopt");
-        assert_eq!(adopted, vec![LoopId::parse("dead-1").expect("id")]);
-        let pending = db.pending_for_host(333).expect("pending");
-        assert_eq!(pending.len(), 1);
-        assert!(db.claim(&adopted[0], 333).expect("claim"));
-        assert!(
-            !db.claim(&adopted[0], 333).expect("claim"),
-            "a loop is claimed once"
-        );
-    }
-
-    #[test]
-    fn a_host_that_saw_an_orphan_before_another_adopted_it_does_not_take_it_over() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = open(&dir);
-        db.insert(&record("orphan-1", "2026-01-01T00:00:00Z"), 111)
-            .expect("insert");
-        let other_host = db.clone();
-        // Host B decides between its read and its write; host A adopts and starts the loop
-        // in exactly that gap.
-        let adopted_by_b = db
-            .adopt_orphans(444, |owner, id, _| {
-                assert_eq!(
-                    other_host
-                        .adopt_orphans(333, |o, _, _| o == 111)
-                        .expect("A adopts")
-                        .len(),
-                    1
-                );
-                assert!(other_host.claim(id, 333).expect("A claims"));
-                owner == 111
-            })
-            .expect("B adopts");
-        assert!(adopted_by_b.is_empty());
-        let record = db
-            .get(&LoopId::parse("orphan-1").expect("id"))
-            .expect("get")
-            .expect("exists");
-        assert_eq!(record.status, LoopStatus::Running);
-        assert!(db.pending_for_host(444).expect("pending").is_empty());
     }
 
     #[test]

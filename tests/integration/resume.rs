@@ -6,8 +6,8 @@ use serde_json::Value;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestDirs;
 use crate::scenario::{
-    create_plan_turn, list_files_turn, restart_mid_turn, run_loopr, run_loopr_plan, stalled_turn,
-    start_editor_in, valid_plan,
+    create_plan_turn, list_files_turn, plan_killed_at_request, restart_mid_turn, run_loopr,
+    run_loopr_plan, stalled_turn, start_editor_in, valid_plan,
 };
 
 /// A decomposed "é" (e + U+0301 COMBINING ACUTE ACCENT) and a superscript two: characters
@@ -15,6 +15,8 @@ use crate::scenario::{
 const NON_ASCII_NAME: &str = "cafe\u{301} x\u{b2}";
 
 const SETUP: &str = "{ plan_review_passes = 0 }";
+/// `SETUP` as the command line's `--settings`.
+const SETUP_SETTINGS: &str = r#"{"plan_review_passes": 0}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loops_resume_when_neovim_starts_in_a_project_with_a_non_ascii_name() {
@@ -86,4 +88,42 @@ async fn has_state_answers_by_exit_code() {
         stderr.contains("no-such-project"),
         "names the root: {stderr}"
     );
+}
+
+/// A `loopr plan` killed mid-turn while Neovim has the project open: Neovim's status (the
+/// same query as `loopr status`) shows its loop interrupted, not running, and `:LooprRetry`
+/// continues it from its stored conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_whose_host_was_killed_is_interrupted_in_the_status_and_retried() {
+    let fake = FakeLlm::start().await;
+    let mut editor = start_editor_in(TestDirs::new(), &fake, SETUP).await;
+    assert!(
+        editor.status_records().await.is_empty(),
+        "Neovim's host has the project open before the other host runs"
+    );
+    fake.push(stalled_turn("Working"));
+    plan_killed_at_request(
+        &editor.dirs,
+        &fake,
+        "Add a --version flag",
+        SETUP_SETTINGS,
+        1,
+    )
+    .await;
+
+    let records = editor.status_records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["status"], "interrupted", "{records:?}");
+    let loop_id = records[0]["id"].as_str().expect("id").to_owned();
+
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    assert_eq!(editor.command(&format!("LooprRetry {loop_id}")).await, None);
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].body, requests[1].body,
+        "the retried loop asks again what the killed one asked"
+    );
+    editor.quit().await;
 }

@@ -366,19 +366,43 @@ pub async fn run_loopr(
         .expect("run loopr")
 }
 
+/// The arguments of `loopr plan "Add a --version flag"` without review passes.
+pub const PLAN_ARGS: [&str; 4] = [
+    "plan",
+    "Add a --version flag",
+    "--settings",
+    r#"{"plan_review_passes": 0}"#,
+];
+
 /// `loopr plan "Add a --version flag"` without review passes (see `run_loopr`).
 pub async fn run_loopr_plan(dirs: &crate::nvim::TestDirs, fake: &FakeLlm) -> std::process::Output {
-    run_loopr(
-        dirs,
-        fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--settings",
-            r#"{"plan_review_passes": 0}"#,
-        ],
+    run_loopr(dirs, fake, &PLAN_ARGS).await
+}
+
+/// Runs `loopr plan <task>` with `settings` until the model got `requests` requests (the
+/// last one left unanswered), and kills it there (SIGKILL): its loop stays running in the
+/// store, its host gone. Returns that last request.
+pub async fn plan_killed_at_request(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeLlm,
+    task: &str,
+    settings: &str,
+    requests: usize,
+) -> crate::fake_llm::RecordedRequest {
+    let mut plan = loopr_command(dirs, fake, &["plan", task, "--settings", settings])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start loopr plan");
+    let mut asked = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(requests),
     )
     .await
+    .expect("the model is asked");
+    plan.start_kill().expect("SIGKILL");
+    plan.wait().await.expect("wait");
+    asked.swap_remove(requests - 1)
 }
 
 /// The `loopr <args>` command `run_loopr` runs, to adjust before spawning it.

@@ -1,12 +1,12 @@
-//! Which projects this host has open: opening one adopts the loops a dead host left and
-//! sweeps the temporary files killed hosts left behind.
+//! Which projects this host has open: opening one sweeps the temporary files killed hosts
+//! left behind and, if the shell wants it (`OnOpen`), adopts the loops of hosts that are gone;
+//! `resume` adopts them whatever the shell chose.
 
 use std::path::Path;
 
-use super::{LoopManager, ManagerError, Project, lock};
+use super::{LoopManager, ManagerError, OnOpen, Project, lock};
 use crate::store::{
-    LoopDb, LoopStatus, ProjectLayout, held_at_budget, host_is_alive, remove_if_leftover,
-    sweep_state_dir,
+    LoopDb, LoopStatus, ProjectLayout, held_at_budget, remove_if_leftover, sweep_state_dir,
 };
 
 /// What opening a project left to do.
@@ -23,8 +23,8 @@ pub struct ResumeCounts {
 use crate::tools::{ProjectRoot, project_walker, unfit_root};
 
 impl LoopManager {
-    /// The project at `root`, opened once per host. Opening it adopts loops left behind by a
-    /// host that died and schedules them, so they resume.
+    /// The project at `root`, opened once per host. Opening it adopts the loops hosts that
+    /// are gone left unfinished, so they resume, when the shell chose `ResumeInterrupted`.
     pub(super) fn project(&self, root: &Path) -> Result<Project, ManagerError> {
         let root = ProjectRoot::new(root).map_err(|source| ManagerError::Root {
             path: root.to_path_buf(),
@@ -41,21 +41,33 @@ impl LoopManager {
             }
             let layout = ProjectLayout::new(&self.shared.loopr_home, root.path());
             let db = LoopDb::open(&layout.database())?;
+            // Before anyone can start a loop here through this host: whatever holds its pid now
+            // was left by an earlier host with the same pid.
+            let disowned = db.disown_leftovers(self.shared.host_pid)?;
+            if disowned > 0 {
+                tracing::info!(
+                    count = disowned,
+                    "loops of an earlier host with this host's pid belong to no host now"
+                );
+            }
             let project = Project { root, layout, db };
             projects.insert(project.root.path().to_path_buf(), project.clone());
             project
         };
         self.remove_leftovers(&project);
+        if self.shared.on_open == OnOpen::ResumeInterrupted {
+            self.take_over_interrupted(&project)?;
+        }
+        self.schedule(&project);
+        Ok(project)
+    }
+
+    /// Adopts the loops hosts that are gone left pending or running, and lets the trees go on
+    /// that a budget raised while no host had the project open allows. The caller schedules.
+    fn take_over_interrupted(&self, project: &Project) -> Result<(), ManagerError> {
         let adopted = project
             .db
-            .adopt_orphans(self.shared.host_pid, |owner, id, status| {
-                if owner == self.shared.host_pid {
-                    // Ours by pid, yet no task runs it: left by an earlier host with our pid.
-                    status == LoopStatus::Running && !lock(&self.shared.running).contains_key(id)
-                } else {
-                    !host_is_alive(&self.shared.loopr_home, owner)
-                }
-            })?;
+            .adopt_orphans(self.shared.host_pid, |owner| self.host_is_gone(owner))?;
         if !adopted.is_empty() {
             tracing::info!(
                 count = adopted.len(),
@@ -67,17 +79,17 @@ impl LoopManager {
                 }
             }
         }
-        // A budget raised while no host had the project open lets its trees go on now.
-        self.release_within_budget(&project);
-        self.schedule(&project);
-        Ok(project)
+        self.release_within_budget(project);
+        Ok(())
     }
 
-    /// Opens the project so this host resumes its unfinished loops; returns how many loops
-    /// are active, how many of them may run (pending or running, not held at their tree's
-    /// budget) and how many wait for a budget (paused, or held).
+    /// Opens the project and resumes its unfinished loops, those hosts that are gone left
+    /// too; returns how many loops are active, how many of them may run (pending or running,
+    /// not held at their tree's budget) and how many wait for a budget (paused, or held).
     pub fn resume(&self, root: &Path) -> Result<ResumeCounts, ManagerError> {
         let project = self.project(root)?;
+        self.take_over_interrupted(&project)?;
+        self.schedule(&project);
         let mut counts = ResumeCounts::default();
         for record in project.db.list()? {
             counts.active += usize::from(record.status.is_active());
@@ -88,6 +100,21 @@ impl LoopManager {
             }
         }
         Ok(counts)
+    }
+
+    /// How many loops of the project hosts that are gone left pending or running: what
+    /// `resume` would take over.
+    pub fn left_unfinished(&self, root: &Path) -> Result<usize, ManagerError> {
+        let project = self.project(root)?;
+        Ok(project.db.count_orphans(|owner| self.host_is_gone(owner))?)
+    }
+
+    /// Starts what of this host's loops may run now (a shell waiting for quiet asks once more
+    /// before it stops).
+    pub fn start_ready(&self, root: &Path) -> Result<(), ManagerError> {
+        let project = self.project(root)?;
+        self.schedule(&project);
+        Ok(())
     }
 
     /// Removes the temporary files hosts that were killed left in the project's state (now:

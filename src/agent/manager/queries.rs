@@ -51,8 +51,15 @@ fn tree_root(parents: &HashMap<LoopId, Option<LoopId>>, id: &LoopId) -> LoopId {
 }
 
 impl LoopManager {
+    /// Every loop, newest first, as the user should see it: a running loop whose host is gone
+    /// is interrupted.
     pub fn status(&self, root: &Path) -> Result<Vec<LoopRecord>, ManagerError> {
-        Ok(self.project(root)?.db.list()?)
+        let project = self.project(root)?;
+        self.seen(&project)
+    }
+
+    pub(super) fn seen(&self, project: &Project) -> Result<Vec<LoopRecord>, ManagerError> {
+        Ok(project.db.list_as_seen(|owner| self.host_is_gone(owner))?)
     }
 
     /// The tokens each loop of the project spent, per model.
@@ -63,15 +70,15 @@ impl LoopManager {
         Ok(self.project(root)?.db.usage_by_loop()?)
     }
 
-    /// Every loop, newest first, with the markdown of its current artifact if it has one.
+    /// Every loop as `status` gives it, with the markdown of its current artifact if it has
+    /// one.
     pub fn status_with_artifacts(
         &self,
         root: &Path,
     ) -> Result<Vec<(LoopRecord, Option<PathBuf>)>, ManagerError> {
         let project = self.project(root)?;
-        Ok(project
-            .db
-            .list()?
+        Ok(self
+            .seen(&project)?
             .into_iter()
             .map(|record| {
                 let markdown = jobs::artifact_kind(record.loop_type)

@@ -152,14 +152,18 @@ impl LoopManager {
         let project = self.project(root)?;
         let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
             Some(id) => self.record(&project, id)?,
-            None => project
-                .db
-                .list()?
+            None => self
+                .seen(&project)?
                 .into_iter()
                 .find(|record| retryable(record.status))
-                .ok_or(ManagerError::NothingTo("failed or cancelled"))?,
+                .ok_or(ManagerError::NothingTo("failed, cancelled or interrupted"))?,
         };
-        if let Err(refused) = project.db.retry(&record.id, self.shared.host_pid)? {
+        let retried = project
+            .db
+            .retry(&record.id, self.shared.host_pid, |owner| {
+                self.host_is_gone(owner)
+            })?;
+        if let Err(refused) = retried {
             return Err(ManagerError::WrongState {
                 id: record.id.to_string(),
                 status: refused.status.as_str(),

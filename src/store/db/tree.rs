@@ -293,14 +293,28 @@ impl LoopDb {
     }
 
     /// Makes a loop that ended without success (`retryable`) pending again, owned by
-    /// `host_pid`; refused in any other state.
-    pub fn retry(&self, id: &LoopId, host_pid: u32) -> Result<Result<(), Refused>, StoreError> {
+    /// `host_pid`; also one interrupted, running in the store for a host that is gone
+    /// (`host_is_gone(owner)`). Refused in any other state.
+    pub fn retry(
+        &self,
+        id: &LoopId,
+        host_pid: u32,
+        host_is_gone: impl FnOnce(u32) -> bool,
+    ) -> Result<Result<(), Refused>, StoreError> {
         let path = self.path.clone();
         self.checked_transaction(id, |transaction| {
             let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
                 return Ok(Checked::Unknown);
             };
-            if !retryable(record.status) {
+            let interrupted = record.status == LoopStatus::Running && {
+                let owner: u32 = transaction.query_row(
+                    "SELECT host_pid FROM loops WHERE id = ?1",
+                    params![id.as_str()],
+                    |row| row.get(0),
+                )?;
+                host_is_gone(owner)
+            };
+            if !retryable(record.status) && !interrupted {
                 return Ok(Checked::Refused(Refused {
                     status: record.status,
                     cancel_requested,
@@ -842,7 +856,7 @@ fn descendants_in(
     )
 }
 
-fn records_in(
+pub(super) fn records_in(
     connection: &Connection,
     sql: &str,
     arguments: impl rusqlite::Params,
@@ -1460,7 +1474,7 @@ mod tests {
         let now = db.get(&plan).expect("get").expect("exists");
         assert_eq!(now.status, LoopStatus::Cancelled);
         // A retry is a new run: the old request is gone once it is claimed.
-        assert_eq!(db.retry(&plan, 1).expect("retry"), Ok(()));
+        assert_eq!(db.retry(&plan, 1, |_| false).expect("retry"), Ok(()));
         assert!(db.claim(&plan, 1).expect("claim"));
         assert!(db.still_wanted(&plan).expect("wanted"));
     }
@@ -1743,24 +1757,31 @@ mod tests {
                 node("plan-a", None, "plan", LoopStatus::AwaitingApproval),
             ],
         );
-        for loop_id in ["plan-f", "plan-x", "plan-i"] {
+        // Running in the store: one for a host that lives, one for a host that is gone.
+        db.insert(&node("plan-r", None, "plan", LoopStatus::Running), 8)
+            .expect("insert");
+        db.insert(&node("plan-g", None, "plan", LoopStatus::Running), 9)
+            .expect("insert");
+        let gone = |owner: u32| owner == 9;
+        for loop_id in ["plan-f", "plan-x", "plan-i", "plan-g"] {
             assert_eq!(
-                db.retry(&id(loop_id), 4).expect("retry"),
+                db.retry(&id(loop_id), 4, gone).expect("retry"),
                 Ok(()),
                 "{loop_id}"
             );
         }
         let pending = db.pending_for_host(4).expect("pending");
-        assert_eq!(pending.len(), 3);
+        assert_eq!(pending.len(), 4);
         assert!(pending.iter().all(|record| record.error.is_none()));
         for (loop_id, status) in [
             ("plan-c", LoopStatus::Complete),
             ("plan-v", LoopStatus::Invalidated),
             ("plan-a", LoopStatus::AwaitingApproval),
             ("plan-f", LoopStatus::Pending),
+            ("plan-r", LoopStatus::Running),
         ] {
             assert_eq!(
-                db.retry(&id(loop_id), 4).expect("retry"),
+                db.retry(&id(loop_id), 4, gone).expect("retry"),
                 Err(Refused {
                     status,
                     cancel_requested: false
@@ -1768,7 +1789,7 @@ mod tests {
                 "{loop_id}"
             );
         }
-        assert_eq!(db.pending_for_host(4).expect("pending").len(), 3);
+        assert_eq!(db.pending_for_host(4).expect("pending").len(), 4);
     }
 
     fn code_loop_for(loop_id: &str, phase: &LoopRecord) -> LoopRecord {
