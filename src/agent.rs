@@ -11,6 +11,8 @@ mod code_loop;
 mod context;
 mod context_budget;
 mod events;
+#[cfg(test)]
+mod first_requests;
 mod jobs;
 mod journal;
 mod manager;

@@ -185,7 +185,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
 
 /// The tools offered to loops of a level: the same for all of them, so made once per host
 /// and shared (their schemas are tens of kilobytes per loop otherwise).
-fn level_tools(
+pub(super) fn level_tools(
     kind: ArtifactKind,
     tools: &ToolRegistry,
     web_fetch: bool,

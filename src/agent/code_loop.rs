@@ -34,9 +34,24 @@ const VALIDATION_TAIL: usize = 16 * 1024;
 /// Say the phase is implemented; the host then runs its validation command.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CompletePhaseInput {
+pub(super) struct CompletePhaseInput {
     /// What was changed and why, in a few sentences.
     summary: String,
+}
+
+/// The `complete_phase` tool as offered to the model, naming the command it runs.
+pub(super) fn complete_phase_spec(validation_command: &str) -> ToolSpec {
+    ToolSpec::offered(
+        COMPLETE_PHASE,
+        format!(
+            "Call when the phase's tasks are done. The host then runs the validation command \
+             `{validation_command}`; if it fails you get its output and continue."
+        ),
+        &input_schema_for::<CompletePhaseInput>(),
+        Some(serde_json::json!({
+            "summary": "Added the version flag to Args in src/cli.rs; the CLI tests pass."
+        })),
+    )
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,15 +85,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mcp_tools = offered_mcp_tools(context).await;
     let mut tool_specs = tools.specs();
     tool_specs.extend(mcp_tools.specs());
-    tool_specs.push(ToolSpec {
-        name: COMPLETE_PHASE.to_owned(),
-        description: format!(
-            "Call when the phase's tasks are done. The host then runs the validation command \
-             `{}`; if it fails you get its output and continue.",
-            phase.validation_command
-        ),
-        input_schema: input_schema_for::<CompletePhaseInput>(),
-    });
+    tool_specs.push(complete_phase_spec(&phase.validation_command));
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
