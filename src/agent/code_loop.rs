@@ -18,6 +18,7 @@ use super::progress::describe_tool_call;
 use super::prompts;
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
+use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::{McpTools, Unavailable};
 use crate::schema::input_schema_for;
@@ -133,6 +134,10 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
     };
     let max_turns = context.settings.max_turns;
+    let nudge = prompts::nudge_to_call(
+        &complete_phase_spec(&phase.validation_command),
+        TextProtocol::new(context.settings.tool_protocol, context.settings.tool_format),
+    );
     let mut turns_this_iteration = 0;
     let mut last_problem: Option<String> = None;
 
@@ -162,12 +167,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             passed: false,
         };
         let answered = conversation
-            .take_turn(
-                context,
-                model.clone(),
-                &mut calls,
-                prompts::nudge_to_call_artifact_tool(COMPLETE_PHASE),
-            )
+            .take_turn(context, model.clone(), &mut calls, nudge.clone())
             .await?;
         if answered.last_problem.is_some() {
             last_problem = answered.last_problem;

@@ -3,6 +3,8 @@
 use serde_json::Value;
 
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
+use crate::llm::ToolSpec;
+use crate::llm::text_protocol::{TextProtocol, render_call};
 
 pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]) -> String {
     let tools = tool_names.join(", ");
@@ -214,11 +216,22 @@ pub fn code_revision_request(feedback: &str, complete_tool: &str) -> String {
     )
 }
 
-pub fn nudge_to_call_artifact_tool(tool: &str) -> String {
-    format!(
-        "You have not called {tool} yet. The task is only done when {tool} succeeds: keep \
-         exploring with the tools if you must, then call {tool}."
-    )
+/// What the model is told when it called nothing: that the task needs `tool`, and, in a text
+/// protocol (where not calling may mean not knowing how), a call of it written in the
+/// protocol's syntax with the tool's example.
+pub fn nudge_to_call(tool: &ToolSpec, protocol: Option<TextProtocol>) -> String {
+    let name = &tool.name;
+    let mut nudge = format!(
+        "You have not called {name} yet. The task is only done when {name} succeeds: keep \
+         exploring with the tools if you must, then call {name}."
+    );
+    if let (Some(protocol), Some(example)) = (protocol, tool.example.as_ref()) {
+        nudge.push_str(&format!(
+            " A call is written like this, with your own arguments:\n\n{}",
+            render_call(&protocol, name, example)
+        ));
+    }
+    nudge
 }
 
 pub fn truncated_tool_call_note(names: &[String], max_tokens: u32) -> String {
@@ -235,4 +248,49 @@ pub fn unusable_input(tool: &str, problem: &str) -> String {
         "{tool} was not run: {problem}. Call it again with its arguments as one JSON object \
          that matches the tool's schema."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::create_plan_spec;
+    use crate::llm::text_protocol::parse;
+    use crate::llm::{ToolFormat, ToolProtocol};
+
+    #[test]
+    fn a_nudge_in_a_text_protocol_shows_a_call_written_in_its_syntax() {
+        let tool = create_plan_spec();
+        let example = tool.example.clone().expect("create_plan has an example");
+        for (protocol, format) in [
+            (ToolProtocol::Xml, ToolFormat::Json),
+            (ToolProtocol::Xml, ToolFormat::Yaml),
+            (ToolProtocol::Markdown, ToolFormat::Json),
+            (ToolProtocol::Markdown, ToolFormat::Yaml),
+            (ToolProtocol::ToolCalls, ToolFormat::Json),
+        ] {
+            let protocol = TextProtocol::new(protocol, format).expect("a text protocol");
+            let nudge = nudge_to_call(&tool, Some(protocol));
+            assert!(
+                nudge.starts_with("You have not called create_plan yet."),
+                "{nudge}"
+            );
+            let call = render_call(&protocol, "create_plan", &example);
+            assert!(nudge.contains(&call), "{protocol:?}: {nudge}");
+            let shown = &nudge[nudge.find(&call).expect("the call")..];
+            let parsed = parse(&protocol, shown, std::slice::from_ref(&tool));
+            assert_eq!(parsed.issues, Vec::new(), "{protocol:?}: {nudge}");
+            assert_eq!(parsed.calls.len(), 1, "{protocol:?}: {nudge}");
+            assert_eq!(parsed.calls[0].input, example);
+        }
+    }
+
+    #[test]
+    fn a_nudge_with_native_tool_calling_names_the_tool_only() {
+        let nudge = nudge_to_call(&create_plan_spec(), None);
+        assert_eq!(
+            nudge,
+            "You have not called create_plan yet. The task is only done when create_plan \
+             succeeds: keep exploring with the tools if you must, then call create_plan."
+        );
+    }
 }

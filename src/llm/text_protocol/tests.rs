@@ -656,6 +656,11 @@ fn instructions_show_every_tool_with_an_example_that_parses() {
             );
             assert_eq!(parsed.calls.len(), 1, "{p:?}: {example}");
             assert_eq!(parsed.calls[0].name, tool.name);
+            assert!(
+                !parsed.calls[0].input.to_string().contains('<'),
+                "a made-up value is no <placeholder>, which the xml protocol reads as a tag: \
+                 {example}"
+            );
             if tool.name == "search" {
                 assert_eq!(
                     parsed.calls[0].input,
