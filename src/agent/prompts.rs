@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::cut_off::CutOff;
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
 use crate::llm::ToolSpec;
 use crate::llm::text_protocol::{TextProtocol, render_call};
@@ -234,12 +235,58 @@ pub fn nudge_to_call(tool: &ToolSpec, protocol: Option<TextProtocol>) -> String 
     nudge
 }
 
-pub fn truncated_tool_call_note(names: &[String], max_tokens: u32) -> String {
+/// The note after an answer whose calls to `names` were cut off, by `cut_off`.
+pub fn truncated_tool_call_note(names: &[String], cut_off: &CutOff) -> String {
+    let names = names.join(", ");
+    let stopped = match cut_off {
+        CutOff::TokenLimit { max_tokens } => format!(
+            "Your previous answer hit the max_tokens limit ({max_tokens}) while writing a call \
+             to {names}"
+        ),
+        CutOff::ContextWindow {
+            answer_tokens,
+            window,
+            estimated,
+        } => format!(
+            "{} while writing a call to {names}",
+            stopped_by_the_server(*answer_tokens, *window, *estimated, "your previous answer")
+        ),
+    };
     format!(
-        "Your previous answer hit the max_tokens limit ({max_tokens}) while writing a call to {}; \
-         its input was incomplete, so it was not run. Call it again with more concise input.",
-        names.join(", ")
+        "{stopped}; its input was incomplete, so it was not run. Call it again with more \
+         concise input."
     )
+}
+
+/// What a reply that broke a text protocol is told first when `cut_off` ended it.
+pub fn cut_off_reply_note(cut_off: &CutOff) -> String {
+    let stopped = match cut_off {
+        CutOff::TokenLimit { max_tokens } => {
+            format!("Your reply was cut off at the limit of {max_tokens} tokens")
+        }
+        CutOff::ContextWindow {
+            answer_tokens,
+            window,
+            estimated,
+        } => stopped_by_the_server(*answer_tokens, *window, *estimated, "your reply"),
+    };
+    format!(
+        "{stopped}, so its end is missing; keep the thinking short and make fewer or smaller \
+         calls."
+    )
+}
+
+/// "The server stopped your reply after 148 tokens, probably at its context window of 2048
+/// tokens (the conversation and your reply together)"; "about" where the numbers are the
+/// host's estimates.
+fn stopped_by_the_server(answer_tokens: u64, window: u64, estimated: bool, what: &str) -> String {
+    let about = if estimated { "about " } else { "" };
+    let mut sentence = format!(
+        "the server stopped {what} after {about}{answer_tokens} tokens, probably at its context \
+         window of {about}{window} tokens (the conversation and {what} together)"
+    );
+    sentence[..1].make_ascii_uppercase();
+    sentence
 }
 
 /// The answer to a call whose input could not be read.
@@ -282,6 +329,49 @@ mod tests {
             assert_eq!(parsed.calls.len(), 1, "{protocol:?}: {nudge}");
             assert_eq!(parsed.calls[0].input, example);
         }
+    }
+
+    #[test]
+    fn an_answer_cut_off_at_max_tokens_is_told_the_limit() {
+        let limit = CutOff::TokenLimit { max_tokens: 512 };
+        assert_eq!(
+            cut_off_reply_note(&limit),
+            "Your reply was cut off at the limit of 512 tokens, so its end is missing; keep the \
+             thinking short and make fewer or smaller calls."
+        );
+        assert_eq!(
+            truncated_tool_call_note(&["create_plan".to_owned()], &limit),
+            "Your previous answer hit the max_tokens limit (512) while writing a call to \
+             create_plan; its input was incomplete, so it was not run. Call it again with more \
+             concise input."
+        );
+    }
+
+    #[test]
+    fn an_answer_the_servers_context_stopped_is_told_so_not_the_token_limit() {
+        let reported = CutOff::ContextWindow {
+            answer_tokens: 148,
+            window: 2_048,
+            estimated: false,
+        };
+        assert_eq!(
+            cut_off_reply_note(&reported),
+            "The server stopped your reply after 148 tokens, probably at its context window of \
+             2048 tokens (the conversation and your reply together), so its end is missing; keep \
+             the thinking short and make fewer or smaller calls."
+        );
+        let estimated = CutOff::ContextWindow {
+            answer_tokens: 150,
+            window: 2_100,
+            estimated: true,
+        };
+        assert_eq!(
+            truncated_tool_call_note(&["read_file".to_owned(), "grep".to_owned()], &estimated),
+            "The server stopped your previous answer after about 150 tokens, probably at its \
+             context window of about 2100 tokens (the conversation and your previous answer \
+             together) while writing a call to read_file, grep; its input was incomplete, so it \
+             was not run. Call it again with more concise input."
+        );
     }
 
     #[test]
