@@ -10,7 +10,10 @@ mod baseline;
 mod code_loop;
 mod context;
 mod context_budget;
+mod cut_off;
 mod events;
+#[cfg(test)]
+mod first_requests;
 mod jobs;
 mod journal;
 mod manager;

@@ -110,15 +110,20 @@ pub enum ToolError {
 pub trait Tool: Send + Sync {
     fn name(&self) -> &'static str;
     fn description(&self) -> &'static str;
+    /// The full JSON Schema of the input; the model is shown it trimmed (`spec`).
     fn input_schema(&self) -> Value;
+    /// One realistic call's input, valid under `input_schema`: what the text protocols show
+    /// the model.
+    fn example(&self) -> Value;
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError>;
 
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name().to_owned(),
-            description: self.description().to_owned(),
-            input_schema: self.input_schema(),
-        }
+        ToolSpec::offered(
+            self.name(),
+            self.description(),
+            &self.input_schema(),
+            Some(self.example()),
+        )
     }
 }
 
@@ -127,15 +132,18 @@ pub struct FnTool<F> {
     name: &'static str,
     description: &'static str,
     input_schema: Value,
+    example: Value,
     run: F,
 }
 
-/// Builds a tool from a name, a description, the JSON schema of its input and a closure that
-/// answers a call (synchronously; blocking work belongs in a `Tool` of its own).
+/// Builds a tool from a name, a description, the JSON schema of its input, an example input
+/// and a closure that answers a call (synchronously; blocking work belongs in a `Tool` of its
+/// own).
 pub fn fn_tool<F>(
     name: &'static str,
     description: &'static str,
     input_schema: Value,
+    example: Value,
     run: F,
 ) -> Arc<dyn Tool>
 where
@@ -145,6 +153,7 @@ where
         name,
         description,
         input_schema,
+        example,
         run,
     })
 }
@@ -164,6 +173,10 @@ where
 
     fn input_schema(&self) -> Value {
         self.input_schema.clone()
+    }
+
+    fn example(&self) -> Value {
+        self.example.clone()
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -22,6 +22,7 @@ use crate::artifacts::{
     ArtifactKind, REVIEW_FOCI, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
+use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::tools::{NoJournal, ToolContext, ToolError, ToolRegistry};
 
@@ -134,6 +135,11 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         journal: std::sync::Arc::new(NoJournal),
     };
     let max_turns = context.settings.max_turns;
+    // What the model is told when it calls nothing, in the protocol it calls tools in.
+    let text_protocol =
+        TextProtocol::new(context.settings.tool_protocol, context.settings.tool_format);
+    let draft_nudge = prompts::nudge_to_call(&jobs::artifact_tool(kind), text_protocol);
+    let review_nudge = prompts::nudge_to_call(&review_tool_spec(kind), text_protocol);
 
     for turn_number in 1..=max_turns {
         context.progress(format!(
@@ -141,15 +147,9 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         ));
         let reviewing = matches!(state.stage, Stage::Reviewing { .. });
         let (model, nudge) = if reviewing {
-            (
-                review_model.clone(),
-                prompts::nudge_to_call_artifact_tool(review_tool_name(kind)),
-            )
+            (review_model.clone(), review_nudge.clone())
         } else {
-            (
-                draft_model.clone(),
-                prompts::nudge_to_call_artifact_tool(kind.tool_name()),
-            )
+            (draft_model.clone(), draft_nudge.clone())
         };
         let mut calls = ArtifactCalls {
             context,
@@ -185,7 +185,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
 
 /// The tools offered to loops of a level: the same for all of them, so made once per host
 /// and shared (their schemas are tens of kilobytes per loop otherwise).
-fn level_tools(
+pub(super) fn level_tools(
     kind: ArtifactKind,
     tools: &ToolRegistry,
     web_fetch: bool,

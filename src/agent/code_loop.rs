@@ -18,6 +18,7 @@ use super::progress::describe_tool_call;
 use super::prompts;
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
+use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::{McpTools, Unavailable};
 use crate::schema::input_schema_for;
@@ -34,9 +35,24 @@ const VALIDATION_TAIL: usize = 16 * 1024;
 /// Say the phase is implemented; the host then runs its validation command.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CompletePhaseInput {
+pub(super) struct CompletePhaseInput {
     /// What was changed and why, in a few sentences.
     summary: String,
+}
+
+/// The `complete_phase` tool as offered to the model, naming the command it runs.
+pub(super) fn complete_phase_spec(validation_command: &str) -> ToolSpec {
+    ToolSpec::offered(
+        COMPLETE_PHASE,
+        format!(
+            "Call when the phase's tasks are done. The host then runs the validation command \
+             `{validation_command}`; if it fails you get its output and continue."
+        ),
+        &input_schema_for::<CompletePhaseInput>(),
+        Some(serde_json::json!({
+            "summary": "Added the version flag to Args in src/cli.rs; the CLI tests pass."
+        })),
+    )
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,15 +86,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mcp_tools = offered_mcp_tools(context).await;
     let mut tool_specs = tools.specs();
     tool_specs.extend(mcp_tools.specs());
-    tool_specs.push(ToolSpec {
-        name: COMPLETE_PHASE.to_owned(),
-        description: format!(
-            "Call when the phase's tasks are done. The host then runs the validation command \
-             `{}`; if it fails you get its output and continue.",
-            phase.validation_command
-        ),
-        input_schema: input_schema_for::<CompletePhaseInput>(),
-    });
+    tool_specs.push(complete_phase_spec(&phase.validation_command));
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
@@ -126,6 +134,10 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
     };
     let max_turns = context.settings.max_turns;
+    let nudge = prompts::nudge_to_call(
+        &complete_phase_spec(&phase.validation_command),
+        TextProtocol::new(context.settings.tool_protocol, context.settings.tool_format),
+    );
     let mut turns_this_iteration = 0;
     let mut last_problem: Option<String> = None;
 
@@ -155,12 +167,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
             passed: false,
         };
         let answered = conversation
-            .take_turn(
-                context,
-                model.clone(),
-                &mut calls,
-                prompts::nudge_to_call_artifact_tool(COMPLETE_PHASE),
-            )
+            .take_turn(context, model.clone(), &mut calls, nudge.clone())
             .await?;
         if answered.last_problem.is_some() {
             last_problem = answered.last_problem;

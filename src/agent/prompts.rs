@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 
+use super::cut_off::CutOff;
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
+use crate::llm::ToolSpec;
+use crate::llm::text_protocol::{TextProtocol, render_call};
 
 pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]) -> String {
     let tools = tool_names.join(", ");
@@ -214,19 +217,76 @@ pub fn code_revision_request(feedback: &str, complete_tool: &str) -> String {
     )
 }
 
-pub fn nudge_to_call_artifact_tool(tool: &str) -> String {
+/// What the model is told when it called nothing: that the task needs `tool`, and, in a text
+/// protocol (where not calling may mean not knowing how), a call of it written in the
+/// protocol's syntax with the tool's example.
+pub fn nudge_to_call(tool: &ToolSpec, protocol: Option<TextProtocol>) -> String {
+    let name = &tool.name;
+    let mut nudge = format!(
+        "You have not called {name} yet. The task is only done when {name} succeeds: keep \
+         exploring with the tools if you must, then call {name}."
+    );
+    if let (Some(protocol), Some(example)) = (protocol, tool.example.as_ref()) {
+        nudge.push_str(&format!(
+            " A call is written like this, with your own arguments:\n\n{}",
+            render_call(&protocol, name, example)
+        ));
+    }
+    nudge
+}
+
+/// The note after an answer whose calls to `names` were cut off, by `cut_off`.
+pub fn truncated_tool_call_note(names: &[String], cut_off: &CutOff) -> String {
+    let names = names.join(", ");
+    let stopped = match cut_off {
+        CutOff::TokenLimit { max_tokens } => format!(
+            "Your previous answer hit the max_tokens limit ({max_tokens}) while writing a call \
+             to {names}"
+        ),
+        CutOff::ContextWindow {
+            answer_tokens,
+            window,
+            estimated,
+        } => format!(
+            "{} while writing a call to {names}",
+            stopped_by_the_server(*answer_tokens, *window, *estimated, "your previous answer")
+        ),
+    };
     format!(
-        "You have not called {tool} yet. The task is only done when {tool} succeeds: keep \
-         exploring with the tools if you must, then call {tool}."
+        "{stopped}; its input was incomplete, so it was not run. Call it again with more \
+         concise input."
     )
 }
 
-pub fn truncated_tool_call_note(names: &[String], max_tokens: u32) -> String {
+/// What a reply that broke a text protocol is told first when `cut_off` ended it.
+pub fn cut_off_reply_note(cut_off: &CutOff) -> String {
+    let stopped = match cut_off {
+        CutOff::TokenLimit { max_tokens } => {
+            format!("Your reply was cut off at the limit of {max_tokens} tokens")
+        }
+        CutOff::ContextWindow {
+            answer_tokens,
+            window,
+            estimated,
+        } => stopped_by_the_server(*answer_tokens, *window, *estimated, "your reply"),
+    };
     format!(
-        "Your previous answer hit the max_tokens limit ({max_tokens}) while writing a call to {}; \
-         its input was incomplete, so it was not run. Call it again with more concise input.",
-        names.join(", ")
+        "{stopped}, so its end is missing; keep the thinking short and make fewer or smaller \
+         calls."
     )
+}
+
+/// "The server stopped your reply after 148 tokens, probably at its context window of 2048
+/// tokens (the conversation and your reply together)"; "about" where the numbers are the
+/// host's estimates.
+fn stopped_by_the_server(answer_tokens: u64, window: u64, estimated: bool, what: &str) -> String {
+    let about = if estimated { "about " } else { "" };
+    let mut sentence = format!(
+        "the server stopped {what} after {about}{answer_tokens} tokens, probably at its context \
+         window of {about}{window} tokens (the conversation and {what} together)"
+    );
+    sentence[..1].make_ascii_uppercase();
+    sentence
 }
 
 /// The answer to a call whose input could not be read.
@@ -235,4 +295,92 @@ pub fn unusable_input(tool: &str, problem: &str) -> String {
         "{tool} was not run: {problem}. Call it again with its arguments as one JSON object \
          that matches the tool's schema."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::create_plan_spec;
+    use crate::llm::text_protocol::parse;
+    use crate::llm::{ToolFormat, ToolProtocol};
+
+    #[test]
+    fn a_nudge_in_a_text_protocol_shows_a_call_written_in_its_syntax() {
+        let tool = create_plan_spec();
+        let example = tool.example.clone().expect("create_plan has an example");
+        for (protocol, format) in [
+            (ToolProtocol::Xml, ToolFormat::Json),
+            (ToolProtocol::Xml, ToolFormat::Yaml),
+            (ToolProtocol::Markdown, ToolFormat::Json),
+            (ToolProtocol::Markdown, ToolFormat::Yaml),
+            (ToolProtocol::ToolCalls, ToolFormat::Json),
+        ] {
+            let protocol = TextProtocol::new(protocol, format).expect("a text protocol");
+            let nudge = nudge_to_call(&tool, Some(protocol));
+            assert!(
+                nudge.starts_with("You have not called create_plan yet."),
+                "{nudge}"
+            );
+            let call = render_call(&protocol, "create_plan", &example);
+            assert!(nudge.contains(&call), "{protocol:?}: {nudge}");
+            let shown = &nudge[nudge.find(&call).expect("the call")..];
+            let parsed = parse(&protocol, shown, std::slice::from_ref(&tool));
+            assert_eq!(parsed.issues, Vec::new(), "{protocol:?}: {nudge}");
+            assert_eq!(parsed.calls.len(), 1, "{protocol:?}: {nudge}");
+            assert_eq!(parsed.calls[0].input, example);
+        }
+    }
+
+    #[test]
+    fn an_answer_cut_off_at_max_tokens_is_told_the_limit() {
+        let limit = CutOff::TokenLimit { max_tokens: 512 };
+        assert_eq!(
+            cut_off_reply_note(&limit),
+            "Your reply was cut off at the limit of 512 tokens, so its end is missing; keep the \
+             thinking short and make fewer or smaller calls."
+        );
+        assert_eq!(
+            truncated_tool_call_note(&["create_plan".to_owned()], &limit),
+            "Your previous answer hit the max_tokens limit (512) while writing a call to \
+             create_plan; its input was incomplete, so it was not run. Call it again with more \
+             concise input."
+        );
+    }
+
+    #[test]
+    fn an_answer_the_servers_context_stopped_is_told_so_not_the_token_limit() {
+        let reported = CutOff::ContextWindow {
+            answer_tokens: 148,
+            window: 2_048,
+            estimated: false,
+        };
+        assert_eq!(
+            cut_off_reply_note(&reported),
+            "The server stopped your reply after 148 tokens, probably at its context window of \
+             2048 tokens (the conversation and your reply together), so its end is missing; keep \
+             the thinking short and make fewer or smaller calls."
+        );
+        let estimated = CutOff::ContextWindow {
+            answer_tokens: 150,
+            window: 2_100,
+            estimated: true,
+        };
+        assert_eq!(
+            truncated_tool_call_note(&["read_file".to_owned(), "grep".to_owned()], &estimated),
+            "The server stopped your previous answer after about 150 tokens, probably at its \
+             context window of about 2100 tokens (the conversation and your previous answer \
+             together) while writing a call to read_file, grep; its input was incomplete, so it \
+             was not run. Call it again with more concise input."
+        );
+    }
+
+    #[test]
+    fn a_nudge_with_native_tool_calling_names_the_tool_only() {
+        let nudge = nudge_to_call(&create_plan_spec(), None);
+        assert_eq!(
+            nudge,
+            "You have not called create_plan yet. The task is only done when create_plan \
+             succeeds: keep exploring with the tools if you must, then call create_plan."
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! One turn engine for every loop: ask the model, run its tool calls, answer with their
-//! results (and a note when a call was cut off, or a nudge when none came), and append the
-//! turn to the journal. What a call does, and what ends a loop, stay with the loop
-//! (`CallHandler` and the loop's own state).
+//! results (and a note when a call was cut off, saying whether by `max_tokens` or by the
+//! server's context, or a nudge when none came), and append the turn to the journal. What a
+//! call does, and what ends a loop, stay with the loop (`CallHandler` and the loop's own
+//! state).
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
 use super::context_budget::{self, ContextBudget, SentView};
+use super::cut_off::CutOff;
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
@@ -317,6 +319,12 @@ impl Conversation {
             }
         };
         let turn = self.ask(context, &on_provider_event).await?;
+        let cut_off = CutOff::of(&turn, self.request.max_tokens, || {
+            context_budget::estimate(&self.request.messages, self.fixed_tokens)
+        });
+        if let Some(CutOff::ContextWindow { window, .. }) = cut_off {
+            tracing::warn!(loop_id = %context.record.id, window, "the server stopped the answer well before max_tokens, probably at its context window");
+        }
         self.pending.extend(
             retries
                 .into_inner()
@@ -343,6 +351,10 @@ impl Conversation {
             content: turn.content.clone(),
         }));
         if let Some(feedback) = turn.unreadable {
+            let feedback = match &cut_off {
+                Some(cut_off) => format!("{}\n{feedback}", prompts::cut_off_reply_note(cut_off)),
+                None => feedback,
+            };
             return self.answer_unreadable(context, feedback);
         }
         self.unreadable_in_a_row = 0;
@@ -375,9 +387,12 @@ impl Conversation {
             });
         }
         if !turn.truncated_tool_calls.is_empty() {
+            let limit = CutOff::TokenLimit {
+                max_tokens: self.request.max_tokens,
+            };
             follow_ups.push(prompts::truncated_tool_call_note(
                 &turn.truncated_tool_calls,
-                context.settings.max_tokens,
+                &cut_off.unwrap_or(limit),
             ));
         } else if !called {
             follow_ups.push(nudge);

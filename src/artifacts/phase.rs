@@ -2,7 +2,7 @@ use std::path::{Component, Path};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{render_phase, render_phase_with};
@@ -18,20 +18,18 @@ const MIN_PHASE_CONTENT: usize = 100;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseArtifact {
-    /// The phase's identifier, exactly the name the spec gave it.
+    /// Exactly the name the spec gave the phase.
     #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
     pub name: String,
-    /// Human-readable phase title.
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
-    /// What this phase accomplishes, in one or two sentences.
+    /// What the phase accomplishes, in a sentence or two.
     #[schemars(length(min = 1))]
     pub objective: String,
     /// Specific tasks for the code loop, in order.
     #[schemars(length(min = 1))]
     pub tasks: Vec<TaskItem>,
-    /// Shell command, run in the project root, that passes when the phase is done (e.g.
-    /// `cargo test -- version`).
+    /// Shell command, run in the project root, that passes once the phase is done.
     #[schemars(length(min = 1))]
     pub validation_command: String,
     /// How to know the phase is complete.
@@ -46,17 +44,15 @@ pub struct TaskItem {
     /// What needs to be done.
     #[schemars(length(min = 1))]
     pub description: String,
-    /// The file the task creates, modifies or deletes, relative to the project root.
+    /// The file it creates, modifies or deletes, relative to the project root.
     #[serde(default)]
     pub file: Option<String>,
     /// What happens to `file`.
     #[serde(default)]
     pub action: Option<TaskAction>,
-    /// What this task builds on, each one of: "#anchor", a heading of this phase's markdown
-    /// or of the spec's (spec.md) by its GitHub slug (lowercase, spaces become hyphens,
-    /// punctuation removed, "-1", "-2" for repeated headings: "### Phase 2: Print it" is
-    /// "#phase-2-print-it"); "output:<name>", a phase of the spec by name; an http:// or
-    /// https:// URL; or an absolute path that exists. Rendered as links in phase.md.
+    /// What it builds on: "#slug" of a heading of phase.md or spec.md ("### Phase 2: Print
+    /// it" is "#phase-2-print-it"), "output:" and a phase's name, a URL, or an absolute path.
+    /// Rendered as links in phase.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
 }
@@ -91,17 +87,33 @@ pub enum FileState {
 }
 
 pub fn create_phase_spec() -> ToolSpec {
-    ToolSpec {
-        name: CREATE_PHASE.to_owned(),
-        description: "Create the phase with its concrete tasks and validation command. Call \
-                      this once you know exactly which files change; it is how you deliver your \
-                      answer. The host validates the input (files to modify or delete must \
-                      exist, files to create must not; references must resolve, and may point \
-                      into spec.md), stores it and renders phase.md. If it reports problems, \
-                      fix them and call create_phase again."
-            .to_owned(),
-        input_schema: input_schema_for::<PhaseArtifact>(),
-    }
+    ToolSpec::offered(
+        CREATE_PHASE,
+        "Deliver the phase with its tasks and validation command, once you know exactly which \
+         files change: files to modify or delete must exist, files to create must not. The \
+         host checks it, stores it and renders phase.md.",
+        &input_schema_for::<PhaseArtifact>(),
+        Some(phase_example()),
+    )
+}
+
+/// A small phase as a model would write it, of the first phase of `create_spec`'s example:
+/// what `create_phase`'s example call shows.
+fn phase_example() -> Value {
+    json!({
+        "name": "parse-flag",
+        "title": "Parse the flag",
+        "objective": "The argument parser accepts --version.",
+        "tasks": [
+            {
+                "description": "Add a `version` flag to the Args struct.",
+                "file": "src/cli.rs",
+                "action": "modify"
+            }
+        ],
+        "validation_command": "cargo test --lib cli",
+        "success_criteria": ["`demo --version` parses without an error"]
+    })
 }
 
 /// Checks a `create_phase` input: the schema, the phase name it was spawned for, a

@@ -2,7 +2,7 @@ use std::collections::{HashMap, HashSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{RenderedSections, render_plan};
@@ -21,19 +21,18 @@ const MIN_PLAN_CONTENT: usize = 200;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanArtifact {
-    /// Plan title, e.g. "Add a --version flag to the CLI".
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
-    /// High-level description of the plan: what will be built, why, and the approach.
+    /// What will be built, why, and the approach.
     #[schemars(length(min = 1))]
     pub overview: String,
-    /// The specs that will be created from this plan (1 to 10), each a coherent piece of work.
+    /// The specs, each a coherent piece of work.
     #[schemars(length(min = 1, max = 10))]
     pub specs: Vec<SpecReference>,
-    /// What is explicitly out of scope.
+    /// What is out of scope.
     #[serde(default)]
     pub non_goals: Vec<String>,
-    /// Known risks and their mitigations.
+    /// Risks and their mitigations.
     #[serde(default)]
     pub risks: Vec<String>,
 }
@@ -42,39 +41,57 @@ pub struct PlanArtifact {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpecReference {
-    /// Spec identifier, unique in the plan, kebab-case (e.g. "user-auth").
+    /// Unique kebab-case name.
     #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
     pub name: String,
-    /// Human-readable spec title.
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
     /// What this spec accomplishes.
     #[schemars(length(min = 1))]
     pub description: String,
-    /// Names of specs of this plan that must be complete before this one starts.
+    /// Names of the specs that must be complete before this one starts.
     #[serde(default)]
     pub dependencies: Vec<String>,
-    /// What this spec builds on, each one of: "#anchor", a heading of this plan's markdown
-    /// by its GitHub slug (lowercase, spaces become hyphens, punctuation removed, "-1", "-2"
-    /// for repeated headings: "### Spec 2: JWT auth & keys" is "#spec-2-jwt-auth--keys");
-    /// "output:<name>", another spec of this plan by name; an http:// or https:// URL; or an
-    /// absolute path that exists. Rendered as links in plan.md.
+    /// What it builds on: "#slug" of a heading of plan.md ("### Spec 2: JWT auth & keys" is
+    /// "#spec-2-jwt-auth--keys"), "output:" and another spec's name, a URL, or an absolute
+    /// path. Rendered as links in plan.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
 }
 
 /// The `create_plan` tool as offered to the model.
 pub fn create_plan_spec() -> ToolSpec {
-    ToolSpec {
-        name: CREATE_PLAN.to_owned(),
-        description: "Create the plan with its specs. Call this once you understand the project \
-                      well enough; it is how you deliver your answer. The host validates the \
-                      input (including each spec's references), stores it and renders plan.md \
-                      for the user to review. If it reports problems, fix them and call \
-                      create_plan again."
-            .to_owned(),
-        input_schema: input_schema_for::<PlanArtifact>(),
-    }
+    ToolSpec::offered(
+        CREATE_PLAN,
+        "Deliver the plan with its specs, once you understand the project well enough. The \
+         host checks it, stores it and renders plan.md for the user to review.",
+        &input_schema_for::<PlanArtifact>(),
+        Some(plan_example()),
+    )
+}
+
+/// A small plan as a model would write it: what `create_plan`'s example call shows.
+fn plan_example() -> Value {
+    json!({
+        "title": "Add a --version flag",
+        "overview": "The CLI prints its version from Cargo.toml on --version, so that users \
+                     can say what they run.",
+        "specs": [
+            {
+                "name": "version-flag",
+                "title": "Parse and print --version",
+                "description": "Add the flag to the argument parser in src/cli.rs and print \
+                                the crate's version."
+            },
+            {
+                "name": "version-docs",
+                "title": "Document --version",
+                "description": "Describe the flag in README.md.",
+                "dependencies": ["version-flag"]
+            }
+        ],
+        "non_goals": ["Other flags"]
+    })
 }
 
 /// Checks a `create_plan` input against its schema and the plan rules: 1–10 specs, unique

@@ -1,6 +1,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::ArtifactKind;
 use super::validation::{ValidationReport, parse_against_schema};
@@ -11,10 +11,9 @@ use crate::llm::ToolSpec;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewInput {
-    /// "approve" if the artifact is right as it is for this pass's focus; "revise" if it must
-    /// change (then call the create tool again with the revised artifact).
+    /// "approve" if it is right for this pass's focus, "revise" if it must change.
     pub verdict: Verdict,
-    /// The problems found, each specific and actionable; empty when approving.
+    /// The problems found, each specific and actionable; none when approving.
     #[serde(default)]
     pub issues: Vec<String>,
 }
@@ -65,17 +64,20 @@ pub fn review_tool_name(kind: ArtifactKind) -> &'static str {
 }
 
 pub fn review_tool_spec(kind: ArtifactKind) -> ToolSpec {
-    ToolSpec {
-        name: review_tool_name(kind).to_owned(),
-        description: format!(
-            "Give your verdict on the {kind} you created, for the review pass you were asked \
-             for: \"approve\" or \"revise\" with the issues found. After \"revise\", call {} with \
-             the complete revised {kind}.",
+    ToolSpec::offered(
+        review_tool_name(kind),
+        format!(
+            "Your verdict on the {kind} you created, for the review pass asked for. After \
+             \"revise\", call {} with the complete revised {kind}.",
             kind.tool_name(),
             kind = kind.as_str()
         ),
-        input_schema: crate::schema::input_schema_for::<ReviewInput>(),
-    }
+        &crate::schema::input_schema_for::<ReviewInput>(),
+        Some(json!({
+            "verdict": "revise",
+            "issues": ["Nothing says how the new flag is tested."]
+        })),
+    )
 }
 
 pub fn validate_review(kind: ArtifactKind, input: &Value) -> Result<ReviewInput, ValidationReport> {

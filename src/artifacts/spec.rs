@@ -1,6 +1,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{RenderedSections, render_spec};
@@ -20,22 +20,21 @@ const MIN_SPEC_CONTENT: usize = 300;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpecArtifact {
-    /// The spec's identifier, exactly the name the plan gave it.
+    /// Exactly the name the plan gave the spec.
     #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
     pub name: String,
-    /// Human-readable spec title.
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
-    /// What this spec accomplishes and how, in detail: requirements, design, constraints.
+    /// What the spec accomplishes and how: requirements, design, constraints.
     #[schemars(length(min = 1))]
     pub overview: String,
-    /// The phases that implement the spec, in order (Rule of Five: 3 to 7).
+    /// The phases that implement it, in order.
     #[schemars(length(min = 3, max = 7))]
     pub phases: Vec<PhaseReference>,
-    /// Conditions that must hold when the spec is complete, each verifiable.
+    /// Verifiable conditions that hold when it is complete.
     #[serde(default)]
     pub acceptance_criteria: Vec<String>,
-    /// How the spec will be tested.
+    /// How it will be tested.
     #[serde(default)]
     pub test_strategy: Option<String>,
 }
@@ -44,42 +43,69 @@ pub struct SpecArtifact {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseReference {
-    /// Phase identifier, unique in the spec, kebab-case (e.g. "user-model").
+    /// Unique kebab-case name.
     #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
     pub name: String,
-    /// Human-readable phase title.
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
     /// What this phase accomplishes.
     #[schemars(length(min = 1))]
     pub description: String,
-    /// Files this phase will create or modify, relative to the project root.
+    /// Files it creates or modifies, relative to the project root.
     #[serde(default)]
     pub files: Vec<String>,
-    /// How to verify the phase is complete, e.g. a test command.
+    /// How to verify it is complete, e.g. a test command.
     #[serde(default)]
     pub validation: Option<String>,
-    /// What this phase builds on, each one of: "#anchor", a heading of this spec's markdown
-    /// or of the plan's (plan.md) by its GitHub slug (lowercase, spaces become hyphens,
-    /// punctuation removed, "-1", "-2" for repeated headings: "## Test Strategy" is
-    /// "#test-strategy"); "output:<name>", a phase of this spec or a spec of the plan by name;
-    /// an http:// or https:// URL; or an absolute path that exists. Rendered as links in
-    /// spec.md.
+    /// What it builds on: "#slug" of a heading of spec.md or plan.md ("## Test Strategy" is
+    /// "#test-strategy"), "output:" and the name of a phase or of a spec of the plan, a URL,
+    /// or an absolute path. Rendered as links in spec.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
 }
 
 pub fn create_spec_spec() -> ToolSpec {
-    ToolSpec {
-        name: CREATE_SPEC.to_owned(),
-        description: "Create the spec with its phases. Call this once you understand the part \
-                      of the project the spec touches; it is how you deliver your answer. The \
-                      host validates the input (including each phase's references, which may \
-                      point into plan.md), stores it and renders spec.md. If it reports \
-                      problems, fix them and call create_spec again."
-            .to_owned(),
-        input_schema: input_schema_for::<SpecArtifact>(),
-    }
+    ToolSpec::offered(
+        CREATE_SPEC,
+        "Deliver the spec with its phases, once you understand the part of the project it \
+         touches. The host checks it, stores it and renders spec.md.",
+        &input_schema_for::<SpecArtifact>(),
+        Some(spec_example()),
+    )
+}
+
+/// A small spec as a model would write it, of the first spec of `create_plan`'s example:
+/// what `create_spec`'s example call shows.
+fn spec_example() -> Value {
+    json!({
+        "name": "version-flag",
+        "title": "Parse and print --version",
+        "overview": "src/cli.rs parses the arguments with clap: add a version flag there and \
+                     print env!(\"CARGO_PKG_VERSION\") when it is set.",
+        "phases": [
+            {
+                "name": "parse-flag",
+                "title": "Parse the flag",
+                "description": "Add --version to the arguments.",
+                "files": ["src/cli.rs"]
+            },
+            {
+                "name": "print-version",
+                "title": "Print the version",
+                "description": "Print the version and exit 0 when the flag is set.",
+                "files": ["src/main.rs"]
+            },
+            {
+                "name": "test-flag",
+                "title": "Test the flag",
+                "description": "Run the binary with --version in a test.",
+                "files": ["tests/cli.rs"],
+                "validation": "cargo test --test cli"
+            }
+        ],
+        "acceptance_criteria": ["`demo --version` prints the version and exits 0"],
+        "test_strategy": "An integration test runs the built binary."
+    })
 }
 
 /// Checks a `create_spec` input: the schema, the name of the spec it was spawned for, 3–7

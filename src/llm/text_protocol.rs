@@ -83,8 +83,8 @@ pub struct ParsedAnswer {
 }
 
 /// The system-prompt text: how to answer, how a call is written, and each tool as
-/// {"name", "description", "parameters"} with an example call (the schema's own first
-/// `examples` entry, else one made up from the schema).
+/// {"name", "description", "parameters"} with an example call (the tool's own example, else
+/// the schema's first `examples` entry, else one made up from the schema).
 pub fn instructions(p: &TextProtocol, tools: &[ToolSpec]) -> String {
     instructions::instructions(p.protocol, p.format(), tools)
 }

@@ -11,8 +11,8 @@ use super::per_message::PerMessage;
 use super::text_protocol::{self, TextProtocol};
 use super::text_results::render_result;
 use super::{
-    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, StopReason,
-    ToolFormat, ToolProtocol, ToolSpec, Turn,
+    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, ToolFormat,
+    ToolProtocol, ToolSpec, Turn,
 };
 
 /// `inner` as the loops use it: itself for native tool calling, or spoken to in a text
@@ -129,7 +129,9 @@ impl TextProtocolProvider {
 
     /// The answer with the calls read out of its text, or what to tell the model when it
     /// could not be read.
-    fn read(&self, mut turn: Turn, tools: &[ToolSpec], max_tokens: u32) -> Turn {
+    /// (An answer cut off at a length limit is told so by the turn engine, which knows what
+    /// was sent, and so whether the limit was `max_tokens` or the server's context.)
+    fn read(&self, mut turn: Turn, tools: &[ToolSpec]) -> Turn {
         let text = turn.text();
         let parsed = text_protocol::parse(&self.protocol, &text, tools);
         let mut content = vec![ContentBlock::text(text)];
@@ -141,15 +143,7 @@ impl TextProtocolProvider {
                     .map(|call| ContentBlock::tool_call(call.id, call.name, call.input)),
             );
         } else {
-            let mut feedback = String::new();
-            if turn.stop_reason == Some(StopReason::MaxTokens) {
-                feedback.push_str(&format!(
-                    "Your reply was cut off at the limit of {max_tokens} tokens, so its end is \
-                     missing; keep the thinking short and make fewer or smaller calls.\n"
-                ));
-            }
-            feedback.push_str(&text_protocol::feedback(&self.protocol, &parsed.issues));
-            turn.unreadable = Some(feedback);
+            turn.unreadable = Some(text_protocol::feedback(&self.protocol, &parsed.issues));
         }
         turn.content = content;
         turn
@@ -172,6 +166,6 @@ impl LlmProvider for TextProtocolProvider {
             tools: Arc::from(Vec::new()),
         };
         let turn = self.inner.complete(&wire, on_event, cancel).await?;
-        Ok(self.read(turn, &request.tools, request.max_tokens))
+        Ok(self.read(turn, &request.tools))
     }
 }

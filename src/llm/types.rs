@@ -77,7 +77,32 @@ impl Message {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
+    /// The schema the model is shown (`schema::model_schema`): it accepts what the tool's
+    /// full schema accepts, nothing more.
     pub input_schema: Value,
+    /// One realistic call's input, which the text protocols show (never sent as a native
+    /// tool's definition); `None` for a tool that offers none (an MCP server's), whose
+    /// example is then made up from the schema.
+    #[serde(skip)]
+    pub example: Option<Value>,
+}
+
+impl ToolSpec {
+    /// The tool as the model is shown it: its full input schema trimmed by
+    /// `schema::model_schema`, and its example call.
+    pub fn offered(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        full_schema: &Value,
+        example: Option<Value>,
+    ) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: crate::schema::model_schema(full_schema),
+            example,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -48,11 +48,7 @@ impl McpTools {
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .iter()
-            .map(|tool| ToolSpec {
-                name: tool.exposed.clone(),
-                description: tool.description.clone(),
-                input_schema: tool.schema.clone(),
-            })
+            .map(|tool| ToolSpec::offered(&tool.exposed, &tool.description, &tool.schema, None))
             .collect()
     }
 

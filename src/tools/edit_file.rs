@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{ChangeKind, Tool, ToolContext, ToolError, change_file, parse_input};
 use crate::schema::input_schema_for;
@@ -10,10 +10,9 @@ use crate::schema::input_schema_for;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditFileInput {
-    /// Path relative to the project root.
+    /// Relative to the project root.
     pub path: String,
-    /// The exact text to replace, including whitespace and indentation; it must occur exactly
-    /// once in the file.
+    /// The exact text to replace, whitespace included.
     #[schemars(length(min = 1))]
     pub old_string: String,
     /// The text to put in its place.
@@ -29,13 +28,16 @@ impl Tool for EditFileTool {
     }
 
     fn description(&self) -> &'static str {
-        "Replace an exact piece of text in an existing file. old_string must occur exactly once: \
-         copy it from read_file output (without the line numbers) and include enough \
-         surrounding lines to make it unique."
+        "Replace text that occurs exactly once in a file: copy it from read_file's output \
+         without the line numbers, with enough lines around it to be unique."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<EditFileInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"path": "src/main.rs", "old_string": "let verbose = false;", "new_string": "let verbose = args.verbose;"})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

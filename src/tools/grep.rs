@@ -6,7 +6,7 @@ use grep_searcher::sinks::UTF8;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::output::{CappedOutput, clip_line};
 use super::project_walk::project_walker;
@@ -24,18 +24,18 @@ const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrepInput {
-    /// Regular expression (Rust regex syntax), e.g. `fn\s+main`.
+    /// Regular expression (Rust syntax).
     pub pattern: String,
-    /// File or directory to search, relative to the project root. Default: the root.
+    /// File or directory to search (default: the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Only search files matching this glob, gitignore-style, e.g. `*.rs`.
+    /// Only files matching this glob, e.g. `*.rs`.
     #[serde(default)]
     pub glob: Option<String>,
-    /// Match case-insensitively. Default: false.
+    /// Ignore case.
     #[serde(default)]
     pub case_insensitive: bool,
-    /// Most matching lines to return (default 100, at most 500).
+    /// Most lines to return (default 100).
     #[serde(default)]
     #[schemars(range(min = 1, max = 500))]
     pub max_matches: Option<usize>,
@@ -50,12 +50,16 @@ impl Tool for GrepTool {
     }
 
     fn description(&self) -> &'static str {
-        "Search the project's text files for a regular expression, honouring .gitignore. \
-         Returns `path:line: text` for each matching line."
+        "Search the project's text files for a regular expression, skipping what .gitignore \
+         ignores; returns `path:line: text` for each matching line."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<GrepInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"pattern": "fn main", "path": "src"})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

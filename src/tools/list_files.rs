@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::output::CappedOutput;
 use super::project_walk::project_walker;
@@ -18,13 +18,13 @@ const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListFilesInput {
-    /// Directory to list, relative to the project root. Default: the root.
+    /// Directory to list (default: the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Glob the files must match, gitignore-style, e.g. `*.rs` or `src/**/*.lua`.
+    /// Glob the files must match, gitignore-style, e.g. `*.rs`.
     #[serde(default)]
     pub glob: Option<String>,
-    /// Most paths to return (default 500, at most 2000).
+    /// Most paths to return (default 500).
     #[serde(default)]
     #[schemars(range(min = 1, max = 2000))]
     pub max_results: Option<usize>,
@@ -39,12 +39,15 @@ impl Tool for ListFilesTool {
     }
 
     fn description(&self) -> &'static str {
-        "List files of the project recursively (paths relative to the project root), skipping \
-         what .gitignore ignores and the .git directory. Narrow with path and glob."
+        "List the project's files recursively, skipping .git and what .gitignore ignores."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<ListFilesInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"path": "src", "glob": "*.rs"})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -3,7 +3,7 @@ use std::fmt::Write as _;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::output::{CappedOutput, clip_line};
 use super::{
@@ -21,13 +21,13 @@ const MAX_OUTPUT_BYTES: usize = 100 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileInput {
-    /// Path relative to the project root, e.g. `src/main.rs`.
+    /// Relative to the project root.
     pub path: String,
-    /// First line to return, counting from 1. Default: 1.
+    /// First line to return, counting from 1 (default 1).
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub start_line: Option<usize>,
-    /// Last line to return, inclusive. Default: up to 2000 lines after `start_line`.
+    /// Last line to return, inclusive (default: 1999 lines after start_line).
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub end_line: Option<usize>,
@@ -42,12 +42,16 @@ impl Tool for ReadFileTool {
     }
 
     fn description(&self) -> &'static str {
-        "Read a text file of the project. Returns lines prefixed with their line numbers; at most \
-         2000 lines per call, so use start_line/end_line to page through long files."
+        "Read a text file of the project, its lines numbered; at most 2000 lines a call (page \
+         through a long file with start_line and end_line)."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<ReadFileInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"path": "README.md", "start_line": 1, "end_line": 80})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -4,7 +4,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::output::HeadAndTail;
@@ -21,14 +21,13 @@ const TAIL_BYTES: usize = 12 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCommandInput {
-    /// The command, run with `sh -c`.
+    /// The shell command.
     #[schemars(length(min = 1))]
     pub command: String,
-    /// Working directory relative to the project root. Default: the root.
+    /// Working directory (default: the root).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Seconds before the command and everything it started are killed (default from the
-    /// configuration, at most 600).
+    /// Seconds before it is killed (default from the settings).
     #[serde(default)]
     #[schemars(range(min = 0.1, max = 600.0))]
     pub timeout_secs: Option<f64>,
@@ -43,13 +42,17 @@ impl Tool for RunCommandTool {
     }
 
     fn description(&self) -> &'static str {
-        "Run a shell command (sh -c) in the project and return its exit status, stdout and \
-         stderr (long output keeps its start and end). The command and every process it starts \
-         are killed at the timeout. Some commands are never allowed (e.g. sudo, git push)."
+        "Run a shell command (sh -c) in the project; returns its exit status, stdout and stderr. \
+         It and every process it starts are killed at the timeout; some commands are never \
+         allowed (e.g. sudo, git push)."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<RunCommandInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"command": "cargo test --lib cli", "timeout_secs": 300})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -586,6 +586,7 @@ async fn a_tool_from_a_closure_is_offered_and_called_like_any_other() {
         "shout",
         "Upper-cases a word.",
         json!({"type": "object", "properties": {"word": {"type": "string", "description": "The word."}}, "required": ["word"]}),
+        json!({"word": "loop"}),
         |input, _context| {
             let word = input["word"]
                 .as_str()

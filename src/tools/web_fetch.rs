@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::output::{CappedOutput, clip_line};
@@ -99,6 +99,10 @@ impl Tool for WebFetchTool {
 
     fn input_schema(&self) -> Value {
         input_schema_for::<WebFetchInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"url": "https://docs.rs/clap/latest/clap/"})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

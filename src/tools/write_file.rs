@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{ChangeKind, Tool, ToolContext, ToolError, change_file, parse_input};
 use crate::schema::input_schema_for;
@@ -10,9 +10,9 @@ use crate::schema::input_schema_for;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteFileInput {
-    /// Path relative to the project root; missing directories are created.
+    /// Relative to the project root; missing directories are created.
     pub path: String,
-    /// The complete new content of the file.
+    /// The whole new content.
     pub content: String,
 }
 
@@ -25,12 +25,15 @@ impl Tool for WriteFileTool {
     }
 
     fn description(&self) -> &'static str {
-        "Create a file, or replace a file's whole content. Prefer edit_file for changes to an \
-         existing file. Paths are relative to the project root; .git is never written."
+        "Create a file or replace its whole content (edit_file changes part of one)."
     }
 
     fn input_schema(&self) -> Value {
         input_schema_for::<WriteFileInput>()
+    }
+
+    fn example(&self) -> Value {
+        json!({"path": "docs/usage.md", "content": "# Usage\n\nRun `demo --help` to see the options.\n"})
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -140,6 +140,22 @@ async fn a_code_loop_calls_mcp_tools_with_approval_and_schema_checks() {
             "probe__hang"
         ]
     );
+    // The model is shown a server's schema without what changes nothing it accepts; the
+    // call is still checked against the server's own (the `note: 5` below).
+    let record = requests[0]["tools"]
+        .as_array()
+        .and_then(|tools| tools.iter().find(|tool| tool["name"] == "probe__record"))
+        .expect("probe__record");
+    assert_eq!(
+        record["input_schema"],
+        json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"note": {"type": "string"}},
+            "required": ["note"],
+            "additionalProperties": false
+        })
+    );
     let results = tool_results(&requests[1]);
     assert_eq!(result_text(&results[0]), "value of answer\n");
     assert_ne!(results[0]["is_error"], true);

@@ -213,9 +213,11 @@ async fn tool_errors_go_back_to_the_model_and_truncated_calls_never_run() {
             )
             .reply(),
     );
+    // An answer that used up max_tokens (the default 8192) while writing the call.
     fake.push(
         TurnBuilder::new()
             .truncated_tool_use("toolu_cut", "create_plan", "{\"title\": \"Add a")
+            .usage(2_000, 8_192)
             .reply(),
     );
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
@@ -255,7 +257,7 @@ async fn tool_errors_go_back_to_the_model_and_truncated_calls_never_run() {
     assert!(tool_results(&requests[2].body).is_empty(), "{last}");
     let note = last["content"][0]["text"].as_str().expect("note");
     assert!(
-        note.contains("max_tokens") && note.contains("create_plan"),
+        note.contains("hit the max_tokens limit (8192)") && note.contains("create_plan"),
         "{note}"
     );
     let assistant = &messages[messages.len() - 2];

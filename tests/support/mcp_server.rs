@@ -65,12 +65,16 @@ fn tools() -> Vec<Tool> {
                 "additionalProperties": false
             })),
         ),
+        // Written the way Python servers (pydantic) write a schema: a dialect, and titles
+        // that repeat the names.
         Tool::new(
             "record",
             "Records a note (changes the server's state).",
             schema(json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "title": "recordArguments",
                 "type": "object",
-                "properties": {"note": {"type": "string"}},
+                "properties": {"note": {"title": "Note", "type": "string"}},
                 "required": ["note"],
                 "additionalProperties": false
             })),

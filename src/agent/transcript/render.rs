@@ -359,8 +359,9 @@ fn turn_footer(
     }
     parts.push(input);
     parts.push(format!("{} out", thousands(usage.output_tokens)));
+    // `max_tokens`, or the server's context well before it: the note that follows says which.
     if stop_reason == Some(&StopReason::MaxTokens) {
-        parts.push("stopped at max_tokens".to_owned());
+        parts.push("stopped at a length limit".to_owned());
     }
     if !truncated_tool_calls.is_empty() {
         parts.push(format!("cut off: {}", truncated_tool_calls.join(", ")));

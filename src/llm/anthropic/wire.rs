@@ -325,6 +325,7 @@ mod tests {
                 name: "grep".to_owned(),
                 description: "search".to_owned(),
                 input_schema: serde_json::json!({"type": "object"}),
+                example: None,
             }]
             .into(),
         };

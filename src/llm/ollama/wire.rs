@@ -278,6 +278,7 @@ mod tests {
                 name: "read_file".to_owned(),
                 description: "Read a file".to_owned(),
                 input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                example: None,
             }],
         );
         assert_eq!(

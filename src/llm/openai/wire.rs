@@ -322,6 +322,7 @@ mod tests {
                 name: "grep".to_owned(),
                 description: "search".to_owned(),
                 input_schema: json!({"type": "object"}),
+                example: None,
             }],
         );
         assert_eq!(

@@ -40,7 +40,11 @@ pub(super) fn instructions(
             "parameters": tool.input_schema,
         });
         text.push_str(&format!("\n{listed}\n"));
-        if let Some(args) = example_arguments(&tool.input_schema) {
+        let example = tool
+            .example
+            .clone()
+            .or_else(|| example_arguments(&tool.input_schema));
+        if let Some(args) = example {
             text.push_str(&format!(
                 "Example:\n{}\n",
                 render(protocol, format, &tool.name, &args)
@@ -92,8 +96,10 @@ fn tool_calls_text() -> String {
     )
 }
 
-/// One call's arguments for the instructions: the schema's own first `examples` entry, else
-/// values made up from the schema; `None` when what can be made up is not valid under it.
+/// One call's arguments for a tool that offers no example: the schema's own first
+/// `examples` entry, else values made up from the schema (a string is `"example NAME"`,
+/// never a `<NAME>` placeholder, which a model copies and the xml protocol reads as a tag);
+/// `None` when what can be made up is not valid under it.
 pub(super) fn example_arguments(schema: &Value) -> Option<Value> {
     let example = schema
         .get("examples")
@@ -171,7 +177,7 @@ fn example_value(schema: &Value, name: &str, depth: usize) -> Value {
         "number" => schema.get("minimum").cloned().unwrap_or(json!(1.5)),
         "boolean" => json!(true),
         "null" => Value::Null,
-        _ => Value::String(format!("<{name}>")),
+        _ => Value::String(format!("example {name}")),
     }
 }
 

@@ -17,6 +17,7 @@ fn tools() -> Vec<ToolSpec> {
                 "required": ["path"],
                 "additionalProperties": false
             }),
+            example: None,
         },
         ToolSpec {
             name: "write_file".to_owned(),
@@ -27,6 +28,7 @@ fn tools() -> Vec<ToolSpec> {
                 "required": ["path", "content"],
                 "additionalProperties": false
             }),
+            example: None,
         },
         ToolSpec {
             name: "configure".to_owned(),
@@ -43,6 +45,7 @@ fn tools() -> Vec<ToolSpec> {
                 },
                 "additionalProperties": false
             }),
+            example: None,
         },
     ]
 }
@@ -620,6 +623,7 @@ fn instructions_show_every_tool_with_an_example_that_parses() {
             "required": ["pattern"],
             "examples": [{"pattern": "fn main", "limit": 5}]
         }),
+        example: None,
     });
     for p in every_protocol() {
         let text = instructions(&p, &tools);
@@ -652,6 +656,11 @@ fn instructions_show_every_tool_with_an_example_that_parses() {
             );
             assert_eq!(parsed.calls.len(), 1, "{p:?}: {example}");
             assert_eq!(parsed.calls[0].name, tool.name);
+            assert!(
+                !parsed.calls[0].input.to_string().contains('<'),
+                "a made-up value is no <placeholder>, which the xml protocol reads as a tag: \
+                 {example}"
+            );
             if tool.name == "search" {
                 assert_eq!(
                     parsed.calls[0].input,
@@ -769,6 +778,7 @@ mod properties {
                 "required": ["text"],
                 "additionalProperties": false
             }),
+            example: None,
         }]
     }
 
