@@ -153,6 +153,19 @@ mod tests {
     /// A loopback HTTP/1.1 server answering each connection with the next scripted bytes,
     /// then closing it: enough to see what the client sends and how it reads what comes back.
     async fn serve(replies: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<Received>>>) {
+        let replies = Mutex::new(replies.into_iter());
+        serve_with(move |_| {
+            replies.lock().expect("replies").next().unwrap_or_else(|| {
+                status_reply(500, &[], &json!({"error": {"message": "no reply left"}}))
+            })
+        })
+        .await
+    }
+
+    /// The same server, answering each request with what `respond` makes of it.
+    async fn serve_with(
+        respond: impl Fn(&Received) -> Vec<u8> + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<Received>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -160,15 +173,12 @@ mod tests {
         let received = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&received);
         tokio::spawn(async move {
-            let mut replies = replies.into_iter();
             while let Ok((mut socket, _)) = listener.accept().await {
                 let Some(request) = read_request(&mut socket).await else {
                     continue;
                 };
+                let reply = respond(&request);
                 record.lock().expect("requests").push(request);
-                let reply = replies.next().unwrap_or_else(|| {
-                    status_reply(500, &[], &json!({"error": {"message": "no reply left"}}))
-                });
                 let _ = socket.write_all(&reply).await;
                 let _ = socket.shutdown().await;
             }
@@ -279,6 +289,13 @@ mod tests {
 
     /// Runs one request; returns its result and the retries reported (reason, delay).
     async fn complete(client: &OpenAiClient) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
+        complete_request(client, &request()).await
+    }
+
+    async fn complete_request(
+        client: &OpenAiClient,
+        request: &ChatRequest,
+    ) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
         let retries = Mutex::new(Vec::new());
         let record = |event: ProviderEvent| {
             if let ProviderEvent::Retrying { reason, delay, .. } = event {
@@ -287,7 +304,7 @@ mod tests {
         };
         let result = tokio::time::timeout(
             Duration::from_secs(30),
-            client.complete(&request(), &record, &CancellationToken::new()),
+            client.complete(request, &record, &CancellationToken::new()),
         )
         .await
         .expect("the request ends");
@@ -422,6 +439,69 @@ mod tests {
         let (result, retries) = complete(&client(&base, None)).await;
         assert_eq!(result.expect("turn").text(), "not streamed");
         assert!(retries.is_empty(), "{retries:?}");
+    }
+
+    /// What llama-cpp-python 0.3.36 answers (recorded) to a request with an assistant message
+    /// whose `content` is null, or missing: its validation refuses anything but a string.
+    fn refused_like_llama_cpp_python(request: &Received) -> Option<Vec<u8>> {
+        let refused = request.body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|message| message["role"] == "assistant" && !message["content"].is_string());
+        refused.then(|| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/llamacpp-openai/http500_on_null_content.json");
+            let recorded = std::fs::read_to_string(&path)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let body: Value = serde_json::from_str(&recorded).expect("recorded JSON");
+            status_reply(500, &[], &body)
+        })
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_only_called_tools_goes_back_in_a_form_llama_cpp_python_accepts() {
+        let (base, received) = serve_with(|request| {
+            refused_like_llama_cpp_python(request).unwrap_or_else(|| answer("read it"))
+        })
+        .await;
+        let conversation = ChatRequest {
+            messages: crate::llm::shared(vec![
+                crate::llm::Message::user_text("read src/main.py"),
+                crate::llm::Message {
+                    role: crate::llm::Role::Assistant,
+                    content: vec![crate::llm::ContentBlock::tool_call(
+                        "call__0_read_file",
+                        "read_file",
+                        json!({"path": "src/main.py"}),
+                    )],
+                },
+                crate::llm::Message {
+                    role: crate::llm::Role::User,
+                    content: vec![crate::llm::ContentBlock::ToolResult {
+                        id: "call__0_read_file".to_owned(),
+                        content: "print('hi')".to_owned(),
+                        is_error: false,
+                    }],
+                },
+            ]),
+            ..request()
+        };
+        let client = OpenAiClient::new(OpenAiConfig {
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: Duration::from_secs(10),
+                stream_idle_timeout: Duration::from_secs(10),
+            },
+            ..client(&base, None).config
+        })
+        .expect("client");
+        let (result, _) = complete_request(&client, &conversation).await;
+        assert_eq!(result.expect("the server accepts it").text(), "read it");
+        let received = received.lock().expect("requests").clone();
+        let calling = &received[0].body["messages"][2];
+        assert_eq!(calling["role"], "assistant");
+        assert_eq!(calling["content"], "", "{calling}");
     }
 
     #[tokio::test]

@@ -70,8 +70,10 @@ enum WireMessage<'a> {
         content: Cow<'a, str>,
     },
     Assistant {
-        /// `null` when the message only calls tools, as the API writes it.
-        content: Option<Cow<'a, str>>,
+        /// `""` when the message only calls tools. The API itself writes `null` there, but
+        /// llama-cpp-python answers HTTP 500 to `null` and to a missing key alike (LM Studio
+        /// and older llama.cpp servers refuse them too), and every server takes a string.
+        content: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -167,10 +169,10 @@ fn wire_message_parts<'a>(
             let tool_calls: Vec<WireToolCall<'a>> =
                 message.content.iter().filter_map(wire_tool_call).collect();
             let text = joined_text(&message.content);
-            let content = match (text.is_empty(), tool_calls.is_empty()) {
-                (false, _) => Some(text),
-                (true, false) => None,
-                (true, true) => Some(Cow::Borrowed(EMPTY_ANSWER)),
+            let content = if text.is_empty() && tool_calls.is_empty() {
+                Cow::Borrowed(EMPTY_ANSWER)
+            } else {
+                text
             };
             wire.push(WireMessage::Assistant {
                 content,
@@ -421,11 +423,43 @@ mod tests {
                 {"role": "tool", "tool_call_id": "call_a", "content": "Error: bad listing"},
                 {"role": "tool", "tool_call_id": "call_b", "content": "contents"},
                 {"role": "user", "content": "also note this"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_c", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\":\"fn\"}"}}
                 ]},
                 {"role": "tool", "tool_call_id": "call_c", "content": "Error: already said"}
             ])
+        );
+    }
+
+    /// llama-cpp-python (and LM Studio, and llama.cpp's server before it learned otherwise)
+    /// refuses `"content": null` and a missing `content` alike; an empty string is what every
+    /// server takes, OpenAI's own included (its content is an optional string).
+    #[test]
+    fn an_answer_that_only_calls_tools_has_empty_text_never_null() {
+        let request = request(
+            "",
+            vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::text(""),
+                        ContentBlock::tool_call("call_a", "list_files", json!({})),
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![result("call_a", "src/main.rs", false)],
+                },
+            ],
+            Vec::new(),
+        );
+        let messages = body(&request, TokenLimitField::MaxTokens)["messages"].clone();
+        assert_eq!(
+            messages[1],
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}
+            ]})
         );
     }
 
