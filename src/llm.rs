@@ -29,7 +29,7 @@ pub use providers::{
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
 pub use text_provider::{TextProtocolProvider, with_tool_protocol};
-pub use tool_protocol::{ToolFormat, ToolProtocol};
+pub use tool_protocol::{ToolChoice, ToolFormat, ToolProtocol};
 pub use types::{
     ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage, shared,
 };

@@ -32,6 +32,7 @@
 ---@alias loopr.Provider "anthropic"|"openai"|"ollama"
 ---@alias loopr.ToolProtocol "native"|"xml"|"markdown"|"tool_calls"
 ---@alias loopr.ToolFormat "json"|"yaml"
+---@alias loopr.ToolChoice "auto"|"required"
 
 ---@class loopr.Models Models per level; a level left out uses `model`.
 ---@field plan? string
@@ -62,6 +63,8 @@
 ---@field num_ctx integer|nil Ollama's context window.
 ---@field tool_protocol loopr.ToolProtocol
 ---@field tool_format loopr.ToolFormat
+---@field tool_choice loopr.ToolChoice|nil `tool_choice` sent with the tools (openai); nil: none is sent.
+---@field stream boolean Whether answers stream as they are written (false: each comes whole).
 ---@field max_format_retries integer
 ---@field max_tokens integer
 ---@field max_turns integer
@@ -106,6 +109,8 @@
 ---@field num_ctx? integer
 ---@field tool_protocol? loopr.ToolProtocol
 ---@field tool_format? loopr.ToolFormat
+---@field tool_choice? loopr.ToolChoice
+---@field stream? boolean
 ---@field max_format_retries? integer
 ---@field max_tokens? integer
 ---@field max_turns? integer
@@ -318,6 +323,13 @@ local spec = {
     default = const('native'),
   },
   tool_format = { expect = 'one of "json", "yaml"', check = one_of({ 'json', 'yaml' }), default = const('json') },
+  -- nil: no tool_choice is sent, which leaves the choice to the model.
+  tool_choice = {
+    expect = 'one of "auto", "required"',
+    check = one_of({ 'auto', 'required' }),
+    default = const(nil),
+  },
+  stream = { expect = 'a boolean', check = 'boolean', default = const(true) },
   max_format_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(3) },
   max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
@@ -598,6 +610,8 @@ function M.settings()
     num_ctx = c.num_ctx,
     tool_protocol = c.tool_protocol,
     tool_format = c.tool_format,
+    tool_choice = c.tool_choice,
+    stream = c.stream,
     max_format_retries = c.max_format_retries,
     max_tokens = c.max_tokens,
     max_turns = c.max_turns,

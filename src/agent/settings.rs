@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
 use super::context_budget::ContextBudget;
-use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
+use crate::llm::{
+    ProviderName, ProviderSettings, RetryPolicy, ToolChoice, ToolFormat, ToolProtocol,
+};
 use crate::mcp::McpSettings;
 use crate::pricing::{Budget, Price, PriceTable};
 use crate::tools::{
@@ -37,6 +39,11 @@ pub struct LoopSettings {
     pub tool_protocol: ToolProtocol,
     /// How calls are written in the `xml` and `markdown` protocols.
     pub tool_format: ToolFormat,
+    /// `tool_choice` sent with the tools (openai only); unset, none is sent. Some servers
+    /// put the tools into the prompt only when it is sent (llama-cpp-python).
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether answers stream as they are written; some servers cannot stream with tools.
+    pub stream: bool,
     /// Answers in a row a text protocol could not read before the loop gives up.
     pub max_format_retries: u32,
     pub max_tokens: u32,
@@ -102,6 +109,8 @@ impl Default for LoopSettings {
             num_ctx: None,
             tool_protocol: ToolProtocol::default(),
             tool_format: ToolFormat::default(),
+            tool_choice: None,
+            stream: true,
             max_format_retries: 3,
             max_tokens: 8192,
             max_turns: 25,
@@ -271,6 +280,8 @@ impl LoopSettings {
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             num_ctx: self.num_ctx,
+            tool_choice: self.tool_choice,
+            stream: self.stream,
         }
     }
 

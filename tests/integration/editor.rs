@@ -41,6 +41,14 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
             "Loopr: setup(): option tool_protocol expects one of \"native\", \"xml\", \"markdown\", \"tool_calls\", got \"json\"",
         ),
         (
+            "{ tool_choice = 'none' }",
+            "Loopr: setup(): option tool_choice expects one of \"auto\", \"required\", got \"none\"",
+        ),
+        (
+            "{ stream = 'no' }",
+            "Loopr: setup(): option stream expects a boolean, got \"no\" (string)",
+        ),
+        (
             "{ max_format_retries = -1 }",
             "Loopr: setup(): option max_format_retries expects an integer >= 0, got -1",
         ),

@@ -1125,6 +1125,8 @@ async fn handle(
         .collect();
     let path = parts.uri.path().to_string();
     let body_json_for_routing = body_json.clone();
+    // Asked for a whole answer, a chat-completions server sends its turns as one object.
+    let whole = inner.wire == Wire::OpenAi && body_json["stream"] == false;
     let number = inner.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -1219,6 +1221,7 @@ async fn handle(
             content_type,
             bytes,
         } => stream_response(&inner, content_type, bytes, seed, false, number, None),
+        Reply::Turn(turn) if whole => json_response(200, &[], &openai::render_whole(&turn.parts())),
         Reply::Turn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
             stream_response(&inner, content_type, bytes, seed, false, number, None)

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::llm::wire_cache::{RequestBytes, WireCache, comma_separated};
-use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolChoice, ToolSpec};
 
 /// What an assistant message without text or calls says instead: some servers (Mistral's)
 /// refuse an assistant message with neither.
@@ -46,8 +46,12 @@ pub struct RequestBody<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
     stream: bool,
-    stream_options: StreamOptions,
+    /// Only with `stream: true`: OpenAI refuses it otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -112,13 +116,23 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
-/// The streamed request's body, its messages made through `cache`.
+/// What a body says besides the conversation, from the provider's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyOptions {
+    pub token_limit: TokenLimitField,
+    /// Sent only with tools: servers refuse a `tool_choice` without them.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the answer streams as SSE, or comes whole as one JSON object.
+    pub stream: bool,
+}
+
+/// The request's body, its messages made through `cache`.
 pub fn encode(
     request: &ChatRequest,
     cache: &WireCache,
-    limit: TokenLimitField,
+    options: BodyOptions,
 ) -> serde_json::Result<RequestBytes> {
-    let head = RequestBody::streaming(request, limit);
+    let head = RequestBody::new(request, options);
     let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
         .then_some(WireMessage::System {
             content: &request.system,
@@ -131,15 +145,18 @@ pub fn encode(
 }
 
 impl<'a> RequestBody<'a> {
-    fn streaming(request: &'a ChatRequest, limit: TokenLimitField) -> RequestBody<'a> {
+    fn new(request: &'a ChatRequest, options: BodyOptions) -> RequestBody<'a> {
         let bound = Some(request.max_tokens);
+        let limit = options.token_limit;
+        let tools: Vec<WireTool<'a>> = request.tools.iter().map(wire_tool).collect();
         RequestBody {
             model: &request.model,
-            tools: request.tools.iter().map(wire_tool).collect(),
-            stream: true,
-            stream_options: StreamOptions {
+            tool_choice: options.tool_choice.filter(|_| !tools.is_empty()),
+            tools,
+            stream: options.stream,
+            stream_options: options.stream.then_some(StreamOptions {
                 include_usage: true,
-            },
+            }),
             max_tokens: bound.filter(|_| limit == TokenLimitField::MaxTokens),
             max_completion_tokens: bound.filter(|_| limit == TokenLimitField::MaxCompletionTokens),
         }
@@ -298,9 +315,20 @@ mod tests {
         }
     }
 
-    fn body(request: &ChatRequest, limit: TokenLimitField) -> Value {
+    fn body(request: &ChatRequest, token_limit: TokenLimitField) -> Value {
+        body_with(
+            request,
+            BodyOptions {
+                token_limit,
+                tool_choice: None,
+                stream: true,
+            },
+        )
+    }
+
+    fn body_with(request: &ChatRequest, options: BodyOptions) -> Value {
         serde_json::from_slice(
-            &encode(request, &WireCache::default(), limit)
+            &encode(request, &WireCache::default(), options)
                 .expect("encode")
                 .to_vec(),
         )
@@ -342,6 +370,55 @@ mod tests {
                 "max_tokens": 100
             })
         );
+    }
+
+    fn grep_tool() -> ToolSpec {
+        ToolSpec {
+            name: "grep".to_owned(),
+            description: "search".to_owned(),
+            input_schema: json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn tool_choice_goes_with_the_tools_and_never_without_them() {
+        for (choice, sent) in [
+            (ToolChoice::Auto, json!("auto")),
+            (ToolChoice::Required, json!("required")),
+        ] {
+            let options = BodyOptions {
+                token_limit: TokenLimitField::MaxTokens,
+                tool_choice: Some(choice),
+                stream: true,
+            };
+            let with_tools = request("", vec![Message::user_text("go")], vec![grep_tool()]);
+            assert_eq!(body_with(&with_tools, options)["tool_choice"], sent);
+            // A text protocol sends no tools: `tool_choice` alone is refused by OpenAI.
+            let without = request("", vec![Message::user_text("go")], Vec::new());
+            let body = body_with(&without, options);
+            assert!(body.get("tool_choice").is_none(), "{body}");
+        }
+        let unset = request("", vec![Message::user_text("go")], vec![grep_tool()]);
+        let body = body(&unset, TokenLimitField::MaxTokens);
+        assert!(body.get("tool_choice").is_none(), "{body}");
+    }
+
+    /// `stream_options` is refused by OpenAI when `stream` is false.
+    #[test]
+    fn a_request_for_a_whole_answer_says_stream_false_and_asks_no_stream_options() {
+        let request = request("sys", vec![Message::user_text("go")], vec![grep_tool()]);
+        let body = body_with(
+            &request,
+            BodyOptions {
+                token_limit: TokenLimitField::MaxTokens,
+                tool_choice: Some(ToolChoice::Auto),
+                stream: false,
+            },
+        );
+        assert_eq!(body["stream"], false, "{body}");
+        assert!(body.get("stream_options").is_none(), "{body}");
+        assert_eq!(body["max_tokens"], 100);
+        assert_eq!(body["tool_choice"], "auto");
     }
 
     #[test]
