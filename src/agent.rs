@@ -13,6 +13,7 @@ mod context_budget;
 mod events;
 mod jobs;
 mod journal;
+mod limits;
 mod manager;
 mod phases;
 mod policy_cache;
@@ -29,6 +30,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
     LoopManager, ManagerError, ProviderFactory, ResumeCounts, ShellServices, Spend, StatusRow,
     provider_factory,

@@ -66,9 +66,9 @@
 ---@field tool_choice loopr.ToolChoice|nil `tool_choice` sent with the tools (openai); nil: none is sent.
 ---@field stream boolean Whether answers stream as they are written (false: each comes whole).
 ---@field max_format_retries integer
----@field max_tokens integer
+---@field max_tokens integer|nil Longest answer in tokens; nil: fitted to a local server's context window, else 8192.
 ---@field max_turns integer
----@field context_budget integer Estimated input tokens a request may reach before old tool results are shortened.
+---@field context_budget integer|nil Estimated input tokens a request may reach before old tool results are shortened; nil: fitted to a local server's context window, else 100000.
 ---@field context_keep_turns integer Latest turns whose tool results are always sent whole.
 ---@field max_retries integer
 ---@field request_timeout_ms integer
@@ -331,13 +331,15 @@ local spec = {
   },
   stream = { expect = 'a boolean', check = 'boolean', default = const(true) },
   max_format_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(3) },
-  max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
+  -- nil: the host fits it to a local server's context window, else uses its default (8192).
+  max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
   -- The host's minimum: below it the system prompt and tools leave no room for a conversation.
+  -- nil: the host fits it to a local server's context window, else uses its default (100000).
   context_budget = {
-    expect = 'an integer >= 4000 (tokens)',
-    check = integer_at_least(4000),
-    default = const(100000),
+    expect = 'an integer >= 1024 (tokens)',
+    check = integer_at_least(1024),
+    default = const(nil),
   },
   context_keep_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(3) },
   max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },

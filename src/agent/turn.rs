@@ -218,7 +218,7 @@ impl Conversation {
             batches,
             u32::try_from(turns).unwrap_or(u32::MAX),
         ));
-        let budget = context.settings.context_budget();
+        let budget = context.limits.context_budget;
         let fixed_tokens = context_budget::estimate_text(&system)
             + context_budget::estimate_text(&serde_json::to_string(&*tools).unwrap_or_default());
         let messages = crate::llm::shared(messages);
@@ -229,7 +229,7 @@ impl Conversation {
             fixed_tokens,
             request: ChatRequest {
                 model: String::new(),
-                max_tokens: context.settings.max_tokens,
+                max_tokens: context.limits.max_tokens,
                 system,
                 messages,
                 tools,
@@ -377,7 +377,7 @@ impl Conversation {
         if !turn.truncated_tool_calls.is_empty() {
             follow_ups.push(prompts::truncated_tool_call_note(
                 &turn.truncated_tool_calls,
-                context.settings.max_tokens,
+                context.limits.max_tokens,
             ));
         } else if !called {
             follow_ups.push(nudge);

@@ -6,10 +6,11 @@ use tokio_util::sync::CancellationToken;
 use super::stream::read_turn;
 use super::wire::{BodyOptions, encode};
 use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
+use crate::llm::server_window::{self, ServerKind};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, Turn, with_retries,
+    RetryPolicy, ServerWindow, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -154,6 +155,19 @@ impl LlmProvider for OllamaClient {
             on_event,
             cancel,
             || self.attempt(&body, on_event),
+        )
+        .await
+    }
+
+    /// The model's maximum and its Modelfile's window, as `/api/show` says them; the window
+    /// `num_ctx` sets is the settings' to apply, not the server's to say.
+    async fn server_window(&self, model: &str) -> ServerWindow {
+        server_window::ask(
+            &self.http,
+            self.headers.get(reqwest::header::AUTHORIZATION),
+            ServerKind::Ollama,
+            &self.endpoint.base_url,
+            model,
         )
         .await
     }

@@ -5,10 +5,11 @@ use tokio_util::sync::CancellationToken;
 use super::stream::{read_turn, read_whole};
 use super::wire::{BodyOptions, TokenLimitField, encode};
 use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
+use crate::llm::server_window::{self, ServerKind};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, StreamFailure, ToolChoice, Turn, with_retries,
+    RetryPolicy, ServerWindow, StreamFailure, ToolChoice, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
@@ -144,6 +145,19 @@ impl LlmProvider for OpenAiClient {
             on_event,
             cancel,
             || self.attempt(&body, on_event),
+        )
+        .await
+    }
+
+    /// Only a local server is asked (`server_window::is_local_url`): a hosted API's windows
+    /// are the models' own, which its documentation gives.
+    async fn server_window(&self, model: &str) -> ServerWindow {
+        server_window::ask(
+            &self.http,
+            self.headers.get(reqwest::header::AUTHORIZATION),
+            ServerKind::OpenAiCompatible,
+            &self.endpoint.base_url,
+            model,
         )
         .await
     }
@@ -695,6 +709,38 @@ mod tests {
         assert!(message.contains("larger than 8 MiB"), "{message}");
         assert!(retries.is_empty(), "not asked again: {retries:?}");
         assert_eq!(received.lock().expect("requests").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_local_server_is_asked_about_its_window_once_and_a_hosted_api_never() {
+        let props = json!({"default_generation_settings": {"n_ctx": 4096},
+                           "model_path": "/models/gemma-3-1b-it-Q4_K_M.gguf"});
+        let (base, received) = serve_with(move |request| {
+            if request.head.starts_with("GET /props ") {
+                status_reply(200, &[], &props)
+            } else {
+                status_reply(404, &[], &json!({"detail": "Not Found"}))
+            }
+        })
+        .await;
+        let client = client(&base, Some(KEY));
+        for _ in 0..2 {
+            let window = client.server_window("gemma3").await;
+            let report = window.report().expect("reported");
+            assert_eq!(report.context_window, Some(4096), "{window:?}");
+        }
+        let received = received.lock().expect("requests").clone();
+        assert_eq!(received.len(), 1, "asked once per host run");
+        assert_eq!(
+            received[0].header("authorization"),
+            Some(format!("Bearer {KEY}")),
+            "a proxy in front gets the key"
+        );
+        let hosted = self::client("https://api.openai.com/v1", Some(KEY));
+        assert_eq!(
+            hosted.server_window("gpt-4.1").await,
+            ServerWindow::NotAsked
+        );
     }
 
     #[tokio::test]
