@@ -16,6 +16,7 @@ mod events;
 mod first_requests;
 mod jobs;
 mod journal;
+mod limits;
 mod manager;
 mod phases;
 mod policy_cache;
@@ -32,6 +33,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
     LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices, Spend,
     StatusRow, provider_factory,

@@ -13,6 +13,7 @@ mod per_message;
 mod provider;
 pub mod providers;
 mod retry;
+pub mod server_window;
 pub mod text_protocol;
 mod text_provider;
 mod text_results;
@@ -28,8 +29,9 @@ pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
+pub use server_window::{ServerReport, ServerWindow};
 pub use text_provider::{TextProtocolProvider, with_tool_protocol};
-pub use tool_protocol::{ToolFormat, ToolProtocol};
+pub use tool_protocol::{ToolChoice, ToolFormat, ToolProtocol};
 pub use types::{
     ChatRequest, ContentBlock, Message, Role, StopReason, ToolCall, ToolSpec, Turn, Usage, shared,
 };

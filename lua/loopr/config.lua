@@ -32,6 +32,7 @@
 ---@alias loopr.Provider "anthropic"|"openai"|"ollama"
 ---@alias loopr.ToolProtocol "native"|"xml"|"markdown"|"tool_calls"
 ---@alias loopr.ToolFormat "json"|"yaml"
+---@alias loopr.ToolChoice "auto"|"required"
 
 ---@class loopr.Models Models per level; a level left out uses `model`.
 ---@field plan? string
@@ -62,10 +63,12 @@
 ---@field num_ctx integer|nil Ollama's context window.
 ---@field tool_protocol loopr.ToolProtocol
 ---@field tool_format loopr.ToolFormat
+---@field tool_choice loopr.ToolChoice|nil `tool_choice` sent with the tools (openai); nil: none is sent.
+---@field stream boolean Whether answers stream as they are written (false: each comes whole).
 ---@field max_format_retries integer
----@field max_tokens integer
+---@field max_tokens integer|nil Longest answer in tokens; nil: fitted to a local server's context window, else 8192.
 ---@field max_turns integer
----@field context_budget integer Estimated input tokens a request may reach before old tool results are shortened.
+---@field context_budget integer|nil Estimated input tokens a request may reach before old tool results are shortened; nil: fitted to a local server's context window, else 100000.
 ---@field context_keep_turns integer Latest turns whose tool results are always sent whole.
 ---@field max_retries integer
 ---@field request_timeout_ms integer
@@ -106,6 +109,8 @@
 ---@field num_ctx? integer
 ---@field tool_protocol? loopr.ToolProtocol
 ---@field tool_format? loopr.ToolFormat
+---@field tool_choice? loopr.ToolChoice
+---@field stream? boolean
 ---@field max_format_retries? integer
 ---@field max_tokens? integer
 ---@field max_turns? integer
@@ -318,14 +323,23 @@ local spec = {
     default = const('native'),
   },
   tool_format = { expect = 'one of "json", "yaml"', check = one_of({ 'json', 'yaml' }), default = const('json') },
+  -- nil: no tool_choice is sent, which leaves the choice to the model.
+  tool_choice = {
+    expect = 'one of "auto", "required"',
+    check = one_of({ 'auto', 'required' }),
+    default = const(nil),
+  },
+  stream = { expect = 'a boolean', check = 'boolean', default = const(true) },
   max_format_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(3) },
-  max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(8192) },
+  -- nil: the host fits it to a local server's context window, else uses its default (8192).
+  max_tokens = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
   max_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(25) },
   -- The host's minimum: below it the system prompt and tools leave no room for a conversation.
+  -- nil: the host fits it to a local server's context window, else uses its default (100000).
   context_budget = {
-    expect = 'an integer >= 4000 (tokens)',
-    check = integer_at_least(4000),
-    default = const(100000),
+    expect = 'an integer >= 1024 (tokens)',
+    check = integer_at_least(1024),
+    default = const(nil),
   },
   context_keep_turns = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(3) },
   max_retries = { expect = 'an integer >= 0', check = integer_at_least(0), default = const(2) },
@@ -598,6 +612,8 @@ function M.settings()
     num_ctx = c.num_ctx,
     tool_protocol = c.tool_protocol,
     tool_format = c.tool_format,
+    tool_choice = c.tool_choice,
+    stream = c.stream,
     max_format_retries = c.max_format_retries,
     max_tokens = c.max_tokens,
     max_turns = c.max_turns,

@@ -46,6 +46,78 @@ local function check_host()
   end
 end
 
+---@param value any
+---@return boolean
+local function present(value)
+  return value ~= nil and value ~= vim.NIL
+end
+
+local window_words = {
+  server = "the server's window",
+  num_ctx = 'num_ctx',
+  model = "the model's maximum",
+}
+
+---What the server says about its context window (a local one is asked, once per host run),
+---and the max_tokens and context_budget loops get: set, fitted to the window, or defaults.
+---@param provider string
+---@param limits table
+local function check_limits(provider, limits)
+  local fix = 'set max_tokens and context_budget to fit the server (see :help loopr-option-context_budget)'
+  if limits.server == 'unavailable' then
+    health.warn('cannot ask the server for its context window: ' .. tostring(limits.server_error), {
+      'start the server, then run :checkhealth loopr again',
+      fix,
+    })
+  elseif limits.server == 'reported' then
+    local report = limits.report
+    if not present(report.answered_by) then
+      health.warn('the server does not say its context window', { fix })
+    else
+      local said = {}
+      if present(report.context_window) then
+        said[#said + 1] = ('context window %d tokens'):format(report.context_window)
+      end
+      if present(report.model_max) then
+        said[#said + 1] = ("the model's maximum %d tokens"):format(report.model_max)
+      end
+      if present(report.model) then
+        said[#said + 1] = 'model ' .. report.model
+      end
+      health.info(('server (%s): %s'):format(report.answered_by, table.concat(said, ', ')))
+    end
+  end
+  local window = present(limits.window) and limits.window or nil
+  local function origin(set)
+    if set then
+      return 'setting'
+    elseif window then
+      return ('fitted to %s, %d tokens'):format(window_words[window.from] or window.from, window.tokens)
+    end
+    return 'default'
+  end
+  health.info(
+    ('max_tokens %d (%s), context_budget %d (%s)'):format(
+      limits.max_tokens,
+      origin(limits.max_tokens_set),
+      limits.context_budget,
+      origin(limits.context_budget_set)
+    )
+  )
+  if window and limits.max_tokens >= window.tokens then
+    health.warn(
+      ('max_tokens %d takes the whole window of %d tokens'):format(limits.max_tokens, window.tokens),
+      { 'leave max_tokens unset, or set it to a quarter of the window' }
+    )
+  end
+  if provider == 'ollama' and window and window.from == 'model' then
+    health.warn(
+      "Ollama runs the model with its own default window (OLLAMA_CONTEXT_LENGTH, 4096 tokens on most machines), which it does not tell",
+      { 'set num_ctx (see :help loopr-option-num_ctx)' }
+    )
+  end
+end
+
 ---The provider the current settings lead to, as the host resolves it (the one place that
 ---knows the variables and defaults); never a key, only whether it is set.
 local function check_provider()
@@ -93,6 +165,9 @@ local function check_provider()
   end
   if info.problem ~= vim.NIL and info.problem ~= nil and not (key and info.key_need == 'required' and not info.key_set) then
     health.error(info.problem)
+  end
+  if info.limits ~= vim.NIL and info.limits ~= nil then
+    check_limits(info.provider, info.limits)
   end
 end
 

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{EventSink, LoopEvent};
 use super::jobs::JobError;
 use super::journal::JournalError;
+use super::limits::Limits;
 use super::settings::LoopSettings;
 use crate::llm::{LlmError, LlmProvider};
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError};
@@ -102,6 +103,8 @@ pub struct LoopContext {
     pub db: LoopDb,
     pub provider: Arc<dyn LlmProvider>,
     pub settings: LoopSettings,
+    /// `max_tokens` and the context budget, the settings' or fitted to the server's window.
+    pub limits: Limits,
     pub events: Arc<dyn EventSink>,
     pub cancel: CancellationToken,
     /// Asks before changes (code loops only; planning tools never change anything).

@@ -16,7 +16,7 @@ use super::code_loop::{CompletePhaseInput, complete_phase_spec};
 use super::context_budget::estimate_text;
 use super::prompts;
 use crate::artifacts::{ArtifactKind, PhaseArtifact, PlanArtifact, ReviewInput, SpecArtifact};
-use crate::llm::openai::{TokenLimitField, encode};
+use crate::llm::openai::{BodyOptions, TokenLimitField, encode};
 use crate::llm::text_protocol::{self, TextProtocol};
 use crate::llm::wire_cache::WireCache;
 use crate::llm::{
@@ -181,7 +181,12 @@ async fn cost(level: &FirstRequest, protocol: Option<(ToolProtocol, ToolFormat)>
             asked.expect("a request reached the recorder")
         }
     };
-    let body = encode(&sent, &WireCache::default(), TokenLimitField::MaxTokens)
+    let options = BodyOptions {
+        token_limit: TokenLimitField::MaxTokens,
+        tool_choice: None,
+        stream: true,
+    };
+    let body = encode(&sent, &WireCache::default(), options)
         .expect("encodes")
         .to_vec();
     let tools = if sent.tools.is_empty() {

@@ -5,8 +5,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
-use super::context_budget::ContextBudget;
-use crate::llm::{ProviderName, ProviderSettings, RetryPolicy, ToolFormat, ToolProtocol};
+use crate::llm::{
+    ProviderName, ProviderSettings, RetryPolicy, ToolChoice, ToolFormat, ToolProtocol,
+};
 use crate::mcp::McpSettings;
 use crate::pricing::{Budget, Price, PriceTable};
 use crate::tools::{
@@ -37,14 +38,22 @@ pub struct LoopSettings {
     pub tool_protocol: ToolProtocol,
     /// How calls are written in the `xml` and `markdown` protocols.
     pub tool_format: ToolFormat,
+    /// `tool_choice` sent with the tools (openai only); unset, none is sent. Some servers
+    /// put the tools into the prompt only when it is sent (llama-cpp-python).
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether answers stream as they are written; some servers cannot stream with tools.
+    pub stream: bool,
     /// Answers in a row a text protocol could not read before the loop gives up.
     pub max_format_retries: u32,
-    pub max_tokens: u32,
+    /// The longest answer, in tokens; unset, fitted to the server's context window where it
+    /// says one (`limits.rs`), else 8192. Earlier versions stored the default as a value.
+    pub max_tokens: Option<u32>,
     /// Model turns before the loop gives up.
     pub max_turns: u32,
     /// Estimated input tokens a request may reach before older tool results are shortened
-    /// in what is sent (`context_budget.rs`).
-    pub context_budget: u32,
+    /// in what is sent (`context_budget.rs`); unset, fitted to the server's context window
+    /// where it says one, else 100,000.
+    pub context_budget: Option<u32>,
     /// The latest turns whose tool results are always sent whole.
     pub context_keep_turns: u32,
     pub max_retries: u32,
@@ -102,10 +111,12 @@ impl Default for LoopSettings {
             num_ctx: None,
             tool_protocol: ToolProtocol::default(),
             tool_format: ToolFormat::default(),
+            tool_choice: None,
+            stream: true,
             max_format_retries: 3,
-            max_tokens: 8192,
+            max_tokens: None,
             max_turns: 25,
-            context_budget: 100_000,
+            context_budget: None,
             context_keep_turns: 3,
             max_retries: 2,
             request_timeout_ms: 600_000,
@@ -150,8 +161,9 @@ pub const DEFAULT_RULES_FILES: [&str; 4] = [
     ".loopr/rules.md",
 ];
 
-/// Below this a loop could not send its system prompt and tools with any conversation.
-const MIN_CONTEXT_BUDGET: u32 = 4000;
+/// Below this a loop could not send its system prompt and tools with any conversation, not
+/// even with a small model's window.
+const MIN_CONTEXT_BUDGET: u32 = 1024;
 
 const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
 pub const MODEL_LEVELS: [&str; 5] = ["plan", "spec", "phase", "review", "code"];
@@ -199,8 +211,10 @@ impl LoopSettings {
                  only those, and keeps them from the commands it runs)"
             ));
         }
+        if self.max_tokens == Some(0) {
+            return Err("max_tokens must be at least 1".to_owned());
+        }
         for (name, value) in [
-            ("max_tokens", u64::from(self.max_tokens)),
             ("max_turns", u64::from(self.max_turns)),
             ("context_keep_turns", u64::from(self.context_keep_turns)),
             ("request_timeout_ms", self.request_timeout_ms),
@@ -214,11 +228,12 @@ impl LoopSettings {
                 return Err(format!("{name} must be at least 1"));
             }
         }
-        if self.context_budget < MIN_CONTEXT_BUDGET {
+        if let Some(budget) = self.context_budget
+            && budget < MIN_CONTEXT_BUDGET
+        {
             return Err(format!(
-                "context_budget is {}; set at least {MIN_CONTEXT_BUDGET} tokens (the system \
-                 prompt and the tools alone take several thousand)",
-                self.context_budget
+                "context_budget is {budget}; set at least {MIN_CONTEXT_BUDGET} tokens (the \
+                 system prompt and the tools alone take more)"
             ));
         }
         self.tool_policy()?;
@@ -271,25 +286,8 @@ impl LoopSettings {
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             num_ctx: self.num_ctx,
-        }
-    }
-
-    /// How much of a conversation is sent. With Ollama and `num_ctx` set, the window left
-    /// for input (the answer shares it) bounds the budget too.
-    pub fn context_budget(&self) -> ContextBudget {
-        let mut tokens = u64::from(self.context_budget);
-        if self.provider == ProviderName::Ollama
-            && let Some(window) = self.num_ctx
-        {
-            let window = u64::from(window);
-            let for_input = window
-                .saturating_sub(u64::from(self.max_tokens))
-                .max(window / 2);
-            tokens = tokens.min(for_input);
-        }
-        ContextBudget {
-            tokens,
-            keep_turns: usize::try_from(self.context_keep_turns).unwrap_or(usize::MAX),
+            tool_choice: self.tool_choice,
+            stream: self.stream,
         }
     }
 
@@ -429,15 +427,25 @@ mod tests {
     }
 
     #[test]
-    fn the_context_budget_is_checked_and_bounded_by_ollamas_window() {
+    fn the_context_budget_and_max_tokens_are_checked_when_set() {
         let small = LoopSettings {
-            context_budget: 100,
+            context_budget: Some(100),
             ..LoopSettings::default()
         };
         let err = small.check().expect_err("too small");
         assert!(
-            err.contains("context_budget is 100; set at least 4000"),
+            err.contains("context_budget is 100; set at least 1024"),
             "{err}"
+        );
+        let no_answer = LoopSettings {
+            max_tokens: Some(0),
+            ..LoopSettings::default()
+        };
+        assert!(
+            no_answer
+                .check()
+                .expect_err("no answer")
+                .contains("max_tokens must be at least 1")
         );
         let no_turns = LoopSettings {
             context_keep_turns: 0,
@@ -449,16 +457,28 @@ mod tests {
                 .expect_err("none kept")
                 .contains("context_keep_turns must be at least 1")
         );
-        assert_eq!(LoopSettings::default().context_budget().tokens, 100_000);
-        let ollama = |num_ctx| LoopSettings {
-            provider: ProviderName::Ollama,
-            model: "qwen3:8b".to_owned(),
-            num_ctx,
+        assert_eq!(LoopSettings::default().check(), Ok(()));
+    }
+
+    /// Earlier versions stored every setting with its value, the defaults too: those loops
+    /// keep the limits they started with. Loops stored now keep "unset", fitted again to the
+    /// server when they resume.
+    #[test]
+    fn stored_limits_of_earlier_versions_stay_values_and_unset_ones_stay_unset() {
+        let earlier = LoopSettings::from_stored(
+            r#"{"provider": "openai", "max_tokens": 8192, "context_budget": 100000, "max_turns": 25}"#,
+        );
+        assert_eq!(earlier.max_tokens, Some(8192));
+        assert_eq!(earlier.context_budget, Some(100_000));
+        let now = LoopSettings {
+            provider: ProviderName::Openai,
             ..LoopSettings::default()
         };
-        assert_eq!(ollama(Some(32_768)).context_budget().tokens, 32_768 - 8192);
-        assert_eq!(ollama(Some(8192)).context_budget().tokens, 4096);
-        assert_eq!(ollama(None).context_budget().tokens, 100_000);
+        let stored = now.to_json();
+        assert!(stored.contains("\"max_tokens\":null"), "{stored}");
+        let read = LoopSettings::from_stored(&stored);
+        assert_eq!(read, now);
+        assert_eq!((read.max_tokens, read.context_budget), (None, None));
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl Conversation {
             batches,
             u32::try_from(turns).unwrap_or(u32::MAX),
         ));
-        let budget = context.settings.context_budget();
+        let budget = context.limits.context_budget;
         let fixed_tokens = context_budget::estimate_text(&system)
             + context_budget::estimate_text(&serde_json::to_string(&*tools).unwrap_or_default());
         let messages = crate::llm::shared(messages);
@@ -231,7 +231,7 @@ impl Conversation {
             fixed_tokens,
             request: ChatRequest {
                 model: String::new(),
-                max_tokens: context.settings.max_tokens,
+                max_tokens: context.limits.max_tokens,
                 system,
                 messages,
                 tools,

@@ -196,6 +196,47 @@ pub struct ProviderReply {
     pub tool_protocol: crate::llm::ToolProtocol,
     /// How calls are written, for the `xml` and `markdown` protocols.
     pub tool_format: crate::llm::ToolFormat,
+    /// What the server says about its context window and the limits loops get, when a loop
+    /// could start.
+    pub limits: Option<LimitsReply>,
+}
+
+/// `:checkhealth loopr`: the server's window and the limits fitted to it.
+#[derive(Debug, Serialize)]
+pub struct LimitsReply {
+    pub max_tokens: u32,
+    pub context_budget: u64,
+    /// Whether the settings set them (else fitted to `window`, or the defaults).
+    pub max_tokens_set: bool,
+    pub context_budget_set: bool,
+    pub window: Option<crate::agent::Window>,
+    /// `not_asked` (a hosted API), `reported` or `unavailable`.
+    pub server: &'static str,
+    pub report: Option<crate::llm::ServerReport>,
+    /// Why the server could not be asked.
+    pub server_error: Option<String>,
+}
+
+impl LimitsReply {
+    pub fn new(settings: &LoopSettings, server: &crate::llm::ServerWindow) -> LimitsReply {
+        use crate::llm::ServerWindow;
+        let limits = crate::agent::fit_limits(settings, server);
+        let (state, report, server_error) = match server {
+            ServerWindow::NotAsked => ("not_asked", None, None),
+            ServerWindow::Reported(report) => ("reported", Some(report.clone()), None),
+            ServerWindow::Unavailable(why) => ("unavailable", None, Some(why.clone())),
+        };
+        LimitsReply {
+            max_tokens: limits.max_tokens,
+            context_budget: limits.context_budget.tokens,
+            max_tokens_set: settings.max_tokens.is_some(),
+            context_budget_set: settings.context_budget.is_some(),
+            window: limits.window,
+            server: state,
+            report,
+            server_error,
+        }
+    }
 }
 
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.

@@ -3,12 +3,12 @@ use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
-    ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
-    LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, PhaseParams,
-    PlanParams, ProviderParams, ProviderReply, RefusedRulesReply, ResumeReply, ReviseParams,
-    RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
-    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, params,
-    to_value,
+    ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LimitsReply,
+    LoopIdReply, LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply,
+    PhaseParams, PlanParams, ProviderParams, ProviderReply, RefusedRulesReply, ResumeReply,
+    ReviseParams, RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams,
+    TasksReply, TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply,
+    params, to_value,
 };
 use super::event_pump::OutgoingQueue;
 use super::words::manager_error;
@@ -166,6 +166,15 @@ impl RpcHandler {
                 to_value(&UndoReply::new(loop_id.to_string(), report))
             }
             "mcp_status" => to_value(&self.manager.mcp().status()),
+            "provider" => {
+                let params: ProviderParams = params(method, args)?;
+                let env = self.credentials.current();
+                let mut reply = provider_reply(&params.settings, &env);
+                if reply.problem.is_none() {
+                    reply.limits = server_limits(&params.settings, &env).await;
+                }
+                to_value(&reply)
+            }
             "mcp_probe" => {
                 let params: McpProbeParams = params(method, args)?;
                 params
@@ -363,13 +372,6 @@ impl RpcHandler {
                 self.replace_credentials(args)?;
                 Ok(Value::Nil)
             }
-            "provider" => {
-                let params: ProviderParams = params("provider", args)?;
-                to_value(&provider_reply(
-                    &params.settings,
-                    &self.credentials.current(),
-                ))
-            }
             "rules" => {
                 let params: RulesParams = params("rules", args)?;
                 let (rules, refused) = crate::agent::project_rules(&params.root, &params.settings)
@@ -430,6 +432,20 @@ impl Handler for RpcHandler {
     }
 }
 
+/// What the server of `settings` says about its window (asked as a loop asks it: once per
+/// host run, bounded), and the limits fitted to it; None where no provider can be built.
+async fn server_limits(
+    settings: &crate::agent::LoopSettings,
+    env: &ProviderEnv,
+) -> Option<LimitsReply> {
+    let model = settings.model_for("plan").ok()?;
+    let provider =
+        crate::llm::providers::build(&settings.provider_settings(), env, settings.retry_policy())
+            .ok()?;
+    let server = provider.server_window(&model).await;
+    Some(LimitsReply::new(settings, &server))
+}
+
 /// The provider `settings` lead to, for `:checkhealth loopr`.
 fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> ProviderReply {
     let info = crate::llm::providers::resolve(&settings.provider_settings(), env);
@@ -449,5 +465,6 @@ fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> P
         problem,
         tool_protocol: settings.tool_protocol,
         tool_format: settings.tool_format,
+        limits: None,
     }
 }

@@ -109,6 +109,45 @@ fn io_kind_words(kind: std::io::ErrorKind) -> Option<&'static str> {
     })
 }
 
+/// The most an answer sent whole may take: far more than any model writes within its token
+/// limit, and little enough to hold in memory.
+pub const WHOLE_ANSWER_LIMIT: usize = 8 * 1024 * 1024;
+
+/// Reads a body sent whole, each read bounded by `idle`. A body longer than `limit` is
+/// refused as soon as that shows (its announced length, or the bytes read), never read to
+/// its end.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+    idle: Duration,
+) -> Result<Vec<u8>, AttemptFailure> {
+    let too_large = || {
+        AttemptFailure::Stream(StreamFailure::Protocol(format!(
+            "the answer is larger than {} MiB, more than any model writes; the server at this \
+             address is not a model server, or it misbehaves",
+            limit / (1024 * 1024)
+        )))
+    };
+    let announced = response.content_length().unwrap_or(0);
+    if usize::try_from(announced).map_or(true, |announced| announced > limit) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(idle, response.chunk())
+            .await
+            .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
+            .map_err(|err| send_failure(&err))?;
+        let Some(chunk) = chunk else {
+            return Ok(body);
+        };
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+}
+
 /// Posts a request body and returns the response once it says success: the send bounded by
 /// the idle timeout, a failed send or an error status as the attempt's failure.
 pub async fn post(

@@ -8,4 +8,4 @@ mod wire;
 pub use client::{API_KEY_VARIABLE, BASE_URL_VARIABLE, OpenAiClient, OpenAiConfig};
 pub use stream::read_turn;
 #[cfg(test)]
-pub(crate) use wire::{TokenLimitField, encode};
+pub(crate) use wire::{BodyOptions, TokenLimitField, encode};

@@ -3,7 +3,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChatRequest, LlmError, Turn};
+use super::{ChatRequest, LlmError, ServerWindow, Turn};
 
 /// What a provider reports while a turn is under way, for progress display and the
 /// transcript.
@@ -35,4 +35,11 @@ pub trait LlmProvider: Send + Sync {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError>;
+
+    /// What the server says about the context window it runs `model` with, for settings left
+    /// to be fitted to it. Asked at most once per server and model in a host run, bounded in
+    /// time; `NotAsked` where there is nothing to ask (hosted APIs).
+    async fn server_window(&self, _model: &str) -> ServerWindow {
+        ServerWindow::NotAsked
+    }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::anthropic::{AnthropicClient, AnthropicConfig};
 use super::ollama::{OllamaClient, OllamaConfig};
 use super::openai::{OpenAiClient, OpenAiConfig};
-use super::{ApiKey, LlmError, LlmProvider, RetryPolicy};
+use super::{ApiKey, LlmError, LlmProvider, RetryPolicy, ToolChoice};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -70,7 +70,7 @@ pub enum KeyNeed {
 }
 
 /// What of the user's settings concerns the provider.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderSettings {
     pub provider: ProviderName,
     /// Overrides the base URL variable.
@@ -79,6 +79,23 @@ pub struct ProviderSettings {
     pub api_key_env: Option<String>,
     /// Ollama's context window (`options.num_ctx`).
     pub num_ctx: Option<u32>,
+    /// OpenAI's `tool_choice`, sent with the tools when set (Ollama's API has none).
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether answers stream, or come whole.
+    pub stream: bool,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> ProviderSettings {
+        ProviderSettings {
+            provider: ProviderName::default(),
+            base_url: None,
+            api_key_env: None,
+            num_ctx: None,
+            tool_choice: None,
+            stream: true,
+        }
+    }
 }
 
 /// Whether a variable is one the providers may read: keys (`*_API_KEY`), base URLs
@@ -261,12 +278,15 @@ pub fn build(
         ProviderName::Openai => Ok(Arc::new(OpenAiClient::new(OpenAiConfig {
             base_url: info.base_url,
             api_key,
+            tool_choice: settings.tool_choice,
+            stream: settings.stream,
             retry,
         })?)),
         ProviderName::Ollama => Ok(Arc::new(OllamaClient::new(OllamaConfig {
             base_url: info.base_url,
             api_key,
             num_ctx: settings.num_ctx,
+            stream: settings.stream,
             retry,
         })?)),
     }

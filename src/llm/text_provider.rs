@@ -11,8 +11,8 @@ use super::per_message::PerMessage;
 use super::text_protocol::{self, TextProtocol};
 use super::text_results::render_result;
 use super::{
-    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, ToolFormat,
-    ToolProtocol, ToolSpec, Turn,
+    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, ServerWindow,
+    ToolFormat, ToolProtocol, ToolSpec, Turn,
 };
 
 /// `inner` as the loops use it: itself for native tool calling, or spoken to in a text
@@ -167,5 +167,9 @@ impl LlmProvider for TextProtocolProvider {
         };
         let turn = self.inner.complete(&wire, on_event, cancel).await?;
         Ok(self.read(turn, &request.tools))
+    }
+
+    async fn server_window(&self, model: &str) -> ServerWindow {
+        self.inner.server_window(model).await
     }
 }

@@ -42,6 +42,27 @@ impl ToolProtocol {
     }
 }
 
+/// Whether the request tells the server to use its tools (OpenAI's `tool_choice`). Some
+/// servers put the tools into the prompt only when it is sent (llama-cpp-python); without it
+/// they leave the choice to the model, as every server does when the field is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model calls tools or answers in text, as it decides.
+    Auto,
+    /// The model must call at least one tool.
+    Required,
+}
+
+impl ToolChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+        }
+    }
+}
+
 /// How calls are written inside the `action` section of the `xml` and `markdown` protocols.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -41,12 +41,20 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
             "Loopr: setup(): option tool_protocol expects one of \"native\", \"xml\", \"markdown\", \"tool_calls\", got \"json\"",
         ),
         (
+            "{ tool_choice = 'none' }",
+            "Loopr: setup(): option tool_choice expects one of \"auto\", \"required\", got \"none\"",
+        ),
+        (
+            "{ stream = 'no' }",
+            "Loopr: setup(): option stream expects a boolean, got \"no\" (string)",
+        ),
+        (
             "{ max_format_retries = -1 }",
             "Loopr: setup(): option max_format_retries expects an integer >= 0, got -1",
         ),
         (
             "{ context_budget = 1000 }",
-            "Loopr: setup(): option context_budget expects an integer >= 4000 (tokens), got 1000",
+            "Loopr: setup(): option context_budget expects an integer >= 1024 (tokens), got 1000",
         ),
         (
             "{ rules_files = 'AGENTS.md' }",
@@ -421,6 +429,18 @@ async fn checkhealth_shows_the_provider_the_host_resolves_from_options_and_envir
     );
     assert!(
         before.contains("OPENROUTER_API_KEY is not set (fine for a local server"),
+        "{before}"
+    );
+    // A local server is asked for its context window; one that is down leaves the defaults.
+    assert!(
+        before.contains(
+            "WARNING cannot ask the server for its context window: http://127.0.0.1:9/props: \
+             connection refused"
+        ),
+        "{before}"
+    );
+    assert!(
+        before.contains("max_tokens 8192 (default), context_budget 100000 (default)"),
         "{before}"
     );
     let key = "sk-or-never-shown-4711";

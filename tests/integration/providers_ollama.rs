@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::fake_llm::ollama::{
-    cut_off, mid_stream_error, model_not_found, rate_limited, server_busy,
+    ShownModel, cut_off, mid_stream_error, model_not_found, rate_limited, server_busy,
 };
 use crate::fake_llm::{FakeLlm, TurnBuilder, Wire, first_user_text};
 use crate::scenario::{
@@ -31,6 +31,7 @@ fn settings(num_ctx: Option<u32>, api_key_env: Option<&str>) -> ProviderSettings
         base_url: None,
         api_key_env: api_key_env.map(str::to_owned),
         num_ctx,
+        ..ProviderSettings::default()
     }
 }
 
@@ -256,6 +257,56 @@ async fn num_ctx_is_sent_only_when_set_and_a_proxy_key_as_a_bearer_token() {
     assert_eq!(requests[1].body["model"], MODEL);
 }
 
+/// A loop whose settings leave max_tokens and context_budget unset fits them to the window
+/// Ollama runs the model with (its Modelfile's `num_ctx`, which `/api/show` says), asked once
+/// per host run; `:checkhealth loopr` says what the server reported and what was fitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unset_limits_fit_the_window_ollama_reports_for_the_model() {
+    let fake = FakeLlm::start_wire(Wire::Ollama).await;
+    fake.show_model(ShownModel {
+        context_length: 40_960,
+        modelfile_num_ctx: Some(8192),
+    });
+    fake.push(tool_turn("unsent", "create_plan", valid_plan()));
+    let mut editor = start_ollama_editor(
+        &fake,
+        &format!("{{ provider = 'ollama', model = '{MODEL}' }}"),
+    )
+    .await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    let requests = fake.requests();
+    assert_eq!(
+        requests[0].body["options"],
+        json!({"num_predict": 2048}),
+        "a quarter of the window; no num_ctx is sent, the server's own holds"
+    );
+
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    let report: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        report.contains(&format!(
+            "server (POST /api/show (Ollama)): context window 8192 tokens, the model's maximum \
+             40960 tokens, model {MODEL}"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "max_tokens 2048 (fitted to the server's window, 8192 tokens), context_budget 6144 \
+             (fitted to the server's window, 8192 tokens)"
+        ),
+        "{report}"
+    );
+    let probes = fake.probes();
+    assert_eq!(probes.len(), 1, "asked once per host run: {probes:?}");
+    assert_eq!(probes[0].path, "/api/show");
+    assert_eq!(probes[0].body, json!({ "model": MODEL }));
+    editor.quit().await;
+}
+
 const SPECS: [(&str, [&str; 3]); 2] = [
     ("version-flag", ["parse-flag", "print-version", "exit-code"]),
     ("version-docs", ["readme", "changelog", "help-text"]),
@@ -331,7 +382,8 @@ async fn the_whole_hierarchy_runs_through_ollama_with_calls_that_carry_no_ids() 
     assert_eq!(first.body["stream"], true);
     assert_eq!(
         first.body["options"],
-        json!({"num_predict": 8192, "num_ctx": 16384})
+        json!({"num_predict": 4096, "num_ctx": 16384}),
+        "max_tokens unset: a quarter of the window num_ctx sets"
     );
     assert_eq!(first.body["messages"][0]["role"], "system");
     assert!(first_user_text(&first.body).contains(plan_route()));

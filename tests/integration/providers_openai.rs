@@ -205,6 +205,37 @@ async fn a_plan_hierarchy_runs_end_to_end_over_chat_completions() {
     editor.quit().await;
 }
 
+/// llama-cpp-python puts the tools into the prompt only when `tool_choice` is sent, and
+/// cannot stream with it: the two settings reach the wire, and the whole answers it then
+/// sends make the same plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_and_whole_answers_reach_a_server_that_cannot_stream_with_tools() {
+    let fake = FakeLlm::start_wire(Wire::OpenAi).await;
+    fake.push(
+        TurnBuilder::new()
+            .tool_use("call_list", "list_files", json!({}))
+            .usage(500, 40)
+            .reply(),
+    );
+    fake.push(crate::scenario::create_plan_turn("call_plan", valid_plan()));
+    let mut editor =
+        start_openai_editor(&fake, "{ tool_choice = 'auto', stream = false }", None).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    let bodies = requests_routed(&fake, plan_route());
+    assert_eq!(bodies.len(), 2);
+    for body in &bodies {
+        assert_eq!(body["stream"], false, "{body:#}");
+        assert_eq!(body["tool_choice"], "auto", "{body:#}");
+        assert!(body.get("stream_options").is_none(), "{body:#}");
+    }
+    // The answer that only called a tool goes back with empty text, as the server takes it.
+    let calling = &messages(&bodies[1])[2];
+    assert_eq!(calling["role"], "assistant");
+    assert_eq!(calling["content"], "", "{calling}");
+    editor.quit().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_loop_completes_over_chat_completions_without_a_key() {
     let fake = FakeLlm::start_wire(Wire::OpenAi).await;
@@ -258,6 +289,8 @@ fn client(fake: &FakeLlm, key: &str) -> OpenAiClient {
     OpenAiClient::new(OpenAiConfig {
         base_url: format!("{}/v1", fake.base_url()),
         api_key: Some(ApiKey::new(key.to_owned())),
+        tool_choice: None,
+        stream: true,
         retry: RetryPolicy {
             max_retries: 2,
             request_timeout: Duration::from_secs(20),

@@ -809,6 +809,11 @@ struct Inner {
     keep_bodies: std::sync::atomic::AtomicBool,
     /// Request number (1-based) → when its streamed answer was fully sent.
     served: Mutex<std::collections::HashMap<usize, std::time::Instant>>,
+    /// Questions about the server (`/api/show`, `/props`, `/v1/models`, `/api/v0/models`), kept
+    /// apart from the model requests.
+    probes: Mutex<Vec<RecordedRequest>>,
+    /// What Ollama's `/api/show` says about every model.
+    shown_model: Mutex<ollama::ShownModel>,
 }
 
 impl Inner {
@@ -919,6 +924,8 @@ impl FakeLlm {
             wire,
             served: Mutex::new(std::collections::HashMap::new()),
             keep_bodies: std::sync::atomic::AtomicBool::new(true),
+            probes: Mutex::new(Vec::new()),
+            shown_model: Mutex::new(ollama::ShownModel::default()),
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&inner)));
         FakeLlm {
@@ -998,7 +1005,27 @@ impl FakeLlm {
             .len()
     }
 
-    /// Every request received so far (any path), in order.
+    /// What Ollama's `/api/show` says about every model from now on.
+    pub fn show_model(&self, shown: ollama::ShownModel) {
+        *self
+            .inner
+            .shown_model
+            .lock()
+            .expect("fake server: shown lock") = shown;
+    }
+
+    /// The questions about the server received so far (`/api/show`, `/props`, `/v1/models`,
+    /// `/api/v0/models`), in order; they are not among [`FakeLlm::requests`].
+    pub fn probes(&self) -> Vec<RecordedRequest> {
+        self.inner
+            .probes
+            .lock()
+            .expect("fake server: probes lock")
+            .clone()
+    }
+
+    /// Every request received so far (any path but the questions about the server, see
+    /// [`FakeLlm::probes`]), in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.inner
             .requests
@@ -1124,7 +1151,27 @@ async fn handle(
         })
         .collect();
     let path = parts.uri.path().to_string();
+    if let Some(answer) = probe_answer(&inner, &parts.method, &path, &body_json) {
+        inner
+            .probes
+            .lock()
+            .expect("fake server: probes lock")
+            .push(RecordedRequest {
+                method: parts.method.to_string(),
+                path,
+                headers,
+                body: body_json,
+                body_len: raw_body.len(),
+                raw_body,
+                arrived,
+                received,
+                number: 0,
+            });
+        return Ok(answer);
+    }
     let body_json_for_routing = body_json.clone();
+    // Asked for a whole answer, a chat-completions server sends its turns as one object.
+    let whole = inner.wire == Wire::OpenAi && body_json["stream"] == false;
     let number = inner.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -1219,6 +1266,7 @@ async fn handle(
             content_type,
             bytes,
         } => stream_response(&inner, content_type, bytes, seed, false, number, None),
+        Reply::Turn(turn) if whole => json_response(200, &[], &openai::render_whole(&turn.parts())),
         Reply::Turn(turn) => {
             let (content_type, bytes) = render_turn(inner.wire, &turn);
             stream_response(&inner, content_type, bytes, seed, false, number, None)
@@ -1259,6 +1307,28 @@ async fn handle(
         }
     };
     Ok(response)
+}
+
+/// The answer to a question about the server, if the request is one: Ollama describes its
+/// model (`POST /api/show`); a chat-completions server knows none of the questions (404), as
+/// llama-cpp-python does.
+fn probe_answer(
+    inner: &Inner,
+    method: &Method,
+    path: &str,
+    body: &Value,
+) -> Option<Response<ResponseBody>> {
+    match (inner.wire, method, path) {
+        (Wire::Ollama, &Method::POST, "/api/show") => {
+            let model = body["model"].as_str().unwrap_or_default();
+            let shown = *inner.shown_model.lock().expect("fake server: shown lock");
+            Some(json_response(200, &[], &ollama::show_answer(model, shown)))
+        }
+        (Wire::OpenAi, &Method::GET, "/props" | "/v1/models" | "/api/v0/models") => {
+            Some(json_response(404, &[], &json!({"detail": "Not Found"})))
+        }
+        _ => None,
+    }
 }
 
 fn json_response(

@@ -2,7 +2,8 @@
 //! `data: [DONE]`), shaped like the real API's: a first chunk with the role, text in pieces,
 //! tool calls as fragments (the first with id, type and name, later ones only the index and a
 //! piece of the arguments; parallel calls interleaved), a finish chunk, a usage-only chunk
-//! with `choices: []`, then `[DONE]`. Also OpenAI-shaped error replies.
+//! with `choices: []`, then `[DONE]`; or, asked with `stream: false`, the whole completion as
+//! one JSON object. Also OpenAI-shaped error replies.
 
 use serde_json::{Value, json};
 
@@ -62,6 +63,43 @@ pub fn render_turn(turn: &TurnParts<'_>) -> Vec<u8> {
     })));
     out.push_str("data: [DONE]\n\n");
     out.into_bytes()
+}
+
+/// `turn` as a server sends it to a request with `stream: false`: one `chat.completion`
+/// object, its text whole, its calls whole (`content` null when there is no text, as
+/// llama-cpp-python writes it), the finish reason and the usage.
+pub fn render_whole(turn: &TurnParts<'_>) -> Value {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for item in &turn.items {
+        match item {
+            TurnPart::Text(pieces) => text.push_str(&pieces.concat()),
+            TurnPart::ToolCall {
+                id,
+                name,
+                fragments,
+                ..
+            } => calls.push(json!({"id": id, "type": "function",
+                "function": {"name": name, "arguments": fragments.concat()}})),
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": (!text.is_empty()).then_some(text)});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": COMPLETION_ID,
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": turn.model,
+        "choices": [{"index": 0, "message": message, "logprobs": null,
+                     "finish_reason": finish_reason(turn)}],
+        "usage": {
+            "prompt_tokens": turn.input_tokens,
+            "completion_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens
+        }
+    })
 }
 
 /// The fragments of `calls`, round-robin: every call's first fragment, then every call's

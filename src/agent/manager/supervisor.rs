@@ -12,7 +12,9 @@ use crate::agent::approvals::PolicyApprover;
 use crate::agent::artifact_loop::{ArtifactOutcome, LoopContext, LoopError, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
 use crate::agent::events::{LoopEvent, NoticeLevel};
+use crate::agent::limits;
 use crate::agent::settings::LoopSettings;
+use crate::llm::ServerWindow;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
 use crate::tools::Approver;
 
@@ -67,6 +69,7 @@ impl LoopManager {
             layout: project.layout.clone(),
             db: project.db.clone(),
             provider,
+            limits: limits::fit_limits(&settings, &ServerWindow::NotAsked),
             settings: settings.clone(),
             events: self.shared.events.clone(),
             cancel: cancel.clone(),
@@ -81,6 +84,10 @@ impl LoopManager {
         // The loop runs in its own task so a panic inside it ends only that loop; the
         // supervising task records the outcome either way.
         let run = tokio::spawn(async move {
+            let mut context = context;
+            // Asked here, in the loop's own task: never on a shell's path, and a server that
+            // answers slowly holds back only this loop's first turn.
+            context.limits = limits::ask_server(&context).await;
             match context.record.loop_type {
                 LoopType::Code => run_code_loop(&context).await.map(LoopOutcome::Code),
                 _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),

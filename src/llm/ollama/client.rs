@@ -1,14 +1,16 @@
 use async_trait::async_trait;
+use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
-use super::wire::encode;
-use crate::llm::http::{post, shared_client};
+use super::wire::{BodyOptions, encode};
+use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
+use crate::llm::server_window::{self, ServerKind};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, Turn, with_retries,
+    RetryPolicy, ServerWindow, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -20,6 +22,8 @@ pub struct OllamaConfig {
     pub api_key: Option<ApiKey>,
     /// The context window (`options.num_ctx`); unset, the server's default.
     pub num_ctx: Option<u32>,
+    /// Whether answers stream (NDJSON) or come whole (one JSON object).
+    pub stream: bool,
     pub retry: RetryPolicy,
 }
 
@@ -43,7 +47,12 @@ impl OllamaClient {
         let chat_url = reqwest::Url::parse(&format!("{base}/api/chat"))
             .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
         let mut headers = HeaderMap::new();
-        headers.insert("accept", HeaderValue::from_static("application/x-ndjson"));
+        let accept = if config.stream {
+            "application/x-ndjson"
+        } else {
+            "application/json"
+        };
+        headers.insert("accept", HeaderValue::from_static(accept));
         if let Some(key) = &config.api_key {
             let mut bearer =
                 HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
@@ -75,10 +84,21 @@ impl OllamaClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.chat_url, &self.headers, body, idle)
+        if self.config.stream {
+            let response = post(&self.http, &self.chat_url, &self.headers, body, idle)
+                .await
+                .map_err(with_serve_hint)?;
+            return Ok(read_turn(response.bytes_stream(), idle, on_event).await?);
+        }
+        // A whole answer comes once it is made: only the request timeout (around every
+        // attempt) bounds the wait. It is the last line of a stream, read the same way.
+        let head_wait = self.config.retry.request_timeout;
+        let response = post(&self.http, &self.chat_url, &self.headers, body, head_wait)
             .await
             .map_err(with_serve_hint)?;
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        let whole = read_capped(response, WHOLE_ANSWER_LIMIT, idle).await?;
+        let once = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(whole))]);
+        Ok(read_turn(once, idle, on_event).await?)
     }
 }
 
@@ -122,7 +142,11 @@ impl LlmProvider for OllamaClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = encode(request, &self.cache, self.config.num_ctx)
+        let options = BodyOptions {
+            num_ctx: self.config.num_ctx,
+            stream: self.config.stream,
+        };
+        let body = encode(request, &self.cache, options)
             .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
         with_retries(
             self.config.retry,
@@ -131,6 +155,19 @@ impl LlmProvider for OllamaClient {
             on_event,
             cancel,
             || self.attempt(&body, on_event),
+        )
+        .await
+    }
+
+    /// The model's maximum and its Modelfile's window, as `/api/show` says them; the window
+    /// `num_ctx` sets is the settings' to apply, not the server's to say.
+    async fn server_window(&self, model: &str) -> ServerWindow {
+        server_window::ask(
+            &self.http,
+            self.headers.get(reqwest::header::AUTHORIZATION),
+            ServerKind::Ollama,
+            &self.endpoint.base_url,
+            model,
         )
         .await
     }
@@ -148,6 +185,7 @@ mod tests {
             base_url: base_url.to_owned(),
             api_key: None,
             num_ctx: None,
+            stream: true,
             retry: RetryPolicy {
                 max_retries,
                 request_timeout: Duration::from_secs(10),
@@ -201,8 +239,61 @@ mod tests {
         );
     }
 
+    /// Ollama asked for a whole answer sends it as one JSON object once it has made it, after
+    /// a silence longer than any idle timeout that fits a stream.
+    #[tokio::test]
+    async fn with_stream_false_the_answer_comes_whole_after_a_silence_longer_than_the_idle_timeout()
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let whole = concat!(
+            "{\"model\":\"qwen3:8b\",\"created_at\":\"2025-06-01T10:15:03.5Z\",",
+            "\"message\":{\"role\":\"assistant\",\"content\":\"Reading it.\",",
+            "\"tool_calls\":[{\"function\":{\"name\":\"read_file\",\"arguments\":{\"path\":\"a.rs\"}}}]},",
+            "\"done\":true,\"done_reason\":\"stop\",\"prompt_eval_count\":31,\"eval_count\":12}"
+        );
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("connection");
+            let request = read_request(&mut socket).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: {}\r\n\r\n{whole}",
+                whole.len()
+            );
+            socket.write_all(answer.as_bytes()).await.expect("write");
+            request
+        });
+        let client = OllamaClient::new(OllamaConfig {
+            stream: false,
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: Duration::from_secs(20),
+                stream_idle_timeout: Duration::from_millis(100),
+            },
+            ..client(&format!("http://127.0.0.1:{port}"), 0).config
+        })
+        .expect("client");
+        let (result, retries) = complete(&client).await;
+        let turn = result.expect("the whole answer");
+        assert!(retries.is_empty(), "{retries:?}");
+        assert_eq!(turn.text(), "Reading it.");
+        assert_eq!(turn.tool_calls().len(), 1);
+        assert_eq!(turn.usage.output_tokens, 12);
+        let request = server.await.expect("server");
+        let (head, body) = request.split_once("\r\n\r\n").expect("a request");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("accept: application/json\r\n"),
+            "{head}"
+        );
+        let body: serde_json::Value = serde_json::from_str(body).expect("JSON body");
+        assert_eq!(body["stream"], false);
+    }
+
     /// Reads one HTTP request (headers and a `content-length` body) from `socket`.
-    async fn read_request(socket: &mut tokio::net::TcpStream) {
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
         let mut received = Vec::new();
         let mut buffer = [0u8; 4096];
         loop {
@@ -217,7 +308,7 @@ mod tests {
                     .and_then(|value| value.trim().parse().ok())
                     .unwrap_or_default();
                 if received.len() >= end + 4 + length {
-                    return;
+                    return String::from_utf8_lossy(&received).into_owned();
                 }
             }
         }

@@ -81,13 +81,22 @@ struct WireToolFunction<'a> {
     parameters: &'a Value,
 }
 
-/// The streamed request's body, its messages made through `cache`.
+/// What a body says besides the conversation, from the provider's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyOptions {
+    /// The context window to ask for; unset, the server's own.
+    pub num_ctx: Option<u32>,
+    /// Whether the answer streams as NDJSON lines, or comes whole as one JSON object.
+    pub stream: bool,
+}
+
+/// The request's body, its messages made through `cache`.
 pub fn encode(
     request: &ChatRequest,
     cache: &WireCache,
-    num_ctx: Option<u32>,
+    options: BodyOptions,
 ) -> serde_json::Result<RequestBytes> {
-    let head = RequestBody::streaming(request, num_ctx);
+    let head = RequestBody::new(request, options);
     let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
         .then(|| WireMessage::text("system", Cow::Borrowed(request.system.as_str())))
         .into_iter()
@@ -98,14 +107,14 @@ pub fn encode(
 }
 
 impl<'a> RequestBody<'a> {
-    fn streaming(request: &'a ChatRequest, num_ctx: Option<u32>) -> RequestBody<'a> {
+    fn new(request: &'a ChatRequest, options: BodyOptions) -> RequestBody<'a> {
         RequestBody {
             model: &request.model,
             tools: request.tools.iter().map(wire_tool).collect(),
-            stream: true,
+            stream: options.stream,
             options: Options {
                 num_predict: request.max_tokens,
-                num_ctx,
+                num_ctx: options.num_ctx,
             },
         }
     }
@@ -262,8 +271,18 @@ mod tests {
     }
 
     fn body(request: &ChatRequest, num_ctx: Option<u32>) -> Value {
+        body_with(
+            request,
+            BodyOptions {
+                num_ctx,
+                stream: true,
+            },
+        )
+    }
+
+    fn body_with(request: &ChatRequest, options: BodyOptions) -> Value {
         serde_json::from_slice(
-            &encode(request, &WireCache::default(), num_ctx)
+            &encode(request, &WireCache::default(), options)
                 .expect("encode")
                 .to_vec(),
         )
@@ -297,6 +316,23 @@ mod tests {
                 "stream": true,
                 "options": {"num_predict": 4096, "num_ctx": 16384}
             })
+        );
+    }
+
+    #[test]
+    fn a_request_for_a_whole_answer_says_stream_false() {
+        let request = request(vec![Message::user_text("hi")], Vec::new());
+        let body = body_with(
+            &request,
+            BodyOptions {
+                num_ctx: Some(8192),
+                stream: false,
+            },
+        );
+        assert_eq!(body["stream"], false, "{body}");
+        assert_eq!(
+            body["options"],
+            json!({"num_predict": 4096, "num_ctx": 8192})
         );
     }
 

@@ -3,12 +3,13 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
-use super::wire::{TokenLimitField, encode};
-use crate::llm::http::{post, shared_client};
+use super::wire::{BodyOptions, TokenLimitField, encode};
+use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
+use crate::llm::server_window::{self, ServerKind};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
     ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, StreamFailure, Turn, with_retries,
+    RetryPolicy, ServerWindow, StreamFailure, ToolChoice, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
@@ -20,6 +21,10 @@ pub struct OpenAiConfig {
     pub base_url: String,
     /// None for local servers, which take no key.
     pub api_key: Option<ApiKey>,
+    /// Sent with the tools when set.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether answers stream (SSE) or come whole (JSON).
+    pub stream: bool,
     pub retry: RetryPolicy,
 }
 
@@ -44,7 +49,12 @@ impl OpenAiClient {
         let completions_url = reqwest::Url::parse(&format!("{base}/chat/completions"))
             .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
         let mut headers = HeaderMap::new();
-        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        let accept = if config.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        headers.insert("accept", HeaderValue::from_static(accept));
         // An empty key is no key: a local server must not see `Bearer ` and refuse it.
         if let Some(key) = config
             .api_key
@@ -82,17 +92,31 @@ impl OpenAiClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
         let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.completions_url, &self.headers, body, idle).await?;
+        // A server asked for a whole answer says nothing until it has written it: only the
+        // request timeout (around every attempt) bounds that wait.
+        let head_wait = if self.config.stream {
+            idle
+        } else {
+            self.config.retry.request_timeout
+        };
+        let response = post(
+            &self.http,
+            &self.completions_url,
+            &self.headers,
+            body,
+            head_wait,
+        )
+        .await?;
+        // Also a server asked to stream may answer whole (some proxies and older servers).
         let whole = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .is_some_and(|kind| kind.trim_start().starts_with("application/json"));
         if whole {
-            let body = tokio::time::timeout(idle, response.text())
-                .await
-                .map_err(|_| StreamFailure::Stalled(idle))?
-                .map_err(|err| StreamFailure::Transport(err.to_string()))?;
+            let body = read_capped(response, WHOLE_ANSWER_LIMIT, idle).await?;
+            let body = String::from_utf8(body)
+                .map_err(|_| StreamFailure::Protocol("the answer is not UTF-8 text".to_owned()))?;
             return Ok(read_whole(&body, on_event)?);
         }
         Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
@@ -107,7 +131,12 @@ impl LlmProvider for OpenAiClient {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<Turn, LlmError> {
-        let body = encode(request, &self.cache, self.token_limit)
+        let options = BodyOptions {
+            token_limit: self.token_limit,
+            tool_choice: self.config.tool_choice,
+            stream: self.config.stream,
+        };
+        let body = encode(request, &self.cache, options)
             .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
         with_retries(
             self.config.retry,
@@ -116,6 +145,19 @@ impl LlmProvider for OpenAiClient {
             on_event,
             cancel,
             || self.attempt(&body, on_event),
+        )
+        .await
+    }
+
+    /// Only a local server is asked (`server_window::is_local_url`): a hosted API's windows
+    /// are the models' own, which its documentation gives.
+    async fn server_window(&self, model: &str) -> ServerWindow {
+        server_window::ask(
+            &self.http,
+            self.headers.get(reqwest::header::AUTHORIZATION),
+            ServerKind::OpenAiCompatible,
+            &self.endpoint.base_url,
+            model,
         )
         .await
     }
@@ -153,6 +195,28 @@ mod tests {
     /// A loopback HTTP/1.1 server answering each connection with the next scripted bytes,
     /// then closing it: enough to see what the client sends and how it reads what comes back.
     async fn serve(replies: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<Received>>>) {
+        let replies = Mutex::new(replies.into_iter());
+        serve_with(move |_| {
+            replies.lock().expect("replies").next().unwrap_or_else(|| {
+                status_reply(500, &[], &json!({"error": {"message": "no reply left"}}))
+            })
+        })
+        .await
+    }
+
+    /// The same server, answering each request with what `respond` makes of it.
+    async fn serve_with(
+        respond: impl Fn(&Received) -> Vec<u8> + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<Received>>>) {
+        serve_after(Duration::ZERO, respond).await
+    }
+
+    /// The same server, silent for `generating` before it answers, as a server is that sends
+    /// an answer whole once it has made it.
+    async fn serve_after(
+        generating: Duration,
+        respond: impl Fn(&Received) -> Vec<u8> + Send + 'static,
+    ) -> (String, Arc<Mutex<Vec<Received>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -160,15 +224,13 @@ mod tests {
         let received = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&received);
         tokio::spawn(async move {
-            let mut replies = replies.into_iter();
             while let Ok((mut socket, _)) = listener.accept().await {
                 let Some(request) = read_request(&mut socket).await else {
                     continue;
                 };
+                let reply = respond(&request);
                 record.lock().expect("requests").push(request);
-                let reply = replies.next().unwrap_or_else(|| {
-                    status_reply(500, &[], &json!({"error": {"message": "no reply left"}}))
-                });
+                tokio::time::sleep(generating).await;
                 let _ = socket.write_all(&reply).await;
                 let _ = socket.shutdown().await;
             }
@@ -258,6 +320,8 @@ mod tests {
         OpenAiClient::new(OpenAiConfig {
             base_url: base_url.to_owned(),
             api_key: key.map(|key| ApiKey::new(key.to_owned())),
+            tool_choice: None,
+            stream: true,
             retry: RetryPolicy {
                 max_retries: 2,
                 request_timeout: Duration::from_secs(20),
@@ -279,6 +343,13 @@ mod tests {
 
     /// Runs one request; returns its result and the retries reported (reason, delay).
     async fn complete(client: &OpenAiClient) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
+        complete_request(client, &request()).await
+    }
+
+    async fn complete_request(
+        client: &OpenAiClient,
+        request: &ChatRequest,
+    ) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
         let retries = Mutex::new(Vec::new());
         let record = |event: ProviderEvent| {
             if let ProviderEvent::Retrying { reason, delay, .. } = event {
@@ -287,7 +358,7 @@ mod tests {
         };
         let result = tokio::time::timeout(
             Duration::from_secs(30),
-            client.complete(&request(), &record, &CancellationToken::new()),
+            client.complete(request, &record, &CancellationToken::new()),
         )
         .await
         .expect("the request ends");
@@ -422,6 +493,255 @@ mod tests {
         let (result, retries) = complete(&client(&base, None)).await;
         assert_eq!(result.expect("turn").text(), "not streamed");
         assert!(retries.is_empty(), "{retries:?}");
+    }
+
+    /// What llama-cpp-python 0.3.36 answers (recorded) to a request with an assistant message
+    /// whose `content` is null, or missing: its validation refuses anything but a string.
+    fn refused_like_llama_cpp_python(request: &Received) -> Option<Vec<u8>> {
+        let refused = request.body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|message| message["role"] == "assistant" && !message["content"].is_string());
+        refused.then(|| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/llamacpp-openai/http500_on_null_content.json");
+            let recorded = std::fs::read_to_string(&path)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let body: Value = serde_json::from_str(&recorded).expect("recorded JSON");
+            status_reply(500, &[], &body)
+        })
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_only_called_tools_goes_back_in_a_form_llama_cpp_python_accepts() {
+        let (base, received) = serve_with(|request| {
+            refused_like_llama_cpp_python(request).unwrap_or_else(|| answer("read it"))
+        })
+        .await;
+        let conversation = ChatRequest {
+            messages: crate::llm::shared(vec![
+                crate::llm::Message::user_text("read src/main.py"),
+                crate::llm::Message {
+                    role: crate::llm::Role::Assistant,
+                    content: vec![crate::llm::ContentBlock::tool_call(
+                        "call__0_read_file",
+                        "read_file",
+                        json!({"path": "src/main.py"}),
+                    )],
+                },
+                crate::llm::Message {
+                    role: crate::llm::Role::User,
+                    content: vec![crate::llm::ContentBlock::ToolResult {
+                        id: "call__0_read_file".to_owned(),
+                        content: "print('hi')".to_owned(),
+                        is_error: false,
+                    }],
+                },
+            ]),
+            ..request()
+        };
+        let client = OpenAiClient::new(OpenAiConfig {
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: Duration::from_secs(10),
+                stream_idle_timeout: Duration::from_secs(10),
+            },
+            ..client(&base, None).config
+        })
+        .expect("client");
+        let (result, _) = complete_request(&client, &conversation).await;
+        assert_eq!(result.expect("the server accepts it").text(), "read it");
+        let received = received.lock().expect("requests").clone();
+        let calling = &received[0].body["messages"][2];
+        assert_eq!(calling["role"], "assistant");
+        assert_eq!(calling["content"], "", "{calling}");
+    }
+
+    fn whole_answer_client(base: &str, stream_idle_timeout: Duration) -> OpenAiClient {
+        OpenAiClient::new(OpenAiConfig {
+            tool_choice: Some(ToolChoice::Auto),
+            stream: false,
+            retry: RetryPolicy {
+                max_retries: 0,
+                request_timeout: Duration::from_secs(20),
+                stream_idle_timeout,
+            },
+            ..client(base, None).config
+        })
+        .expect("client")
+    }
+
+    fn with_a_tool(request: ChatRequest) -> ChatRequest {
+        ChatRequest {
+            tools: vec![crate::llm::ToolSpec {
+                name: "read_file".to_owned(),
+                description: "Read a file".to_owned(),
+                input_schema: json!({"type": "object"}),
+                example: None,
+            }]
+            .into(),
+            ..request
+        }
+    }
+
+    /// A server asked for a whole answer is silent while it generates, longer than any idle
+    /// timeout that fits a stream: only the request timeout bounds that wait.
+    #[tokio::test]
+    async fn with_stream_false_the_answer_comes_whole_after_a_silence_longer_than_the_idle_timeout()
+    {
+        let completion = json!({"id": "chatcmpl-3", "object": "chat.completion", "created": 1,
+            "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "made slowly"}}]});
+        let (base, received) = serve_after(Duration::from_millis(600), move |_| {
+            status_reply(200, &[], &completion)
+        })
+        .await;
+        let client = whole_answer_client(&base, Duration::from_millis(100));
+        let (result, retries) = complete_request(&client, &with_a_tool(request())).await;
+        assert_eq!(result.expect("turn").text(), "made slowly");
+        assert!(retries.is_empty(), "{retries:?}");
+        let received = received.lock().expect("requests").clone();
+        assert_eq!(received[0].body["stream"], false);
+        assert_eq!(received[0].body["tool_choice"], "auto");
+        assert!(received[0].body.get("stream_options").is_none());
+        assert_eq!(
+            received[0].header("accept").as_deref(),
+            Some("application/json")
+        );
+    }
+
+    /// What the loops see of a turn (its blocks, stop reason, usage) and the progress they
+    /// report (the text, the calls started) do not depend on how the answer came.
+    #[tokio::test]
+    async fn a_whole_answer_gives_the_turn_and_the_progress_a_streamed_one_does() {
+        let recorded = {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/llamacpp-openai/tool_call_nonstreamed.json");
+            std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+        };
+        let recorded: Value = serde_json::from_str(&recorded).expect("recorded JSON");
+        let call_id = "call__0_read_file_cmpl-148590bb-f0c1-4753-b72b-48256637e5aa";
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-2dca2138", "object": "chat.completion.chunk", "created": 1,
+                   "model": "gemma3", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let streamed_call = {
+            let mut reply = stream_reply(&[
+                chunk(json!({"role": "assistant", "content": null}), Value::Null),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                        "function": {"name": "read_file", "arguments": "{\"path\": \"src/main.py\", "}}]}),
+                    Value::Null,
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"start_line\": 10000000}"}}]}),
+                    Value::Null,
+                ),
+                chunk(json!({}), json!("tool_calls")),
+                json!({"id": "chatcmpl-2dca2138", "object": "chat.completion.chunk", "created": 1,
+                       "model": "gemma3", "choices": [],
+                       "usage": {"prompt_tokens": 1707, "completion_tokens": 25, "total_tokens": 1732}}),
+            ]);
+            reply.extend_from_slice(b"data: [DONE]\n\n");
+            reply
+        };
+        let whole_text = json!({"id": "chatcmpl-4", "object": "chat.completion", "created": 1,
+            "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Looking at it now."}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}});
+        let streamed_text = {
+            let mut reply = stream_reply(&[
+                text_chunk("Looking at "),
+                text_chunk("it now."),
+                stop_chunk(),
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                       "model": "m", "choices": [],
+                       "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}}),
+            ]);
+            reply.extend_from_slice(b"data: [DONE]\n\n");
+            reply
+        };
+        for (whole, streamed) in [(recorded, streamed_call), (whole_text, streamed_text)] {
+            let (whole_base, _) = serve(vec![status_reply(200, &[], &whole)]).await;
+            let (stream_base, _) = serve(vec![streamed]).await;
+            let (whole_turn, whole_events) =
+                progress(&whole_answer_client(&whole_base, Duration::from_secs(10))).await;
+            let (streamed_turn, streamed_events) = progress(&client(&stream_base, None)).await;
+            assert_eq!(whole_turn, streamed_turn);
+            assert_eq!(whole_events, streamed_events);
+            assert!(!whole_events.is_empty());
+        }
+    }
+
+    /// The turn of one request, and its progress events with consecutive text joined (a
+    /// stream sends text in pieces, a whole answer at once).
+    async fn progress(client: &OpenAiClient) -> (Turn, Vec<ProviderEvent>) {
+        let events = Mutex::new(Vec::<ProviderEvent>::new());
+        let record = |event: ProviderEvent| {
+            let mut events = events.lock().expect("events");
+            match (events.last_mut(), event) {
+                (
+                    Some(ProviderEvent::TextDelta { text }),
+                    ProviderEvent::TextDelta { text: more },
+                ) => text.push_str(&more),
+                (_, event) => events.push(event),
+            }
+        };
+        let turn = client
+            .complete(&with_a_tool(request()), &record, &CancellationToken::new())
+            .await
+            .expect("turn");
+        (turn, events.into_inner().expect("events"))
+    }
+
+    /// An answer sent whole is read into memory: one bigger than any answer a model writes is
+    /// refused, not read to its end.
+    #[tokio::test]
+    async fn a_whole_answer_larger_than_the_limit_is_refused() {
+        let huge = "x".repeat(crate::llm::http::WHOLE_ANSWER_LIMIT + 1);
+        let completion = json!({"id": "chatcmpl-5", "object": "chat.completion", "created": 1,
+            "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": huge}}]});
+        let (base, received) = serve(vec![status_reply(200, &[], &completion)]).await;
+        let (result, retries) =
+            complete(&whole_answer_client(&base, Duration::from_secs(10))).await;
+        let message = result.expect_err("too large").to_string();
+        assert!(message.contains("larger than 8 MiB"), "{message}");
+        assert!(retries.is_empty(), "not asked again: {retries:?}");
+        assert_eq!(received.lock().expect("requests").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_local_server_is_asked_about_its_window_once_and_a_hosted_api_never() {
+        let props = json!({"default_generation_settings": {"n_ctx": 4096},
+                           "model_path": "/models/gemma-3-1b-it-Q4_K_M.gguf"});
+        let (base, received) = serve_with(move |request| {
+            if request.head.starts_with("GET /props ") {
+                status_reply(200, &[], &props)
+            } else {
+                status_reply(404, &[], &json!({"detail": "Not Found"}))
+            }
+        })
+        .await;
+        let client = client(&base, Some(KEY));
+        for _ in 0..2 {
+            let window = client.server_window("gemma3").await;
+            let report = window.report().expect("reported");
+            assert_eq!(report.context_window, Some(4096), "{window:?}");
+        }
+        let received = received.lock().expect("requests").clone();
+        assert_eq!(received.len(), 1, "asked once per host run");
+        assert_eq!(
+            received[0].header("authorization"),
+            Some(format!("Bearer {KEY}")),
+            "a proxy in front gets the key"
+        );
+        let hosted = self::client("https://api.openai.com/v1", Some(KEY));
+        assert_eq!(
+            hosted.server_window("gpt-4.1").await,
+            ServerWindow::NotAsked
+        );
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::llm::wire_cache::{RequestBytes, WireCache, comma_separated};
-use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolSpec};
+use crate::llm::{ChatRequest, ContentBlock, Message, Role, ToolChoice, ToolSpec};
 
 /// What an assistant message without text or calls says instead: some servers (Mistral's)
 /// refuse an assistant message with neither.
@@ -46,8 +46,12 @@ pub struct RequestBody<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
     stream: bool,
-    stream_options: StreamOptions,
+    /// Only with `stream: true`: OpenAI refuses it otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,8 +74,10 @@ enum WireMessage<'a> {
         content: Cow<'a, str>,
     },
     Assistant {
-        /// `null` when the message only calls tools, as the API writes it.
-        content: Option<Cow<'a, str>>,
+        /// `""` when the message only calls tools. The API itself writes `null` there, but
+        /// llama-cpp-python answers HTTP 500 to `null` and to a missing key alike (LM Studio
+        /// and older llama.cpp servers refuse them too), and every server takes a string.
+        content: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -110,13 +116,23 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
-/// The streamed request's body, its messages made through `cache`.
+/// What a body says besides the conversation, from the provider's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyOptions {
+    pub token_limit: TokenLimitField,
+    /// Sent only with tools: servers refuse a `tool_choice` without them.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the answer streams as SSE, or comes whole as one JSON object.
+    pub stream: bool,
+}
+
+/// The request's body, its messages made through `cache`.
 pub fn encode(
     request: &ChatRequest,
     cache: &WireCache,
-    limit: TokenLimitField,
+    options: BodyOptions,
 ) -> serde_json::Result<RequestBytes> {
-    let head = RequestBody::streaming(request, limit);
+    let head = RequestBody::new(request, options);
     let system: Vec<WireMessage<'_>> = (!request.system.is_empty())
         .then_some(WireMessage::System {
             content: &request.system,
@@ -129,15 +145,18 @@ pub fn encode(
 }
 
 impl<'a> RequestBody<'a> {
-    fn streaming(request: &'a ChatRequest, limit: TokenLimitField) -> RequestBody<'a> {
+    fn new(request: &'a ChatRequest, options: BodyOptions) -> RequestBody<'a> {
         let bound = Some(request.max_tokens);
+        let limit = options.token_limit;
+        let tools: Vec<WireTool<'a>> = request.tools.iter().map(wire_tool).collect();
         RequestBody {
             model: &request.model,
-            tools: request.tools.iter().map(wire_tool).collect(),
-            stream: true,
-            stream_options: StreamOptions {
+            tool_choice: options.tool_choice.filter(|_| !tools.is_empty()),
+            tools,
+            stream: options.stream,
+            stream_options: options.stream.then_some(StreamOptions {
                 include_usage: true,
-            },
+            }),
             max_tokens: bound.filter(|_| limit == TokenLimitField::MaxTokens),
             max_completion_tokens: bound.filter(|_| limit == TokenLimitField::MaxCompletionTokens),
         }
@@ -167,10 +186,10 @@ fn wire_message_parts<'a>(
             let tool_calls: Vec<WireToolCall<'a>> =
                 message.content.iter().filter_map(wire_tool_call).collect();
             let text = joined_text(&message.content);
-            let content = match (text.is_empty(), tool_calls.is_empty()) {
-                (false, _) => Some(text),
-                (true, false) => None,
-                (true, true) => Some(Cow::Borrowed(EMPTY_ANSWER)),
+            let content = if text.is_empty() && tool_calls.is_empty() {
+                Cow::Borrowed(EMPTY_ANSWER)
+            } else {
+                text
             };
             wire.push(WireMessage::Assistant {
                 content,
@@ -296,9 +315,20 @@ mod tests {
         }
     }
 
-    fn body(request: &ChatRequest, limit: TokenLimitField) -> Value {
+    fn body(request: &ChatRequest, token_limit: TokenLimitField) -> Value {
+        body_with(
+            request,
+            BodyOptions {
+                token_limit,
+                tool_choice: None,
+                stream: true,
+            },
+        )
+    }
+
+    fn body_with(request: &ChatRequest, options: BodyOptions) -> Value {
         serde_json::from_slice(
-            &encode(request, &WireCache::default(), limit)
+            &encode(request, &WireCache::default(), options)
                 .expect("encode")
                 .to_vec(),
         )
@@ -341,6 +371,56 @@ mod tests {
                 "max_tokens": 100
             })
         );
+    }
+
+    fn grep_tool() -> ToolSpec {
+        ToolSpec {
+            name: "grep".to_owned(),
+            description: "search".to_owned(),
+            input_schema: json!({"type": "object"}),
+            example: None,
+        }
+    }
+
+    #[test]
+    fn tool_choice_goes_with_the_tools_and_never_without_them() {
+        for (choice, sent) in [
+            (ToolChoice::Auto, json!("auto")),
+            (ToolChoice::Required, json!("required")),
+        ] {
+            let options = BodyOptions {
+                token_limit: TokenLimitField::MaxTokens,
+                tool_choice: Some(choice),
+                stream: true,
+            };
+            let with_tools = request("", vec![Message::user_text("go")], vec![grep_tool()]);
+            assert_eq!(body_with(&with_tools, options)["tool_choice"], sent);
+            // A text protocol sends no tools: `tool_choice` alone is refused by OpenAI.
+            let without = request("", vec![Message::user_text("go")], Vec::new());
+            let body = body_with(&without, options);
+            assert!(body.get("tool_choice").is_none(), "{body}");
+        }
+        let unset = request("", vec![Message::user_text("go")], vec![grep_tool()]);
+        let body = body(&unset, TokenLimitField::MaxTokens);
+        assert!(body.get("tool_choice").is_none(), "{body}");
+    }
+
+    /// `stream_options` is refused by OpenAI when `stream` is false.
+    #[test]
+    fn a_request_for_a_whole_answer_says_stream_false_and_asks_no_stream_options() {
+        let request = request("sys", vec![Message::user_text("go")], vec![grep_tool()]);
+        let body = body_with(
+            &request,
+            BodyOptions {
+                token_limit: TokenLimitField::MaxTokens,
+                tool_choice: Some(ToolChoice::Auto),
+                stream: false,
+            },
+        );
+        assert_eq!(body["stream"], false, "{body}");
+        assert!(body.get("stream_options").is_none(), "{body}");
+        assert_eq!(body["max_tokens"], 100);
+        assert_eq!(body["tool_choice"], "auto");
     }
 
     #[test]
@@ -422,11 +502,43 @@ mod tests {
                 {"role": "tool", "tool_call_id": "call_a", "content": "Error: bad listing"},
                 {"role": "tool", "tool_call_id": "call_b", "content": "contents"},
                 {"role": "user", "content": "also note this"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_c", "type": "function", "function": {"name": "grep", "arguments": "{\"pattern\":\"fn\"}"}}
                 ]},
                 {"role": "tool", "tool_call_id": "call_c", "content": "Error: already said"}
             ])
+        );
+    }
+
+    /// llama-cpp-python (and LM Studio, and llama.cpp's server before it learned otherwise)
+    /// refuses `"content": null` and a missing `content` alike; an empty string is what every
+    /// server takes, OpenAI's own included (its content is an optional string).
+    #[test]
+    fn an_answer_that_only_calls_tools_has_empty_text_never_null() {
+        let request = request(
+            "",
+            vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::text(""),
+                        ContentBlock::tool_call("call_a", "list_files", json!({})),
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![result("call_a", "src/main.rs", false)],
+                },
+            ],
+            Vec::new(),
+        );
+        let messages = body(&request, TokenLimitField::MaxTokens)["messages"].clone();
+        assert_eq!(
+            messages[1],
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}
+            ]})
         );
     }
 
