@@ -292,6 +292,40 @@ pub async fn run_code(
     summarize(&manager, &root, &select(&manager)?)
 }
 
+/// Cancels loop `id` and every active loop below it, as `:LooprCancel` does, and says on
+/// stderr what changed: loops no host runs (waiting, or interrupted: their host is gone) end
+/// at once; loops another host runs are asked to stop, which it does before their next turn.
+pub async fn cancel(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    root: PathBuf,
+    id: &str,
+) -> anyhow::Result<()> {
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let manager = LoopManager::new(
+        loopr_home,
+        Arc::new(sender),
+        provider_factory,
+        headless_shell(Arc::new(HeadlessRefusal)),
+    );
+    let cancelled = manager
+        .cancel(&root, Some(id))
+        .map_err(with_next_step)
+        .with_context(|| format!("cancelling loop {id}"))?;
+    while let Ok(event) = events.try_recv() {
+        report(&event);
+    }
+    for running in &cancelled.run_elsewhere {
+        say!(
+            "loopr: {running} runs in another host, which was asked to stop it: it ends \
+             cancelled before its next turn"
+        );
+    }
+    // Opening the project started a sweep of what killed hosts left; it ends with this run.
+    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    Ok(())
+}
+
 fn summarize(manager: &LoopManager, root: &Path, records: &[LoopRecord]) -> anyhow::Result<bool> {
     let usage = manager.usage_by_loop(root)?;
     write_table(&mut std::io::stdout().lock(), records, &usage, None)?;
@@ -520,7 +554,7 @@ pub fn print_status(
     if interrupted > 0 {
         say!(
             "loopr: {interrupted} loop(s) interrupted: the host running them exited; `loopr \
-             resume` continues them"
+             resume` continues them, `loopr cancel <id>` ends one"
         );
     }
     Ok(())

@@ -17,6 +17,7 @@ mod tree_operations;
 
 pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
+pub use tree_operations::Cancelled;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -94,10 +94,11 @@ fn waits_for_budget(record: &LoopRecord) -> bool {
 /// What `cancel_tree` did.
 #[derive(Debug, Default)]
 pub struct CancelledTree {
-    /// In order: each loop it cancelled (it was pending or awaiting approval), followed by the
-    /// loops that waited for it and failed with it.
+    /// In order: each loop it cancelled (it was pending, awaiting approval, paused, or
+    /// running for a host that is gone), followed by the loops that waited for it and failed
+    /// with it.
     pub changes: Vec<StatusChange>,
-    /// Running loops, for their host to stop (their supervisor records the end).
+    /// Running loops of live hosts, for their host to stop (their supervisor records the end).
     pub running: Vec<LoopId>,
 }
 
@@ -306,14 +307,8 @@ impl LoopDb {
             let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
                 return Ok(Checked::Unknown);
             };
-            let interrupted = record.status == LoopStatus::Running && {
-                let owner: u32 = transaction.query_row(
-                    "SELECT host_pid FROM loops WHERE id = ?1",
-                    params![id.as_str()],
-                    |row| row.get(0),
-                )?;
-                host_is_gone(owner)
-            };
+            let interrupted =
+                record.status == LoopStatus::Running && host_is_gone(owner_in(transaction, id)?);
             if !retryable(record.status) && !interrupted {
                 return Ok(Checked::Refused(Refused {
                     status: record.status,
@@ -330,10 +325,15 @@ impl LoopDb {
     }
 
     /// Cancels loop `id` and every loop below it, in one transaction: loops no task runs
-    /// (pending, awaiting approval) become cancelled here, and the pending siblings that
-    /// waited for one of them fail (and those waiting for them); running ones get
-    /// `cancel_requested` and are returned for their host to stop.
-    pub fn cancel_tree(&self, id: &LoopId) -> Result<CancelledTree, StoreError> {
+    /// (pending, awaiting approval, paused, and interrupted ones: running for a host that is
+    /// gone, `host_is_gone(owner)`, which will never stop them) become cancelled here, and the
+    /// pending siblings that waited for one of them fail (and those waiting for them); running
+    /// ones of live hosts get `cancel_requested` and are returned for their host to stop.
+    pub fn cancel_tree(
+        &self,
+        id: &LoopId,
+        host_is_gone: impl Fn(u32) -> bool,
+    ) -> Result<CancelledTree, StoreError> {
         let path = self.path.clone();
         self.with_transaction(|transaction| {
             let Some((target, _)) = loop_in(transaction, id, &path)? else {
@@ -345,22 +345,26 @@ impl LoopDb {
             let mut cancelled = Vec::new();
             let mut outcome = CancelledTree::default();
             for record in tree {
-                match record.status {
+                let host_stops_it = match record.status {
                     LoopStatus::Pending | LoopStatus::AwaitingApproval | LoopStatus::Paused => {
-                        transaction.execute(
-                            "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        cancelled.push(record);
+                        false
                     }
-                    LoopStatus::Running => {
-                        transaction.execute(
-                            "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        outcome.running.push(record.id);
-                    }
-                    _ => {}
+                    // A host that is gone never will: the loop is cancelled here.
+                    LoopStatus::Running => !host_is_gone(owner_in(transaction, &record.id)?),
+                    _ => continue,
+                };
+                if host_stops_it {
+                    transaction.execute(
+                        "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
+                        params![record.id.as_str(), now],
+                    )?;
+                    outcome.running.push(record.id);
+                } else {
+                    transaction.execute(
+                        "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
+                        params![record.id.as_str(), now],
+                    )?;
+                    cancelled.push(record);
                 }
             }
             // After the whole tree is cancelled, so its own loops are not failed as well.
@@ -635,6 +639,15 @@ impl LoopDb {
             Checked::Unknown => Err(StoreError::UnknownLoop(id.to_string())),
         }
     }
+}
+
+/// The pid of the host loop `id` belongs to, read through `connection`.
+fn owner_in(connection: &Connection, id: &LoopId) -> rusqlite::Result<u32> {
+    connection.query_row(
+        "SELECT host_pid FROM loops WHERE id = ?1",
+        params![id.as_str()],
+        |row| row.get(0),
+    )
 }
 
 /// Loop `id` and whether a cancel was asked of it, read through `connection` (inside the
@@ -1442,7 +1455,7 @@ mod tests {
             .expect("insert");
         let plan = id("plan-1");
         assert!(db.still_wanted(&plan).expect("wanted"));
-        let tree = db.cancel_tree(&plan).expect("cancel");
+        let tree = db.cancel_tree(&plan, |_| false).expect("cancel");
         assert_eq!(tree.running, vec![plan.clone()]);
         assert!(tree.changes.is_empty(), "a running loop ends when it stops");
         assert!(!db.still_wanted(&plan).expect("wanted"), "the loop sees it");
@@ -1510,7 +1523,7 @@ mod tests {
                 node("spec-e", Some("plan-1"), "e", LoopStatus::Pending),
             ],
         );
-        let tree = db.cancel_tree(&id("spec-a")).expect("cancel");
+        let tree = db.cancel_tree(&id("spec-a"), |_| false).expect("cancel");
         let failed = |loop_id: &str, reason: &str| StatusChange {
             error: Some(reason.to_owned()),
             ..change(loop_id, LoopType::Plan, LoopStatus::Failed)
@@ -1545,9 +1558,69 @@ mod tests {
             Some("its dependency b ended failed".to_owned())
         );
         assert!(
-            db.cancel_tree(&id("phase-a3")).expect("cancel").is_empty(),
+            db.cancel_tree(&id("phase-a3"), |_| false)
+                .expect("cancel")
+                .is_empty(),
             "nothing active below a finished loop"
         );
+    }
+
+    /// A running loop whose host is gone is cancelled at once, as a pending one is, with its
+    /// dependents failed: no host will ever stop it, and no host adopts it later. A running
+    /// loop of a live host is only asked to stop.
+    #[test]
+    fn cancelling_a_loop_whose_host_is_gone_ends_it_at_once() {
+        const GONE: u32 = 2;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        insert_all(
+            &db,
+            &[
+                node("plan-1", None, "plan", LoopStatus::Complete),
+                node("spec-live", Some("plan-1"), "live", LoopStatus::Running),
+                waiting_for(
+                    &["a"],
+                    node("spec-b", Some("plan-1"), "b", LoopStatus::Pending),
+                ),
+            ],
+        );
+        db.insert(
+            &node("spec-a", Some("plan-1"), "a", LoopStatus::Running),
+            GONE,
+        )
+        .expect("insert");
+        let gone = |owner: u32| owner == GONE;
+
+        let tree = db.cancel_tree(&id("spec-a"), gone).expect("cancel");
+        assert_eq!(
+            tree.changes,
+            vec![
+                change("spec-a", LoopType::Plan, LoopStatus::Cancelled),
+                StatusChange {
+                    error: Some("its dependency a ended cancelled".to_owned()),
+                    ..change("spec-b", LoopType::Plan, LoopStatus::Failed)
+                },
+            ]
+        );
+        assert!(tree.running.is_empty(), "no host is asked to stop it");
+        let tree = db.cancel_tree(&id("plan-1"), gone).expect("cancel");
+        assert!(tree.changes.is_empty());
+        assert_eq!(tree.running, vec![id("spec-live")]);
+        assert!(db.cancel_requested(&id("spec-live")).expect("flag"));
+        assert_eq!(
+            statuses(&db),
+            expected(&[
+                ("plan-1", LoopStatus::Complete),
+                ("spec-live", LoopStatus::Running),
+                ("spec-a", LoopStatus::Cancelled),
+                ("spec-b", LoopStatus::Failed),
+            ])
+        );
+        assert!(
+            db.adopt_orphans(3, gone).expect("adopt").is_empty(),
+            "a resume finds nothing of it to run"
+        );
+        assert!(!db.claim(&id("spec-a"), 3).expect("claim"));
     }
 
     #[test]
@@ -1696,7 +1769,7 @@ mod tests {
             .expect("approve")
             .expect("its last good iteration is approvable");
         // A cancel asked while it ran, which then failed: not approvable.
-        db.cancel_tree(&id("plan-c")).expect("cancel");
+        db.cancel_tree(&id("plan-c"), |_| false).expect("cancel");
         db.end_running(&id("plan-c"), LoopStatus::Failed, Some("boom"))
             .expect("end");
         let refused = |status, cancel_requested| {
