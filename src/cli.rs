@@ -485,7 +485,13 @@ fn report(event: &LoopEvent) {
 /// The core's error with the command that is the user's next step from the command line.
 fn with_next_step(err: ManagerError) -> anyhow::Error {
     let next_step = match &err {
-        ManagerError::UnknownPhase(_) => "; `loopr status` lists the project's loops".to_owned(),
+        ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
+            "; `loopr status` lists the project's loops".to_owned()
+        }
+        ManagerError::CodeLoopInterrupted { id } => format!(
+            "; `loopr resume` goes on with it (and with the project's other loops that no host \
+             runs), `loopr cancel {id}` cancels it"
+        ),
         ManagerError::NoCodeLoop(phase) => format!("; start one with `loopr run {phase}`"),
         _ => return err.into(),
     };

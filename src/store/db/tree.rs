@@ -140,7 +140,7 @@ pub fn retryable(status: LoopStatus) -> bool {
 pub enum CodeLoopRefused {
     /// The phase is no longer as the caller chose it; its state now.
     PhaseChanged(Refused),
-    /// The phase already has this active code loop.
+    /// The phase already has this active code loop (or interrupted one: its host is gone).
     Busy { id: LoopId, status: LoopStatus },
 }
 
@@ -217,12 +217,14 @@ impl LoopDb {
     /// Inserts `code`, a code loop for `phase` (its parent), if the phase is still as the
     /// caller read it (same status and iteration: not revised or invalidated since) and has
     /// no active code loop: two hosts starting one for the same phase at once cannot both
-    /// succeed.
+    /// succeed. The active one it refuses for is reported as the user sees it: interrupted
+    /// when it runs for a host that is gone (`host_is_gone(owner)`).
     pub fn insert_code_loop(
         &self,
         code: &LoopRecord,
         phase: &LoopRecord,
         host_pid: u32,
+        host_is_gone: impl FnOnce(u32) -> bool,
     ) -> Result<Result<(), CodeLoopRefused>, StoreError> {
         let path = self.path.clone();
         self.checked_transaction(&phase.id, |transaction| {
@@ -239,9 +241,15 @@ impl LoopDb {
                 .into_iter()
                 .find(|child| child.loop_type == LoopType::Code && child.status.is_active());
             if let Some(active) = active {
+                let interrupted = active.status == LoopStatus::Running
+                    && host_is_gone(owner_in(transaction, &active.id)?);
                 return Ok(Checked::Refused(CodeLoopRefused::Busy {
                     id: active.id,
-                    status: active.status,
+                    status: if interrupted {
+                        LoopStatus::Interrupted
+                    } else {
+                        active.status
+                    },
                 }));
             }
             insert_row(transaction, code, host_pid)?;
@@ -1884,18 +1892,29 @@ mod tests {
         };
         insert_all(&db, &[phase.clone(), earlier]);
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-1", &phase), &phase, 1)
+            db.insert_code_loop(&code_loop_for("code-1", &phase), &phase, 1, |_| false)
                 .expect("insert"),
             Ok(()),
             "a code loop that ended does not block the next"
         );
         // Chosen by a host that read the phase before another host started code-1.
+        let code_2 = code_loop_for("code-2", &phase);
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-2", &phase), &phase, 1)
+            db.insert_code_loop(&code_2, &phase, 1, |_| false)
                 .expect("insert"),
             Err(CodeLoopRefused::Busy {
                 id: id("code-1"),
                 status: LoopStatus::Pending
+            })
+        );
+        // Its host, 1, started it and was killed.
+        assert!(db.claim(&id("code-1"), 1).expect("claim"));
+        assert_eq!(
+            db.insert_code_loop(&code_2, &phase, 2, |owner| owner == 1)
+                .expect("insert"),
+            Err(CodeLoopRefused::Busy {
+                id: id("code-1"),
+                status: LoopStatus::Interrupted
             })
         );
         db.set_status(&id("code-1"), LoopStatus::Cancelled, None)
@@ -1904,7 +1923,7 @@ mod tests {
             .expect("revise")
             .expect("revisable");
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-3", &phase), &phase, 1)
+            db.insert_code_loop(&code_loop_for("code-3", &phase), &phase, 1, |_| false)
                 .expect("insert"),
             Err(CodeLoopRefused::PhaseChanged(Refused {
                 status: LoopStatus::Pending,
