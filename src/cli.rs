@@ -147,15 +147,22 @@ async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: In
     }
 }
 
-/// The services of a headless run. Every run leaves the loops that hosts which are gone left
-/// unfinished as they were when it opens the project: `plan` and `run` run their own, and
-/// `resume` takes them over explicitly.
-fn headless_shell(approver: Arc<dyn Approver>) -> ShellServices {
-    ShellServices {
+/// The manager of a headless run, and the events it reports. Every run leaves the loops that
+/// hosts which are gone left unfinished as they were when it opens the project: `plan` and
+/// `run` run their own, `resume` takes them over explicitly, and `cancel` ends one it names.
+fn headless_manager(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    approver: Arc<dyn Approver>,
+) -> (LoopManager, UnboundedReceiver<LoopEvent>) {
+    let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+    let shell = ShellServices {
         approver,
         buffers: Arc::new(NoBuffers),
         on_open: OnOpen::LeaveInterrupted,
-    }
+    };
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, shell);
+    (manager, events)
 }
 
 /// Says once, on stderr, that the project has loops that hosts which are gone left
@@ -187,14 +194,9 @@ pub async fn run_plan(
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     // Plans only read the project: nothing is approved.
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(Arc::new(HeadlessRefusal)),
-    );
+    let (manager, mut events) =
+        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
@@ -226,13 +228,7 @@ pub async fn resume(
     mcp: &McpSettings,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(approver),
-    );
+    let (manager, mut events) = headless_manager(loopr_home, provider_factory, approver);
     manager.mcp().use_current(mcp);
     let counts = manager.resume(&root).context("opening the project")?;
     say!("loopr: {} unfinished loop(s)", counts.active);
@@ -268,13 +264,7 @@ pub async fn run_code(
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(approver),
-    );
+    let (manager, mut events) = headless_manager(loopr_home, provider_factory, approver);
     let code_id = manager
         .start_code(&root, phase, settings)
         .map_err(with_next_step)
@@ -301,13 +291,8 @@ pub async fn cancel(
     root: PathBuf,
     id: &str,
 ) -> anyhow::Result<()> {
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(Arc::new(HeadlessRefusal)),
-    );
+    let (manager, mut events) =
+        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     let cancelled = manager
         .cancel(&root, Some(id))
         .map_err(with_next_step)
