@@ -35,8 +35,8 @@ pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
-    LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices, Spend,
-    StatusRow, provider_factory,
+    Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
+    Spend, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use rules::{ProjectRules, RefusedRules, project_rules};

@@ -147,15 +147,22 @@ async fn stop_loops(manager: &LoopManager, signals: &mut StopSignals, signal: In
     }
 }
 
-/// The services of a headless run. Every run leaves the loops that hosts which are gone left
-/// unfinished as they were when it opens the project: `plan` and `run` run their own, and
-/// `resume` takes them over explicitly.
-fn headless_shell(approver: Arc<dyn Approver>) -> ShellServices {
-    ShellServices {
+/// The manager of a headless run, and the events it reports. Every run leaves the loops that
+/// hosts which are gone left unfinished as they were when it opens the project: `plan` and
+/// `run` run their own, `resume` takes them over explicitly, and `cancel` ends one it names.
+fn headless_manager(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    approver: Arc<dyn Approver>,
+) -> (LoopManager, UnboundedReceiver<LoopEvent>) {
+    let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+    let shell = ShellServices {
         approver,
         buffers: Arc::new(NoBuffers),
         on_open: OnOpen::LeaveInterrupted,
-    }
+    };
+    let manager = LoopManager::new(loopr_home, Arc::new(sender), provider_factory, shell);
+    (manager, events)
 }
 
 /// Says once, on stderr, that the project has loops that hosts which are gone left
@@ -187,14 +194,9 @@ pub async fn run_plan(
     options: PlanOptions,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
     // Plans only read the project: nothing is approved.
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(Arc::new(HeadlessRefusal)),
-    );
+    let (manager, mut events) =
+        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
         .context("starting the plan")?;
@@ -226,13 +228,7 @@ pub async fn resume(
     mcp: &McpSettings,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(approver),
-    );
+    let (manager, mut events) = headless_manager(loopr_home, provider_factory, approver);
     manager.mcp().use_current(mcp);
     let counts = manager.resume(&root).context("opening the project")?;
     say!("loopr: {} unfinished loop(s)", counts.active);
@@ -268,13 +264,7 @@ pub async fn run_code(
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let manager = LoopManager::new(
-        loopr_home,
-        Arc::new(sender),
-        provider_factory,
-        headless_shell(approver),
-    );
+    let (manager, mut events) = headless_manager(loopr_home, provider_factory, approver);
     let code_id = manager
         .start_code(&root, phase, settings)
         .map_err(with_next_step)
@@ -290,6 +280,35 @@ pub async fn run_code(
     };
     settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     summarize(&manager, &root, &select(&manager)?)
+}
+
+/// Cancels loop `id` and every active loop below it, as `:LooprCancel` does, and says on
+/// stderr what changed: loops no host runs (waiting, or interrupted: their host is gone) end
+/// at once; loops another host runs are asked to stop, which it does before their next turn.
+pub async fn cancel(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    root: PathBuf,
+    id: &str,
+) -> anyhow::Result<()> {
+    let (manager, mut events) =
+        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
+    let cancelled = manager
+        .cancel(&root, Some(id))
+        .map_err(with_next_step)
+        .with_context(|| format!("cancelling loop {id}"))?;
+    while let Ok(event) = events.try_recv() {
+        report(&event);
+    }
+    for running in &cancelled.run_elsewhere {
+        say!(
+            "loopr: {running} runs in another host, which was asked to stop it: it ends \
+             cancelled before its next turn"
+        );
+    }
+    // Opening the project started a sweep of what killed hosts left; it ends with this run.
+    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    Ok(())
 }
 
 fn summarize(manager: &LoopManager, root: &Path, records: &[LoopRecord]) -> anyhow::Result<bool> {
@@ -451,7 +470,13 @@ fn report(event: &LoopEvent) {
 /// The core's error with the command that is the user's next step from the command line.
 fn with_next_step(err: ManagerError) -> anyhow::Error {
     let next_step = match &err {
-        ManagerError::UnknownPhase(_) => "; `loopr status` lists the project's loops".to_owned(),
+        ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
+            "; `loopr status` lists the project's loops".to_owned()
+        }
+        ManagerError::CodeLoopInterrupted { id } => format!(
+            "; `loopr resume` goes on with it (and with the project's other loops that no host \
+             runs), `loopr cancel {id}` cancels it"
+        ),
         ManagerError::NoCodeLoop(phase) => format!("; start one with `loopr run {phase}`"),
         _ => return err.into(),
     };
@@ -520,7 +545,7 @@ pub fn print_status(
     if interrupted > 0 {
         say!(
             "loopr: {interrupted} loop(s) interrupted: the host running them exited; `loopr \
-             resume` continues them"
+             resume` continues them, `loopr cancel <id>` ends one"
         );
     }
     Ok(())

@@ -83,6 +83,15 @@ enum Command {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
+    /// Cancel a loop and every active loop below it, as :LooprCancel does: one no host runs
+    /// (waiting, or interrupted) ends at once, one another host runs is stopped by that host.
+    Cancel {
+        /// The loop's id (`loopr status` lists them).
+        id: String,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Exit 0 when the project has Loopr state (its database under $LOOPR_HOME), 1 when it
     /// has none, 2 on error. Creates nothing; the plugin asks this at startup so that it
     /// starts no host in projects Loopr was never used in.
@@ -193,6 +202,7 @@ fn main() -> ExitCode {
             root,
             settings,
         } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
+        Command::Cancel { id, root } => run_cancel(credentials, root, &id),
         Command::Transcript { id, root } => {
             loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))
         }
@@ -356,6 +366,18 @@ fn run_resume(
     ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     require_all_complete(all_complete?)
+}
+
+fn run_cancel(credentials: SharedEnv, root: PathBuf, id: &str) -> anyhow::Result<()> {
+    let runtime = runtime()?;
+    let cancelled = runtime.block_on(loopr::cli::cancel(
+        loopr_home()?,
+        provider_factory(credentials),
+        root,
+        id,
+    ));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    cancelled
 }
 
 fn run_code(

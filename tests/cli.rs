@@ -1586,6 +1586,28 @@ fn requests_of_killed_plan(fake: &FakeLlm) -> usize {
         .count()
 }
 
+/// Starts a `loopr plan` whose host lives, its first turn held until the returned `Notify`
+/// releases it, and returns once it has asked the model (after the killed plan's request).
+async fn live_plan_held_in_its_first_turn(
+    dirs: &TestDirs,
+    fake: &FakeLlm,
+) -> (tokio::process::Child, std::sync::Arc<tokio::sync::Notify>) {
+    let (answer, release) = scenario::create_plan_turn("live", valid_plan()).held();
+    fake.push_routed("Add a --version flag", answer);
+    let live = scenario::loopr_command(dirs, fake, &scenario::PLAN_ARGS)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start loopr plan");
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        fake.wait_for_requests(2),
+    )
+    .await
+    .expect("the live plan asks the model");
+    (live, release)
+}
+
 /// A loop whose host was killed is `interrupted`, not `running`, in `loopr status` (with the
 /// command that continues it), while a loop a live host runs is `running`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1604,20 +1626,7 @@ async fn status_shows_a_loop_whose_host_was_killed_as_interrupted() {
         "{stderr}"
     );
 
-    // A plan whose host lives, held in its first turn.
-    let (answer, release) = scenario::create_plan_turn("live", valid_plan()).held();
-    fake.push_routed("Add a --version flag", answer);
-    let live = scenario::loopr_command(&dirs, &fake, &scenario::PLAN_ARGS)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start loopr plan");
-    tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        fake.wait_for_requests(2),
-    )
-    .await
-    .expect("the live plan asks the model");
+    let (live, release) = live_plan_held_in_its_first_turn(&dirs, &fake).await;
     let status = run_loopr(&dirs, &fake, &["status"]).await;
     let table = String::from_utf8_lossy(&status.stdout);
     assert_eq!(status_in_table(&table, &killed), "interrupted", "{table}");
@@ -1703,5 +1712,63 @@ async fn a_plan_runs_waits_for_and_reports_its_own_tree_only() {
         status_in_table(&table, &killed),
         "awaiting_approval",
         "{table}"
+    );
+}
+
+/// `loopr cancel` of a loop whose host was killed cancels it at once (no host is left to stop
+/// it), and a `loopr resume` afterwards runs nothing; of a loop a live host runs, it asks
+/// that host to stop it, which it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_an_interrupted_loop_at_once_and_a_running_one_through_its_host() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let killed = plan_killed_mid_turn(&dirs, &fake).await;
+    fake.push_routed(KILLED_TASK, tool_turn("plan", "create_plan", valid_plan()));
+
+    let cancelled = run_loopr(&dirs, &fake, &["cancel", &killed]).await;
+    let stderr = String::from_utf8_lossy(&cancelled.stderr);
+    assert!(cancelled.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("plan {killed} cancelled")),
+        "{stderr}"
+    );
+    let resumed = run_loopr(&dirs, &fake, &["resume"]).await;
+    assert_eq!(
+        requests_of_killed_plan(&fake),
+        1,
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let table = String::from_utf8_lossy(&resumed.stdout);
+    assert_eq!(status_in_table(&table, &killed), "cancelled", "{table}");
+
+    let (live, release) = live_plan_held_in_its_first_turn(&dirs, &fake).await;
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    let live_id = table
+        .lines()
+        .find(|row| row.split_whitespace().nth(3) == Some("running"))
+        .and_then(|row| row.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the live plan runs:\n{table}"))
+        .to_owned();
+    let cancelled = run_loopr(&dirs, &fake, &["cancel", &live_id]).await;
+    let stderr = String::from_utf8_lossy(&cancelled.stderr);
+    assert!(cancelled.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&live_id) && stderr.contains("another host"),
+        "{stderr}"
+    );
+    release.notify_one();
+    let live = tokio::time::timeout(std::time::Duration::from_secs(60), live.wait_with_output())
+        .await
+        .expect("the live plan ends")
+        .expect("run loopr plan");
+    let table = String::from_utf8_lossy(&live.stdout);
+    assert!(!live.status.success());
+    assert_eq!(
+        status_in_table(&table, &live_id),
+        "cancelled",
+        "{table}\n{}",
+        String::from_utf8_lossy(&live.stderr)
     );
 }

@@ -222,6 +222,65 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
     assert!(stderr.contains("wait for review"), "{stderr}");
 }
 
+/// The id and status of the first code loop in `loopr status`'s table.
+async fn code_loop_in_status(dirs: &TestDirs, fake: &FakeLlm) -> (String, String) {
+    let status = run_loopr(dirs, fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    let row: Vec<&str> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.get(1) == Some(&"code"))
+        .unwrap_or_else(|| panic!("no code loop in:\n{table}"));
+    (row[0].to_owned(), row[3].to_owned())
+}
+
+/// A `loopr run` killed while its code loop waits for the model leaves that loop
+/// interrupted: the next `loopr run` of the phase is refused with what happened and the
+/// command line's two ways on, `loopr resume` and `loopr cancel <id>`; once it is cancelled
+/// (at once: no host is left to stop it), `loopr run` implements the phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    fake.push_routed(code_route(), scenario::stalled_turn("Looking."));
+    let run = ["run", "print-version", "--yes", "--unsandboxed"];
+    scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 1).await;
+    let (id, status) = code_loop_in_status(&dirs, &fake).await;
+    assert_eq!(status, "interrupted");
+
+    let refused = run_loopr(&dirs, &fake, &run).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!("loop {id}"))
+            && stderr.contains("interrupted")
+            && stderr.contains("`loopr resume`")
+            && stderr.contains(&format!("`loopr cancel {id}`"))
+            && !stderr.contains(":Loopr"),
+        "{stderr}"
+    );
+
+    let cancelled = run_loopr(&dirs, &fake, &["cancel", &id]).await;
+    let stderr = String::from_utf8_lossy(&cancelled.stderr);
+    assert!(cancelled.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("code {id} cancelled")), "{stderr}");
+    assert_eq!(
+        code_loop_in_status(&dirs, &fake).await,
+        (id.clone(), "cancelled".to_owned())
+    );
+
+    fake.push_routed(code_route(), scenario::complete_phase_turn("nothing to do"));
+    let output = run_loopr(&dirs, &fake, &run).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!stdout.contains(&id), "its own code loop only: {stdout}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validation_command_on_the_deny_list_never_runs() {
     let fake = FakeLlm::start().await;

@@ -458,7 +458,8 @@ local function starting_with(items, arglead)
   end, items)
 end
 
----Complete ids of active loops: pending, running, awaiting approval or paused (for `:LooprCancel`).
+---Complete ids of loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
+---interrupted.
 ---@param arglead string
 ---@return string[]
 function M.complete_loop_ids(arglead)

@@ -8,8 +8,10 @@ local NAME_WIDTH = 40
 local INDENT = '  '
 local MIN_HEIGHT = 3
 local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
----Statuses of loops that still run or wait (the host's `LoopStatus::is_active`).
-local ACTIVE = { pending = true, running = true, awaiting_approval = true, paused = true }
+---Statuses of loops a cancel ends: those that still run or wait (the host's
+---`LoopStatus::is_active`), and interrupted ones, which it ends for good.
+local CANCELLABLE =
+  { pending = true, running = true, awaiting_approval = true, paused = true, interrupted = true }
 
 -- Highlight groups, linked by default so that colour schemes can restyle them.
 vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
@@ -353,22 +355,22 @@ local function label(r)
   return ('%s %s'):format(r.type, type(r.name) == 'string' and r.name or r.id)
 end
 
----The loops below loop `id` (in `records`, as rendered) that are still active.
+---The loops below loop `id` (in `records`, as rendered) that a cancel ends.
 ---@param records (loopr.LoopRecord|false)[]
 ---@param id string
 ---@return loopr.LoopRecord[]
-local function active_descendants(records, id)
-  local below, active = { [id] = true }, {}
+local function cancellable_descendants(records, id)
+  local below, cancellable = { [id] = true }, {}
   -- Records are in tree order: every loop comes after its parent.
   for _, r in ipairs(records) do
     if r and below[parent_of(r) or ''] then
       below[r.id] = true
-      if ACTIVE[r.status] then
-        table.insert(active, r)
+      if CANCELLABLE[r.status] then
+        table.insert(cancellable, r)
       end
     end
   end
-  return active
+  return cancellable
 end
 
 ---Buffer-local keymaps acting on the loop under the cursor.
@@ -426,9 +428,9 @@ local function keymaps(buf)
     end)
   end)
   on_loop('x', 'Loopr: cancel this loop and its descendants', function(r, root)
-    local active = active_descendants(vim.b[buf].loopr_records or {}, r.id)
-    if #active > 0 then
-      local question = ('Cancel %s and its %d active descendant loop(s)?'):format(label(r), #active)
+    local below = cancellable_descendants(vim.b[buf].loopr_records or {}, r.id)
+    if #below > 0 then
+      local question = ('Cancel %s and its %d unfinished descendant loop(s)?'):format(label(r), #below)
       if vim.fn.confirm(question, '&Yes\n&No', 2) ~= 1 then
         return
       end

@@ -17,6 +17,7 @@ mod tree_operations;
 
 pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
+pub use tree_operations::Cancelled;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -101,6 +102,13 @@ pub enum ManagerError {
          for review or were invalidated cannot run)"
     )]
     UnknownPhase(String),
+    #[error("loop {id} is {status}; the phase changed while its code loop was being created")]
+    PhaseChanged { id: String, status: &'static str },
+    #[error(
+        "loop {id}, this phase's code loop, is interrupted (the host that ran it is gone); \
+         retry it to go on from where it stopped, or cancel it to start a new one"
+    )]
+    CodeLoopInterrupted { id: String },
     #[error("no code loop has run for phase {0:?}")]
     NoCodeLoop(String),
     #[error(transparent)]

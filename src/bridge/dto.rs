@@ -353,7 +353,8 @@ pub struct ReviseParams {
 #[serde(deny_unknown_fields)]
 pub struct LoopIdsParams {
     pub root: PathBuf,
-    /// Only loops `:LooprCancel` stops: pending, running, awaiting approval or paused.
+    /// Only loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
+    /// interrupted.
     #[serde(default)]
     pub running_only: bool,
     /// Only loops `:LooprApprove` takes: awaiting approval, or paused or held at a budget.
@@ -369,7 +370,7 @@ impl LoopIdsParams {
                 LoopStatus::AwaitingApproval | LoopStatus::Paused
             ) || crate::store::held_at_budget(record)
         } else if self.running_only {
-            record.status.is_active()
+            record.status.is_active() || record.status == LoopStatus::Interrupted
         } else {
             true
         }

@@ -282,12 +282,12 @@ impl RpcHandler {
             }
             "cancel" => {
                 let params: CancelParams = params(method, args)?;
-                let id = self
+                let cancelled = self
                     .manager
                     .cancel(&params.root, params.id.as_deref())
                     .map_err(manager_error)?;
                 to_value(&LoopIdReply {
-                    loop_id: id.to_string(),
+                    loop_id: cancelled.id.to_string(),
                 })
             }
             "loop_ids" => {

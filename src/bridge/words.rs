@@ -10,7 +10,12 @@ pub fn manager_error(err: ManagerError) -> String {
             "; name one: :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
                 .to_owned()
         }
-        ManagerError::UnknownPhase(_) => "; see :LooprStatus".to_owned(),
+        ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
+            "; see :LooprStatus".to_owned()
+        }
+        ManagerError::CodeLoopInterrupted { id } => {
+            format!("; :LooprRetry {id} retries it, :LooprCancel {id} cancels it")
+        }
         ManagerError::NoCodeLoop(phase) => format!("; start one with :LooprRun {phase}"),
         _ => String::new(),
     };

@@ -3,8 +3,9 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, plan_and_approve,
-    requests_routed, run_code_loop, start_editor, tool_results, tool_turn, wait_all_complete,
+    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, killed_at_request,
+    plan_and_approve, requests_routed, run_code_loop, stalled_turn, start_editor, tool_results,
+    tool_turn, wait_all_complete,
 };
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
@@ -819,5 +820,47 @@ async fn fifos_and_device_links_in_the_project_never_hang_a_code_loop_or_its_can
         None
     );
     editor.wait_status(&slow_id, "cancelled").await;
+    editor.quit().await;
+}
+
+/// A `loopr run` killed while its code loop waits for the model leaves the phase's code loop
+/// interrupted. `:LooprRun` of the phase is refused with what happened and both ways on
+/// (`:LooprRetry`, `:LooprCancel`, each naming the loop); once it is cancelled, `:LooprRun`
+/// starts a new code loop, which completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_a_phase_whose_code_loop_was_interrupted_names_retry_and_cancel() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
+    fake.push_routed(&code_route("print-version"), stalled_turn("Looking."));
+    let asked = fake.requests().len() + 1;
+    let run = ["run", "print-version", "--yes", "--unsandboxed"];
+    killed_at_request(&editor.dirs, &fake, &run, asked).await;
+    let interrupted = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|record| record["type"] == "code")
+        .expect("the killed run's code loop");
+    assert_eq!(interrupted["status"], "interrupted", "{interrupted}");
+    let id = interrupted["id"].as_str().expect("id").to_owned();
+
+    let refused = editor
+        .command("LooprRun print-version")
+        .await
+        .expect("refused while the phase has a code loop");
+    assert!(
+        refused.contains(&format!("loop {id}"))
+            && refused.contains("interrupted")
+            && refused.contains(&format!(":LooprRetry {id}"))
+            && refused.contains(&format!(":LooprCancel {id}")),
+        "{refused}"
+    );
+
+    assert_eq!(editor.command(&format!("LooprCancel {id}")).await, None);
+    editor.wait_status(&id, "cancelled").await;
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    assert_ne!(code_id, id);
+    editor.wait_status(&code_id, "complete").await;
     editor.quit().await;
 }

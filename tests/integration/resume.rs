@@ -90,13 +90,10 @@ async fn has_state_answers_by_exit_code() {
     );
 }
 
-/// A `loopr plan` killed mid-turn while Neovim has the project open: Neovim's status (the
-/// same query as `loopr status`) shows its loop interrupted, not running, and `:LooprRetry`
-/// continues it from its stored conversation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_loop_whose_host_was_killed_is_interrupted_in_the_status_and_retried() {
-    let fake = FakeLlm::start().await;
-    let mut editor = start_editor_in(TestDirs::new(), &fake, SETUP).await;
+/// An editor whose host has the project open, and the id of the plan loop a `loopr plan`,
+/// killed mid-turn meanwhile, left: Neovim's status shows it interrupted.
+async fn editor_beside_a_killed_plan(fake: &FakeLlm) -> (crate::nvim::TestNvim, String) {
+    let editor = start_editor_in(TestDirs::new(), fake, SETUP).await;
     assert!(
         editor.status_records().await.is_empty(),
         "Neovim's host has the project open before the other host runs"
@@ -104,17 +101,26 @@ async fn a_loop_whose_host_was_killed_is_interrupted_in_the_status_and_retried()
     fake.push(stalled_turn("Working"));
     plan_killed_at_request(
         &editor.dirs,
-        &fake,
+        fake,
         "Add a --version flag",
         SETUP_SETTINGS,
         1,
     )
     .await;
-
     let records = editor.status_records().await;
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["status"], "interrupted", "{records:?}");
     let loop_id = records[0]["id"].as_str().expect("id").to_owned();
+    (editor, loop_id)
+}
+
+/// A `loopr plan` killed mid-turn while Neovim has the project open: Neovim's status (the
+/// same query as `loopr status`) shows its loop interrupted, not running, and `:LooprRetry`
+/// continues it from its stored conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_whose_host_was_killed_is_interrupted_in_the_status_and_retried() {
+    let fake = FakeLlm::start().await;
+    let (mut editor, loop_id) = editor_beside_a_killed_plan(&fake).await;
 
     fake.push(create_plan_turn("toolu_plan", valid_plan()));
     assert_eq!(editor.command(&format!("LooprRetry {loop_id}")).await, None);
@@ -125,5 +131,39 @@ async fn a_loop_whose_host_was_killed_is_interrupted_in_the_status_and_retried()
         requests[0].body, requests[1].body,
         "the retried loop asks again what the killed one asked"
     );
+    editor.quit().await;
+}
+
+/// `:LooprCancel` of a loop whose host was killed ends it at once: no host is left to stop it,
+/// so it is cancelled where it stands (its status says so), and a resume afterwards neither
+/// adopts nor runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_loop_whose_host_was_killed_ends_it_and_no_resume_runs_it() {
+    let fake = FakeLlm::start().await;
+    let (mut editor, loop_id) = editor_beside_a_killed_plan(&fake).await;
+    let offered: Vec<String> = editor
+        .lua("return vim.fn.getcompletion('LooprCancel ', 'cmdline')")
+        .await;
+    assert_eq!(offered, vec![loop_id.clone()], "<Tab> offers it to cancel");
+
+    assert_eq!(
+        editor.command(&format!("LooprCancel {loop_id}")).await,
+        None
+    );
+    // Answered once its transaction is done: what it changed is in the status now.
+    let records = editor.status_records().await;
+    assert_eq!(records[0]["status"], "cancelled", "{records:?}");
+    editor.wait_status(&loop_id, "cancelled").await;
+
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let resumed = run_loopr(&editor.dirs, &fake, &["resume"]).await;
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the resume ran the cancelled loop: {}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let records = editor.status_records().await;
+    assert_eq!(records[0]["status"], "cancelled", "{records:?}");
     editor.quit().await;
 }

@@ -7,8 +7,8 @@ use serde_json::Value;
 use crate::fake_llm::{FakeLlm, error_reply};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    create_plan_turn, plan_and_approve, plan_route, script_revised_spec, spec_route, stalled_turn,
-    start_editor, valid_plan, wait_settled,
+    create_plan_turn, killed_at_request, one_spec_plan, plan_and_approve, plan_route,
+    script_revised_spec, spec_route, stalled_turn, start_editor, valid_plan, wait_settled,
 };
 
 /// The status buffer's lines, the current window's height, and the highlight group of each
@@ -188,6 +188,74 @@ async fn x_asks_before_cancelling_a_running_tree_and_k_shows_the_whole_error() {
     assert_eq!(
         spec_status,
         Some(Value::from("running")),
+        "answering no cancels nothing"
+    );
+    editor.type_keys("xy").await;
+    editor.wait_status(&spec_id, "cancelled").await;
+    editor.quit().await;
+}
+
+/// `x` on a finished plan whose one spec was interrupted (the `loopr plan` running it was
+/// killed) asks first too: the cancel ends that spec for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_asks_before_cancelling_a_tree_with_an_interrupted_loop() {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(
+        plan_route(),
+        create_plan_turn("toolu_plan", one_spec_plan()),
+    );
+    fake.push_routed(&spec_route("version-flag"), stalled_turn("Writing"));
+    let mut editor = start_editor(&fake, "{}").await;
+    assert!(
+        editor.status_records().await.is_empty(),
+        "Neovim's host has the project open before the other host runs"
+    );
+    editor.attach_ui(120, 40).await;
+    let plan = [
+        "plan",
+        "Add a --version flag",
+        "--approve-all",
+        "--settings",
+        r#"{"plan_review_passes": 0, "spec_review": false}"#,
+    ];
+    killed_at_request(&editor.dirs, &fake, &plan, 2).await;
+    let records = editor.status_records().await;
+    let id_of = |loop_type: &str, name: Option<&str>| {
+        records
+            .iter()
+            .find(|r| r["type"] == loop_type && r["name"].as_str() == name)
+            .and_then(|r| r["id"].as_str())
+            .unwrap_or_else(|| panic!("no {loop_type} {name:?}: {records:?}"))
+            .to_owned()
+    };
+    let (plan_id, spec_id) = (id_of("plan", None), id_of("spec", Some("version-flag")));
+    assert_eq!(records.len(), 2, "{records:?}");
+    let spec_status = |records: &[Value]| {
+        records
+            .iter()
+            .find(|r| r["id"] == spec_id.as_str())
+            .map(|r| r["status"].clone())
+    };
+    assert_eq!(spec_status(&records), Some(Value::from("interrupted")));
+
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let view = status_view(&editor).await;
+    let plan_row = view["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .position(|line| line.as_str().is_some_and(|line| line.contains(&plan_id)))
+        .map(|index| index + 1)
+        .unwrap_or_else(|| panic!("no row for {plan_id}: {view}"));
+    editor
+        .exec(&format!(
+            "vim.api.nvim_win_set_cursor(0, {{ {plan_row}, 0 }})"
+        ))
+        .await;
+    editor.type_keys("xn").await;
+    assert_eq!(
+        spec_status(&editor.status_records().await),
+        Some(Value::from("interrupted")),
         "answering no cancels nothing"
     );
     editor.type_keys("xy").await;

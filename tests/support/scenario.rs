@@ -389,19 +389,37 @@ pub async fn plan_killed_at_request(
     settings: &str,
     requests: usize,
 ) -> crate::fake_llm::RecordedRequest {
-    let mut plan = loopr_command(dirs, fake, &["plan", task, "--settings", settings])
+    killed_at_request(
+        dirs,
+        fake,
+        &["plan", task, "--settings", settings],
+        requests,
+    )
+    .await
+}
+
+/// Runs `loopr <args>` until the model got `requests` requests in all (the last one left
+/// unanswered), and kills it there (SIGKILL): its loops stay running in the store, their host
+/// gone. Returns that last request.
+pub async fn killed_at_request(
+    dirs: &crate::nvim::TestDirs,
+    fake: &FakeLlm,
+    args: &[&str],
+    requests: usize,
+) -> crate::fake_llm::RecordedRequest {
+    let mut run = loopr_command(dirs, fake, args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("start loopr plan");
+        .expect("start loopr");
     let mut asked = tokio::time::timeout(
         std::time::Duration::from_secs(60),
         fake.wait_for_requests(requests),
     )
     .await
     .expect("the model is asked");
-    plan.start_kill().expect("SIGKILL");
-    plan.wait().await.expect("wait");
+    run.start_kill().expect("SIGKILL");
+    run.wait().await.expect("wait");
     asked.swap_remove(requests - 1)
 }
 

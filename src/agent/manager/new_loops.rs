@@ -67,11 +67,20 @@ impl LoopManager {
             ),
             ..LoopRecord::new_pending(LoopType::Code, &phase_record.task, settings.to_json())
         };
-        match project
-            .db
-            .insert_code_loop(&record, phase_record, self.shared.host_pid)?
-        {
+        let inserted =
+            project
+                .db
+                .insert_code_loop(&record, phase_record, self.shared.host_pid, |owner| {
+                    self.host_is_gone(owner)
+                })?;
+        match inserted {
             Ok(()) => {}
+            Err(CodeLoopRefused::Busy {
+                id,
+                status: LoopStatus::Interrupted,
+            }) => {
+                return Err(ManagerError::CodeLoopInterrupted { id: id.to_string() });
+            }
             Err(CodeLoopRefused::Busy { id, status }) => {
                 return Err(ManagerError::WrongState {
                     id: id.to_string(),
@@ -80,11 +89,9 @@ impl LoopManager {
                 });
             }
             Err(CodeLoopRefused::PhaseChanged(now)) => {
-                return Err(ManagerError::WrongState {
+                return Err(ManagerError::PhaseChanged {
                     id: phase_record.id.to_string(),
                     status: now.status.as_str(),
-                    hint: "the phase changed while its code loop was being created; see \
-                           :LooprStatus",
                 });
             }
         }

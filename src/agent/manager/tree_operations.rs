@@ -12,6 +12,16 @@ use crate::store::{
     LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, held_at_budget, retryable,
 };
 
+/// What a cancel did.
+#[derive(Debug)]
+pub struct Cancelled {
+    /// The loop it was asked of.
+    pub id: LoopId,
+    /// Running loops of its tree that other hosts run: asked to stop, each ends cancelled
+    /// when its host checks, before its next turn.
+    pub run_elsewhere: Vec<LoopId>,
+}
+
 impl LoopManager {
     /// Approves loop `id` (or the newest loop awaiting approval, paused or held at its
     /// budget): it completes and its children spawn from its stored artifact. A paused or
@@ -177,19 +187,23 @@ impl LoopManager {
     }
 
     /// Cancels loop `id` (or the newest active loop) and every active loop below it; a finished
-    /// plan can be given to stop the specs and phases it spawned.
-    pub fn cancel(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
+    /// plan can be given to stop the specs and phases it spawned. Loops no host runs (waiting,
+    /// or interrupted: their host is gone) are cancelled at once; this host's running ones are
+    /// stopped; other hosts stop theirs before their next turn.
+    pub fn cancel(&self, root: &Path, id: Option<&str>) -> Result<Cancelled, ManagerError> {
         let project = self.project(root)?;
         let target = match id.map(str::trim).filter(|id| !id.is_empty()) {
             Some(id) => self.record(&project, id)?,
-            None => project
-                .db
-                .list()?
+            // As the user sees them: an interrupted loop is ended only when named.
+            None => self
+                .seen(&project)?
                 .into_iter()
                 .find(|record| record.status.is_active())
                 .ok_or(ManagerError::NothingTo("running"))?,
         };
-        let tree = project.db.cancel_tree(&target.id)?;
+        let tree = project
+            .db
+            .cancel_tree(&target.id, |owner| self.host_is_gone(owner))?;
         if tree.is_empty() {
             return Err(ManagerError::WrongState {
                 id: target.id.to_string(),
@@ -200,16 +214,20 @@ impl LoopManager {
         for change in tree.changes {
             self.emit_change(change);
         }
-        for id in &tree.running {
+        let mut run_elsewhere = Vec::new();
+        for id in tree.running {
             // Registered before its claim, so a loop the scheduler is starting right now is
             // found here too; its supervisor records the cancellation when the task stops.
-            // (A loop another host runs is stopped by that host.)
-            if let Some(token) = lock(&self.shared.running).get(id) {
-                token.cancel();
+            match lock(&self.shared.running).get(&id) {
+                Some(token) => token.cancel(),
+                None => run_elsewhere.push(id),
             }
         }
-        tracing::info!(loop_id = %target.id, "cancel requested");
-        Ok(target.id)
+        tracing::info!(loop_id = %target.id, run_elsewhere = run_elsewhere.len(), "cancel requested");
+        Ok(Cancelled {
+            id: target.id,
+            run_elsewhere,
+        })
     }
 
     /// Tells the shells that `record` completed and `children` appeared.

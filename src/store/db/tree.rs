@@ -94,10 +94,11 @@ fn waits_for_budget(record: &LoopRecord) -> bool {
 /// What `cancel_tree` did.
 #[derive(Debug, Default)]
 pub struct CancelledTree {
-    /// In order: each loop it cancelled (it was pending or awaiting approval), followed by the
-    /// loops that waited for it and failed with it.
+    /// In order: each loop it cancelled (it was pending, awaiting approval, paused, or
+    /// running for a host that is gone), followed by the loops that waited for it and failed
+    /// with it.
     pub changes: Vec<StatusChange>,
-    /// Running loops, for their host to stop (their supervisor records the end).
+    /// Running loops of live hosts, for their host to stop (their supervisor records the end).
     pub running: Vec<LoopId>,
 }
 
@@ -139,7 +140,7 @@ pub fn retryable(status: LoopStatus) -> bool {
 pub enum CodeLoopRefused {
     /// The phase is no longer as the caller chose it; its state now.
     PhaseChanged(Refused),
-    /// The phase already has this active code loop.
+    /// The phase already has this active code loop (or interrupted one: its host is gone).
     Busy { id: LoopId, status: LoopStatus },
 }
 
@@ -216,12 +217,14 @@ impl LoopDb {
     /// Inserts `code`, a code loop for `phase` (its parent), if the phase is still as the
     /// caller read it (same status and iteration: not revised or invalidated since) and has
     /// no active code loop: two hosts starting one for the same phase at once cannot both
-    /// succeed.
+    /// succeed. The active one it refuses for is reported as the user sees it: interrupted
+    /// when it runs for a host that is gone (`host_is_gone(owner)`).
     pub fn insert_code_loop(
         &self,
         code: &LoopRecord,
         phase: &LoopRecord,
         host_pid: u32,
+        host_is_gone: impl FnOnce(u32) -> bool,
     ) -> Result<Result<(), CodeLoopRefused>, StoreError> {
         let path = self.path.clone();
         self.checked_transaction(&phase.id, |transaction| {
@@ -238,9 +241,15 @@ impl LoopDb {
                 .into_iter()
                 .find(|child| child.loop_type == LoopType::Code && child.status.is_active());
             if let Some(active) = active {
+                let interrupted = active.status == LoopStatus::Running
+                    && host_is_gone(owner_in(transaction, &active.id)?);
                 return Ok(Checked::Refused(CodeLoopRefused::Busy {
                     id: active.id,
-                    status: active.status,
+                    status: if interrupted {
+                        LoopStatus::Interrupted
+                    } else {
+                        active.status
+                    },
                 }));
             }
             insert_row(transaction, code, host_pid)?;
@@ -306,14 +315,8 @@ impl LoopDb {
             let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
                 return Ok(Checked::Unknown);
             };
-            let interrupted = record.status == LoopStatus::Running && {
-                let owner: u32 = transaction.query_row(
-                    "SELECT host_pid FROM loops WHERE id = ?1",
-                    params![id.as_str()],
-                    |row| row.get(0),
-                )?;
-                host_is_gone(owner)
-            };
+            let interrupted =
+                record.status == LoopStatus::Running && host_is_gone(owner_in(transaction, id)?);
             if !retryable(record.status) && !interrupted {
                 return Ok(Checked::Refused(Refused {
                     status: record.status,
@@ -330,10 +333,15 @@ impl LoopDb {
     }
 
     /// Cancels loop `id` and every loop below it, in one transaction: loops no task runs
-    /// (pending, awaiting approval) become cancelled here, and the pending siblings that
-    /// waited for one of them fail (and those waiting for them); running ones get
-    /// `cancel_requested` and are returned for their host to stop.
-    pub fn cancel_tree(&self, id: &LoopId) -> Result<CancelledTree, StoreError> {
+    /// (pending, awaiting approval, paused, and interrupted ones: running for a host that is
+    /// gone, `host_is_gone(owner)`, which will never stop them) become cancelled here, and the
+    /// pending siblings that waited for one of them fail (and those waiting for them); running
+    /// ones of live hosts get `cancel_requested` and are returned for their host to stop.
+    pub fn cancel_tree(
+        &self,
+        id: &LoopId,
+        host_is_gone: impl Fn(u32) -> bool,
+    ) -> Result<CancelledTree, StoreError> {
         let path = self.path.clone();
         self.with_transaction(|transaction| {
             let Some((target, _)) = loop_in(transaction, id, &path)? else {
@@ -345,22 +353,26 @@ impl LoopDb {
             let mut cancelled = Vec::new();
             let mut outcome = CancelledTree::default();
             for record in tree {
-                match record.status {
+                let host_stops_it = match record.status {
                     LoopStatus::Pending | LoopStatus::AwaitingApproval | LoopStatus::Paused => {
-                        transaction.execute(
-                            "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        cancelled.push(record);
+                        false
                     }
-                    LoopStatus::Running => {
-                        transaction.execute(
-                            "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
-                            params![record.id.as_str(), now],
-                        )?;
-                        outcome.running.push(record.id);
-                    }
-                    _ => {}
+                    // A host that is gone never will: the loop is cancelled here.
+                    LoopStatus::Running => !host_is_gone(owner_in(transaction, &record.id)?),
+                    _ => continue,
+                };
+                if host_stops_it {
+                    transaction.execute(
+                        "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
+                        params![record.id.as_str(), now],
+                    )?;
+                    outcome.running.push(record.id);
+                } else {
+                    transaction.execute(
+                        "UPDATE loops SET status = 'cancelled', updated_at = ?2 WHERE id = ?1",
+                        params![record.id.as_str(), now],
+                    )?;
+                    cancelled.push(record);
                 }
             }
             // After the whole tree is cancelled, so its own loops are not failed as well.
@@ -635,6 +647,15 @@ impl LoopDb {
             Checked::Unknown => Err(StoreError::UnknownLoop(id.to_string())),
         }
     }
+}
+
+/// The pid of the host loop `id` belongs to, read through `connection`.
+fn owner_in(connection: &Connection, id: &LoopId) -> rusqlite::Result<u32> {
+    connection.query_row(
+        "SELECT host_pid FROM loops WHERE id = ?1",
+        params![id.as_str()],
+        |row| row.get(0),
+    )
 }
 
 /// Loop `id` and whether a cancel was asked of it, read through `connection` (inside the
@@ -1442,7 +1463,7 @@ mod tests {
             .expect("insert");
         let plan = id("plan-1");
         assert!(db.still_wanted(&plan).expect("wanted"));
-        let tree = db.cancel_tree(&plan).expect("cancel");
+        let tree = db.cancel_tree(&plan, |_| false).expect("cancel");
         assert_eq!(tree.running, vec![plan.clone()]);
         assert!(tree.changes.is_empty(), "a running loop ends when it stops");
         assert!(!db.still_wanted(&plan).expect("wanted"), "the loop sees it");
@@ -1510,7 +1531,7 @@ mod tests {
                 node("spec-e", Some("plan-1"), "e", LoopStatus::Pending),
             ],
         );
-        let tree = db.cancel_tree(&id("spec-a")).expect("cancel");
+        let tree = db.cancel_tree(&id("spec-a"), |_| false).expect("cancel");
         let failed = |loop_id: &str, reason: &str| StatusChange {
             error: Some(reason.to_owned()),
             ..change(loop_id, LoopType::Plan, LoopStatus::Failed)
@@ -1545,9 +1566,69 @@ mod tests {
             Some("its dependency b ended failed".to_owned())
         );
         assert!(
-            db.cancel_tree(&id("phase-a3")).expect("cancel").is_empty(),
+            db.cancel_tree(&id("phase-a3"), |_| false)
+                .expect("cancel")
+                .is_empty(),
             "nothing active below a finished loop"
         );
+    }
+
+    /// A running loop whose host is gone is cancelled at once, as a pending one is, with its
+    /// dependents failed: no host will ever stop it, and no host adopts it later. A running
+    /// loop of a live host is only asked to stop.
+    #[test]
+    fn cancelling_a_loop_whose_host_is_gone_ends_it_at_once() {
+        const GONE: u32 = 2;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        insert_all(
+            &db,
+            &[
+                node("plan-1", None, "plan", LoopStatus::Complete),
+                node("spec-live", Some("plan-1"), "live", LoopStatus::Running),
+                waiting_for(
+                    &["a"],
+                    node("spec-b", Some("plan-1"), "b", LoopStatus::Pending),
+                ),
+            ],
+        );
+        db.insert(
+            &node("spec-a", Some("plan-1"), "a", LoopStatus::Running),
+            GONE,
+        )
+        .expect("insert");
+        let gone = |owner: u32| owner == GONE;
+
+        let tree = db.cancel_tree(&id("spec-a"), gone).expect("cancel");
+        assert_eq!(
+            tree.changes,
+            vec![
+                change("spec-a", LoopType::Plan, LoopStatus::Cancelled),
+                StatusChange {
+                    error: Some("its dependency a ended cancelled".to_owned()),
+                    ..change("spec-b", LoopType::Plan, LoopStatus::Failed)
+                },
+            ]
+        );
+        assert!(tree.running.is_empty(), "no host is asked to stop it");
+        let tree = db.cancel_tree(&id("plan-1"), gone).expect("cancel");
+        assert!(tree.changes.is_empty());
+        assert_eq!(tree.running, vec![id("spec-live")]);
+        assert!(db.cancel_requested(&id("spec-live")).expect("flag"));
+        assert_eq!(
+            statuses(&db),
+            expected(&[
+                ("plan-1", LoopStatus::Complete),
+                ("spec-live", LoopStatus::Running),
+                ("spec-a", LoopStatus::Cancelled),
+                ("spec-b", LoopStatus::Failed),
+            ])
+        );
+        assert!(
+            db.adopt_orphans(3, gone).expect("adopt").is_empty(),
+            "a resume finds nothing of it to run"
+        );
+        assert!(!db.claim(&id("spec-a"), 3).expect("claim"));
     }
 
     #[test]
@@ -1696,7 +1777,7 @@ mod tests {
             .expect("approve")
             .expect("its last good iteration is approvable");
         // A cancel asked while it ran, which then failed: not approvable.
-        db.cancel_tree(&id("plan-c")).expect("cancel");
+        db.cancel_tree(&id("plan-c"), |_| false).expect("cancel");
         db.end_running(&id("plan-c"), LoopStatus::Failed, Some("boom"))
             .expect("end");
         let refused = |status, cancel_requested| {
@@ -1811,18 +1892,29 @@ mod tests {
         };
         insert_all(&db, &[phase.clone(), earlier]);
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-1", &phase), &phase, 1)
+            db.insert_code_loop(&code_loop_for("code-1", &phase), &phase, 1, |_| false)
                 .expect("insert"),
             Ok(()),
             "a code loop that ended does not block the next"
         );
         // Chosen by a host that read the phase before another host started code-1.
+        let code_2 = code_loop_for("code-2", &phase);
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-2", &phase), &phase, 1)
+            db.insert_code_loop(&code_2, &phase, 1, |_| false)
                 .expect("insert"),
             Err(CodeLoopRefused::Busy {
                 id: id("code-1"),
                 status: LoopStatus::Pending
+            })
+        );
+        // Its host, 1, started it and was killed.
+        assert!(db.claim(&id("code-1"), 1).expect("claim"));
+        assert_eq!(
+            db.insert_code_loop(&code_2, &phase, 2, |owner| owner == 1)
+                .expect("insert"),
+            Err(CodeLoopRefused::Busy {
+                id: id("code-1"),
+                status: LoopStatus::Interrupted
             })
         );
         db.set_status(&id("code-1"), LoopStatus::Cancelled, None)
@@ -1831,7 +1923,7 @@ mod tests {
             .expect("revise")
             .expect("revisable");
         assert_eq!(
-            db.insert_code_loop(&code_loop_for("code-3", &phase), &phase, 1)
+            db.insert_code_loop(&code_loop_for("code-3", &phase), &phase, 1, |_| false)
                 .expect("insert"),
             Err(CodeLoopRefused::PhaseChanged(Refused {
                 status: LoopStatus::Pending,
