@@ -34,6 +34,7 @@ pub use manager::{
     provider_factory,
 };
 pub use phases::PhaseLookupError;
+pub use progress::approximate_tokens;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};

@@ -400,6 +400,11 @@ async fn the_terminal_never_gets_a_control_character_from_outside() {
 
 /// The COST cell of the row of loop type `loop_type` in a summary table.
 fn cost_of(table: &str, loop_type: &str) -> String {
+    cell_of(table, loop_type, "COST")
+}
+
+/// The cell in column `name` of the first row of loop type `loop_type` in a summary table.
+fn cell_of(table: &str, loop_type: &str, name: &str) -> String {
     let header: Vec<&str> = table
         .lines()
         .next()
@@ -408,8 +413,8 @@ fn cost_of(table: &str, loop_type: &str) -> String {
         .collect();
     let column = header
         .iter()
-        .position(|name| *name == "COST")
-        .unwrap_or_else(|| panic!("no COST column: {table}"));
+        .position(|column| *column == name)
+        .unwrap_or_else(|| panic!("no {name} column: {table}"));
     let row = table
         .lines()
         .skip(1)
@@ -417,7 +422,7 @@ fn cost_of(table: &str, loop_type: &str) -> String {
         .unwrap_or_else(|| panic!("no {loop_type} row: {table}"));
     row.split_whitespace()
         .nth(column)
-        .unwrap_or_else(|| panic!("no cost: {row}"))
+        .unwrap_or_else(|| panic!("no {name}: {row}"))
         .to_owned()
 }
 
@@ -481,6 +486,83 @@ async fn the_summary_and_the_status_show_what_each_loop_cost() {
     assert!(
         !refused.status.success() && stderr.contains("prices[\"m\"].input is -1"),
         "{stderr}"
+    );
+}
+
+/// `loopr plan` with `settings` against `fake` speaking OpenAI's chat completions.
+async fn openai_plan(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> std::process::Output {
+    scenario::loopr_command(
+        dirs,
+        fake,
+        &["plan", "Add a --version flag", "--settings", settings],
+    )
+    .env("OPENAI_BASE_URL", format!("{}/v1", fake.base_url()))
+    .output()
+    .await
+    .expect("run loopr plan")
+}
+
+/// A turn calling `name` as llama.cpp's servers answer: a model nobody priced, no usage
+/// reported.
+fn llama_call(id: &str, name: &str, input: Value) -> fake_llm::Reply {
+    TurnBuilder::new()
+        .model("gemma3")
+        .tool_use(id, name, input)
+        .without_usage()
+        .reply()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_a_server_does_not_report_are_estimated_shown_as_such_and_priced_unknown() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
+    let dirs = TestDirs::new();
+    fake.push(llama_call("call_plan", "create_plan", valid_plan()));
+    let output = openai_plan(
+        &dirs,
+        &fake,
+        r#"{"provider": "openai", "model": "gemma3", "plan_review_passes": 0}"#,
+    )
+    .await;
+    let summary = String::from_utf8_lossy(&output.stdout);
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let stored = String::from_utf8_lossy(&status.stdout);
+    for table in [&summary, &stored] {
+        for column in ["IN", "OUT"] {
+            let tokens = cell_of(table, "plan", column);
+            assert!(
+                tokens.starts_with('~') && tokens != "~0",
+                "{column} is an estimate: {table}"
+            );
+        }
+        assert_eq!(cost_of(table, "plan"), "?", "never $0.0000: {table}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_budget_counts_the_tokens_estimated_for_a_server_that_reports_none() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
+    let dirs = TestDirs::new();
+    fake.push(llama_call("call_list", "list_files", json!({})));
+    fake.push(llama_call("call_plan", "create_plan", valid_plan()));
+    // The first question alone (system prompt, tools, task) is well over 100 tokens.
+    let output = openai_plan(
+        &dirs,
+        &fake,
+        r#"{"provider": "openai", "model": "gemma3", "plan_review_passes": 0,
+            "budget": {"tokens": 100}}"#,
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the tree paused before its second question: {stdout}\n{stderr}"
+    );
+    assert_eq!(cell_of(&stdout, "plan", "STATUS"), "paused", "{stdout}");
+    assert!(
+        stdout.contains("reached its budget (~"),
+        "the budget says its count is an estimate: {stdout}"
     );
 }
 

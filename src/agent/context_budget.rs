@@ -61,8 +61,12 @@ fn bytes_to_tokens(bytes: u64) -> u64 {
 
 /// The estimated tokens of `message` as sent.
 pub fn estimate_message(message: &Message) -> u64 {
-    let bytes: u64 = message
-        .content
+    estimate_blocks(&message.content)
+}
+
+/// The estimated tokens of `blocks` (a message's content, an answer).
+pub fn estimate_blocks(blocks: &[ContentBlock]) -> u64 {
+    let bytes: u64 = blocks
         .iter()
         .map(|block| {
             BLOCK_OVERHEAD_BYTES

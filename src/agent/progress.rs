@@ -20,6 +20,28 @@ pub fn describe_tool_call(name: &str, input: &Value) -> String {
     }
 }
 
+/// A count of tokens Loopr estimated, as a person reads it: `~350`, `~1.2k`, `~48k`,
+/// `~1.3M` (an estimate's digits beyond these mean nothing).
+pub fn approximate_tokens(count: u64) -> String {
+    if count < 1_000 {
+        return format!("~{count}");
+    }
+    let tenths_of_thousands = (count + 50) / 100;
+    if tenths_of_thousands < 100 {
+        return format!(
+            "~{}.{}k",
+            tenths_of_thousands / 10,
+            tenths_of_thousands % 10
+        );
+    }
+    let thousands = (count + 500) / 1_000;
+    if thousands < 1_000 {
+        return format!("~{thousands}k");
+    }
+    let tenths_of_millions = (count + 50_000) / 100_000;
+    format!("~{}.{}M", tenths_of_millions / 10, tenths_of_millions % 10)
+}
+
 /// The progress line for `event`; streamed text has none (the transcript shows it).
 pub fn describe_provider_event(event: &ProviderEvent) -> Option<String> {
     Some(match event {
@@ -57,6 +79,26 @@ mod tests {
             describe_tool_call("grep", &json!({"pattern": "fn main"})),
             "searching for \"fn main\""
         );
+    }
+
+    #[test]
+    fn estimates_read_with_the_digits_that_mean_something() {
+        let cases = [
+            (0, "~0"),
+            (350, "~350"),
+            (999, "~999"),
+            (1_000, "~1.0k"),
+            (1_249, "~1.2k"),
+            (9_949, "~9.9k"),
+            (9_950, "~10k"),
+            (48_400, "~48k"),
+            (999_499, "~999k"),
+            (999_500, "~1.0M"),
+            (1_260_000, "~1.3M"),
+        ];
+        for (count, shown) in cases {
+            assert_eq!(approximate_tokens(count), shown, "{count}");
+        }
     }
 
     #[test]

@@ -316,25 +316,25 @@ impl Conversation {
                 context.progress(progress);
             }
         };
-        let turn = self.ask(context, &on_provider_event).await?;
+        let (turn, usage) = self.ask(context, &on_provider_event).await?;
         self.pending.extend(
             retries
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        self.usage.input_tokens += turn.usage.total_input();
-        self.usage.output_tokens += turn.usage.output_tokens;
+        self.usage.input_tokens += usage.total_input();
+        self.usage.output_tokens += usage.output_tokens;
         self.transcript.answer_end(
             &turn.content,
             &self.request.model,
-            &turn.usage,
+            &usage,
             turn.stop_reason.as_ref(),
             &turn.truncated_tool_calls,
         );
         self.pending.push(Entry::Assistant {
             content: turn.content.clone(),
             model: self.request.model.clone(),
-            usage: turn.usage,
+            usage,
             stop_reason: turn.stop_reason.clone(),
             truncated_tool_calls: turn.truncated_tool_calls.clone(),
         });
@@ -395,12 +395,36 @@ impl Conversation {
 
     /// Sends the conversation within its budget. A provider that still finds it too long (the
     /// budget is more than the model takes) is asked once more, with the budget lowered to
-    /// half of what it refused for the rest of the run.
+    /// half of what it refused for the rest of the run. Returns the answer and its tokens:
+    /// the server's count, else (a server that reports none) estimated from the request as
+    /// sent and the answer.
     async fn ask(
         &mut self,
         context: &LoopContext,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) -> Result<Turn, LlmError> {
+    ) -> Result<(Turn, Usage), LlmError> {
+        let (turn, sent) = self.ask_within_budget(context, on_event).await?;
+        let usage = match turn.usage {
+            Some(usage) => usage,
+            None => {
+                tracing::debug!(loop_id = %context.record.id, "the server reported no usage; estimating the tokens");
+                Usage {
+                    input_tokens: context_budget::estimate(&sent.messages, self.fixed_tokens),
+                    output_tokens: context_budget::estimate_blocks(&turn.content),
+                    estimated: true,
+                    ..Usage::default()
+                }
+            }
+        };
+        Ok((turn, usage))
+    }
+
+    /// `ask`'s sending: the answer, and the request that got it.
+    async fn ask_within_budget(
+        &mut self,
+        context: &LoopContext,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<(Turn, ChatRequest), LlmError> {
         let request = self.request_to_send();
         match context
             .provider
@@ -419,12 +443,13 @@ impl Conversation {
                 );
                 context.progress("the conversation was too long for the model; shortening it");
                 let request = self.request_to_send();
-                context
+                let turn = context
                     .provider
                     .complete(&request, on_event, &context.cancel)
-                    .await
+                    .await?;
+                Ok((turn, request))
             }
-            other => other,
+            other => Ok((other?, request)),
         }
     }
 

@@ -501,6 +501,8 @@ pub struct SpendReply {
     pub output: u64,
     pub cache_write: u64,
     pub cache_read: u64,
+    /// Whether the counts are (in part) Loopr's estimate: the server reported no usage.
+    pub estimated: bool,
     /// USD for the priced models; nil when tokens were spent and none of them is priced.
     pub cost_usd: Option<f64>,
     /// Models whose tokens the cost leaves out for want of a price (an empty name: tokens
@@ -516,6 +518,7 @@ impl From<&crate::agent::Spend> for SpendReply {
             output: usage.output_tokens,
             cache_write: usage.cache_write_tokens,
             cache_read: usage.cache_read_tokens,
+            estimated: usage.estimated,
             cost_usd: spend.cost.known_usd(),
             cost_unknown: spend.cost.unpriced.clone(),
         }

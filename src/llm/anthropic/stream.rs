@@ -63,7 +63,8 @@ struct TurnAssembler {
     open: BTreeMap<u64, PartialBlock>,
     finished: BTreeMap<u64, ContentBlock>,
     stop_reason: Option<StopReason>,
-    usage: Usage,
+    /// Set once an event carried usage.
+    usage: Option<Usage>,
 }
 
 impl TurnAssembler {
@@ -86,9 +87,10 @@ impl TurnAssembler {
             .unwrap_or(event_name);
         match kind {
             "message_start" => {
-                if let Some(usage) = payload.pointer("/message/usage") {
-                    read_input_usage(&mut self.usage, usage);
-                    self.usage.output_tokens = u64_at(usage, "output_tokens");
+                if let Some(wire) = payload.pointer("/message/usage") {
+                    let usage = self.usage.get_or_insert_default();
+                    read_input_usage(usage, wire);
+                    usage.output_tokens = u64_at(wire, "output_tokens");
                 }
             }
             "content_block_start" => {
@@ -159,12 +161,13 @@ impl TurnAssembler {
                 {
                     self.stop_reason = Some(stop_reason(reason));
                 }
-                if let Some(usage) = payload.get("usage") {
-                    if usage.get("output_tokens").is_some() {
-                        self.usage.output_tokens = u64_at(usage, "output_tokens");
+                if let Some(wire) = payload.get("usage") {
+                    let usage = self.usage.get_or_insert_default();
+                    if wire.get("output_tokens").is_some() {
+                        usage.output_tokens = u64_at(wire, "output_tokens");
                     }
-                    if usage.get("input_tokens").is_some_and(|v| !v.is_null()) {
-                        read_input_usage(&mut self.usage, usage);
+                    if wire.get("input_tokens").is_some_and(|v| !v.is_null()) {
+                        read_input_usage(usage, wire);
                     }
                 }
             }
@@ -317,7 +320,8 @@ mod tests {
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
         assert!(!turn.text().is_empty());
         assert!(turn.tool_calls().is_empty());
-        assert!(turn.usage.input_tokens > 0 && turn.usage.output_tokens > 0);
+        let usage = turn.usage.expect("the API reports usage");
+        assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
     }
 
     #[test]
@@ -400,11 +404,11 @@ mod tests {
         );
         assert_eq!(
             turn.usage,
-            Usage {
+            Some(Usage {
                 input_tokens: 3,
                 output_tokens: 7,
                 ..Usage::default()
-            }
+            })
         );
         assert_eq!(
             seen.into_inner().expect("lock"),
