@@ -18,6 +18,7 @@ mod phases;
 mod policy_cache;
 mod progress;
 mod prompts;
+mod repetition;
 mod rules;
 mod settings;
 mod tasks;

@@ -489,17 +489,22 @@ async fn the_summary_and_the_status_show_what_each_loop_cost() {
     );
 }
 
-/// `loopr plan` with `settings` against `fake` speaking OpenAI's chat completions.
-async fn openai_plan(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> std::process::Output {
+/// `loopr plan "Add a --version flag" --settings <settings>`, to adjust before running it.
+fn plan_command(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> tokio::process::Command {
     scenario::loopr_command(
         dirs,
         fake,
         &["plan", "Add a --version flag", "--settings", settings],
     )
-    .env("OPENAI_BASE_URL", format!("{}/v1", fake.base_url()))
-    .output()
-    .await
-    .expect("run loopr plan")
+}
+
+/// `loopr plan` with `settings` against `fake` speaking OpenAI's chat completions.
+async fn openai_plan(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> std::process::Output {
+    plan_command(dirs, fake, settings)
+        .env("OPENAI_BASE_URL", format!("{}/v1", fake.base_url()))
+        .output()
+        .await
+        .expect("run loopr plan")
 }
 
 /// A turn calling `name` as llama.cpp's servers answer: a model nobody priced, no usage
@@ -563,6 +568,86 @@ async fn a_token_budget_counts_the_tokens_estimated_for_a_server_that_reports_no
     assert!(
         stdout.contains("reached its budget (~"),
         "the budget says its count is an estimate: {stdout}"
+    );
+}
+
+/// The last message of a request (what the model was told after its answer), as JSON text.
+fn last_message(request: &RecordedRequest) -> String {
+    request.body["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .map(Value::to_string)
+        .unwrap_or_default()
+}
+
+/// Runs `loopr plan` (turn limit 8) against eight scripted `answers`; returns the requests the
+/// fake got and the summary table.
+async fn plan_answered_by(
+    answers: impl Fn(usize) -> fake_llm::Reply,
+) -> (Vec<RecordedRequest>, String) {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    for turn in 1..=8 {
+        fake.push(answers(turn));
+    }
+    let output = plan_command(&dirs, &fake, r#"{"plan_review_passes": 0, "max_turns": 8}"#)
+        .output()
+        .await
+        .expect("run loopr plan");
+    assert!(!output.status.success());
+    (
+        fake.requests(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_failing_call_again_and_again_ends_the_loop_early_saying_what_failed() {
+    // A small local model sent this one broken plan seven times in a row.
+    let broken = with(valid_plan(), |plan| {
+        plan["specs"][1]["dependencies"] = json!(["auth"]);
+    });
+    let (requests, table) =
+        plan_answered_by(|turn| tool_turn(&format!("call_{turn}"), "create_plan", broken.clone()))
+            .await;
+    assert_eq!(requests.len(), 5, "stopped at the fifth failure: {table}");
+    for (index, request) in requests.iter().enumerate().skip(1) {
+        let told = last_message(request);
+        let warned = told.contains(
+            "This is the third time this exact call failed with the same error; do something \
+             different",
+        ) || told.contains("This is the fourth time this exact call failed");
+        assert_eq!(warned, index >= 3, "question {}: {told}", index + 1);
+    }
+    assert_eq!(cell_of(&table, "plan", "STATUS"), "failed", "{table}");
+    let error = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        error.contains("stopped early: the same create_plan call ({\"")
+            && error.contains("failed with the same error 5 times in a row: ")
+            && error.contains("auth")
+            && !error.contains("turn limit"),
+        "says what kept failing: {table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_call_nothing_again_and_again_end_the_loop_early() {
+    let (requests, table) = plan_answered_by(|_| {
+        TurnBuilder::new()
+            .text("I would start by adding a flag.")
+            .reply()
+    })
+    .await;
+    assert_eq!(requests.len(), 5, "{table}");
+    assert!(
+        last_message(&requests[3])
+            .contains("This is the third answer in a row that ran no tool call"),
+        "{}",
+        last_message(&requests[3])
+    );
+    assert!(
+        table.contains("stopped early: the model answered 5 times in a row without a call that ran; it was told each time: You have not called create_plan yet."),
+        "{table}"
     );
 }
 

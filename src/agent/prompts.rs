@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::repetition::ordinal;
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
 
 pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]) -> String {
@@ -226,6 +227,36 @@ pub fn truncated_tool_call_note(names: &[String], max_tokens: u32) -> String {
         "Your previous answer hit the max_tokens limit ({max_tokens}) while writing a call to {}; \
          its input was incomplete, so it was not run. Call it again with more concise input.",
         names.join(", ")
+    )
+}
+
+/// Added to the results of a turn whose calls failed exactly as in the turns before it, the
+/// `times`th time in a row; at `stop_at` the loop stops.
+pub fn repeated_failure_note(times: u32, stop_at: u32) -> String {
+    format!(
+        "This is the {} time this exact call failed with the same error; do something \
+         different: change the input as the error says, or take another step first. The loop \
+         stops if the same call fails the same way {stop_at} times in a row.",
+        ordinal(times)
+    )
+}
+
+/// Added to the note for an answer that ran no call, the `times`th such answer in a row.
+pub fn repeated_inaction_note(times: u32, stop_at: u32) -> String {
+    format!(
+        "This is the {} answer in a row that ran no tool call; do something different: call a \
+         tool now. The loop stops after {stop_at} such answers in a row.",
+        ordinal(times)
+    )
+}
+
+/// Added to the feedback on an answer a text protocol could not read for the same reason as
+/// the ones before it, the `times`th time in a row.
+pub fn repeated_unreadable_note(times: u32) -> String {
+    format!(
+        "This is the {} time your answer could not be read for the same reason; do something \
+         different: write the call exactly in the format shown.",
+        ordinal(times)
     )
 }
 

@@ -13,6 +13,7 @@ use super::context_budget::{self, ContextBudget, SentView};
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::describe_provider_event;
 use super::prompts;
+use super::repetition::{self, CallOutcome, GIVE_UP_AT, Repetition, Setback, TELL_AT};
 use super::transcript::{LiveTranscript, emit_batch};
 use super::tree_budget::TreeBudget;
 use crate::llm::{
@@ -145,6 +146,8 @@ pub(super) struct Conversation {
     id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
+    /// The same thing going wrong turn after turn.
+    repetition: Repetition,
     /// Shared with the provider's event callback while a turn is asked.
     transcript: Arc<LiveTranscript>,
     /// What is sent of `request.messages`: old results shortened to fit the budget.
@@ -240,6 +243,7 @@ impl Conversation {
             db: context.db.clone(),
             id: context.record.id.clone(),
             unreadable_in_a_row: 0,
+            repetition: Repetition::default(),
             spend_guard: BudgetGuard::of(context.settings.budget, context.settings.price_table()),
             tree_budget: context.tree_budget.clone(),
             usage: Usage {
@@ -353,8 +357,14 @@ impl Conversation {
         let mut reply = Vec::new();
         let mut follow_ups = Vec::new();
         let mut last_problem = None;
+        let mut outcomes = Vec::with_capacity(calls.len());
         for call in calls {
             let id = call.id.clone();
+            let mut outcome = CallOutcome {
+                name: call.name.clone(),
+                input: call.input.clone(),
+                error: None,
+            };
             let mut result = match call.input_error.as_deref() {
                 Some(problem) => CallResult::error(prompts::unusable_input(&call.name, problem)),
                 None => handler.answer(call, &self.request.messages).await?,
@@ -367,21 +377,29 @@ impl Conversation {
             follow_ups.extend(result.follow_up);
             if result.is_error {
                 last_problem = Some(result.content.clone());
+                outcome.error = Some(result.content.clone());
             }
+            outcomes.push(outcome);
             reply.push(ContentBlock::ToolResult {
                 id,
                 content: result.content,
                 is_error: result.is_error,
             });
         }
-        if !turn.truncated_tool_calls.is_empty() {
-            follow_ups.push(prompts::truncated_tool_call_note(
+        let note = if !turn.truncated_tool_calls.is_empty() {
+            Some(prompts::truncated_tool_call_note(
                 &turn.truncated_tool_calls,
                 context.settings.max_tokens,
-            ));
-        } else if !called {
-            follow_ups.push(nudge);
-        }
+            ))
+        } else {
+            (!called).then_some(nudge)
+        };
+        let setback = match &note {
+            Some(note) if !called => Some(Setback::NothingDone(note.clone())),
+            _ => Setback::of_calls(outcomes),
+        };
+        follow_ups.extend(note);
+        follow_ups.extend(self.check_repetition(context, setback)?);
         reply.extend(follow_ups.into_iter().map(ContentBlock::text));
         self.request.messages.push(Arc::new(Message {
             role: Role::User,
@@ -464,14 +482,43 @@ impl Conversation {
         }
     }
 
+    /// Records the turn's setback (none: it went well). The same one `GIVE_UP_AT` times in a
+    /// row ends the loop, saying what kept going wrong; from `TELL_AT` on, returns what to tell
+    /// the model.
+    fn check_repetition(
+        &mut self,
+        context: &LoopContext,
+        setback: Option<Setback>,
+    ) -> Result<Option<String>, LoopError> {
+        let times = self.repetition.record(setback);
+        let Some(setback) = self.repetition.current().filter(|_| times >= TELL_AT) else {
+            return Ok(None);
+        };
+        let what = repetition::describe(setback, times);
+        tracing::info!(loop_id = %context.record.id, times, what = %what, "the model repeats a setback");
+        if times >= GIVE_UP_AT {
+            return Err(LoopError::Repeating { what });
+        }
+        context.progress(format!("the model repeats itself: {what}"));
+        Ok(Some(match setback {
+            Setback::FailedCalls(_) => prompts::repeated_failure_note(times, GIVE_UP_AT),
+            _ => prompts::repeated_inaction_note(times, GIVE_UP_AT),
+        }))
+    }
+
     /// An answer the text protocol could not read: nothing of it runs, and the model is told
-    /// what was wrong until it has failed `max_format_retries` times in a row.
+    /// what was wrong until it has failed `max_format_retries` times in a row (that setting,
+    /// not `GIVE_UP_AT`, ends a run of unreadable answers, the same or not); the same problem
+    /// a `TELL_AT`th time in a row is pointed out.
     fn answer_unreadable(
         &mut self,
         context: &LoopContext,
         feedback: String,
     ) -> Result<Answered, LoopError> {
         self.unreadable_in_a_row += 1;
+        let same_in_a_row = self
+            .repetition
+            .record(Some(Setback::Unreadable(feedback.clone())));
         tracing::info!(
             loop_id = %context.record.id,
             in_a_row = self.unreadable_in_a_row,
@@ -486,7 +533,15 @@ impl Conversation {
             });
         }
         context.progress("the answer did not follow the tool protocol; asking again");
-        self.add_user_text(feedback.clone());
+        let told = if same_in_a_row >= TELL_AT {
+            format!(
+                "{feedback}\n\n{}",
+                prompts::repeated_unreadable_note(same_in_a_row)
+            )
+        } else {
+            feedback.clone()
+        };
+        self.add_user_text(told);
         Ok(Answered {
             last_problem: Some(feedback),
         })
