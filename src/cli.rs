@@ -388,7 +388,9 @@ fn report(event: &LoopEvent) {
             ),
             None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
-        LoopEvent::Progress { loop_id, message } => say!("loopr: {loop_id}: {message}"),
+        LoopEvent::Progress {
+            loop_id, message, ..
+        } => say!("loopr: {loop_id}: {message}"),
         LoopEvent::ApprovalRequested { request, .. } => say!(
             "loopr: {}: {} {} needs approval",
             request.loop_id,

@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use fake_llm::{FakeLlm, RecordedRequest, TurnBuilder, first_user_text};
 use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, run_loopr, run_loopr_plan, spec_input,
-    spec_route, tool_results, tool_turn, valid_plan,
+    SLOW_WORDS, answer_token_counts, files_ending_with, phase_input, phase_route, plan_route,
+    run_loopr, run_loopr_plan, slow_plan_turn, spec_input, spec_route, tool_results, tool_turn,
+    valid_plan,
 };
 
 /// One rule break per loop: the model's first answer breaks it, the second is correct.
@@ -648,6 +649,28 @@ async fn answers_that_call_nothing_again_and_again_end_the_loop_early() {
     assert!(
         table.contains("stopped early: the model answered 5 times in a row without a call that ran; it was told each time: You have not called create_plan yet."),
         "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_shows_its_tokens_growing_on_stderr() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(slow_plan_turn());
+    let output = run_loopr_plan(&dirs, &fake).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let counts = answer_token_counts(stderr.lines());
+    assert!(
+        counts.len() >= 3 && counts.len() < SLOW_WORDS / 3,
+        "a few reports, not one per piece: {stderr}"
+    );
+    assert!(
+        counts.windows(2).all(|pair| pair[0] < pair[1]),
+        "growing: {stderr}"
+    );
+    assert!(
+        stderr.contains(": model is answering… ~"),
+        "the loop says what it waits for: {stderr}"
     );
 }
 

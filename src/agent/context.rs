@@ -154,6 +154,16 @@ impl LoopContext {
         self.events.emit(LoopEvent::Progress {
             loop_id: self.record.id.clone(),
             message: message.into(),
+            tokens: None,
+        });
+    }
+
+    /// How far the model's answer has come.
+    pub(super) fn answer_progress(&self, report: super::progress::AnswerReport) {
+        self.events.emit(LoopEvent::Progress {
+            loop_id: self.record.id.clone(),
+            message: report.message,
+            tokens: Some(report.tokens),
         });
     }
 }

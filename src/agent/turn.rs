@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::artifact_loop::{LoopContext, LoopError};
 use super::context_budget::{self, ContextBudget, SentView};
 use super::journal::{Entry, Journal, Replayed};
-use super::progress::describe_provider_event;
+use super::progress::{AnswerProgress, describe_retry};
 use super::prompts;
 use super::repetition::{self, CallOutcome, GIVE_UP_AT, Repetition, Setback, TELL_AT};
 use super::transcript::{LiveTranscript, emit_batch};
@@ -293,6 +293,7 @@ impl Conversation {
         }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
+        let answer_progress = Mutex::new(AnswerProgress::default());
         let transcript = self.transcript.clone();
         let on_provider_event = |event: ProviderEvent| {
             match &event {
@@ -314,10 +315,17 @@ impl Conversation {
                             reason: reason.clone(),
                         });
                 }
-                ProviderEvent::ToolCallStarted { .. } => {}
+                ProviderEvent::ToolCallStarted { .. } | ProviderEvent::ToolInputDelta { .. } => {}
             }
-            if let Some(progress) = describe_provider_event(&event) {
-                context.progress(progress);
+            if let Some(retry) = describe_retry(&event) {
+                context.progress(retry);
+            }
+            let report = answer_progress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .on_event(&event, tokio::time::Instant::now());
+            if let Some(report) = report {
+                context.answer_progress(report);
             }
         };
         let (turn, usage) = self.ask(context, &on_provider_event).await?;

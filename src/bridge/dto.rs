@@ -576,6 +576,9 @@ pub enum EventMessage {
     Progress {
         loop_id: String,
         message: String,
+        /// The tokens of the answer under way so far (estimated), while the model answers.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
     },
     ArtifactCreated {
         loop_id: String,
@@ -624,9 +627,14 @@ impl From<LoopEvent> for EventMessage {
                 status: status.as_str(),
                 error,
             },
-            LoopEvent::Progress { loop_id, message } => EventMessage::Progress {
+            LoopEvent::Progress {
+                loop_id,
+                message,
+                tokens,
+            } => EventMessage::Progress {
                 loop_id: loop_id.to_string(),
                 message,
+                tokens,
             },
             LoopEvent::ArtifactCreated {
                 loop_id,
@@ -807,6 +815,7 @@ mod tests {
         let event = to_value(&EventMessage::Progress {
             loop_id: "abc".to_owned(),
             message: "reading".to_owned(),
+            tokens: None,
         })
         .expect("encode");
         assert_eq!(

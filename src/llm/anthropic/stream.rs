@@ -136,7 +136,11 @@ impl TurnAssembler {
                         }
                     }
                     (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
-                        json.push_str(str_at(delta, "partial_json"));
+                        let piece = str_at(delta, "partial_json");
+                        json.push_str(piece);
+                        if !piece.is_empty() {
+                            on_event(ProviderEvent::ToolInputDelta { bytes: piece.len() });
+                        }
                     }
                     (None, _) => {
                         return Err(StreamFailure::Protocol(format!(
@@ -365,6 +369,31 @@ mod tests {
                 message: "Overloaded".to_owned()
             })
         );
+    }
+
+    #[test]
+    fn a_tool_calls_input_is_reported_growing_by_its_length() {
+        let seen = Mutex::new(0);
+        let on_event = |event: ProviderEvent| {
+            if let ProviderEvent::ToolInputDelta { bytes } = event {
+                *seen.lock().expect("lock") += bytes;
+            }
+        };
+        let bytes = fixture("tool_use_response.sse");
+        let pieces: usize = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .filter_map(|event| event.pointer("/delta/partial_json").cloned())
+            .filter_map(|piece| piece.as_str().map(str::len))
+            .sum();
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(bytes))]);
+        let turn = runtime()
+            .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
+            .expect("turn");
+        assert!(!turn.tool_calls().is_empty());
+        assert!(pieces > 0);
+        assert_eq!(*seen.lock().expect("lock"), pieces, "every piece once");
     }
 
     #[test]

@@ -196,6 +196,11 @@ impl TurnAssembler {
             input_error = Some("the call names no tool".to_owned());
         }
         on_event(ProviderEvent::ToolCallStarted { name: name.clone() });
+        // The input comes whole; its length is what the answer grew by.
+        let bytes = function
+            .get("arguments")
+            .map_or(0, |sent| sent.to_string().len());
+        on_event(ProviderEvent::ToolInputDelta { bytes });
         self.content.push(ContentBlock::ToolCall {
             id,
             name,

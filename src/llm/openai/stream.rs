@@ -253,6 +253,7 @@ impl TurnAssembler {
         if call.wire_id.is_none() {
             call.wire_id = id.map(str::to_owned);
         }
+        let before = call.arguments.len();
         if let Some(function) = fragment.get("function") {
             if call.name.is_empty()
                 && let Some(name) = function.get("name").and_then(Value::as_str)
@@ -269,6 +270,10 @@ impl TurnAssembler {
         // The name may come late: the call is announced once it has one (or at the end).
         if !call.name.is_empty() {
             call.announce(on_event);
+        }
+        let grown = call.arguments.len().saturating_sub(before);
+        if grown > 0 {
+            on_event(ProviderEvent::ToolInputDelta { bytes: grown });
         }
     }
 
@@ -561,12 +566,19 @@ mod tests {
     }
 
     fn started(stream: &str) -> Vec<String> {
+        events(stream)
+            .into_iter()
+            .filter_map(|event| match event {
+                ProviderEvent::ToolCallStarted { name } => Some(name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What reading `stream` reported.
+    fn events(stream: &str) -> Vec<ProviderEvent> {
         let seen = Mutex::new(Vec::new());
-        let on_event = |event: ProviderEvent| {
-            if let ProviderEvent::ToolCallStarted { name } = event {
-                seen.lock().expect("lock").push(name);
-            }
-        };
+        let on_event = |event: ProviderEvent| seen.lock().expect("lock").push(event);
         let bytes =
             futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream.to_owned()))]);
         runtime()
@@ -937,6 +949,18 @@ mod tests {
         assert_eq!(
             calls(&read_ok(&stream))[0].2,
             json!({"path": "src/main.rs"})
+        );
+        let grown: usize = events(&stream)
+            .iter()
+            .filter_map(|event| match event {
+                ProviderEvent::ToolInputDelta { bytes } => Some(*bytes),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(
+            grown,
+            "{\"path\": \"src/main.rs\"}".len(),
+            "the input's growth is reported, a resent piece not twice"
         );
     }
 
