@@ -22,6 +22,7 @@ mod phases;
 mod policy_cache;
 mod progress;
 mod prompts;
+mod repetition;
 mod rules;
 mod settings;
 mod tasks;
@@ -39,6 +40,7 @@ pub use manager::{
     Spend, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
+pub use progress::approximate_tokens;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};

@@ -427,7 +427,9 @@ fn report(event: &LoopEvent) {
             ),
             None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
-        LoopEvent::Progress { loop_id, message } => say!("loopr: {loop_id}: {message}"),
+        LoopEvent::Progress {
+            loop_id, message, ..
+        } => say!("loopr: {loop_id}: {message}"),
         LoopEvent::ApprovalRequested { request, .. } => say!(
             "loopr: {}: {} {} needs approval",
             request.loop_id,
@@ -599,6 +601,8 @@ fn write_table(
                 .price_table()
                 .cost(spent),
         };
+        // Estimated when the server reported no usage for some turn.
+        let estimated = spent.iter().any(|entry| entry.usage.estimated);
         let row = format!(
             "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  {}",
             record.id.as_str(),
@@ -607,14 +611,23 @@ fn write_table(
             record.status.as_str(),
             record.iteration,
             record.review_passes,
-            record.tokens_in,
-            record.tokens_out,
+            tokens_cell(record.tokens_in, estimated),
+            tokens_cell(record.tokens_out, estimated),
             cost_cell(&cost),
             record.error.as_deref().unwrap_or("")
         );
         writeln!(out, "{}", crate::terminal_text::for_terminal(&row))?;
     }
     Ok(())
+}
+
+/// A token count, `~1.2k` when Loopr estimated (some of) it.
+fn tokens_cell(count: u64, estimated: bool) -> String {
+    if estimated {
+        crate::agent::approximate_tokens(count)
+    } else {
+        count.to_string()
+    }
 }
 
 /// An estimate as `:LooprStatus` shows it: `?` when no model is priced, `+?` after an

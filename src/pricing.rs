@@ -138,13 +138,11 @@ impl PriceTable {
     }
 
     /// What `usage` (per model) costs: the dollars of the priced models, and the models
-    /// without a price, whose tokens the dollars leave out.
+    /// without a price, whose tokens the dollars leave out. A model listed answered, so its
+    /// cost is unknown without a price even if it counted no tokens.
     pub fn cost(&self, usage: &[ModelUsage]) -> Cost {
         let mut cost = Cost::default();
         for entry in usage {
-            if entry.usage == Usage::default() {
-                continue;
-            }
             match self.price_of(&entry.model) {
                 Some(price) => {
                     cost.usd += price.cost(&entry.usage);
@@ -265,11 +263,12 @@ impl Budget {
         prices: &PriceTable,
         grant: Grant,
     ) -> Option<String> {
-        let tokens = all_tokens(&total_usage(usage)).saturating_sub(grant.tokens);
+        let total = total_usage(usage);
+        let tokens = all_tokens(&total).saturating_sub(grant.tokens);
         if let Some(limit) = self.tokens
             && tokens >= limit
         {
-            return Some(format!("{tokens} of {limit} tokens"));
+            return Some(format!("{}{tokens} of {limit} tokens", about(&total)));
         }
         if let Some(limit) = self.usd {
             let usd = prices.cost(usage).usd - grant.usd;
@@ -285,8 +284,9 @@ impl Budget {
     pub fn standing(&self, usage: &[ModelUsage], prices: &PriceTable, grant: Grant) -> String {
         let mut parts = Vec::new();
         if let Some(limit) = self.tokens {
-            let tokens = all_tokens(&total_usage(usage)).saturating_sub(grant.tokens);
-            parts.push(format!("{tokens} of {limit} tokens"));
+            let total = total_usage(usage);
+            let tokens = all_tokens(&total).saturating_sub(grant.tokens);
+            parts.push(format!("{}{tokens} of {limit} tokens", about(&total)));
         }
         if let Some(limit) = self.usd {
             let usd = (prices.cost(usage).usd - grant.usd).max(0.0);
@@ -298,6 +298,11 @@ impl Budget {
             parts.join(", ")
         }
     }
+}
+
+/// `~` before a count of `usage` that Loopr estimated (in part).
+fn about(usage: &Usage) -> &'static str {
+    if usage.estimated { "~" } else { "" }
 }
 
 /// A loop's budget with the prices it is counted in, as its settings have them.
@@ -332,6 +337,7 @@ mod tests {
             output_tokens: output,
             cache_write_tokens: cache_write,
             cache_read_tokens: cache_read,
+            estimated: false,
         }
     }
 
@@ -392,7 +398,6 @@ mod tests {
             of("claude-haiku-4-5", usage(1_000, 200, 0, 10_000)),
             of("mystery-model", usage(5, 5, 0, 0)),
             of("mystery-model", usage(1, 1, 0, 0)),
-            of("unused-model", Usage::default()),
         ]);
         let expected = (1_000.0 * 1.0 + 200.0 * 5.0 + 10_000.0 * 0.1) / 1_000_000.0;
         assert!((cost.usd - expected).abs() < 1e-15, "{}", cost.usd);
@@ -405,6 +410,17 @@ mod tests {
             Some(0.0),
             "nothing spent costs nothing"
         );
+    }
+
+    #[test]
+    fn a_model_without_a_price_costs_unknown_even_when_no_tokens_were_counted() {
+        // What a llama.cpp server's loops stored before their tokens were estimated.
+        let table = PriceTable::default();
+        let cost = table.cost(&[of("gemma3", Usage::default())]);
+        assert_eq!(cost.known_usd(), None, "never a made-up $0.0000");
+        assert_eq!(cost.unpriced, vec!["gemma3".to_owned()]);
+        let priced = table.cost(&[of("claude-haiku-4-5", Usage::default())]);
+        assert_eq!(priced.known_usd(), Some(0.0));
     }
 
     #[test]
@@ -455,6 +471,31 @@ mod tests {
             dollars.reached(&unknown, &table, Grant::default()),
             None,
             "an unpriced model's tokens cost no made-up dollars"
+        );
+    }
+
+    #[test]
+    fn a_budget_counts_estimated_tokens_and_says_they_are_estimates() {
+        let table = PriceTable::default();
+        let estimated = Usage {
+            estimated: true,
+            ..usage(900, 200, 0, 0)
+        };
+        let spent = [
+            of("gemma3", estimated),
+            of("claude-haiku-4-5", usage(5, 5, 0, 0)),
+        ];
+        let budget = Budget {
+            tokens: Some(1_000),
+            usd: None,
+        };
+        assert_eq!(
+            budget.reached(&spent, &table, Grant::default()).as_deref(),
+            Some("~1110 of 1000 tokens")
+        );
+        assert_eq!(
+            budget.standing(&spent, &table, Grant::default()),
+            "~1110 of 1000 tokens"
         );
     }
 

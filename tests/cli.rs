@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use fake_llm::{FakeLlm, RecordedRequest, TurnBuilder, first_user_text};
 use nvim::TestDirs;
 use scenario::{
-    files_ending_with, phase_input, phase_route, plan_route, run_loopr, run_loopr_plan, spec_input,
-    spec_route, tool_results, tool_turn, valid_plan,
+    SLOW_WORDS, answer_token_counts, files_ending_with, phase_input, phase_route, plan_route,
+    run_loopr, run_loopr_plan, slow_plan_turn, spec_input, spec_route, tool_results, tool_turn,
+    valid_plan,
 };
 
 /// One rule break per loop: the model's first answer breaks it, the second is correct.
@@ -400,6 +401,11 @@ async fn the_terminal_never_gets_a_control_character_from_outside() {
 
 /// The COST cell of the row of loop type `loop_type` in a summary table.
 fn cost_of(table: &str, loop_type: &str) -> String {
+    cell_of(table, loop_type, "COST")
+}
+
+/// The cell in column `name` of the first row of loop type `loop_type` in a summary table.
+fn cell_of(table: &str, loop_type: &str, name: &str) -> String {
     let header: Vec<&str> = table
         .lines()
         .next()
@@ -408,8 +414,8 @@ fn cost_of(table: &str, loop_type: &str) -> String {
         .collect();
     let column = header
         .iter()
-        .position(|name| *name == "COST")
-        .unwrap_or_else(|| panic!("no COST column: {table}"));
+        .position(|column| *column == name)
+        .unwrap_or_else(|| panic!("no {name} column: {table}"));
     let row = table
         .lines()
         .skip(1)
@@ -417,7 +423,7 @@ fn cost_of(table: &str, loop_type: &str) -> String {
         .unwrap_or_else(|| panic!("no {loop_type} row: {table}"));
     row.split_whitespace()
         .nth(column)
-        .unwrap_or_else(|| panic!("no cost: {row}"))
+        .unwrap_or_else(|| panic!("no {name}: {row}"))
         .to_owned()
 }
 
@@ -481,6 +487,190 @@ async fn the_summary_and_the_status_show_what_each_loop_cost() {
     assert!(
         !refused.status.success() && stderr.contains("prices[\"m\"].input is -1"),
         "{stderr}"
+    );
+}
+
+/// `loopr plan "Add a --version flag" --settings <settings>`, to adjust before running it.
+fn plan_command(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> tokio::process::Command {
+    scenario::loopr_command(
+        dirs,
+        fake,
+        &["plan", "Add a --version flag", "--settings", settings],
+    )
+}
+
+/// `loopr plan` with `settings` against `fake` speaking OpenAI's chat completions.
+async fn openai_plan(dirs: &TestDirs, fake: &FakeLlm, settings: &str) -> std::process::Output {
+    plan_command(dirs, fake, settings)
+        .env("OPENAI_BASE_URL", format!("{}/v1", fake.base_url()))
+        .output()
+        .await
+        .expect("run loopr plan")
+}
+
+/// A turn calling `name` as llama.cpp's servers answer: a model nobody priced, no usage
+/// reported.
+fn llama_call(id: &str, name: &str, input: Value) -> fake_llm::Reply {
+    TurnBuilder::new()
+        .model("gemma3")
+        .tool_use(id, name, input)
+        .without_usage()
+        .reply()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_a_server_does_not_report_are_estimated_shown_as_such_and_priced_unknown() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
+    let dirs = TestDirs::new();
+    fake.push(llama_call("call_plan", "create_plan", valid_plan()));
+    let output = openai_plan(
+        &dirs,
+        &fake,
+        r#"{"provider": "openai", "model": "gemma3", "plan_review_passes": 0}"#,
+    )
+    .await;
+    let summary = String::from_utf8_lossy(&output.stdout);
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let stored = String::from_utf8_lossy(&status.stdout);
+    for table in [&summary, &stored] {
+        for column in ["IN", "OUT"] {
+            let tokens = cell_of(table, "plan", column);
+            assert!(
+                tokens.starts_with('~') && tokens != "~0",
+                "{column} is an estimate: {table}"
+            );
+        }
+        assert_eq!(cost_of(table, "plan"), "?", "never $0.0000: {table}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_budget_counts_the_tokens_estimated_for_a_server_that_reports_none() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
+    let dirs = TestDirs::new();
+    fake.push(llama_call("call_list", "list_files", json!({})));
+    fake.push(llama_call("call_plan", "create_plan", valid_plan()));
+    // The first question alone (system prompt, tools, task) is well over 100 tokens.
+    let output = openai_plan(
+        &dirs,
+        &fake,
+        r#"{"provider": "openai", "model": "gemma3", "plan_review_passes": 0,
+            "budget": {"tokens": 100}}"#,
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the tree paused before its second question: {stdout}\n{stderr}"
+    );
+    assert_eq!(cell_of(&stdout, "plan", "STATUS"), "paused", "{stdout}");
+    assert!(
+        stdout.contains("reached its budget (~"),
+        "the budget says its count is an estimate: {stdout}"
+    );
+}
+
+/// The last message of a request (what the model was told after its answer), as JSON text.
+fn last_message(request: &RecordedRequest) -> String {
+    request.body["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .map(Value::to_string)
+        .unwrap_or_default()
+}
+
+/// Runs `loopr plan` (turn limit 8) against eight scripted `answers`; returns the requests the
+/// fake got and the summary table.
+async fn plan_answered_by(
+    answers: impl Fn(usize) -> fake_llm::Reply,
+) -> (Vec<RecordedRequest>, String) {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    for turn in 1..=8 {
+        fake.push(answers(turn));
+    }
+    let output = plan_command(&dirs, &fake, r#"{"plan_review_passes": 0, "max_turns": 8}"#)
+        .output()
+        .await
+        .expect("run loopr plan");
+    assert!(!output.status.success());
+    (
+        fake.requests(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_failing_call_again_and_again_ends_the_loop_early_saying_what_failed() {
+    // A small local model sent this one broken plan seven times in a row.
+    let broken = with(valid_plan(), |plan| {
+        plan["specs"][1]["dependencies"] = json!(["auth"]);
+    });
+    let (requests, table) =
+        plan_answered_by(|turn| tool_turn(&format!("call_{turn}"), "create_plan", broken.clone()))
+            .await;
+    assert_eq!(requests.len(), 5, "stopped at the fifth failure: {table}");
+    for (index, request) in requests.iter().enumerate().skip(1) {
+        let told = last_message(request);
+        let warned = told.contains(
+            "This is the third time this exact call failed with the same error; do something \
+             different",
+        ) || told.contains("This is the fourth time this exact call failed");
+        assert_eq!(warned, index >= 3, "question {}: {told}", index + 1);
+    }
+    assert_eq!(cell_of(&table, "plan", "STATUS"), "failed", "{table}");
+    let error = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        error.contains("stopped early: the same create_plan call ({\"")
+            && error.contains("failed with the same error 5 times in a row: ")
+            && error.contains("auth")
+            && !error.contains("turn limit"),
+        "says what kept failing: {table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_call_nothing_again_and_again_end_the_loop_early() {
+    let (requests, table) = plan_answered_by(|_| {
+        TurnBuilder::new()
+            .text("I would start by adding a flag.")
+            .reply()
+    })
+    .await;
+    assert_eq!(requests.len(), 5, "{table}");
+    assert!(
+        last_message(&requests[3])
+            .contains("This is the third answer in a row that ran no tool call"),
+        "{}",
+        last_message(&requests[3])
+    );
+    assert!(
+        table.contains("stopped early: the model answered 5 times in a row without a call that ran; it was told each time: You have not called create_plan yet."),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_shows_its_tokens_growing_on_stderr() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(slow_plan_turn());
+    let output = run_loopr_plan(&dirs, &fake).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let counts = answer_token_counts(stderr.lines());
+    assert!(
+        counts.len() >= 3 && counts.len() < SLOW_WORDS / 3,
+        "a few reports, not one per piece: {stderr}"
+    );
+    assert!(
+        counts.windows(2).all(|pair| pair[0] < pair[1]),
+        "growing: {stderr}"
+    );
+    assert!(
+        stderr.contains(": model is answering… ~"),
+        "the loop says what it waits for: {stderr}"
     );
 }
 

@@ -17,6 +17,7 @@ local M = {}
 ---@class loopr.ProgressEvent: loopr.Event
 ---@field loop_id string
 ---@field message string
+---@field tokens? integer While the model answers: its answer's tokens so far (estimated).
 
 ---@class loopr.ArtifactCreatedEvent: loopr.Event
 ---@field loop_id string
@@ -133,7 +134,7 @@ function handlers.progress(ev)
   if require('loopr.config').get().progress then
     notify.progress(message)
   end
-  fire('LooprProgress', { loop_id = ev.loop_id, message = message })
+  fire('LooprProgress', { loop_id = ev.loop_id, message = message, tokens = tonumber(ev.tokens) })
 end
 
 ---@param ev loopr.ArtifactCreatedEvent

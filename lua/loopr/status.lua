@@ -43,6 +43,7 @@ vim.api.nvim_set_hl(0, 'LooprStatusHint', { link = 'Comment', default = true })
 ---@field output integer
 ---@field cache_write integer
 ---@field cache_read integer
+---@field estimated boolean Loopr estimated (some of) the counts: the server reported no usage.
 ---@field cost_usd number|vim.NIL Estimate for the priced models; nil when none is priced.
 ---@field cost_unknown string[] Models without a price ("" for tokens of unrecorded models).
 
@@ -113,13 +114,37 @@ function M.tree(rows)
   return ordered
 end
 
+---A count Loopr estimated, with the digits that mean something: `~350`, `~1.2k`, `~48k`,
+---`~1.3M` (as the host's CLI shows it).
+---@param count integer
+---@return string
+function M.approximate(count)
+  if count < 1000 then
+    return ('~%d'):format(count)
+  end
+  local tenths_of_thousands = math.floor((count + 50) / 100)
+  if tenths_of_thousands < 100 then
+    return ('~%d.%dk'):format(math.floor(tenths_of_thousands / 10), tenths_of_thousands % 10)
+  end
+  local thousands = math.floor((count + 500) / 1000)
+  if thousands < 1000 then
+    return ('~%dk'):format(thousands)
+  end
+  local tenths_of_millions = math.floor((count + 50000) / 100000)
+  return ('~%d.%dM'):format(math.floor(tenths_of_millions / 10), tenths_of_millions % 10)
+end
+
 ---Tokens as `1200 in (900 cached, 300 cache write) · 80 out`: in counts every input
----token, the parentheses what of it the provider's cache served or stored.
+---token, the parentheses what of it the provider's cache served or stored. Estimated
+---counts (the server reported no usage) read `~1.7k in · ~25 out`.
 ---@param spend loopr.Spend|nil
 ---@return string
 function M.tokens(spend)
   if type(spend) ~= 'table' then
     return ''
+  end
+  local count = function(n)
+    return spend.estimated == true and M.approximate(n) or ('%d'):format(n)
   end
   local cache_read, cache_write = spend.cache_read or 0, spend.cache_write or 0
   local input = (spend.input or 0) + cache_read + cache_write
@@ -131,7 +156,7 @@ function M.tokens(spend)
     table.insert(cached, ('%d cache write'):format(cache_write))
   end
   local note = #cached > 0 and (' (%s)'):format(table.concat(cached, ', ')) or ''
-  return ('%d in%s · %d out'):format(input, note, spend.output or 0)
+  return ('%s in%s · %s out'):format(count(input), note, count(spend.output or 0))
 end
 
 ---Dollars with precision where they are small: `$0.0123`, `$0.456`, `$12.35`.

@@ -57,6 +57,11 @@ pub enum LoopError {
         /// What the model was last told about its answer.
         last_problem: String,
     },
+    #[error("stopped early: {what}; a stronger model or a more specific task may get further")]
+    Repeating {
+        /// What kept going wrong (`repetition::describe`).
+        what: String,
+    },
     #[error("the loop's settings: {0}")]
     Settings(String),
     #[error("plan tree {root} reached its budget ({reached}); :LooprApprove {root} to go on")]
@@ -78,12 +83,20 @@ fn last_problem_note(problem: Option<&str>) -> String {
     let Some(problem) = problem.map(str::trim).filter(|problem| !problem.is_empty()) else {
         return String::new();
     };
-    let flat = problem.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown: String = flat.chars().take(LAST_PROBLEM_CHARS).collect();
+    format!(
+        "; the last problem the model was told: {}",
+        one_line(problem, LAST_PROBLEM_CHARS)
+    )
+}
+
+/// `text` on one line (runs of white space as one space), cut to `chars` characters with `…`.
+pub(super) fn one_line(text: &str, chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = flat.chars().take(chars).collect();
     if shown.len() < flat.len() {
         shown.push('…');
     }
-    format!("; the last problem the model was told: {shown}")
+    shown
 }
 
 impl From<LlmError> for LoopError {
@@ -144,6 +157,16 @@ impl LoopContext {
         self.events.emit(LoopEvent::Progress {
             loop_id: self.record.id.clone(),
             message: message.into(),
+            tokens: None,
+        });
+    }
+
+    /// How far the model's answer has come.
+    pub(super) fn answer_progress(&self, report: super::progress::AnswerReport) {
+        self.events.emit(LoopEvent::Progress {
+            loop_id: self.record.id.clone(),
+            message: report.message,
+            tokens: Some(report.tokens),
         });
     }
 }

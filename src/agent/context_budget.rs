@@ -52,17 +52,22 @@ impl ContextBudget {
 
 /// The estimated tokens of `text` as sent.
 pub fn estimate_text(text: &str) -> u64 {
-    bytes_to_tokens(text.len() as u64)
+    estimate_bytes(text.len() as u64)
 }
 
-fn bytes_to_tokens(bytes: u64) -> u64 {
+/// The estimated tokens of `bytes` bytes of text.
+pub fn estimate_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(BYTES_PER_TOKEN)
 }
 
 /// The estimated tokens of `message` as sent.
 pub fn estimate_message(message: &Message) -> u64 {
-    let bytes: u64 = message
-        .content
+    estimate_blocks(&message.content)
+}
+
+/// The estimated tokens of `blocks` (a message's content, an answer).
+pub fn estimate_blocks(blocks: &[ContentBlock]) -> u64 {
+    let bytes: u64 = blocks
         .iter()
         .map(|block| {
             BLOCK_OVERHEAD_BYTES
@@ -77,7 +82,7 @@ pub fn estimate_message(message: &Message) -> u64 {
                 }
         })
         .sum();
-    bytes_to_tokens(bytes)
+    estimate_bytes(bytes)
 }
 
 /// The estimated input tokens of a request of `messages` with `fixed_tokens` (system prompt

@@ -3,8 +3,7 @@
 //! finish reason, `length`, once the conversation and the answer fill its context). The model
 //! is told which, so that it is not asked to be shorter than a limit it never reached.
 
-use super::context_budget::estimate_message;
-use crate::llm::{Message, Role, StopReason, Turn};
+use crate::llm::{StopReason, Turn, Usage};
 
 /// An answer that ends below this share of `max_tokens` did not reach it.
 const BELOW_THE_LIMIT: (u64, u64) = (3, 4);
@@ -24,39 +23,21 @@ pub(super) enum CutOff {
 }
 
 impl CutOff {
-    /// Why `turn` stopped, if it stopped at a length limit. `sent_tokens` estimates what was
-    /// sent, for a server that reports no usage; asked only when needed.
-    pub(super) fn of(
-        turn: &Turn,
-        max_tokens: u32,
-        sent_tokens: impl FnOnce() -> u64,
-    ) -> Option<CutOff> {
+    /// Why `turn` stopped, if it stopped at a length limit. `usage` is the turn's as the turn
+    /// engine settled it: the server's, or, when it reported none, the host's estimate.
+    pub(super) fn of(turn: &Turn, usage: &Usage, max_tokens: u32) -> Option<CutOff> {
         if turn.stop_reason != Some(StopReason::MaxTokens) {
             return None;
         }
-        let reported = turn.usage.output_tokens > 0;
-        let answer_tokens = if reported {
-            turn.usage.output_tokens
-        } else {
-            estimate_message(&Message {
-                role: Role::Assistant,
-                content: turn.content.clone(),
-            })
-        };
+        let answer_tokens = usage.output_tokens;
         let (share, of) = BELOW_THE_LIMIT;
         if answer_tokens * of >= u64::from(max_tokens) * share {
             return Some(CutOff::TokenLimit { max_tokens });
         }
-        let input = turn.usage.total_input();
-        let (input, estimated) = if reported && input > 0 {
-            (input, false)
-        } else {
-            (sent_tokens(), true)
-        };
         Some(CutOff::ContextWindow {
             answer_tokens,
-            window: input + answer_tokens,
-            estimated,
+            window: usage.total_input() + answer_tokens,
+            estimated: usage.estimated,
         })
     }
 }
@@ -64,14 +45,14 @@ impl CutOff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{ContentBlock, Usage};
+    use crate::llm::ContentBlock;
 
-    fn cut_at_length(text: &str, usage: Usage) -> Turn {
+    fn cut_at_length(text: &str) -> Turn {
         Turn {
             content: vec![ContentBlock::text(text)],
             truncated_tool_calls: Vec::new(),
             stop_reason: Some(StopReason::MaxTokens),
-            usage,
+            usage: None,
             unreadable: None,
         }
     }
@@ -86,18 +67,18 @@ mod tests {
 
     #[test]
     fn an_answer_that_used_up_max_tokens_hit_the_token_limit() {
-        let turn = cut_at_length("a long answer", usage(900, 512));
+        let turn = cut_at_length("a long answer");
         assert_eq!(
-            CutOff::of(&turn, 512, || unreachable!("usage was reported")),
+            CutOff::of(&turn, &usage(900, 512), 512),
             Some(CutOff::TokenLimit { max_tokens: 512 })
         );
     }
 
     #[test]
     fn an_answer_stopped_well_below_max_tokens_filled_the_servers_context() {
-        let turn = cut_at_length("the server's context ended it", usage(1_900, 148));
+        let turn = cut_at_length("the server's context ended it");
         assert_eq!(
-            CutOff::of(&turn, 4_096, || unreachable!("usage was reported")),
+            CutOff::of(&turn, &usage(1_900, 148), 4_096),
             Some(CutOff::ContextWindow {
                 answer_tokens: 148,
                 window: 2_048,
@@ -107,30 +88,35 @@ mod tests {
     }
 
     #[test]
-    fn without_usage_the_numbers_are_estimated() {
+    fn estimated_numbers_are_said_to_be_estimates() {
         // The recorded llama-cpp-python stream ends at `length` with no usage at all.
-        let turn = cut_at_length(&"word ".repeat(60), Usage::default());
-        let Some(CutOff::ContextWindow {
-            answer_tokens,
-            window,
+        let turn = cut_at_length("about a hundred tokens");
+        let estimate = Usage {
             estimated: true,
-        }) = CutOff::of(&turn, 4_096, || 1_950)
-        else {
-            panic!("an answer of about 100 tokens did not reach 4,096");
+            ..usage(1_950, 104)
         };
-        assert!((100..=120).contains(&answer_tokens), "{answer_tokens}");
-        assert_eq!(window, 1_950 + answer_tokens);
-        let long = cut_at_length(&"word ".repeat(2_000), Usage::default());
         assert_eq!(
-            CutOff::of(&long, 512, || unreachable!("the limit was reached")),
+            CutOff::of(&turn, &estimate, 4_096),
+            Some(CutOff::ContextWindow {
+                answer_tokens: 104,
+                window: 2_054,
+                estimated: true
+            })
+        );
+        let long = Usage {
+            estimated: true,
+            ..usage(1_950, 2_000)
+        };
+        assert_eq!(
+            CutOff::of(&turn, &long, 512),
             Some(CutOff::TokenLimit { max_tokens: 512 })
         );
     }
 
     #[test]
     fn an_answer_that_ended_on_its_own_was_not_cut_off() {
-        let mut turn = cut_at_length("done", usage(10, 1));
+        let mut turn = cut_at_length("done");
         turn.stop_reason = Some(StopReason::EndTurn);
-        assert_eq!(CutOff::of(&turn, 512, || 0), None);
+        assert_eq!(CutOff::of(&turn, &usage(10, 1), 512), None);
     }
 }

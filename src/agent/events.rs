@@ -14,7 +14,13 @@ pub enum LoopEvent {
         error: Option<String>,
     },
     /// A short line saying what the loop is doing now.
-    Progress { loop_id: LoopId, message: String },
+    Progress {
+        loop_id: LoopId,
+        message: String,
+        /// While the model answers: the tokens of the answer so far (estimated from what
+        /// streamed in), reported at most once per `ANSWER_PROGRESS_INTERVAL`.
+        tokens: Option<u64>,
+    },
     ArtifactCreated {
         loop_id: LoopId,
         kind: ArtifactKind,

@@ -1,8 +1,18 @@
-//! One-line descriptions of what a loop is doing, for the progress display.
+//! One-line descriptions of what a loop is doing, for the progress display, and how far the
+//! answer under way has come.
+
+use std::time::Duration;
 
 use serde_json::Value;
+use tokio::time::Instant;
 
+use super::context_budget;
 use crate::llm::ProviderEvent;
+
+/// How often at most a loop reports its answer growing: often enough to see a slow model
+/// (a few tokens a second on a CPU) is alive, rare enough that a fast one (hundreds a second)
+/// costs the shells nothing and the CLI's log stays readable.
+pub const ANSWER_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 pub fn describe_tool_call(name: &str, input: &Value) -> String {
     let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
@@ -20,21 +30,96 @@ pub fn describe_tool_call(name: &str, input: &Value) -> String {
     }
 }
 
-/// The progress line for `event`; streamed text has none (the transcript shows it).
-pub fn describe_provider_event(event: &ProviderEvent) -> Option<String> {
-    Some(match event {
-        ProviderEvent::TextDelta { .. } => return None,
-        ProviderEvent::ToolCallStarted { name } => format!("model is writing a {name} call"),
-        ProviderEvent::Retrying {
-            attempt,
-            max_retries,
-            delay,
-            reason,
-        } => format!(
-            "{reason}; retrying in {:.1}s (retry {attempt} of {max_retries})",
-            delay.as_secs_f64()
-        ),
-    })
+/// A count of tokens Loopr estimated, as a person reads it: `~350`, `~1.2k`, `~48k`,
+/// `~1.3M` (an estimate's digits beyond these mean nothing).
+pub fn approximate_tokens(count: u64) -> String {
+    if count < 1_000 {
+        return format!("~{count}");
+    }
+    let tenths_of_thousands = (count + 50) / 100;
+    if tenths_of_thousands < 100 {
+        return format!(
+            "~{}.{}k",
+            tenths_of_thousands / 10,
+            tenths_of_thousands % 10
+        );
+    }
+    let thousands = (count + 500) / 1_000;
+    if thousands < 1_000 {
+        return format!("~{thousands}k");
+    }
+    let tenths_of_millions = (count + 50_000) / 100_000;
+    format!("~{}.{}M", tenths_of_millions / 10, tenths_of_millions % 10)
+}
+
+/// The progress line for a retry; the answer's own events go through `AnswerProgress`.
+pub fn describe_retry(event: &ProviderEvent) -> Option<String> {
+    let ProviderEvent::Retrying {
+        attempt,
+        max_retries,
+        delay,
+        reason,
+    } = event
+    else {
+        return None;
+    };
+    Some(format!(
+        "{reason}; retrying in {:.1}s (retry {attempt} of {max_retries})",
+        delay.as_secs_f64()
+    ))
+}
+
+/// What the model has written so far of the answer under way (text and calls' input), as a
+/// progress line at most once per `ANSWER_PROGRESS_INTERVAL`: never one per token.
+#[derive(Debug, Default)]
+pub struct AnswerProgress {
+    bytes: u64,
+    /// The call being written, once one started.
+    call: Option<String>,
+    last_report: Option<Instant>,
+}
+
+/// A line saying how far the answer has come, and its estimated tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnswerReport {
+    pub message: String,
+    pub tokens: u64,
+}
+
+impl AnswerProgress {
+    /// Counts `event` (at `now`); returns the report due, if one is: the first of an answer
+    /// at once, then at most one per interval. A retry starts the count over (the failed
+    /// attempt's answer is thrown away).
+    pub fn on_event(&mut self, event: &ProviderEvent, now: Instant) -> Option<AnswerReport> {
+        match event {
+            ProviderEvent::TextDelta { text } => self.bytes += text.len() as u64,
+            ProviderEvent::ToolInputDelta { bytes } => self.bytes += *bytes as u64,
+            ProviderEvent::ToolCallStarted { name } => self.call = Some(name.clone()),
+            ProviderEvent::Retrying { .. } => {
+                self.bytes = 0;
+                self.call = None;
+                return None;
+            }
+        }
+        if self
+            .last_report
+            .is_some_and(|last| now < last + ANSWER_PROGRESS_INTERVAL)
+        {
+            return None;
+        }
+        self.last_report = Some(now);
+        let doing = match &self.call {
+            Some(name) => format!("model is writing a {name} call"),
+            None => "model is answering".to_owned(),
+        };
+        let tokens = context_budget::estimate_bytes(self.bytes);
+        let message = match tokens {
+            0 => doing,
+            1 => format!("{doing}… {} token so far", approximate_tokens(tokens)),
+            _ => format!("{doing}… {} tokens so far", approximate_tokens(tokens)),
+        };
+        Some(AnswerReport { message, tokens })
+    }
 }
 
 #[cfg(test)]
@@ -60,8 +145,106 @@ mod tests {
     }
 
     #[test]
+    fn estimates_read_with_the_digits_that_mean_something() {
+        let cases = [
+            (0, "~0"),
+            (350, "~350"),
+            (999, "~999"),
+            (1_000, "~1.0k"),
+            (1_249, "~1.2k"),
+            (9_949, "~9.9k"),
+            (9_950, "~10k"),
+            (48_400, "~48k"),
+            (999_499, "~999k"),
+            (999_500, "~1.0M"),
+            (1_260_000, "~1.3M"),
+        ];
+        for (count, shown) in cases {
+            assert_eq!(approximate_tokens(count), shown, "{count}");
+        }
+    }
+
+    #[test]
+    fn the_answer_is_reported_growing_at_most_once_per_interval() {
+        let start = Instant::now();
+        let mut progress = AnswerProgress::default();
+        let text = |text: &str| ProviderEvent::TextDelta {
+            text: text.to_owned(),
+        };
+        let first = progress.on_event(&text("Let me look"), start);
+        assert_eq!(
+            first,
+            Some(AnswerReport {
+                message: "model is answering… ~4 tokens so far".to_owned(),
+                tokens: 4
+            }),
+            "the first piece at once"
+        );
+        // A fast model: a piece every millisecond for just under the interval, then one more.
+        let pieces = ANSWER_PROGRESS_INTERVAL.as_millis() as u32;
+        let mut reports = Vec::new();
+        for millisecond in 1..=pieces {
+            let now = start + Duration::from_millis(u64::from(millisecond));
+            reports.extend(progress.on_event(&text("abc"), now));
+        }
+        assert_eq!(reports.len(), 1, "one report per interval: {reports:?}");
+        assert_eq!(
+            reports[0].tokens,
+            (11 + 3 * u64::from(pieces)).div_ceil(3),
+            "every piece counted"
+        );
+        let call = progress.on_event(
+            &ProviderEvent::ToolCallStarted {
+                name: "create_plan".to_owned(),
+            },
+            start + ANSWER_PROGRESS_INTERVAL * 2,
+        );
+        assert!(call.is_some_and(|report| {
+            report
+                .message
+                .starts_with("model is writing a create_plan call… ~")
+        }),);
+        let input = ProviderEvent::ToolInputDelta { bytes: 3_000 };
+        let grown = progress
+            .on_event(&input, start + ANSWER_PROGRESS_INTERVAL * 3)
+            .expect("due");
+        assert!(grown.tokens > 1_000, "a call's input counts: {grown:?}");
+        progress.on_event(
+            &ProviderEvent::Retrying {
+                attempt: 1,
+                max_retries: 2,
+                delay: Duration::from_secs(1),
+                reason: "HTTP 529".to_owned(),
+            },
+            start + ANSWER_PROGRESS_INTERVAL * 4,
+        );
+        let again = progress
+            .on_event(&text("New"), start + ANSWER_PROGRESS_INTERVAL * 5)
+            .expect("due");
+        assert_eq!(
+            again.message, "model is answering… ~1 token so far",
+            "a retry starts over"
+        );
+    }
+
+    #[test]
+    fn a_call_with_nothing_written_yet_is_reported_without_a_count() {
+        let mut progress = AnswerProgress::default();
+        let report = progress.on_event(
+            &ProviderEvent::ToolCallStarted {
+                name: "list_files".to_owned(),
+            },
+            Instant::now(),
+        );
+        assert_eq!(
+            report.map(|report| report.message).as_deref(),
+            Some("model is writing a list_files call")
+        );
+    }
+
+    #[test]
     fn retries_say_why_and_when() {
-        let text = describe_provider_event(&ProviderEvent::Retrying {
+        let text = describe_retry(&ProviderEvent::Retrying {
             attempt: 1,
             max_retries: 2,
             delay: Duration::from_millis(1500),

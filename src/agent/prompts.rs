@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::cut_off::CutOff;
+use super::repetition::ordinal;
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
 use crate::llm::ToolSpec;
 use crate::llm::text_protocol::{TextProtocol, render_call};
@@ -287,6 +288,36 @@ fn stopped_by_the_server(answer_tokens: u64, window: u64, estimated: bool, what:
     );
     sentence[..1].make_ascii_uppercase();
     sentence
+}
+
+/// Added to the results of a turn whose calls failed exactly as in the turns before it, the
+/// `times`th time in a row; at `stop_at` the loop stops.
+pub fn repeated_failure_note(times: u32, stop_at: u32) -> String {
+    format!(
+        "This is the {} time this exact call failed with the same error; do something \
+         different: change the input as the error says, or take another step first. The loop \
+         stops if the same call fails the same way {stop_at} times in a row.",
+        ordinal(times)
+    )
+}
+
+/// Added to the note for an answer that ran no call, the `times`th such answer in a row.
+pub fn repeated_inaction_note(times: u32, stop_at: u32) -> String {
+    format!(
+        "This is the {} answer in a row that ran no tool call; do something different: call a \
+         tool now. The loop stops after {stop_at} such answers in a row.",
+        ordinal(times)
+    )
+}
+
+/// Added to the feedback on an answer a text protocol could not read for the same reason as
+/// the ones before it, the `times`th time in a row.
+pub fn repeated_unreadable_note(times: u32) -> String {
+    format!(
+        "This is the {} time your answer could not be read for the same reason; do something \
+         different: write the call exactly in the format shown.",
+        ordinal(times)
+    )
 }
 
 /// The answer to a call whose input could not be read.

@@ -13,8 +13,9 @@ use super::artifact_loop::{LoopContext, LoopError};
 use super::context_budget::{self, ContextBudget, SentView};
 use super::cut_off::CutOff;
 use super::journal::{Entry, Journal, Replayed};
-use super::progress::describe_provider_event;
+use super::progress::{AnswerProgress, describe_retry};
 use super::prompts;
+use super::repetition::{self, CallOutcome, GIVE_UP_AT, Repetition, Setback, TELL_AT};
 use super::transcript::{LiveTranscript, emit_batch};
 use super::tree_budget::TreeBudget;
 use crate::llm::{
@@ -147,6 +148,8 @@ pub(super) struct Conversation {
     id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
+    /// The same thing going wrong turn after turn.
+    repetition: Repetition,
     /// Shared with the provider's event callback while a turn is asked.
     transcript: Arc<LiveTranscript>,
     /// What is sent of `request.messages`: old results shortened to fit the budget.
@@ -242,6 +245,7 @@ impl Conversation {
             db: context.db.clone(),
             id: context.record.id.clone(),
             unreadable_in_a_row: 0,
+            repetition: Repetition::default(),
             spend_guard: BudgetGuard::of(context.settings.budget, context.settings.price_table()),
             tree_budget: context.tree_budget.clone(),
             usage: Usage {
@@ -291,6 +295,7 @@ impl Conversation {
         }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
+        let answer_progress = Mutex::new(AnswerProgress::default());
         let transcript = self.transcript.clone();
         let on_provider_event = |event: ProviderEvent| {
             match &event {
@@ -312,16 +317,21 @@ impl Conversation {
                             reason: reason.clone(),
                         });
                 }
-                ProviderEvent::ToolCallStarted { .. } => {}
+                ProviderEvent::ToolCallStarted { .. } | ProviderEvent::ToolInputDelta { .. } => {}
             }
-            if let Some(progress) = describe_provider_event(&event) {
-                context.progress(progress);
+            if let Some(retry) = describe_retry(&event) {
+                context.progress(retry);
+            }
+            let report = answer_progress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .on_event(&event, tokio::time::Instant::now());
+            if let Some(report) = report {
+                context.answer_progress(report);
             }
         };
-        let turn = self.ask(context, &on_provider_event).await?;
-        let cut_off = CutOff::of(&turn, self.request.max_tokens, || {
-            context_budget::estimate(&self.request.messages, self.fixed_tokens)
-        });
+        let (turn, usage) = self.ask(context, &on_provider_event).await?;
+        let cut_off = CutOff::of(&turn, &usage, self.request.max_tokens);
         if let Some(CutOff::ContextWindow { window, .. }) = cut_off {
             tracing::warn!(loop_id = %context.record.id, window, "the server stopped the answer well before max_tokens, probably at its context window");
         }
@@ -330,19 +340,19 @@ impl Conversation {
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        self.usage.input_tokens += turn.usage.total_input();
-        self.usage.output_tokens += turn.usage.output_tokens;
+        self.usage.input_tokens += usage.total_input();
+        self.usage.output_tokens += usage.output_tokens;
         self.transcript.answer_end(
             &turn.content,
             &self.request.model,
-            &turn.usage,
+            &usage,
             turn.stop_reason.as_ref(),
             &turn.truncated_tool_calls,
         );
         self.pending.push(Entry::Assistant {
             content: turn.content.clone(),
             model: self.request.model.clone(),
-            usage: turn.usage,
+            usage,
             stop_reason: turn.stop_reason.clone(),
             truncated_tool_calls: turn.truncated_tool_calls.clone(),
         });
@@ -365,8 +375,14 @@ impl Conversation {
         let mut reply = Vec::new();
         let mut follow_ups = Vec::new();
         let mut last_problem = None;
+        let mut outcomes = Vec::with_capacity(calls.len());
         for call in calls {
             let id = call.id.clone();
+            let mut outcome = CallOutcome {
+                name: call.name.clone(),
+                input: call.input.clone(),
+                error: None,
+            };
             let mut result = match call.input_error.as_deref() {
                 Some(problem) => CallResult::error(prompts::unusable_input(&call.name, problem)),
                 None => handler.answer(call, &self.request.messages).await?,
@@ -379,24 +395,31 @@ impl Conversation {
             follow_ups.extend(result.follow_up);
             if result.is_error {
                 last_problem = Some(result.content.clone());
+                outcome.error = Some(result.content.clone());
             }
+            outcomes.push(outcome);
             reply.push(ContentBlock::ToolResult {
                 id,
                 content: result.content,
                 is_error: result.is_error,
             });
         }
-        if !turn.truncated_tool_calls.is_empty() {
-            let limit = CutOff::TokenLimit {
-                max_tokens: self.request.max_tokens,
-            };
-            follow_ups.push(prompts::truncated_tool_call_note(
+        let note = if !turn.truncated_tool_calls.is_empty() {
+            Some(prompts::truncated_tool_call_note(
                 &turn.truncated_tool_calls,
-                &cut_off.unwrap_or(limit),
-            ));
-        } else if !called {
-            follow_ups.push(nudge);
-        }
+                &cut_off.unwrap_or(CutOff::TokenLimit {
+                    max_tokens: self.request.max_tokens,
+                }),
+            ))
+        } else {
+            (!called).then_some(nudge)
+        };
+        let setback = match &note {
+            Some(note) if !called => Some(Setback::NothingDone(note.clone())),
+            _ => Setback::of_calls(outcomes),
+        };
+        follow_ups.extend(note);
+        follow_ups.extend(self.check_repetition(context, setback)?);
         reply.extend(follow_ups.into_iter().map(ContentBlock::text));
         self.request.messages.push(Arc::new(Message {
             role: Role::User,
@@ -410,12 +433,36 @@ impl Conversation {
 
     /// Sends the conversation within its budget. A provider that still finds it too long (the
     /// budget is more than the model takes) is asked once more, with the budget lowered to
-    /// half of what it refused for the rest of the run.
+    /// half of what it refused for the rest of the run. Returns the answer and its tokens:
+    /// the server's count, else (a server that reports none) estimated from the request as
+    /// sent and the answer.
     async fn ask(
         &mut self,
         context: &LoopContext,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) -> Result<Turn, LlmError> {
+    ) -> Result<(Turn, Usage), LlmError> {
+        let (turn, sent) = self.ask_within_budget(context, on_event).await?;
+        let usage = match turn.usage {
+            Some(usage) => usage,
+            None => {
+                tracing::debug!(loop_id = %context.record.id, "the server reported no usage; estimating the tokens");
+                Usage {
+                    input_tokens: context_budget::estimate(&sent.messages, self.fixed_tokens),
+                    output_tokens: context_budget::estimate_blocks(&turn.content),
+                    estimated: true,
+                    ..Usage::default()
+                }
+            }
+        };
+        Ok((turn, usage))
+    }
+
+    /// `ask`'s sending: the answer, and the request that got it.
+    async fn ask_within_budget(
+        &mut self,
+        context: &LoopContext,
+        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
+    ) -> Result<(Turn, ChatRequest), LlmError> {
         let request = self.request_to_send();
         match context
             .provider
@@ -434,12 +481,13 @@ impl Conversation {
                 );
                 context.progress("the conversation was too long for the model; shortening it");
                 let request = self.request_to_send();
-                context
+                let turn = context
                     .provider
                     .complete(&request, on_event, &context.cancel)
-                    .await
+                    .await?;
+                Ok((turn, request))
             }
-            other => other,
+            other => Ok((other?, request)),
         }
     }
 
@@ -454,14 +502,43 @@ impl Conversation {
         }
     }
 
+    /// Records the turn's setback (none: it went well). The same one `GIVE_UP_AT` times in a
+    /// row ends the loop, saying what kept going wrong; from `TELL_AT` on, returns what to tell
+    /// the model.
+    fn check_repetition(
+        &mut self,
+        context: &LoopContext,
+        setback: Option<Setback>,
+    ) -> Result<Option<String>, LoopError> {
+        let times = self.repetition.record(setback);
+        let Some(setback) = self.repetition.current().filter(|_| times >= TELL_AT) else {
+            return Ok(None);
+        };
+        let what = repetition::describe(setback, times);
+        tracing::info!(loop_id = %context.record.id, times, what = %what, "the model repeats a setback");
+        if times >= GIVE_UP_AT {
+            return Err(LoopError::Repeating { what });
+        }
+        context.progress(format!("the model repeats itself: {what}"));
+        Ok(Some(match setback {
+            Setback::FailedCalls(_) => prompts::repeated_failure_note(times, GIVE_UP_AT),
+            _ => prompts::repeated_inaction_note(times, GIVE_UP_AT),
+        }))
+    }
+
     /// An answer the text protocol could not read: nothing of it runs, and the model is told
-    /// what was wrong until it has failed `max_format_retries` times in a row.
+    /// what was wrong until it has failed `max_format_retries` times in a row (that setting,
+    /// not `GIVE_UP_AT`, ends a run of unreadable answers, the same or not); the same problem
+    /// a `TELL_AT`th time in a row is pointed out.
     fn answer_unreadable(
         &mut self,
         context: &LoopContext,
         feedback: String,
     ) -> Result<Answered, LoopError> {
         self.unreadable_in_a_row += 1;
+        let same_in_a_row = self
+            .repetition
+            .record(Some(Setback::Unreadable(feedback.clone())));
         tracing::info!(
             loop_id = %context.record.id,
             in_a_row = self.unreadable_in_a_row,
@@ -476,7 +553,15 @@ impl Conversation {
             });
         }
         context.progress("the answer did not follow the tool protocol; asking again");
-        self.add_user_text(feedback.clone());
+        let told = if same_in_a_row >= TELL_AT {
+            format!(
+                "{feedback}\n\n{}",
+                prompts::repeated_unreadable_note(same_in_a_row)
+            )
+        } else {
+            feedback.clone()
+        };
+        self.add_user_text(told);
         Ok(Answered {
             last_problem: Some(feedback),
         })

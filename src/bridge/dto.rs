@@ -543,6 +543,8 @@ pub struct SpendReply {
     pub output: u64,
     pub cache_write: u64,
     pub cache_read: u64,
+    /// Whether the counts are (in part) Loopr's estimate: the server reported no usage.
+    pub estimated: bool,
     /// USD for the priced models; nil when tokens were spent and none of them is priced.
     pub cost_usd: Option<f64>,
     /// Models whose tokens the cost leaves out for want of a price (an empty name: tokens
@@ -558,6 +560,7 @@ impl From<&crate::agent::Spend> for SpendReply {
             output: usage.output_tokens,
             cache_write: usage.cache_write_tokens,
             cache_read: usage.cache_read_tokens,
+            estimated: usage.estimated,
             cost_usd: spend.cost.known_usd(),
             cost_unknown: spend.cost.unpriced.clone(),
         }
@@ -615,6 +618,9 @@ pub enum EventMessage {
     Progress {
         loop_id: String,
         message: String,
+        /// The tokens of the answer under way so far (estimated), while the model answers.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
     },
     ArtifactCreated {
         loop_id: String,
@@ -663,9 +669,14 @@ impl From<LoopEvent> for EventMessage {
                 status: status.as_str(),
                 error,
             },
-            LoopEvent::Progress { loop_id, message } => EventMessage::Progress {
+            LoopEvent::Progress {
+                loop_id,
+                message,
+                tokens,
+            } => EventMessage::Progress {
                 loop_id: loop_id.to_string(),
                 message,
+                tokens,
             },
             LoopEvent::ArtifactCreated {
                 loop_id,
@@ -846,6 +857,7 @@ mod tests {
         let event = to_value(&EventMessage::Progress {
             loop_id: "abc".to_owned(),
             message: "reading".to_owned(),
+            tokens: None,
         })
         .expect("encode");
         assert_eq!(

@@ -14,6 +14,9 @@ pub enum ProviderEvent {
     TextDelta { text: String },
     /// The model started writing a tool call.
     ToolCallStarted { name: String },
+    /// A piece of a tool call's input streamed in: its length in bytes only (the input is
+    /// read whole, once the call is), for showing the answer grow.
+    ToolInputDelta { bytes: usize },
     /// The attempt failed in a way worth retrying; the next one starts after `delay`.
     Retrying {
         attempt: u32,

@@ -131,6 +131,10 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_write_tokens: u64,
     pub cache_read_tokens: u64,
+    /// Loopr's estimate, not the server's count: the server reported no usage (llama.cpp's
+    /// servers never do). In a sum, some of its counts are estimates.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl Usage {
@@ -144,6 +148,7 @@ impl Usage {
         self.output_tokens += other.output_tokens;
         self.cache_write_tokens += other.cache_write_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
+        self.estimated |= other.estimated;
     }
 }
 
@@ -166,7 +171,9 @@ pub struct Turn {
     /// Names of tool calls whose input was cut off (by `max_tokens`); they are never run.
     pub truncated_tool_calls: Vec<String>,
     pub stop_reason: Option<StopReason>,
-    pub usage: Usage,
+    /// What the server counted; none when it reported nothing (not even a zero), which the
+    /// turn engine then estimates.
+    pub usage: Option<Usage>,
     /// Set when the answer was to follow a text protocol and could not be read: what to tell
     /// the model (the problems and their fixes). Nothing of such an answer runs.
     pub unreadable: Option<String>,
@@ -218,6 +225,29 @@ impl Turn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_is_stored_as_before_unless_it_is_an_estimate() {
+        let counted = Usage {
+            input_tokens: 3,
+            ..Usage::default()
+        };
+        let stored = serde_json::to_value(counted).expect("json");
+        assert_eq!(stored.get("estimated"), None, "earlier versions read it");
+        let estimated = Usage {
+            estimated: true,
+            ..counted
+        };
+        let stored = serde_json::to_value(estimated).expect("json");
+        assert_eq!(stored["estimated"], true);
+        assert_eq!(
+            serde_json::from_value::<Usage>(stored).expect("read back"),
+            estimated
+        );
+        let mut sum = counted;
+        sum.add(&estimated);
+        assert!(sum.estimated, "a sum with an estimate in it is one");
+    }
 
     #[test]
     fn the_anthropic_shaped_form_earlier_versions_stored_still_reads() {

@@ -58,7 +58,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -205,8 +205,8 @@ impl LoopDb {
     pub fn usage_by_loop(&self) -> Result<HashMap<LoopId, Vec<ModelUsage>>, StoreError> {
         let rows = self.with_connection(|connection| {
             let mut statement = connection.prepare(
-                "SELECT loop_id, model, input, output, cache_write, cache_read FROM loop_usage
-                 ORDER BY loop_id, model",
+                "SELECT loop_id, model, input, output, cache_write, cache_read, estimated
+                 FROM loop_usage ORDER BY loop_id, model",
             )?;
             statement
                 .query_map([], |row| {
@@ -437,13 +437,15 @@ fn add_turn_usage_in(
         for entry in spent {
             let usage = &entry.usage;
             transaction.execute(
-                "INSERT INTO loop_usage (loop_id, model, input, output, cache_write, cache_read)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO loop_usage
+                     (loop_id, model, input, output, cache_write, cache_read, estimated)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (loop_id, model) DO UPDATE SET
                      input = input + excluded.input,
                      output = output + excluded.output,
                      cache_write = cache_write + excluded.cache_write,
-                     cache_read = cache_read + excluded.cache_read",
+                     cache_read = cache_read + excluded.cache_read,
+                     estimated = MAX(estimated, excluded.estimated)",
                 params![
                     id.as_str(),
                     entry.model,
@@ -451,6 +453,7 @@ fn add_turn_usage_in(
                     sql_count(usage.output_tokens),
                     sql_count(usage.cache_write_tokens),
                     sql_count(usage.cache_read_tokens),
+                    usage.estimated,
                 ],
             )?;
         }
@@ -460,7 +463,7 @@ fn add_turn_usage_in(
 }
 
 /// A `ModelUsage` from the row's columns from `first`: model, input, output, cache write,
-/// cache read.
+/// cache read, estimated.
 fn model_usage(row: &Row<'_>, first: usize) -> rusqlite::Result<ModelUsage> {
     let count = |index: usize| -> rusqlite::Result<u64> {
         Ok(u64::try_from(row.get::<_, i64>(first + index)?).unwrap_or_default())
@@ -472,6 +475,7 @@ fn model_usage(row: &Row<'_>, first: usize) -> rusqlite::Result<ModelUsage> {
             output_tokens: count(2)?,
             cache_write_tokens: count(3)?,
             cache_read_tokens: count(4)?,
+            estimated: row.get::<_, i64>(first + 5)? != 0,
         },
     })
 }
@@ -686,6 +690,13 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<Migrated> {
         // (tokens) included: only their names stay.
         secrets_removed_from = remove_stored_secrets(&transaction)?;
     }
+    if version < 6 {
+        // Whether a loop's tokens of a model are Loopr's estimate (the server reported none),
+        // in part or whole.
+        transaction.execute_batch(
+            "ALTER TABLE loop_usage ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()?;
     if secrets_removed_from > 0 {
@@ -853,6 +864,7 @@ mod tests {
                 output_tokens: 2,
                 cache_write_tokens: 3,
                 cache_read_tokens: 4,
+                ..Usage::default()
             },
         }];
         db.add_turn_usage(&old, 137, 47, &spent).expect("turn");
@@ -862,6 +874,41 @@ mod tests {
         assert_eq!(usage[&old][1].usage.cache_read_tokens, 8, "added up");
         let record = db.get(&old).expect("get").expect("stored");
         assert_eq!((record.tokens_in, record.tokens_out), (154, 49));
+    }
+
+    #[test]
+    fn tokens_once_estimated_stay_marked_as_estimates_in_the_loop_and_its_tree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(&dir);
+        let id = LoopId::parse("llama-1").expect("id");
+        db.insert(&record("llama-1", "2026-01-01T00:00:00Z"), 1)
+            .expect("insert");
+        let turn = |estimated| {
+            [ModelUsage {
+                model: "gemma3".to_owned(),
+                usage: Usage {
+                    input_tokens: 1_000,
+                    output_tokens: 50,
+                    estimated,
+                    ..Usage::default()
+                },
+            }]
+        };
+        db.add_turn_usage(&id, 1_000, 50, &turn(false))
+            .expect("a counted turn");
+        assert!(!db.usage_by_loop().expect("usage")[&id][0].usage.estimated);
+        db.add_turn_usage(&id, 2_000, 100, &turn(true))
+            .expect("an estimated turn");
+        db.add_turn_usage(&id, 3_000, 150, &turn(false))
+            .expect("a counted turn again");
+        let usage = db.usage_by_loop().expect("usage");
+        assert_eq!(usage[&id][0].usage.input_tokens, 3_000);
+        assert!(
+            usage[&id][0].usage.estimated,
+            "a sum with an estimate in it"
+        );
+        let tree = db.tree_spend(&id).expect("tree");
+        assert!(tree.usage[0].usage.estimated);
     }
 
     /// Whether any file of the database (the main file, its write-ahead log) holds `needle`.
@@ -911,7 +958,9 @@ mod tests {
                 "UPDATE loops SET settings = ?1 WHERE id = 'old-1'",
                 params![settings_with_token()],
             )?;
-            connection.execute_batch("PRAGMA user_version = 4;")
+            connection.execute_batch(
+                "ALTER TABLE loop_usage DROP COLUMN estimated; PRAGMA user_version = 4;",
+            )
         });
         assert!(database_files_hold(&path, TOKEN), "the old record holds it");
         let db = LoopDb::open(&path).expect("migrate");

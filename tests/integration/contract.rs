@@ -204,6 +204,12 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
         LoopEvent::Progress {
             loop_id: id.clone(),
             message: "iteration 1/3: waiting for the model".to_owned(),
+            tokens: None,
+        },
+        LoopEvent::Progress {
+            loop_id: id.clone(),
+            message: "model is answering… ~350 tokens so far".to_owned(),
+            tokens: Some(350),
         },
         LoopEvent::ArtifactCreated {
             loop_id: id.clone(),
@@ -270,6 +276,13 @@ async fn every_event_the_host_sends_is_handled_without_error() {
     assert_eq!(
         notice["message"],
         "Loopr: the accepted change of src/main.rs was not made"
+    );
+    let answering = editor
+        .wait_event("LooprProgress", |data| data["tokens"] == 350)
+        .await;
+    assert_eq!(
+        answering["message"],
+        "model is answering… ~350 tokens so far"
     );
     for pattern in [
         "LooprLoopUpdated",

@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::fake_llm::{FakeLlm, TurnBuilder, Wire};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    FIRST_PHASES, plan_and_approve, plan_route, spec_input, spec_route, start_editor, tool_turn,
-    valid_plan,
+    FIRST_PHASES, plan_and_approve, plan_route, spec_input, spec_route, start_editor,
+    start_openai_editor, tool_turn, valid_plan,
 };
 
 /// The status rows exactly as `:LooprStatus` asks for them (with the setup's prices).
@@ -150,6 +150,57 @@ async fn status_shows_the_tokens_the_model_reported_and_their_cost_per_loop_and_
         cost_cell.split_whitespace().next(),
         Some("?"),
         "an unknown cost: {spec_line}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_estimates_for_a_server_that_reports_no_usage_and_an_unknown_cost() {
+    // llama.cpp's servers answer without usage although it is asked for.
+    let fake = FakeLlm::start_wire(Wire::OpenAi).await;
+    fake.push(
+        TurnBuilder::new()
+            .model("gemma3")
+            .tool_use("call_plan", "create_plan", valid_plan())
+            .without_usage()
+            .reply(),
+    );
+    let mut editor =
+        start_openai_editor(&fake, "{ model = 'gemma3', plan_review_passes = 0 }", None).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+
+    let rows = status_rows(&editor).await;
+    let plan = row(&rows, &plan_id);
+    for spend in [&plan["spend"], &plan["tree"]] {
+        assert_eq!(spend["estimated"], true, "{plan:#}");
+        assert!(
+            spend["input"].as_u64().is_some_and(|tokens| tokens > 0)
+                && spend["output"].as_u64().is_some_and(|tokens| tokens > 0),
+            "the request and the answer are estimated: {plan:#}"
+        );
+        assert_eq!(spend["cost_usd"], Value::Null, "no made-up cost: {plan:#}");
+        assert_eq!(spend["cost_unknown"], json!(["gemma3"]));
+    }
+    let lines = status_window_lines(&editor).await;
+    let plan_line = line_of(&lines, &plan_id);
+    let (tokens, rest) = plan_line
+        .split_once(" out")
+        .unwrap_or_else(|| panic!("no tokens: {plan_line}"));
+    assert!(
+        tokens.contains(" in · ~")
+            && tokens.split(" in · ").next().is_some_and(|input| {
+                input
+                    .rsplit(' ')
+                    .next()
+                    .is_some_and(|count| count.starts_with('~') && count != "~0")
+            }),
+        "estimates read as such: {plan_line}"
+    );
+    assert_eq!(
+        rest.split_whitespace().next(),
+        Some("?"),
+        "never $0.0000: {plan_line}"
     );
     editor.quit().await;
 }

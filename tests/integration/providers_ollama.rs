@@ -102,7 +102,8 @@ async fn a_rate_limit_waits_as_asked_and_a_busy_server_is_retried() {
     let turn = result.expect("the third attempt succeeds");
     assert_eq!(turn.text(), "Hello there, friend.");
     assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
-    assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (21, 6));
+    let usage = turn.usage.expect("Ollama counts the tokens");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (21, 6));
     assert_eq!(retries.len(), 2, "{retries:?}");
     assert_eq!(
         retries[0].0,

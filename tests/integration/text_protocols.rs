@@ -290,16 +290,21 @@ async fn a_code_loop_completes_through_xml_sections_and_reads_its_results_as_tex
     editor.quit().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answers_that_keep_breaking_the_protocol_fail_the_loop_naming_the_fixes() {
-    let case = Case {
+/// XML sections over Anthropic, whose every plan answer is a call with broken JSON.
+fn broken_json_in_xml() -> Case {
+    Case {
         protocol: ToolProtocol::Xml,
         format: ToolFormat::Json,
         wire: Wire::Anthropic,
         malformed: "<action>{\"tool\": \"create_plan\", \"args\": }</action>",
         named: "",
         cut_off: None,
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_keep_breaking_the_protocol_fail_the_loop_naming_the_fixes() {
+    let case = broken_json_in_xml();
     let fake = FakeLlm::start_wire(case.wire).await;
     for _ in 0..3 {
         fake.push_routed(plan_route(), text_turn(case.malformed));
@@ -324,5 +329,42 @@ async fn answers_that_keep_breaking_the_protocol_fail_the_loop_naming_the_fixes(
         error.contains(FEEDBACK),
         "the last problem is named: {error}"
     );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_unreadable_answer_a_third_time_is_pointed_out_and_max_format_retries_ends_it() {
+    let case = broken_json_in_xml();
+    let fake = FakeLlm::start_wire(case.wire).await;
+    for _ in 0..6 {
+        fake.push_routed(plan_route(), text_turn(case.malformed));
+    }
+    // max_format_retries = 3 (the default): the fourth unreadable answer in a row ends it.
+    let mut editor = editor_for(&fake, &case, "{}").await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "failed").await;
+
+    let requests = requests_routed(&fake, plan_route());
+    assert_eq!(
+        requests.len(),
+        4,
+        "the setting, not the repetition, ends it"
+    );
+    for (index, request) in requests.iter().enumerate().skip(1) {
+        let told = all_text(last_message(request));
+        assert!(told.contains(FEEDBACK), "{told}");
+        assert_eq!(
+            told.contains(
+                "This is the third time your answer could not be read for the same reason; do \
+                 something different"
+            ),
+            index == 3,
+            "question {}: {told}",
+            index + 1
+        );
+    }
+    let records = editor.status_records().await;
+    let error = records[0]["error"].as_str().expect("error");
+    assert!(error.contains("max_format_retries"), "{error}");
     editor.quit().await;
 }

@@ -326,6 +326,8 @@ pub struct TurnBuilder {
     items: Vec<Item>,
     input_tokens: u64,
     output_tokens: u64,
+    /// False: the OpenAI and Ollama wires count nothing, as llama.cpp's servers do.
+    usage_reported: bool,
     cache_write_tokens: u64,
     cache_read_tokens: u64,
     stop_reason: Option<String>,
@@ -346,6 +348,7 @@ impl TurnBuilder {
             items: Vec::new(),
             input_tokens: 10,
             output_tokens: 5,
+            usage_reported: true,
             cache_write_tokens: 0,
             cache_read_tokens: 0,
             stop_reason: None,
@@ -450,6 +453,13 @@ impl TurnBuilder {
     pub fn usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
         self.input_tokens = input_tokens;
         self.output_tokens = output_tokens;
+        self
+    }
+
+    /// No usage at all in the OpenAI and Ollama wires (no usage chunk, no counts), as
+    /// llama.cpp's servers answer although it is asked for.
+    pub fn without_usage(mut self) -> Self {
+        self.usage_reported = false;
         self
     }
 
@@ -620,6 +630,7 @@ impl TurnBuilder {
                 .collect(),
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
+            usage_reported: self.usage_reported,
             model: &self.model,
             stop_reason: self.stop_reason.as_deref(),
         }
@@ -632,6 +643,8 @@ pub struct TurnParts<'a> {
     pub items: Vec<TurnPart<'a>>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Whether the OpenAI and Ollama wires report the counts.
+    pub usage_reported: bool,
     pub model: &'a str,
     /// The Anthropic stop reason the test set, if any (`max_tokens`, ...).
     pub stop_reason: Option<&'a str>,

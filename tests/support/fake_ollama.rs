@@ -55,7 +55,7 @@ pub fn render_turn(turn: &TurnParts<'_>) -> Vec<u8> {
     } else {
         "stop"
     };
-    lines.push(json!({
+    let mut last = json!({
         "model": turn.model,
         "created_at": created_at(lines.len()),
         "message": {"role": "assistant", "content": ""},
@@ -63,11 +63,14 @@ pub fn render_turn(turn: &TurnParts<'_>) -> Vec<u8> {
         "done_reason": done_reason,
         "total_duration": 2_417_884_125u64,
         "load_duration": 18_513_667u64,
-        "prompt_eval_count": turn.input_tokens,
-        "prompt_eval_duration": 301_000_000u64,
-        "eval_count": turn.output_tokens,
-        "eval_duration": 2_093_000_000u64,
-    }));
+    });
+    if turn.usage_reported {
+        last["prompt_eval_count"] = json!(turn.input_tokens);
+        last["prompt_eval_duration"] = json!(301_000_000u64);
+        last["eval_count"] = json!(turn.output_tokens);
+        last["eval_duration"] = json!(2_093_000_000u64);
+    }
+    lines.push(last);
     ndjson(&lines)
 }
 

@@ -2,8 +2,8 @@
 //! `data: [DONE]`), shaped like the real API's: a first chunk with the role, text in pieces,
 //! tool calls as fragments (the first with id, type and name, later ones only the index and a
 //! piece of the arguments; parallel calls interleaved), a finish chunk, a usage-only chunk
-//! with `choices: []`, then `[DONE]`; or, asked with `stream: false`, the whole completion as
-//! one JSON object. Also OpenAI-shaped error replies.
+//! with `choices: []` (unless the turn reports none), then `[DONE]`; or, asked with
+//! `stream: false`, the whole completion as one JSON object. Also OpenAI-shaped error replies.
 
 use serde_json::{Value, json};
 
@@ -47,20 +47,22 @@ pub fn render_turn(turn: &TurnParts<'_>) -> Vec<u8> {
         turn.model,
         json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(turn)}]),
     ));
-    out.push_str(&sse(&json!({
-        "id": COMPLETION_ID,
-        "object": "chat.completion.chunk",
-        "created": CREATED,
-        "model": turn.model,
-        "choices": [],
-        "usage": {
-            "prompt_tokens": turn.input_tokens,
-            "completion_tokens": turn.output_tokens,
-            "total_tokens": turn.input_tokens + turn.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0}
-        }
-    })));
+    if turn.usage_reported {
+        out.push_str(&sse(&json!({
+            "id": COMPLETION_ID,
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": turn.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": turn.input_tokens,
+                "completion_tokens": turn.output_tokens,
+                "total_tokens": turn.input_tokens + turn.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0}
+            }
+        })));
+    }
     out.push_str("data: [DONE]\n\n");
     out.into_bytes()
 }

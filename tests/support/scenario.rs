@@ -182,6 +182,30 @@ pub fn create_plan_turn(id: &str, plan: Value) -> Reply {
         .reply()
 }
 
+/// Words of the answer `slow_plan_turn` streams.
+pub const SLOW_WORDS: usize = 30;
+
+/// A plan answer streamed like a slow model's, one event every 50 ms for about four seconds:
+/// `SLOW_WORDS` words of text, then the create_plan call.
+pub fn slow_plan_turn() -> Reply {
+    TurnBuilder::new()
+        .text_deltas((0..SLOW_WORDS).map(|index| format!("thinking-aloud-{index} ")))
+        .tool_use("toolu_plan", "create_plan", valid_plan())
+        .usage(900, 300)
+        .paced(std::time::Duration::from_millis(50))
+}
+
+/// The estimated token counts in progress messages ("model is answering… ~350 tokens so
+/// far"; below 1,000, as `slow_plan_turn`'s are), in the order they came.
+pub fn answer_token_counts<'a>(messages: impl IntoIterator<Item = &'a str>) -> Vec<u64> {
+    messages
+        .into_iter()
+        .filter_map(|message| message.split("… ~").nth(1))
+        .filter_map(|rest| rest.split(' ').next())
+        .map(|count| count.parse().expect("a count below 1,000"))
+        .collect()
+}
+
 /// A turn that starts (message_start and the opening of a text block) and then goes silent
 /// with the connection open.
 pub fn stalled_turn(text: &str) -> Reply {

@@ -345,7 +345,9 @@ fn turn_footer(
     if !model.is_empty() {
         parts.push(model.to_owned());
     }
-    let mut input = format!("{} in", thousands(usage.total_input()));
+    // `~` marks Loopr's estimate of what a server that reports no usage spent.
+    let about = if usage.estimated { "~" } else { "" };
+    let mut input = format!("{about}{} in", thousands(usage.total_input()));
     let cached: Vec<String> = [
         (usage.cache_read_tokens, "from cache"),
         (usage.cache_write_tokens, "to cache"),
@@ -358,8 +360,11 @@ fn turn_footer(
         input.push_str(&format!(" ({})", cached.join(", ")));
     }
     parts.push(input);
-    parts.push(format!("{} out", thousands(usage.output_tokens)));
+    parts.push(format!("{about}{} out", thousands(usage.output_tokens)));
     // `max_tokens`, or the server's context well before it: the note that follows says which.
+    if usage.estimated {
+        parts.push("estimated: the server reported no usage".to_owned());
+    }
     if stop_reason == Some(&StopReason::MaxTokens) {
         parts.push("stopped at a length limit".to_owned());
     }
@@ -416,8 +421,8 @@ mod tests {
                 Usage {
                     input_tokens: 1200,
                     output_tokens: 56,
-                    cache_write_tokens: 0,
                     cache_read_tokens: 3000,
+                    ..Usage::default()
                 },
             ),
             Entry::User {
@@ -460,6 +465,30 @@ mod tests {
             live,
             "### Turn 1\n\nLet me look.\n\n→ **grep** `{\"pattern\":\"x\"}`\n\n\
              _turn 1 · m1 · 0 in · 0 out_\n\n"
+        );
+    }
+
+    #[test]
+    fn estimated_tokens_read_as_estimates() {
+        let mut renderer = Renderer::default();
+        let footer = renderer.answer_end(
+            &[ContentBlock::text("Done.")],
+            "gemma3",
+            &Usage {
+                input_tokens: 1_700,
+                output_tokens: 25,
+                estimated: true,
+                ..Usage::default()
+            },
+            None,
+            &[],
+        );
+        assert!(
+            footer.contains(
+                "_turn 1 · gemma3 · ~1,700 in · ~25 out · estimated: the server reported no \
+                 usage_"
+            ),
+            "{footer}"
         );
     }
 

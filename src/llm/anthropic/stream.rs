@@ -63,7 +63,8 @@ struct TurnAssembler {
     open: BTreeMap<u64, PartialBlock>,
     finished: BTreeMap<u64, ContentBlock>,
     stop_reason: Option<StopReason>,
-    usage: Usage,
+    /// Set once an event carried usage.
+    usage: Option<Usage>,
 }
 
 impl TurnAssembler {
@@ -86,9 +87,10 @@ impl TurnAssembler {
             .unwrap_or(event_name);
         match kind {
             "message_start" => {
-                if let Some(usage) = payload.pointer("/message/usage") {
-                    read_input_usage(&mut self.usage, usage);
-                    self.usage.output_tokens = u64_at(usage, "output_tokens");
+                if let Some(wire) = payload.pointer("/message/usage") {
+                    let usage = self.usage.get_or_insert_default();
+                    read_input_usage(usage, wire);
+                    usage.output_tokens = u64_at(wire, "output_tokens");
                 }
             }
             "content_block_start" => {
@@ -134,7 +136,11 @@ impl TurnAssembler {
                         }
                     }
                     (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
-                        json.push_str(str_at(delta, "partial_json"));
+                        let piece = str_at(delta, "partial_json");
+                        json.push_str(piece);
+                        if !piece.is_empty() {
+                            on_event(ProviderEvent::ToolInputDelta { bytes: piece.len() });
+                        }
                     }
                     (None, _) => {
                         return Err(StreamFailure::Protocol(format!(
@@ -159,12 +165,13 @@ impl TurnAssembler {
                 {
                     self.stop_reason = Some(stop_reason(reason));
                 }
-                if let Some(usage) = payload.get("usage") {
-                    if usage.get("output_tokens").is_some() {
-                        self.usage.output_tokens = u64_at(usage, "output_tokens");
+                if let Some(wire) = payload.get("usage") {
+                    let usage = self.usage.get_or_insert_default();
+                    if wire.get("output_tokens").is_some() {
+                        usage.output_tokens = u64_at(wire, "output_tokens");
                     }
-                    if usage.get("input_tokens").is_some_and(|v| !v.is_null()) {
-                        read_input_usage(&mut self.usage, usage);
+                    if wire.get("input_tokens").is_some_and(|v| !v.is_null()) {
+                        read_input_usage(usage, wire);
                     }
                 }
             }
@@ -317,7 +324,8 @@ mod tests {
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
         assert!(!turn.text().is_empty());
         assert!(turn.tool_calls().is_empty());
-        assert!(turn.usage.input_tokens > 0 && turn.usage.output_tokens > 0);
+        let usage = turn.usage.expect("the API reports usage");
+        assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
     }
 
     #[test]
@@ -364,6 +372,31 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_calls_input_is_reported_growing_by_its_length() {
+        let seen = Mutex::new(0);
+        let on_event = |event: ProviderEvent| {
+            if let ProviderEvent::ToolInputDelta { bytes } = event {
+                *seen.lock().expect("lock") += bytes;
+            }
+        };
+        let bytes = fixture("tool_use_response.sse");
+        let pieces: usize = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .filter_map(|event| event.pointer("/delta/partial_json").cloned())
+            .filter_map(|piece| piece.as_str().map(str::len))
+            .sum();
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(bytes))]);
+        let turn = runtime()
+            .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
+            .expect("turn");
+        assert!(!turn.tool_calls().is_empty());
+        assert!(pieces > 0);
+        assert_eq!(*seen.lock().expect("lock"), pieces, "every piece once");
+    }
+
+    #[test]
     fn stream_ending_before_message_stop_is_a_transport_failure() {
         let bytes = fixture("tool_use_response.sse");
         let cut = bytes.len() / 2;
@@ -400,11 +433,11 @@ mod tests {
         );
         assert_eq!(
             turn.usage,
-            Usage {
+            Some(Usage {
                 input_tokens: 3,
                 output_tokens: 7,
                 ..Usage::default()
-            }
+            })
         );
         assert_eq!(
             seen.into_inner().expect("lock"),

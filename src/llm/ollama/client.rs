@@ -280,7 +280,7 @@ mod tests {
         assert!(retries.is_empty(), "{retries:?}");
         assert_eq!(turn.text(), "Reading it.");
         assert_eq!(turn.tool_calls().len(), 1);
-        assert_eq!(turn.usage.output_tokens, 12);
+        assert_eq!(turn.usage.expect("usage").output_tokens, 12);
         let request = server.await.expect("server");
         let (head, body) = request.split_once("\r\n\r\n").expect("a request");
         assert!(

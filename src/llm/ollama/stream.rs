@@ -101,7 +101,7 @@ struct TurnAssembler {
     content: Vec<ContentBlock>,
     call_ids: HashSet<String>,
     stop_reason: Option<StopReason>,
-    usage: Usage,
+    usage: Option<Usage>,
 }
 
 impl TurnAssembler {
@@ -160,12 +160,16 @@ impl TurnAssembler {
             None | Some("" | "stop") => StopReason::EndTurn,
             Some(other) => StopReason::Other(other.to_owned()),
         });
-        let count = |key: &str| chunk.get(key).and_then(Value::as_u64).unwrap_or_default();
-        self.usage = Usage {
-            input_tokens: count("prompt_eval_count"),
-            output_tokens: count("eval_count"),
-            ..Usage::default()
-        };
+        let count = |key: &str| chunk.get(key).and_then(Value::as_u64);
+        // A server in front of Ollama may count nothing: that is no usage, not zero tokens.
+        let (input, output) = (count("prompt_eval_count"), count("eval_count"));
+        if input.is_some() || output.is_some() {
+            self.usage = Some(Usage {
+                input_tokens: input.unwrap_or_default(),
+                output_tokens: output.unwrap_or_default(),
+                ..Usage::default()
+            });
+        }
         Ok(true)
     }
 
@@ -192,6 +196,11 @@ impl TurnAssembler {
             input_error = Some("the call names no tool".to_owned());
         }
         on_event(ProviderEvent::ToolCallStarted { name: name.clone() });
+        // The input comes whole; its length is what the answer grew by.
+        let bytes = function
+            .get("arguments")
+            .map_or(0, |sent| sent.to_string().len());
+        on_event(ProviderEvent::ToolInputDelta { bytes });
         self.content.push(ContentBlock::ToolCall {
             id,
             name,
@@ -396,11 +405,11 @@ mod tests {
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
         assert_eq!(
             turn.usage,
-            Usage {
+            Some(Usage {
                 input_tokens: 412,
                 output_tokens: 17,
                 ..Usage::default()
-            }
+            })
         );
         assert!(turn.truncated_tool_calls.is_empty());
     }
@@ -588,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_counts_are_zero_and_blank_and_crlf_lines_are_skipped() {
+    fn missing_counts_are_no_usage_and_blank_and_crlf_lines_are_skipped() {
         let stream = concat!(
             "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},\"done\":false}\r\n",
             "\r\n",
@@ -598,7 +607,10 @@ mod tests {
         let turn = read_bytes_at_every_split(stream.as_bytes().to_vec()).expect("turn");
         assert_eq!(turn.text(), "ok");
         assert_eq!(turn.stop_reason, Some(StopReason::EndTurn));
-        assert_eq!(turn.usage, Usage::default());
+        assert_eq!(
+            turn.usage, None,
+            "nothing counted is no usage, not zero tokens"
+        );
     }
 
     #[test]

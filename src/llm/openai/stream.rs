@@ -233,8 +233,8 @@ impl TurnAssembler {
         self.usage = Some(Usage {
             input_tokens: prompt - cached,
             output_tokens: completion.unwrap_or_default(),
-            cache_write_tokens: 0,
             cache_read_tokens: cached,
+            ..Usage::default()
         });
     }
 
@@ -253,6 +253,7 @@ impl TurnAssembler {
         if call.wire_id.is_none() {
             call.wire_id = id.map(str::to_owned);
         }
+        let before = call.arguments.len();
         if let Some(function) = fragment.get("function") {
             if call.name.is_empty()
                 && let Some(name) = function.get("name").and_then(Value::as_str)
@@ -269,6 +270,10 @@ impl TurnAssembler {
         // The name may come late: the call is announced once it has one (or at the end).
         if !call.name.is_empty() {
             call.announce(on_event);
+        }
+        let grown = call.arguments.len().saturating_sub(before);
+        if grown > 0 {
+            on_event(ProviderEvent::ToolInputDelta { bytes: grown });
         }
     }
 
@@ -353,7 +358,7 @@ impl TurnAssembler {
             content,
             truncated_tool_calls,
             stop_reason: Some(stop_reason),
-            usage: self.usage.unwrap_or_default(),
+            usage: self.usage,
             unreadable: None,
         }
     }
@@ -561,12 +566,19 @@ mod tests {
     }
 
     fn started(stream: &str) -> Vec<String> {
+        events(stream)
+            .into_iter()
+            .filter_map(|event| match event {
+                ProviderEvent::ToolCallStarted { name } => Some(name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What reading `stream` reported.
+    fn events(stream: &str) -> Vec<ProviderEvent> {
         let seen = Mutex::new(Vec::new());
-        let on_event = |event: ProviderEvent| {
-            if let ProviderEvent::ToolCallStarted { name } = event {
-                seen.lock().expect("lock").push(name);
-            }
-        };
+        let on_event = |event: ProviderEvent| seen.lock().expect("lock").push(event);
         let bytes =
             futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream.to_owned()))]);
         runtime()
@@ -593,11 +605,11 @@ mod tests {
         assert!(turn.tool_calls().is_empty());
         assert_eq!(
             turn.usage,
-            Usage {
+            Some(Usage {
                 input_tokens: 120,
                 output_tokens: 9,
                 ..Usage::default()
-            }
+            })
         );
     }
 
@@ -670,7 +682,7 @@ mod tests {
         .concat();
         let turn = read_ok(&stream);
         assert_eq!(turn.text(), "fine");
-        assert_eq!(turn.usage.output_tokens, 2);
+        assert_eq!(turn.usage.map(|usage| usage.output_tokens), Some(2));
     }
 
     #[test]
@@ -688,7 +700,10 @@ mod tests {
             DONE.to_owned(),
         ]
         .concat();
-        assert_eq!(read_ok(&stream).usage.total_input(), 70);
+        assert_eq!(
+            read_ok(&stream).usage.map(|usage| usage.total_input()),
+            Some(70)
+        );
     }
 
     #[test]
@@ -703,11 +718,12 @@ mod tests {
         ]
         .concat();
         let turn = read_ok(&stream);
-        assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (33, 4));
+        let usage = turn.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (33, 4));
     }
 
     #[test]
-    fn absent_usage_counts_nothing() {
+    fn absent_usage_is_no_usage_not_zero_tokens() {
         let stream = [
             role(),
             delta(json!({"content": "x"})),
@@ -715,7 +731,18 @@ mod tests {
             DONE.to_owned(),
         ]
         .concat();
-        assert_eq!(read_ok(&stream).usage, Usage::default());
+        assert_eq!(read_ok(&stream).usage, None);
+    }
+
+    #[test]
+    fn llama_cpp_python_reports_no_usage_although_asked() {
+        let recorded = include_str!("../../../tests/data/llamacpp-openai/short_stream_stop.sse");
+        let turn = read_ok(recorded);
+        assert!(!turn.text().is_empty());
+        assert_eq!(
+            turn.usage, None,
+            "the turn engine estimates what was not counted"
+        );
     }
 
     #[test]
@@ -730,12 +757,12 @@ mod tests {
         .concat();
         assert_eq!(
             read_ok(&stream).usage,
-            Usage {
+            Some(Usage {
                 input_tokens: 464,
                 output_tokens: 15,
-                cache_write_tokens: 0,
                 cache_read_tokens: 1_536,
-            }
+                ..Usage::default()
+            })
         );
     }
 
@@ -922,6 +949,18 @@ mod tests {
         assert_eq!(
             calls(&read_ok(&stream))[0].2,
             json!({"path": "src/main.rs"})
+        );
+        let grown: usize = events(&stream)
+            .iter()
+            .filter_map(|event| match event {
+                ProviderEvent::ToolInputDelta { bytes } => Some(*bytes),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(
+            grown,
+            "{\"path\": \"src/main.rs\"}".len(),
+            "the input's growth is reported, a resent piece not twice"
         );
     }
 
@@ -1127,7 +1166,7 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["grep".to_owned(), "list_files".to_owned()]);
         assert_eq!(turn.stop_reason, Some(StopReason::ToolUse));
-        assert_eq!(turn.usage.output_tokens, 3);
+        assert_eq!(turn.usage.map(|usage| usage.output_tokens), Some(3));
         assert!(matches!(
             read_whole(
                 r#"{"error":{"message":"nope","type":"server_error"}}"#,

@@ -783,7 +783,8 @@ fn tree_usage_in(connection: &Connection, root: &LoopId) -> rusqlite::Result<Vec
              UNION ALL
              SELECT loops.id FROM loops JOIN tree ON loops.parent = tree.id
          )
-         SELECT model, SUM(input), SUM(output), SUM(cache_write), SUM(cache_read)
+         SELECT model, SUM(input), SUM(output), SUM(cache_write), SUM(cache_read),
+             MAX(estimated)
          FROM loop_usage JOIN tree ON loop_usage.loop_id = tree.id
          GROUP BY model ORDER BY model",
     )?;
