@@ -674,8 +674,8 @@ mod tests {
         }
     }
 
-    /// The turn of one request, and its progress events with consecutive text joined (a
-    /// stream sends text in pieces, a whole answer at once).
+    /// The turn of one request, and its progress events with consecutive text and call input
+    /// joined (a stream sends them in pieces, a whole answer at once).
     async fn progress(client: &OpenAiClient) -> (Turn, Vec<ProviderEvent>) {
         let events = Mutex::new(Vec::<ProviderEvent>::new());
         let record = |event: ProviderEvent| {
@@ -685,6 +685,10 @@ mod tests {
                     Some(ProviderEvent::TextDelta { text }),
                     ProviderEvent::TextDelta { text: more },
                 ) => text.push_str(&more),
+                (
+                    Some(ProviderEvent::ToolInputDelta { bytes }),
+                    ProviderEvent::ToolInputDelta { bytes: more },
+                ) => *bytes += more,
                 (_, event) => events.push(event),
             }
         };
