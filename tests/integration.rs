@@ -23,6 +23,7 @@ mod integration {
     mod model_api;
     mod phases;
     mod plan_flow;
+    mod providers_llamacpp;
     mod providers_ollama;
     mod providers_openai;
     mod requests;

@@ -7,8 +7,8 @@ use super::wire::encode;
 use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, Turn, with_retries,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -61,6 +61,7 @@ impl AnthropicClient {
             endpoint: Endpoint {
                 base_url: base.to_owned(),
                 variable: BASE_URL_VARIABLE,
+                server: ServerKind::Hosted,
             },
             config,
             cache: WireCache::default(),
@@ -70,11 +71,11 @@ impl AnthropicClient {
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.messages_url, &self.headers, body, idle).await?;
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        let response = post(&self.http, &self.messages_url, &self.headers, body, &limits).await?;
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -92,9 +93,10 @@ impl LlmProvider for AnthropicClient {
             self.config.retry,
             &self.endpoint,
             Some(&self.config.api_key),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }

@@ -7,8 +7,8 @@ use super::wire::encode;
 use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -63,6 +63,7 @@ impl OllamaClient {
             endpoint: Endpoint {
                 base_url: base.to_owned(),
                 variable: BASE_URL_VARIABLE,
+                server: ServerKind::Ollama,
             },
             config,
             cache: WireCache::default(),
@@ -72,13 +73,13 @@ impl OllamaClient {
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.chat_url, &self.headers, body, idle)
+        let response = post(&self.http, &self.chat_url, &self.headers, body, &limits)
             .await
             .map_err(with_serve_hint)?;
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -128,9 +129,10 @@ impl LlmProvider for OllamaClient {
             self.config.retry,
             &self.endpoint,
             self.config.api_key.as_ref(),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }

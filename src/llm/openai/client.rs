@@ -4,11 +4,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
 use super::wire::{TokenLimitField, encode};
+use crate::llm::answer_body::AnswerBody;
 use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, StreamFailure, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
@@ -69,6 +70,7 @@ impl OpenAiClient {
             endpoint: Endpoint {
                 base_url: base.to_owned(),
                 variable: BASE_URL_VARIABLE,
+                server: ServerKind::of_openai_base_url(base),
             },
             token_limit: TokenLimitField::for_base_url(base),
             config,
@@ -79,23 +81,30 @@ impl OpenAiClient {
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.completions_url, &self.headers, body, idle).await?;
+        let response = post(
+            &self.http,
+            &self.completions_url,
+            &self.headers,
+            body,
+            &limits,
+        )
+        .await?;
         let whole = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .is_some_and(|kind| kind.trim_start().starts_with("application/json"));
         if whole {
-            let body = tokio::time::timeout(idle, response.text())
-                .await
-                .map_err(|_| StreamFailure::Stalled(idle))?
-                .map_err(|err| StreamFailure::Transport(err.to_string()))?;
-            return Ok(read_whole(&body, on_event)?);
+            // Nothing comes of a whole answer until it is done: the request timeout bounds it.
+            let body = AnswerBody::new(response.bytes_stream(), limits)
+                .read_all()
+                .await?;
+            return Ok(read_whole(&String::from_utf8_lossy(&body), on_event)?);
         }
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -113,9 +122,10 @@ impl LlmProvider for OpenAiClient {
             self.config.retry,
             &self.endpoint,
             self.config.api_key.as_ref(),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }
