@@ -60,6 +60,7 @@
 ---@field base_url string|nil nil: the provider's variable, else its default.
 ---@field api_key_env string|nil nil: the provider's usual key variable.
 ---@field num_ctx integer|nil Ollama's context window.
+---@field max_parallel_requests integer|nil Requests to the model server at once (nil: 1 for a local server).
 ---@field tool_protocol loopr.ToolProtocol
 ---@field tool_format loopr.ToolFormat
 ---@field max_format_retries integer
@@ -104,6 +105,7 @@
 ---@field base_url? string
 ---@field api_key_env? string
 ---@field num_ctx? integer
+---@field max_parallel_requests? integer
 ---@field tool_protocol? loopr.ToolProtocol
 ---@field tool_format? loopr.ToolFormat
 ---@field max_format_retries? integer
@@ -312,6 +314,7 @@ local spec = {
     default = const(nil),
   },
   num_ctx = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
+  max_parallel_requests = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
   tool_protocol = {
     expect = 'one of "native", "xml", "markdown", "tool_calls"',
     check = one_of({ 'native', 'xml', 'markdown', 'tool_calls' }),
@@ -596,6 +599,7 @@ function M.settings()
     base_url = c.base_url,
     api_key_env = c.api_key_env,
     num_ctx = c.num_ctx,
+    max_parallel_requests = c.max_parallel_requests,
     tool_protocol = c.tool_protocol,
     tool_format = c.tool_format,
     max_format_retries = c.max_format_retries,

@@ -33,6 +33,10 @@ pub struct LoopSettings {
     pub api_key_env: Option<String>,
     /// Ollama's context window; its small default silently truncates long prompts.
     pub num_ctx: Option<u32>,
+    /// Requests to the model server under way at once, from all loops of the host; `None`:
+    /// one for a server on this machine or network (llama-cpp-python stops an answer when the
+    /// next request arrives), no limit for a hosted API or Ollama.
+    pub max_parallel_requests: Option<u32>,
     /// How the model calls tools: its provider's tool calling, or a text protocol.
     pub tool_protocol: ToolProtocol,
     /// How calls are written in the `xml` and `markdown` protocols.
@@ -100,6 +104,7 @@ impl Default for LoopSettings {
             base_url: None,
             api_key_env: None,
             num_ctx: None,
+            max_parallel_requests: None,
             tool_protocol: ToolProtocol::default(),
             tool_format: ToolFormat::default(),
             max_format_retries: 3,
@@ -190,6 +195,9 @@ impl LoopSettings {
         if self.num_ctx == Some(0) {
             return Err("num_ctx must be at least 1".to_owned());
         }
+        if self.max_parallel_requests == Some(0) {
+            return Err("max_parallel_requests must be at least 1".to_owned());
+        }
         if let Some(name) = self.api_key_env.as_deref()
             && !name.is_empty()
             && !crate::llm::is_provider_variable(name)
@@ -271,6 +279,7 @@ impl LoopSettings {
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             num_ctx: self.num_ctx,
+            max_parallel_requests: self.max_parallel_requests,
         }
     }
 

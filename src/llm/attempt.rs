@@ -271,6 +271,12 @@ where
     let mut attempts = 0;
     loop {
         attempts += 1;
+        // The request waits for its server's turn; its bounds start once it has it.
+        let turn = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            turn = endpoint.take_turn() => turn,
+        };
         let limits = AnswerLimits::starting_now(
             policy.stream_idle_timeout,
             policy.request_timeout,
@@ -284,6 +290,8 @@ where
                 Err(failure) => failure,
             },
         };
+        // Others may go while this one waits to retry.
+        drop(turn);
         let retries_so_far = attempts - 1;
         if !failure.is_retryable() || retries_so_far >= policy.max_retries {
             return Err(failure.into_error(endpoint, attempts).redacted(&redact));

@@ -1,6 +1,15 @@
-//! Where a provider's requests go: the base URL, the variable that sets it, and what kind of
+//! Where a provider's requests go: the base URL, the variable that sets it, what kind of
 //! server answers there, which decides the advice an error gives (a local llama.cpp server
-//! is told to start with a larger context, Ollama to raise `num_ctx`).
+//! is told to start with a larger context, Ollama to raise `num_ctx`), and the turns requests
+//! to it take. llama-cpp-python stops the answer in flight when the next request arrives:
+//! two loops on one such server would interrupt each other, each retry interrupting the other
+//! again, so by default requests to a local server take turns, shared by every loop of the
+//! host.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What kind of server answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +24,17 @@ pub enum ServerKind {
 }
 
 impl ServerKind {
+    /// How many requests may go to such a server at once unless the settings say: one for a
+    /// local OpenAI-compatible server (llama-cpp-python interrupts, a one-slot `llama-server`
+    /// only queues); no limit for a hosted API, nor for Ollama, which queues requests itself
+    /// (`OLLAMA_NUM_PARALLEL`).
+    fn default_parallel_requests(self) -> Option<u32> {
+        match self {
+            ServerKind::Local => Some(1),
+            ServerKind::Hosted | ServerKind::Ollama => None,
+        }
+    }
+
     /// A server at `base_url` speaking OpenAI's chat completions: local when its host is this
     /// machine or a private network's.
     pub fn of_openai_base_url(base_url: &str) -> ServerKind {
@@ -51,18 +71,98 @@ impl ServerKind {
     }
 }
 
-/// Where requests go, the variable that sets it (named when it cannot be reached), and the kind
-/// of server there.
+/// Where requests go, the variable that sets it (named when it cannot be reached), the kind
+/// of server there, and the turns its requests take.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     pub base_url: String,
     pub variable: &'static str,
     pub server: ServerKind,
+    /// The requests to this server that may be under way at once, when they are limited.
+    turns: Option<Arc<Semaphore>>,
+}
+
+impl Endpoint {
+    /// `base_url` (without a trailing slash) with its server's default turns.
+    pub fn new(base_url: &str, variable: &'static str, server: ServerKind) -> Endpoint {
+        Endpoint {
+            base_url: base_url.to_owned(),
+            variable,
+            server,
+            turns: turns_at(base_url, server.default_parallel_requests()),
+        }
+    }
+
+    /// At most `limit` requests at once to this server, from every loop of the host with the
+    /// same limit; `None` keeps the server's default.
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> Endpoint {
+        if let Some(limit) = limit {
+            self.turns = turns_at(&self.base_url, Some(limit));
+        }
+        self
+    }
+
+    /// Waits until a request may go to the server (at once when they are not limited); the
+    /// turn lasts until the returned permit is dropped.
+    pub async fn take_turn(&self) -> Option<OwnedSemaphorePermit> {
+        let turns = self.turns.as_ref()?;
+        if turns.available_permits() == 0 {
+            tracing::info!(
+                base_url = %self.base_url,
+                "waiting for another request to the same model server to finish"
+            );
+        }
+        Arc::clone(turns).acquire_owned().await.ok()
+    }
+}
+
+/// The turns of each server (by base URL) and limit.
+type TurnsByServer = HashMap<(String, u32), Arc<Semaphore>>;
+
+/// The turns of the server at `base_url` for `limit` requests at once, one per server and
+/// limit for the whole host.
+fn turns_at(base_url: &str, limit: Option<u32>) -> Option<Arc<Semaphore>> {
+    static TURNS: OnceLock<Mutex<TurnsByServer>> = OnceLock::new();
+    let limit = limit?.max(1);
+    let mut turns = TURNS
+        .get_or_init(Mutex::default)
+        .lock()
+        // A holder that panicked left the map whole: it is still usable.
+        .unwrap_or_else(PoisonError::into_inner);
+    let slots = turns
+        .entry((base_url.to_owned(), limit))
+        .or_insert_with(|| Arc::new(Semaphore::new(limit as usize)));
+    Some(Arc::clone(slots))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn requests_to_a_local_server_take_turns_across_clients_unless_the_limit_is_raised() {
+        let local = "http://127.0.0.1:1/turns-test";
+        let first = Endpoint::new(local, "OPENAI_BASE_URL", ServerKind::Local);
+        let second = Endpoint::new(local, "OPENAI_BASE_URL", ServerKind::Local);
+        let turn = first.take_turn().await.expect("a turn");
+        let waiting = second.take_turn();
+        tokio::pin!(waiting);
+        assert!(
+            futures::poll!(waiting.as_mut()).is_pending(),
+            "the second waits for the first"
+        );
+        drop(turn);
+        assert!(waiting.await.is_some());
+        let raised = Endpoint::new(local, "OPENAI_BASE_URL", ServerKind::Local)
+            .with_max_parallel_requests(Some(2));
+        let (_one, _two) = (raised.take_turn().await, raised.take_turn().await);
+        let hosted = Endpoint::new(
+            "https://api.openai.com/v1",
+            "OPENAI_BASE_URL",
+            ServerKind::Hosted,
+        );
+        assert!(hosted.take_turn().await.is_none(), "no limit");
+    }
 
     #[test]
     fn servers_on_this_machine_or_a_private_network_are_local() {

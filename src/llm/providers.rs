@@ -79,6 +79,8 @@ pub struct ProviderSettings {
     pub api_key_env: Option<String>,
     /// Ollama's context window (`options.num_ctx`).
     pub num_ctx: Option<u32>,
+    /// Requests to the server under way at once; `None`: its default (one for a local server).
+    pub max_parallel_requests: Option<u32>,
 }
 
 /// Whether a variable is one the providers may read: keys (`*_API_KEY`), base URLs
@@ -252,23 +254,33 @@ pub fn build(
         .as_deref()
         .and_then(|name| env.get(name))
         .map(|key| ApiKey::new(key.to_owned()));
+    let limit = settings.max_parallel_requests;
     match settings.provider {
-        ProviderName::Anthropic => Ok(Arc::new(AnthropicClient::new(AnthropicConfig {
-            base_url: info.base_url,
-            api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
-            retry,
-        })?)),
-        ProviderName::Openai => Ok(Arc::new(OpenAiClient::new(OpenAiConfig {
-            base_url: info.base_url,
-            api_key,
-            retry,
-        })?)),
-        ProviderName::Ollama => Ok(Arc::new(OllamaClient::new(OllamaConfig {
-            base_url: info.base_url,
-            api_key,
-            num_ctx: settings.num_ctx,
-            retry,
-        })?)),
+        ProviderName::Anthropic => Ok(Arc::new(
+            AnthropicClient::new(AnthropicConfig {
+                base_url: info.base_url,
+                api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
+        ProviderName::Openai => Ok(Arc::new(
+            OpenAiClient::new(OpenAiConfig {
+                base_url: info.base_url,
+                api_key,
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
+        ProviderName::Ollama => Ok(Arc::new(
+            OllamaClient::new(OllamaConfig {
+                base_url: info.base_url,
+                api_key,
+                num_ctx: settings.num_ctx,
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
     }
 }
 

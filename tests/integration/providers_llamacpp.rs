@@ -6,7 +6,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use loopr::llm::openai::{OpenAiClient, OpenAiConfig};
-use loopr::llm::{ChatRequest, LlmError, LlmProvider, Message, ProviderEvent, RetryPolicy, Turn};
+use loopr::llm::providers::build;
+use loopr::llm::{
+    ChatRequest, LlmError, LlmProvider, Message, ProviderEnv, ProviderEvent, ProviderName,
+    ProviderSettings, RetryPolicy, Turn,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::fake_llm::llamacpp::Overflow;
@@ -43,7 +47,7 @@ fn request() -> ChatRequest {
 }
 
 /// One request; its result and the reasons of the retries it reported.
-async fn complete(client: &OpenAiClient) -> (Result<Turn, LlmError>, Vec<String>) {
+async fn complete(client: &dyn LlmProvider) -> (Result<Turn, LlmError>, Vec<String>) {
     let retries = Mutex::new(Vec::new());
     let record = |event: ProviderEvent| {
         if let ProviderEvent::Retrying { reason, .. } = event {
@@ -279,5 +283,56 @@ async fn an_error_object_with_a_client_error_code_is_not_retried() {
     assert_eq!(
         result.expect_err("an error").to_string(),
         "the model API reported invalid_request_error mid-stream: Invalid tool schema"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loops_sharing_a_local_server_take_turns_instead_of_interrupting_each_other() {
+    let fake = FakeLlm::start_llamacpp().await;
+    fake.llamacpp()
+        .configure(|settings| settings.prompt_eval = Duration::from_millis(300));
+    for _ in 0..4 {
+        fake.push(TurnBuilder::new().text("A whole answer.").reply());
+    }
+    // Two loops, each with its own client of the same server.
+    let (first, second) = (client(&fake, policy(2)), client(&fake, policy(2)));
+    let ((first, first_retries), (second, second_retries)) =
+        tokio::join!(complete(&first), complete(&second));
+    assert_eq!(first.expect("a turn").text(), "A whole answer.");
+    assert_eq!(second.expect("a turn").text(), "A whole answer.");
+    assert!(first_retries.is_empty(), "{first_retries:?}");
+    assert!(second_retries.is_empty(), "{second_retries:?}");
+    assert_eq!(fake.llamacpp().interruptions(), 0);
+    assert_eq!(fake.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_limit_lets_requests_overlap_and_llama_cpp_python_interrupts_them() {
+    let fake = FakeLlm::start_llamacpp().await;
+    fake.llamacpp()
+        .configure(|settings| settings.prompt_eval = Duration::from_millis(300));
+    for _ in 0..6 {
+        fake.push(TurnBuilder::new().text("A whole answer.").reply());
+    }
+    let settings = ProviderSettings {
+        provider: ProviderName::Openai,
+        max_parallel_requests: Some(2),
+        ..ProviderSettings::default()
+    };
+    let env = ProviderEnv::new([(
+        "OPENAI_BASE_URL".to_owned(),
+        format!("{}/v1", fake.base_url()),
+    )]);
+    let first = build(&settings, &env, policy(2)).expect("a provider");
+    let second = build(&settings, &env, policy(2)).expect("a provider");
+    let ((_, first_retries), (_, second_retries)) =
+        tokio::join!(complete(first.as_ref()), complete(second.as_ref()));
+    assert!(fake.llamacpp().interruptions() >= 1);
+    let retries = [first_retries, second_retries].concat();
+    assert!(
+        retries
+            .iter()
+            .any(|reason| reason.contains("ended the answer")),
+        "{retries:?}"
     );
 }

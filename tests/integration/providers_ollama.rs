@@ -31,6 +31,7 @@ fn settings(num_ctx: Option<u32>, api_key_env: Option<&str>) -> ProviderSettings
         base_url: None,
         api_key_env: api_key_env.map(str::to_owned),
         num_ctx,
+        max_parallel_requests: None,
     }
 }
 

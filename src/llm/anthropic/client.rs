@@ -58,14 +58,17 @@ impl AnthropicClient {
             http,
             messages_url,
             headers,
-            endpoint: Endpoint {
-                base_url: base.to_owned(),
-                variable: BASE_URL_VARIABLE,
-                server: ServerKind::Hosted,
-            },
+            endpoint: Endpoint::new(base, BASE_URL_VARIABLE, ServerKind::Hosted),
             config,
             cache: WireCache::default(),
         })
+    }
+
+    /// At most `limit` of the host's requests to this server at once; `None` keeps the
+    /// server's default (one for a local server).
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> AnthropicClient {
+        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
+        self
     }
 
     async fn attempt(

@@ -67,15 +67,22 @@ impl OpenAiClient {
             http,
             completions_url,
             headers,
-            endpoint: Endpoint {
-                base_url: base.to_owned(),
-                variable: BASE_URL_VARIABLE,
-                server: ServerKind::of_openai_base_url(base),
-            },
+            endpoint: Endpoint::new(
+                base,
+                BASE_URL_VARIABLE,
+                ServerKind::of_openai_base_url(base),
+            ),
             token_limit: TokenLimitField::for_base_url(base),
             config,
             cache: WireCache::default(),
         })
+    }
+
+    /// At most `limit` of the host's requests to this server at once; `None` keeps the
+    /// server's default (one for a local server).
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> OpenAiClient {
+        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
+        self
     }
 
     async fn attempt(
