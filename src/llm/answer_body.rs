@@ -66,7 +66,7 @@ pub struct AnswerBody<S> {
 impl<S, E> AnswerBody<S>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     pub fn new(bytes: S, limits: AnswerLimits) -> AnswerBody<S> {
         AnswerBody {
@@ -92,8 +92,8 @@ where
         };
         match next {
             None => Ok(None),
-            Some(Err(err)) if self.started => Err(StreamFailure::Transport(err.to_string())),
-            Some(Err(err)) => Err(StreamFailure::DroppedBeforeAnswer(err.to_string())),
+            Some(Err(err)) if self.started => Err(StreamFailure::Transport(innermost(&err))),
+            Some(Err(err)) => Err(StreamFailure::DroppedBeforeAnswer(innermost(&err))),
             Some(Ok(chunk)) => {
                 self.received = self.received.saturating_add(chunk.len() as u64);
                 if self.received > self.limits.max_bytes {
@@ -129,6 +129,16 @@ where
             started: self.started,
         }
     }
+}
+
+/// What an error comes down to: its innermost cause (reqwest's "error decoding response body"
+/// says less than the "end of file before message length reached" under it).
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
 
 #[cfg(test)]

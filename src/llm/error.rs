@@ -272,8 +272,8 @@ fn overflow_fix(server: ServerKind) -> &'static str {
 fn dropped_hint(server: ServerKind) -> &'static str {
     match server {
         ServerKind::Local => {
-            "; the server's log says why (llama-cpp-python fails a streamed request so, a prompt \
-             longer than its context window, n_ctx, among the reasons)"
+            "; the server's log says why (llama-cpp-python fails a streamed request this way, \
+             for one when the prompt is longer than its context window, n_ctx)"
         }
         ServerKind::Hosted | ServerKind::Ollama => "",
     }

@@ -39,7 +39,7 @@ pub struct SseReader<S> {
 impl<S, E> SseReader<S>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     pub fn new(body: AnswerBody<S>) -> SseReader<S> {
         SseReader {

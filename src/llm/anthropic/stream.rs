@@ -19,7 +19,7 @@ pub async fn read_turn<S, E>(
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     let mut events = SseReader::new(AnswerBody::new(bytes, limits));
     let mut assembler = TurnAssembler::default();

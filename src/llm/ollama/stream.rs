@@ -20,7 +20,7 @@ pub async fn read_turn<S, E>(
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     let mut body = AnswerBody::new(bytes, limits);
     let mut lines = Lines::default();

@@ -23,7 +23,7 @@ pub async fn read_turn<S, E>(
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     // Comment lines (`: ping - ...`, `: OPENROUTER PROCESSING`) never become events, but their
     // bytes keep the stream from stalling.
