@@ -29,6 +29,9 @@ pub struct SseReader<S> {
     buffer: Vec<u8>,
     /// Where the unread part of `buffer` starts.
     start: usize,
+    /// Up to where the unread part is known to hold no line ending: a long line coming in
+    /// small pieces is searched once, not again with every piece.
+    searched: usize,
     name: String,
     data: String,
     has_data: bool,
@@ -46,6 +49,7 @@ where
             body,
             buffer: Vec::new(),
             start: 0,
+            searched: 0,
             name: String::new(),
             data: String::new(),
             has_data: false,
@@ -74,6 +78,7 @@ where
             match self.body.next_chunk().await? {
                 Some(chunk) => {
                     self.buffer.drain(..self.start);
+                    self.searched -= self.start;
                     self.start = 0;
                     self.buffer.extend_from_slice(&chunk);
                 }
@@ -85,17 +90,26 @@ where
     /// The next whole line, without its ending. A CR at the end of what came so far waits for
     /// the next read, which may bring its LF.
     fn next_line(&mut self) -> Option<String> {
-        let unread = &self.buffer[self.start..];
-        let end = unread
+        let from = self.searched.max(self.start);
+        let Some(offset) = self.buffer[from..]
             .iter()
-            .position(|byte| *byte == b'\n' || *byte == b'\r')?;
-        let ending = match (unread[end], unread.get(end + 1)) {
+            .position(|byte| *byte == b'\n' || *byte == b'\r')
+        else {
+            self.searched = self.buffer.len();
+            return None;
+        };
+        let end = from + offset;
+        let ending = match (self.buffer[end], self.buffer.get(end + 1)) {
             (b'\r', Some(b'\n')) => 2,
-            (b'\r', None) if !self.ended => return None,
+            (b'\r', None) if !self.ended => {
+                self.searched = end;
+                return None;
+            }
             _ => 1,
         };
-        let line = String::from_utf8_lossy(&unread[..end]).into_owned();
-        self.start += end + ending;
+        let line = String::from_utf8_lossy(&self.buffer[self.start..end]).into_owned();
+        self.start = end + ending;
+        self.searched = self.start;
         Some(line)
     }
 
@@ -191,6 +205,17 @@ mod tests {
                 "split at byte {split}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_long_line_in_one_byte_pieces_is_read_whole() {
+        let line: &'static [u8] = Box::leak(
+            format!("data: {}\n\n", "x".repeat(200_000))
+                .into_bytes()
+                .into_boxed_slice(),
+        );
+        let items = read_all(line.chunks(1).collect()).await;
+        assert_eq!(items, vec![event("", &"x".repeat(200_000))]);
     }
 
     #[tokio::test]
