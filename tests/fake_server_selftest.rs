@@ -542,6 +542,22 @@ mod llamacpp {
     }
 
     #[tokio::test]
+    async fn a_turn_scripted_to_end_at_the_token_limit_ends_at_length() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(
+            TurnBuilder::new()
+                .text("cut short")
+                .stop_reason("max_tokens")
+                .reply(),
+        );
+        let (received, _) = read_body(post_chat(&server, &chat_body(true)).await).await;
+        assert!(
+            received.contains("\"finish_reason\": \"length\"}]}\n\ndata: [DONE]"),
+            "{received}"
+        );
+    }
+
+    #[tokio::test]
     async fn non_ascii_text_is_escaped_as_python_writes_it() {
         let server = FakeLlm::start_llamacpp().await;
         server.push(TurnBuilder::new().text_deltas(["héllo \"✓\" 🦙\n"]).reply());

@@ -306,13 +306,17 @@ struct Script {
     tokens: Vec<Token>,
     /// Name of each call.
     calls: Vec<String>,
+    /// Whether the script ends at the token limit (`stop_reason("max_tokens")`).
+    at_limit: bool,
 }
 
 impl Script {
     fn of(turn: &TurnBuilder) -> Script {
         let mut tokens = Vec::new();
         let mut calls = Vec::new();
-        for part in turn.parts().items {
+        let parts = turn.parts();
+        let at_limit = parts.stop_reason == Some("max_tokens");
+        for part in parts.items {
             match part {
                 TurnPart::Text(pieces) => tokens.extend(
                     pieces
@@ -334,7 +338,11 @@ impl Script {
                 }
             }
         }
-        Script { tokens, calls }
+        Script {
+            tokens,
+            calls,
+            at_limit,
+        }
     }
 
     fn text(&self) -> String {
@@ -357,10 +365,11 @@ impl Script {
             .collect()
     }
 
-    /// The first `limit` tokens; whether that cut the answer.
+    /// The first `limit` tokens; whether the answer ends at the token limit (that cut it, or
+    /// the script says so).
     fn cut_to(mut self, limit: u64) -> (Script, bool) {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let cut = self.tokens.len() > limit;
+        let cut = self.tokens.len() > limit || self.at_limit;
         self.tokens.truncate(limit);
         (self, cut)
     }
@@ -609,7 +618,7 @@ pub fn render_turn(turn: &TurnBuilder) -> Vec<u8> {
     let script = Script::of(turn);
     let names = Names::new(&server, &settings, &script);
     let mut out = Vec::new();
-    for chunk in stream_chunks(&script, &names, false) {
+    for chunk in stream_chunks(&script, &names, script.at_limit) {
         out.extend_from_slice(&data(&chunk));
     }
     out.extend_from_slice(&data("[DONE]"));
