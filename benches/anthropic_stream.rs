@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use fake_llm::{FakeLlm, TurnBuilder, serialize_events, split_at_odd_boundaries};
 use loopr::llm::anthropic::{AnthropicClient, AnthropicConfig, read_turn};
-use loopr::llm::{ApiKey, RetryPolicy};
+use loopr::llm::{AnswerLimits, ApiKey, RetryPolicy};
 use loopr::llm::{ChatRequest, LlmProvider, Message};
 
 fn main() {
@@ -82,9 +82,13 @@ async fn parse_in_memory(name: &str, turn: &TurnBuilder) {
         let started = Instant::now();
         for _ in 0..rounds {
             let stream = futures::stream::iter(chunks.iter().cloned().map(Ok::<_, std::io::Error>));
-            read_turn(stream, Duration::from_secs(5), &|_| {})
-                .await
-                .expect("turn");
+            read_turn(
+                stream,
+                AnswerLimits::starting_now(Duration::from_secs(5), Duration::from_secs(60), 8192),
+                &|_| {},
+            )
+            .await
+            .expect("turn");
         }
         let per_turn = started.elapsed() / rounds;
         println!(

@@ -2,9 +2,11 @@
 //! backend implements, what they share (one HTTP client, the retry loop, key redaction), and
 //! the backends.
 
+mod answer_body;
 pub mod anthropic;
 mod attempt;
 mod credentials;
+mod endpoint;
 mod error;
 pub mod http;
 pub mod ollama;
@@ -14,6 +16,7 @@ mod provider;
 pub mod providers;
 mod retry;
 pub mod server_window;
+mod sse;
 pub mod text_protocol;
 mod text_provider;
 mod text_results;
@@ -21,9 +24,11 @@ mod tool_protocol;
 mod types;
 pub mod wire_cache;
 
-pub use attempt::{AttemptFailure, Endpoint, RetryPolicy, StreamFailure, with_retries};
+pub use answer_body::AnswerLimits;
+pub use attempt::{AttemptFailure, RetryPolicy, StreamFailure, with_retries};
 pub use credentials::ApiKey;
-pub use error::LlmError;
+pub use endpoint::{Endpoint, ServerKind};
+pub use error::{LlmError, is_overflow_report};
 pub use provider::{LlmProvider, ProviderEvent};
 pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,

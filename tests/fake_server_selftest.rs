@@ -431,3 +431,490 @@ async fn delayed_reply_waits_before_answering() {
     assert!(begin.elapsed() < latency, "{:?}", begin.elapsed());
     read_chunks(response).await;
 }
+
+// ---------------------------------------------------------------------------
+// The llama-cpp-python server (Wire::LlamaCpp)
+// ---------------------------------------------------------------------------
+
+mod llamacpp {
+    use super::*;
+    use fake_llm::llamacpp::{Overflow, StreamedCalls};
+
+    /// A recording of `tests/data/llamacpp-openai/`.
+    fn recording(name: &str) -> String {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/llamacpp-openai")
+                .join(name),
+        )
+        .expect("recording")
+    }
+
+    async fn post_chat(server: &FakeLlm, body: &Value) -> reqwest::Response {
+        client()
+            .post(format!("{}/v1/chat/completions", server.base_url()))
+            .json(body)
+            .send()
+            .await
+            .expect("send request")
+    }
+
+    fn chat_body(stream: bool) -> Value {
+        json!({"model": "gemma3", "stream": stream,
+               "stream_options": {"include_usage": true},
+               "messages": [{"role": "user", "content": "Say hello."}]})
+    }
+
+    /// The body as it came, and whether the connection ended without the body's end.
+    async fn read_body(response: reqwest::Response) -> (String, bool) {
+        let mut stream = response.bytes_stream();
+        let mut body = Vec::new();
+        let mut dropped = false;
+        while let Some(chunk) = tokio::time::timeout(BOUND, stream.next())
+            .await
+            .expect("body stalled")
+        {
+            match chunk {
+                Ok(bytes) => body.extend_from_slice(&bytes),
+                Err(_) => {
+                    dropped = true;
+                    break;
+                }
+            }
+        }
+        (String::from_utf8(body).expect("utf-8 body"), dropped)
+    }
+
+    /// The `data:` payloads of an SSE body, comments left out.
+    fn payloads(body: &str) -> Vec<&str> {
+        body.split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .collect()
+    }
+
+    /// `recorded` with its completion id and `created` replaced by those of `body`'s first
+    /// chunk, which the fake makes up.
+    fn with_names_of(recorded: &str, body: &str) -> String {
+        let first: Value = serde_json::from_str(payloads(body)[0]).expect("a chunk");
+        let recorded_first: Value =
+            serde_json::from_str(payloads(recorded)[0]).expect("a recorded chunk");
+        recorded
+            .replace(
+                recorded_first["id"].as_str().expect("id"),
+                first["id"].as_str().expect("id"),
+            )
+            .replace(
+                &recorded_first["created"].to_string(),
+                &first["created"].to_string(),
+            )
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_is_framed_byte_for_byte_as_recorded() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(
+            TurnBuilder::new()
+                .text_deltas(["Say", " hello", ".", " mendatang", "user", " more"])
+                .reply(),
+        );
+        let mut body = chat_body(true);
+        body["max_tokens"] = json!(5);
+        let response = post_chat(&server, &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream; charset=utf-8"
+        );
+        let (received, dropped) = read_body(response).await;
+        assert!(!dropped, "{received}");
+        // A role chunk without content, one chunk per token, the finish (here the token
+        // limit), `[DONE]`, and no usage although it was asked for.
+        assert_eq!(
+            received,
+            with_names_of(&recording("short_stream_stop.sse"), &received)
+        );
+        let first: Value = serde_json::from_str(payloads(&received)[0]).expect("chunk");
+        let id = first["id"].as_str().expect("id");
+        let uuid = id.strip_prefix("chatcmpl-").expect("chatcmpl- id");
+        let groups: Vec<usize> = uuid.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
+        assert!(!received.contains("usage"), "{received}");
+    }
+
+    #[tokio::test]
+    async fn a_turn_scripted_to_end_at_the_token_limit_ends_at_length() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(
+            TurnBuilder::new()
+                .text("cut short")
+                .stop_reason("max_tokens")
+                .reply(),
+        );
+        let (received, _) = read_body(post_chat(&server, &chat_body(true)).await).await;
+        assert!(
+            received.contains("\"finish_reason\": \"length\"}]}\n\ndata: [DONE]"),
+            "{received}"
+        );
+    }
+
+    #[tokio::test]
+    async fn non_ascii_text_is_escaped_as_python_writes_it() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(TurnBuilder::new().text_deltas(["héllo \"✓\" 🦙\n"]).reply());
+        let (received, _) = read_body(post_chat(&server, &chat_body(true)).await).await;
+        assert!(
+            received.contains(r#"{"content": "h\u00e9llo \"\u2713\" \ud83e\udd99\n"}"#),
+            "{received}"
+        );
+    }
+
+    #[tokio::test]
+    async fn pings_go_out_while_the_prompt_is_evaluated() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.llamacpp().configure(|settings| {
+            settings.prompt_eval = Duration::from_millis(400);
+            settings.ping_interval = Duration::from_millis(50);
+        });
+        server.push(TurnBuilder::new().text("late").reply());
+        let response = post_chat(&server, &chat_body(true)).await;
+        assert_eq!(
+            response.status(),
+            200,
+            "the answer starts before the evaluation"
+        );
+        let (received, _) = read_body(response).await;
+        let before_answer = &received[..received.find("data: ").expect("data")];
+        let pings: Vec<&str> = before_answer.split_terminator("\n\n").collect();
+        assert!(pings.len() >= 3, "{received}");
+        let recorded = recording("ping_then_stream_length.sse");
+        let recorded_ping = recorded.lines().next().expect("a line");
+        for ping in pings {
+            // `: ping - 2026-11-25 21:04:39.062661+00:00`
+            let stamp = ping.strip_prefix(": ping - ").expect("a ping comment");
+            assert_eq!(
+                stamp.len(),
+                recorded_ping.len() - ": ping - ".len(),
+                "{ping}"
+            );
+            assert!(stamp.ends_with("+00:00"), "{ping}");
+            assert_eq!(&stamp[10..11], " ", "{ping}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_request_interrupts_the_answer_in_flight_as_recorded() {
+        let server = FakeLlm::start_llamacpp().await;
+        server
+            .llamacpp()
+            .configure(|settings| settings.prompt_eval = Duration::from_millis(600));
+        server.push(TurnBuilder::new().text("the first answer").reply());
+        server.push(TurnBuilder::new().text("the second answer").reply());
+        let first = post_chat(&server, &chat_body(true)).await;
+        // The second request comes while the first prompt is evaluated.
+        let second = post_chat(&server, &chat_body(true)).await;
+        let (interrupted, dropped) = read_body(first).await;
+        // The recorder wrote a newline of its own when the connection closed.
+        let recorded = recording("interrupted_done_without_finish_reason.sse");
+        let recorded = format!("{}\n\n", recorded.trim_end());
+        assert_eq!(
+            interrupted,
+            with_names_of(&recorded, &interrupted),
+            "a role chunk, `[DONE]` without a finish reason"
+        );
+        assert!(dropped, "then the connection closes");
+        let (answer, dropped) = read_body(second).await;
+        assert!(!dropped);
+        assert!(answer.contains("\"finish_reason\": \"stop\""), "{answer}");
+        assert!(answer.ends_with("data: [DONE]\n\n"), "{answer}");
+        assert_eq!(server.llamacpp().interruptions(), 1);
+    }
+
+    #[tokio::test]
+    async fn asking_for_the_models_interrupts_an_answer_too() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(
+            TurnBuilder::new()
+                .text_deltas(["one ", "two ", "three ", "four ", "five"])
+                .paced(Duration::from_millis(150)),
+        );
+        let response = post_chat(&server, &chat_body(true)).await;
+        let mut stream = response.bytes_stream();
+        read_at_least(&mut stream, 1).await;
+        let models = client()
+            .get(format!("{}/v1/models", server.base_url()))
+            .send()
+            .await
+            .expect("models");
+        assert_eq!(models.status(), 200);
+        assert_eq!(
+            models.text().await.expect("models body"),
+            r#"{"object":"list","data":[{"id":"gemma3","object":"model","owned_by":"me","permissions":[]}]}"#
+        );
+        assert_eq!(server.llamacpp().interruptions(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_assistant_message_without_content_gets_the_recorded_500() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(TurnBuilder::new().text("fine").reply());
+        let call = json!([{"id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": "{}"}}]);
+        let history = |assistant: Value| {
+            json!({"model": "gemma3", "stream": true, "messages": [
+                {"role": "user", "content": "Read it."},
+                assistant,
+                {"role": "tool", "tool_call_id": "call_1", "content": "text"}
+            ]})
+        };
+        for assistant in [
+            json!({"role": "assistant", "content": null, "tool_calls": call}),
+            json!({"role": "assistant", "tool_calls": call}),
+        ] {
+            let response = post_chat(&server, &history(assistant)).await;
+            assert_eq!(response.status(), 500);
+            assert_eq!(
+                response.text().await.expect("body"),
+                recording("http500_on_null_content.json")
+            );
+        }
+        let response = post_chat(
+            &server,
+            &history(json!({"role": "assistant", "content": "", "tool_calls": call})),
+        )
+        .await;
+        assert_eq!(response.status(), 200, "\"\" is accepted");
+        let (answer, _) = read_body(response).await;
+        assert!(answer.contains("fine"), "{answer}");
+    }
+
+    /// `body` with its first message padded so that the whole body is `tokens` tokens (the
+    /// fake counts four bytes a token).
+    fn padded_to(mut body: Value, tokens: usize) -> Value {
+        let length = body.to_string().len();
+        let content = body["messages"][0]["content"].as_str().expect("content");
+        body["messages"][0]["content"] =
+            json!(format!("{content}{}", "x".repeat(tokens * 4 - length)));
+        body
+    }
+
+    #[tokio::test]
+    async fn a_prompt_over_the_context_window_closes_the_connection_after_the_200() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.llamacpp().configure(|settings| settings.n_ctx = 256);
+        server.push(TurnBuilder::new().text("never").reply());
+        let response = post_chat(&server, &padded_to(chat_body(true), 300)).await;
+        assert_eq!(response.status(), 200);
+        let (received, dropped) = read_body(response).await;
+        assert!(dropped, "the connection closes");
+        assert_eq!(received, "", "with nothing of an answer");
+    }
+
+    #[tokio::test]
+    async fn a_prompt_over_the_context_window_can_be_reported_in_the_stream() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.llamacpp().configure(|settings| {
+            settings.n_ctx = 256;
+            settings.overflow = Overflow::ErrorInStream;
+        });
+        server.push(TurnBuilder::new().text("never").reply());
+        let response = post_chat(&server, &padded_to(chat_body(true), 300)).await;
+        assert_eq!(response.status(), 200);
+        let (received, dropped) = read_body(response).await;
+        assert!(!dropped);
+        assert_eq!(
+            received,
+            "data: {\"error\": {\"message\": \"Requested tokens (300) exceed context window of \
+             256\", \"type\": \"internal_server_error\", \"param\": null, \"code\": null}}\n\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_prompt_over_the_context_window_is_a_400_when_not_streamed() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.llamacpp().configure(|settings| settings.n_ctx = 256);
+        server.push(TurnBuilder::new().text("never").reply());
+        let mut body = chat_body(false);
+        body["max_tokens"] = json!(64);
+        let response = post_chat(&server, &padded_to(body, 300)).await;
+        assert_eq!(response.status(), 400);
+        assert_eq!(
+            response.json::<Value>().await.expect("json"),
+            json!({"error": {"message": "This model's maximum context length is 256 tokens. \
+                However, you requested 364 tokens (300 in the messages, 64 in the completion). \
+                Please reduce the length of the messages or completion.",
+                "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_longer_than_the_window_leaves_ends_at_length() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.llamacpp().configure(|settings| settings.n_ctx = 256);
+        server.push(
+            TurnBuilder::new()
+                .text_deltas(["a", "b", "c", "d", "e", "f"])
+                .reply(),
+        );
+        let mut body = chat_body(true);
+        body["max_tokens"] = json!(8192);
+        let (received, _) = read_body(post_chat(&server, &padded_to(body, 252)).await).await;
+        let chunks: Vec<Value> = payloads(&received)
+            .into_iter()
+            .filter(|payload| *payload != "[DONE]")
+            .map(|payload| serde_json::from_str(payload).expect("chunk"))
+            .collect();
+        let text: String = chunks
+            .iter()
+            .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, "abcd", "the four tokens the window leaves");
+        assert_eq!(
+            chunks.last().expect("finish")["choices"][0]["finish_reason"],
+            "length"
+        );
+    }
+
+    #[tokio::test]
+    async fn props_answer_as_llama_server_and_not_at_all_as_llama_cpp_python() {
+        let server = FakeLlm::start_llamacpp().await;
+        server
+            .llamacpp()
+            .configure(|settings| settings.n_ctx = 4096);
+        let props: Value = client()
+            .get(format!("{}/props", server.base_url()))
+            .send()
+            .await
+            .expect("props")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(props["default_generation_settings"]["n_ctx"], 4096);
+        assert_eq!(props["total_slots"], 1);
+        assert!(props["model_path"].is_string() && props["chat_template"].is_string());
+        server
+            .llamacpp()
+            .configure(|settings| settings.props = false);
+        let response = client()
+            .get(format!("{}/props", server.base_url()))
+            .send()
+            .await
+            .expect("props");
+        assert_eq!(response.status(), 404);
+    }
+
+    #[tokio::test]
+    async fn a_call_not_streamed_is_shaped_as_recorded() {
+        let server = FakeLlm::start_llamacpp().await;
+        server.push(
+            TurnBuilder::new()
+                .tool_use(
+                    "ignored",
+                    "read_file",
+                    json!({"path": "src/main.py", "start_line": 10000000}),
+                )
+                .reply(),
+        );
+        let body = chat_body(false);
+        let response = post_chat(&server, &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let received = response.text().await.expect("body");
+        let answer: Value = serde_json::from_str(&received).expect("json");
+        // The recorder ended the body with a newline the server did not send.
+        let recorded = recording("tool_call_nonstreamed.json")
+            .trim_end()
+            .to_owned();
+        let recorded_answer: Value = serde_json::from_str(&recorded).expect("json");
+        let mut expected = recorded.clone();
+        for (key, pointer) in [
+            ("id", "/id"),
+            ("created", "/created"),
+            ("id", "/choices/0/message/tool_calls/0/id"),
+            ("prompt_tokens", "/usage/prompt_tokens"),
+            ("completion_tokens", "/usage/completion_tokens"),
+            ("total_tokens", "/usage/total_tokens"),
+        ] {
+            let field =
+                |answer: &Value| format!("\"{key}\":{}", answer.pointer(pointer).expect("field"));
+            expected = expected.replace(&field(&recorded_answer), &field(&answer));
+        }
+        assert_eq!(received, expected);
+        let call_id = answer
+            .pointer("/choices/0/message/tool_calls/0/id")
+            .and_then(Value::as_str)
+            .expect("call id");
+        assert!(call_id.starts_with("call__0_read_file_cmpl-"), "{call_id}");
+        assert_eq!(
+            answer["usage"]["prompt_tokens"],
+            body.to_string().len() / 4,
+            "a quarter of the request's bytes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_repeats_its_index_id_and_name_in_every_fragment() {
+        let server = FakeLlm::start_llamacpp().await;
+        let input = json!({"path": "src/main.py", "start_line": 3});
+        server.push(
+            TurnBuilder::new()
+                .tool_use("ignored", "read_file", input.clone())
+                .reply(),
+        );
+        let (received, _) = read_body(post_chat(&server, &chat_body(true)).await).await;
+        let chunks: Vec<Value> = payloads(&received)
+            .into_iter()
+            .filter(|payload| *payload != "[DONE]")
+            .map(|payload| serde_json::from_str(payload).expect("chunk"))
+            .collect();
+        assert_eq!(
+            chunks[0]["choices"][0]["delta"],
+            json!({"role": "assistant", "content": null, "function_call": null, "tool_calls": null})
+        );
+        let fragments: Vec<&Value> = chunks[1..chunks.len() - 1]
+            .iter()
+            .map(|chunk| &chunk["choices"][0]["delta"]["tool_calls"][0])
+            .collect();
+        assert!(fragments.len() > 2, "{received}");
+        let id = fragments[0]["id"].as_str().expect("id");
+        assert!(id.starts_with("call__0_read_file_cmpl-"), "{id}");
+        for fragment in &fragments {
+            assert_eq!(fragment["index"], 0);
+            assert_eq!(fragment["id"], id);
+            assert_eq!(fragment["function"]["name"], "read_file");
+        }
+        assert_eq!(fragments.last().expect("last")["function"]["arguments"], "");
+        let arguments: String = fragments
+            .iter()
+            .map(|fragment| fragment["function"]["arguments"].as_str().expect("piece"))
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&arguments).expect("json"),
+            input
+        );
+        let finish = &chunks.last().expect("finish")["choices"][0];
+        assert_eq!(finish["finish_reason"], "tool_calls");
+        assert!(received.ends_with("data: [DONE]\n\n"));
+    }
+
+    #[tokio::test]
+    async fn with_calls_only_forced_an_automatic_streamed_call_drops_the_connection() {
+        let server = FakeLlm::start_llamacpp().await;
+        server
+            .llamacpp()
+            .configure(|settings| settings.streamed_calls = StreamedCalls::OnlyForced);
+        let turn = TurnBuilder::new().tool_use("ignored", "list_files", json!({}));
+        server.push(turn.reply());
+        server.push(turn.reply());
+        let mut body = chat_body(true);
+        body["tool_choice"] = json!("auto");
+        let response = post_chat(&server, &body).await;
+        assert_eq!(response.status(), 200);
+        let (received, dropped) = read_body(response).await;
+        assert!(dropped && received.is_empty(), "{received}");
+        body["tool_choice"] = json!({"type": "function", "function": {"name": "list_files"}});
+        let (received, dropped) = read_body(post_chat(&server, &body).await).await;
+        assert!(!dropped);
+        assert!(received.contains("call__0_list_files_cmpl-"), "{received}");
+    }
+}

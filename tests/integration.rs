@@ -24,6 +24,7 @@ mod integration {
     mod phases;
     mod plan_flow;
     mod progress;
+    mod providers_llamacpp;
     mod providers_ollama;
     mod providers_openai;
     mod requests;

@@ -61,6 +61,7 @@
 ---@field base_url string|nil nil: the provider's variable, else its default.
 ---@field api_key_env string|nil nil: the provider's usual key variable.
 ---@field num_ctx integer|nil Ollama's context window.
+---@field max_parallel_requests integer|nil Requests to the model server at once (nil: 1 for a local server).
 ---@field tool_protocol loopr.ToolProtocol
 ---@field tool_format loopr.ToolFormat
 ---@field tool_choice loopr.ToolChoice|nil `tool_choice` sent with the tools (openai); nil: none is sent.
@@ -107,6 +108,7 @@
 ---@field base_url? string
 ---@field api_key_env? string
 ---@field num_ctx? integer
+---@field max_parallel_requests? integer
 ---@field tool_protocol? loopr.ToolProtocol
 ---@field tool_format? loopr.ToolFormat
 ---@field tool_choice? loopr.ToolChoice
@@ -317,6 +319,7 @@ local spec = {
     default = const(nil),
   },
   num_ctx = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
+  max_parallel_requests = { expect = 'an integer >= 1', check = integer_at_least(1), default = const(nil) },
   tool_protocol = {
     expect = 'one of "native", "xml", "markdown", "tool_calls"',
     check = one_of({ 'native', 'xml', 'markdown', 'tool_calls' }),
@@ -610,6 +613,7 @@ function M.settings()
     base_url = c.base_url,
     api_key_env = c.api_key_env,
     num_ctx = c.num_ctx,
+    max_parallel_requests = c.max_parallel_requests,
     tool_protocol = c.tool_protocol,
     tool_format = c.tool_format,
     tool_choice = c.tool_choice,

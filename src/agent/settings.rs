@@ -34,6 +34,10 @@ pub struct LoopSettings {
     pub api_key_env: Option<String>,
     /// Ollama's context window; its small default silently truncates long prompts.
     pub num_ctx: Option<u32>,
+    /// Requests to the model server under way at once, from all loops of the host; `None`:
+    /// one for a server on this machine or network (llama-cpp-python stops an answer when the
+    /// next request arrives), no limit for a hosted API or Ollama.
+    pub max_parallel_requests: Option<u32>,
     /// How the model calls tools: its provider's tool calling, or a text protocol.
     pub tool_protocol: ToolProtocol,
     /// How calls are written in the `xml` and `markdown` protocols.
@@ -109,6 +113,7 @@ impl Default for LoopSettings {
             base_url: None,
             api_key_env: None,
             num_ctx: None,
+            max_parallel_requests: None,
             tool_protocol: ToolProtocol::default(),
             tool_format: ToolFormat::default(),
             tool_choice: None,
@@ -202,6 +207,9 @@ impl LoopSettings {
         if self.num_ctx == Some(0) {
             return Err("num_ctx must be at least 1".to_owned());
         }
+        if self.max_parallel_requests == Some(0) {
+            return Err("max_parallel_requests must be at least 1".to_owned());
+        }
         if let Some(name) = self.api_key_env.as_deref()
             && !name.is_empty()
             && !crate::llm::is_provider_variable(name)
@@ -288,6 +296,7 @@ impl LoopSettings {
             num_ctx: self.num_ctx,
             tool_choice: self.tool_choice,
             stream: self.stream,
+            max_parallel_requests: self.max_parallel_requests,
         }
     }
 

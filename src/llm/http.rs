@@ -5,8 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use super::answer_body::{AnswerBody, AnswerLimits};
 use super::attempt::{AttemptFailure, StreamFailure};
 use super::retry::{is_retryable_status, server_requested_delay};
+
+/// Bytes of an error answer read; an error body is a few hundred bytes, and the rest of a
+/// larger one is not read.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// The host's one HTTP client: every loop's requests share its connection pool, and its
 /// TLS roots (about 150 certificate files) are read once, not for every loop. Nothing in it
@@ -109,53 +114,15 @@ fn io_kind_words(kind: std::io::ErrorKind) -> Option<&'static str> {
     })
 }
 
-/// The most an answer sent whole may take: far more than any model writes within its token
-/// limit, and little enough to hold in memory.
-pub const WHOLE_ANSWER_LIMIT: usize = 8 * 1024 * 1024;
-
-/// Reads a body sent whole, each read bounded by `idle`. A body longer than `limit` is
-/// refused as soon as that shows (its announced length, or the bytes read), never read to
-/// its end.
-pub async fn read_capped(
-    mut response: reqwest::Response,
-    limit: usize,
-    idle: Duration,
-) -> Result<Vec<u8>, AttemptFailure> {
-    let too_large = || {
-        AttemptFailure::Stream(StreamFailure::Protocol(format!(
-            "the answer is larger than {} MiB, more than any model writes; the server at this \
-             address is not a model server, or it misbehaves",
-            limit / (1024 * 1024)
-        )))
-    };
-    let announced = response.content_length().unwrap_or(0);
-    if usize::try_from(announced).map_or(true, |announced| announced > limit) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    loop {
-        let chunk = tokio::time::timeout(idle, response.chunk())
-            .await
-            .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
-            .map_err(|err| send_failure(&err))?;
-        let Some(chunk) = chunk else {
-            return Ok(body);
-        };
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-}
-
-/// Posts a request body and returns the response once it says success: the send bounded by
-/// the idle timeout, a failed send or an error status as the attempt's failure.
+/// Posts a request body and returns the response once it says success: the wait for its head
+/// bounded by the time the answer has to begin (a server may evaluate the whole prompt before
+/// it answers at all), a failed send or an error status as the attempt's failure.
 pub async fn post(
     http: &reqwest::Client,
     url: &reqwest::Url,
     headers: &reqwest::header::HeaderMap,
     body: &super::wire_cache::RequestBytes,
-    idle: Duration,
+    limits: &AnswerLimits,
 ) -> Result<reqwest::Response, AttemptFailure> {
     let send = http
         .post(url.clone())
@@ -163,26 +130,42 @@ pub async fn post(
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body.to_body())
         .send();
-    let response = tokio::time::timeout(idle, send)
+    let response = tokio::time::timeout(limits.until_start(), send)
         .await
-        .map_err(|_| AttemptFailure::Stream(StreamFailure::Stalled(idle)))?
+        .map_err(|_| {
+            AttemptFailure::Stream(StreamFailure::NoProgress {
+                waited: limits.progress,
+                started: false,
+            })
+        })?
         .map_err(|err| send_failure(&err))?;
     if !response.status().is_success() {
-        return Err(status_failure(response, idle).await);
+        return Err(status_failure(response, limits.idle).await);
     }
     Ok(response)
 }
 
 /// Reads an error answer: the status, whether it is worth retrying, the delay the server
-/// asked for, and its error body.
+/// asked for, and its error body (its first 64 KiB, each read bounded by `idle`).
 pub async fn status_failure(response: reqwest::Response, idle: Duration) -> AttemptFailure {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let text = tokio::time::timeout(idle, response.text())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    let limits = AnswerLimits {
+        idle,
+        progress: idle,
+        start_by: tokio::time::Instant::now() + idle,
+        max_bytes: u64::MAX,
+    };
+    let mut body = AnswerBody::new(response.bytes_stream(), limits);
+    let mut bytes = Vec::new();
+    while bytes.len() < ERROR_BODY_LIMIT
+        && let Ok(Some(chunk)) = body.next_chunk().await
+    {
+        body.progressed();
+        bytes.extend_from_slice(&chunk);
+    }
+    bytes.truncate(ERROR_BODY_LIMIT);
+    let text = String::from_utf8_lossy(&bytes);
     let error = ErrorBody::parse(&text);
     AttemptFailure::Status {
         status,

@@ -83,6 +83,8 @@ pub struct ProviderSettings {
     pub tool_choice: Option<ToolChoice>,
     /// Whether answers stream, or come whole.
     pub stream: bool,
+    /// Requests to the server under way at once; `None`: its default (one for a local server).
+    pub max_parallel_requests: Option<u32>,
 }
 
 impl Default for ProviderSettings {
@@ -94,6 +96,7 @@ impl Default for ProviderSettings {
             num_ctx: None,
             tool_choice: None,
             stream: true,
+            max_parallel_requests: None,
         }
     }
 }
@@ -269,26 +272,36 @@ pub fn build(
         .as_deref()
         .and_then(|name| env.get(name))
         .map(|key| ApiKey::new(key.to_owned()));
+    let limit = settings.max_parallel_requests;
     match settings.provider {
-        ProviderName::Anthropic => Ok(Arc::new(AnthropicClient::new(AnthropicConfig {
-            base_url: info.base_url,
-            api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
-            retry,
-        })?)),
-        ProviderName::Openai => Ok(Arc::new(OpenAiClient::new(OpenAiConfig {
-            base_url: info.base_url,
-            api_key,
-            tool_choice: settings.tool_choice,
-            stream: settings.stream,
-            retry,
-        })?)),
-        ProviderName::Ollama => Ok(Arc::new(OllamaClient::new(OllamaConfig {
-            base_url: info.base_url,
-            api_key,
-            num_ctx: settings.num_ctx,
-            stream: settings.stream,
-            retry,
-        })?)),
+        ProviderName::Anthropic => Ok(Arc::new(
+            AnthropicClient::new(AnthropicConfig {
+                base_url: info.base_url,
+                api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
+        ProviderName::Openai => Ok(Arc::new(
+            OpenAiClient::new(OpenAiConfig {
+                base_url: info.base_url,
+                api_key,
+                tool_choice: settings.tool_choice,
+                stream: settings.stream,
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
+        ProviderName::Ollama => Ok(Arc::new(
+            OllamaClient::new(OllamaConfig {
+                base_url: info.base_url,
+                api_key,
+                num_ctx: settings.num_ctx,
+                stream: settings.stream,
+                retry,
+            })?
+            .with_max_parallel_requests(limit),
+        )),
     }
 }
 

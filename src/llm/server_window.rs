@@ -9,11 +9,11 @@ mod answers;
 mod probe;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
+use super::{Endpoint, ServerKind};
 use probe::Probe;
 
 /// What a server said about a model.
@@ -50,83 +50,28 @@ impl ServerWindow {
     }
 }
 
-/// Whether `base_url` is a server on this machine or its network, which runs models itself
-/// and can be asked about them: a loopback, private (RFC 1918, carrier-grade NAT as Tailscale
-/// uses), link-local or unique-local address, `localhost`, a name under `.localhost`,
-/// `.local`, `.lan`, `.internal` or `.home.arpa`, or a name without a dot (a host of the local
-/// network, a container's service name).
-pub fn is_local_url(base_url: &str) -> bool {
-    let Ok(url) = reqwest::Url::parse(base_url) else {
-        return false;
-    };
-    match url.host() {
-        Some(url::Host::Ipv4(address)) => is_local_address(IpAddr::V4(address)),
-        Some(url::Host::Ipv6(address)) => is_local_address(IpAddr::V6(address)),
-        Some(url::Host::Domain(name)) => {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            name == "localhost"
-                || !name.contains('.')
-                || [".localhost", ".local", ".lan", ".internal", ".home.arpa"]
-                    .iter()
-                    .any(|suffix| name.ends_with(suffix))
-        }
-        None => false,
-    }
-}
-
-fn is_local_address(address: IpAddr) -> bool {
-    match address {
-        IpAddr::V4(v4) => is_local_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_local_v4(v4),
-            None => is_local_v6(v6),
-        },
-    }
-}
-
-fn is_local_v4(address: Ipv4Addr) -> bool {
-    let [first, second, ..] = address.octets();
-    address.is_loopback()
-        || address.is_private()
-        || address.is_link_local()
-        || address.is_unspecified()
-        || (first == 100 && (64..128).contains(&second))
-}
-
-fn is_local_v6(address: Ipv6Addr) -> bool {
-    let first = address.segments()[0];
-    address.is_loopback()
-        || address.is_unspecified()
-        || (first & 0xfe00) == 0xfc00
-        || (first & 0xffc0) == 0xfe80
-}
-
-/// Which questions a server is asked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ServerKind {
-    /// A server of OpenAI's chat completions: asked only when it is local.
-    OpenAiCompatible,
-    Ollama,
-}
-
-/// What the server at `base_url` says about `model`, asked (with the `authorization` the
-/// provider sends, for a proxy in front) unless this host run has its answer already.
+/// What the server `endpoint` leads to says about `model`, asked (with the `authorization` the
+/// provider sends, for a proxy in front) unless this host run has its answer already. A hosted
+/// API is never asked: its models' windows are the models' own, which its documentation gives.
+/// The question takes one of the server's turns, as a model request does: llama-cpp-python
+/// stops the answer in flight when it is asked `/v1/models`.
 pub async fn ask(
     http: &reqwest::Client,
     authorization: Option<&reqwest::header::HeaderValue>,
-    kind: ServerKind,
-    base_url: &str,
+    endpoint: &Endpoint,
     model: &str,
 ) -> ServerWindow {
-    if kind == ServerKind::OpenAiCompatible && !is_local_url(base_url) {
+    if endpoint.server == ServerKind::Hosted {
         return ServerWindow::NotAsked;
     }
+    let base_url = endpoint.base_url.as_str();
     let probe = Probe::new(http.clone(), authorization.cloned());
     let answer = ReportCache::shared()
         .get_or_ask(base_url, model, || async {
-            match kind {
-                ServerKind::OpenAiCompatible => probe.ask_openai(base_url, model).await,
+            let _turn = endpoint.take_turn().await;
+            match endpoint.server {
                 ServerKind::Ollama => probe.ask_ollama(base_url, model).await,
+                ServerKind::Local | ServerKind::Hosted => probe.ask_openai(base_url, model).await,
             }
         })
         .await;
@@ -179,42 +124,6 @@ impl ReportCache {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[test]
-    fn local_means_this_machine_or_its_network() {
-        for url in [
-            "http://localhost:8080/v1",
-            "http://127.0.0.1:8080/v1",
-            "http://[::1]:8000/v1",
-            "http://0.0.0.0:1234/v1",
-            "http://192.168.1.20:8080/v1",
-            "http://10.0.0.5:8000/v1",
-            "http://172.20.0.3:8000/v1",
-            "http://100.101.102.103:11434",
-            "http://169.254.10.1:8080/v1",
-            "http://[fd12:3456::1]:8080/v1",
-            "http://[::ffff:192.168.0.2]:8080/v1",
-            "http://gpu-box:8080/v1",
-            "http://llama.local:8080/v1",
-            "http://vllm.internal/v1",
-            "http://box.lan:1234/v1",
-            "http://server.home.arpa/v1",
-            "http://app.localhost/v1",
-        ] {
-            assert!(is_local_url(url), "{url}");
-        }
-        for url in [
-            "https://api.openai.com/v1",
-            "https://openrouter.ai/api/v1",
-            "https://my-team.openai.azure.com/openai/v1",
-            "http://8.8.8.8/v1",
-            "http://172.32.0.1/v1",
-            "http://[2001:db8::1]/v1",
-            "not a url",
-        ] {
-            assert!(!is_local_url(url), "{url}");
-        }
-    }
 
     #[tokio::test]
     async fn a_server_is_asked_once_and_a_failure_asked_again() {

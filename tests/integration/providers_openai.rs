@@ -338,7 +338,9 @@ async fn failures_are_retried_and_a_partial_answer_is_thrown_away() {
         ),
         (
             dropped_stream("half an answer"),
-            "the stream ended before the answer was complete",
+            "the server ended the answer before it was complete: the stream ended with no \
+             finish reason; another request to the same server may have interrupted it \
+             (llama.cpp's server stops an answer when the next request arrives)",
         ),
     ];
     for (number, (failure, reason)) in cases.into_iter().enumerate() {

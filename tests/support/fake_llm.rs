@@ -1,8 +1,11 @@
-//! An in-process fake model server for integration tests, speaking one of three real wire
+//! An in-process fake model server for integration tests, speaking one of four real wire
 //! protocols ([`Wire`]): the Anthropic Messages API (`POST /v1/messages`, named SSE events),
 //! OpenAI's chat completions (`POST /v1/chat/completions`, unnamed SSE chunks ending with
-//! `[DONE]`, see `fake_openai.rs`) or Ollama's native chat (`POST /api/chat`, NDJSON, see
-//! `fake_ollama.rs`). A scripted [`TurnBuilder`] is rendered in the server's wire.
+//! `[DONE]`, see `fake_openai.rs`), Ollama's native chat (`POST /api/chat`, NDJSON, see
+//! `fake_ollama.rs`), or OpenAI's chat completions as llama-cpp-python's server speaks and
+//! behaves (its framing, keep-alive pings, one slot whose next request interrupts the answer in
+//! flight, its context window: see `fake_llamacpp.rs`). A scripted [`TurnBuilder`] is rendered
+//! in the server's wire.
 //!
 //! The server listens on `127.0.0.1:0` and answers over HTTP/1.1 with chunked transfer
 //! encoding. The response bytes are deliberately cut at odd,
@@ -28,6 +31,8 @@
 
 #![allow(dead_code)]
 
+#[path = "fake_llamacpp.rs"]
+pub mod llamacpp;
 #[path = "fake_ollama.rs"]
 pub mod ollama;
 #[path = "fake_openai.rs"]
@@ -100,6 +105,9 @@ pub enum Wire {
     Anthropic,
     OpenAi,
     Ollama,
+    /// llama-cpp-python's server (see `fake_llamacpp.rs`): it also answers `GET /v1/models`
+    /// and `GET /props`.
+    LlamaCpp,
 }
 
 impl Wire {
@@ -107,7 +115,7 @@ impl Wire {
     pub fn path(self) -> &'static str {
         match self {
             Wire::Anthropic => "/v1/messages",
-            Wire::OpenAi => "/v1/chat/completions",
+            Wire::OpenAi | Wire::LlamaCpp => "/v1/chat/completions",
             Wire::Ollama => "/api/chat",
         }
     }
@@ -827,6 +835,8 @@ struct Inner {
     probes: Mutex<Vec<RecordedRequest>>,
     /// What Ollama's `/api/show` says about every model.
     shown_model: Mutex<ollama::ShownModel>,
+    /// The state of a [`Wire::LlamaCpp`] server (unused by the others).
+    llamacpp: Arc<llamacpp::Server>,
 }
 
 impl Inner {
@@ -939,6 +949,7 @@ impl FakeLlm {
             keep_bodies: std::sync::atomic::AtomicBool::new(true),
             probes: Mutex::new(Vec::new()),
             shown_model: Mutex::new(ollama::ShownModel::default()),
+            llamacpp: Arc::new(llamacpp::Server::new(seed)),
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&inner)));
         FakeLlm {
@@ -946,6 +957,16 @@ impl FakeLlm {
             addr,
             accept_task,
         }
+    }
+
+    /// A server speaking as llama-cpp-python's does ([`Wire::LlamaCpp`]).
+    pub async fn start_llamacpp() -> FakeLlm {
+        FakeLlm::start_wire(Wire::LlamaCpp).await
+    }
+
+    /// The settings and counts of a [`Wire::LlamaCpp`] server.
+    pub fn llamacpp(&self) -> &llamacpp::Server {
+        &self.inner.llamacpp
     }
 
     /// Records requests from now on without their bodies (they are still routed by them).
@@ -1083,7 +1104,9 @@ impl FakeLlm {
     }
 }
 
-type ResponseBody = BoxBody<Bytes, Infallible>;
+/// A response body; an error ends the connection without the body's end (a server failing
+/// mid-answer).
+type ResponseBody = BoxBody<Bytes, std::io::Error>;
 
 async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
     // Connection tasks live in the set, so aborting this task (on drop of
@@ -1185,6 +1208,7 @@ async fn handle(
     let body_json_for_routing = body_json.clone();
     // Asked for a whole answer, a chat-completions server sends its turns as one object.
     let whole = inner.wire == Wire::OpenAi && body_json["stream"] == false;
+    let body_len = raw_body.len();
     let number = inner.record(RecordedRequest {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -1196,6 +1220,18 @@ async fn handle(
         number: 0,
         body_len: 0,
     });
+
+    if inner.wire == Wire::LlamaCpp {
+        return Ok(llamacpp::handle(
+            &inner,
+            &parts.method,
+            &path,
+            &body_json_for_routing,
+            body_len,
+            arrived,
+        )
+        .await);
+    }
 
     if parts.method != Method::POST || path != inner.wire.path() {
         return Ok(json_response(
@@ -1220,20 +1256,7 @@ async fn handle(
     };
 
     let seed = inner.seed ^ (number as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let reply = match reply {
-        Reply::Delayed(latency, inner) => {
-            tokio::time::sleep_until((arrived + latency).into()).await;
-            *inner
-        }
-        other => other,
-    };
-    let reply = match reply {
-        Reply::Held(release, inner) => {
-            release.notified().await;
-            *inner
-        }
-        other => other,
-    };
+    let reply = resolve_waits(reply, arrived).await;
     let response = match reply {
         Reply::Held(..) => json_response(
             500,
@@ -1344,13 +1367,32 @@ fn probe_answer(
     }
 }
 
+/// `reply` once its wait is over: a [`Reply::Delayed`]'s latency, then a [`Reply::Held`]'s
+/// release.
+async fn resolve_waits(reply: Reply, arrived: std::time::Instant) -> Reply {
+    let reply = match reply {
+        Reply::Delayed(latency, inner) => {
+            tokio::time::sleep_until((arrived + latency).into()).await;
+            *inner
+        }
+        other => other,
+    };
+    match reply {
+        Reply::Held(release, inner) => {
+            release.notified().await;
+            *inner
+        }
+        other => other,
+    }
+}
+
 fn json_response(
     status: u16,
     headers: &[(String, String)],
     body: &Value,
 ) -> Response<ResponseBody> {
     let bytes = Bytes::from(body.to_string());
-    let mut response = Response::new(Full::new(bytes).boxed());
+    let mut response = Response::new(Full::new(bytes).map_err(|never| match never {}).boxed());
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let response_headers = response.headers_mut();
@@ -1379,6 +1421,7 @@ fn render_turn(wire: Wire, turn: &TurnBuilder) -> (&'static str, Vec<u8>) {
         ),
         Wire::OpenAi => (SSE_CONTENT_TYPE, openai::render_turn(&turn.parts())),
         Wire::Ollama => (ollama::CONTENT_TYPE, ollama::render_turn(&turn.parts())),
+        Wire::LlamaCpp => (SSE_CONTENT_TYPE, llamacpp::render_turn(turn)),
     }
 }
 
@@ -1421,7 +1464,7 @@ impl ServedBody {
 }
 
 impl futures::Stream for ServedBody {
-    type Item = Result<Frame<Bytes>, Infallible>;
+    type Item = Result<Frame<Bytes>, std::io::Error>;
 
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,

@@ -7,8 +7,8 @@ use super::wire::encode;
 use crate::llm::http::{post, shared_client};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, Turn, with_retries,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -58,23 +58,27 @@ impl AnthropicClient {
             http,
             messages_url,
             headers,
-            endpoint: Endpoint {
-                base_url: base.to_owned(),
-                variable: BASE_URL_VARIABLE,
-            },
+            endpoint: Endpoint::new(base, BASE_URL_VARIABLE, ServerKind::Hosted),
             config,
             cache: WireCache::default(),
         })
     }
 
+    /// At most `limit` of the host's requests to this server at once; `None` keeps the
+    /// server's default (one for a local server).
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> AnthropicClient {
+        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
+        self
+    }
+
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        let response = post(&self.http, &self.messages_url, &self.headers, body, idle).await?;
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        let response = post(&self.http, &self.messages_url, &self.headers, body, &limits).await?;
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -92,9 +96,10 @@ impl LlmProvider for AnthropicClient {
             self.config.retry,
             &self.endpoint,
             Some(&self.config.api_key),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }

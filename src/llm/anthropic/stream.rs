@@ -1,44 +1,47 @@
 //! Assembling one assistant turn from the Messages API's named SSE events.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::Value;
 
+use crate::llm::answer_body::{AnswerBody, AnswerLimits};
+use crate::llm::sse::{SseItem, SseReader};
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
-/// Reads SSE events from `bytes` until `message_stop` and returns the turn.
+/// Reads SSE events from `bytes`, within `limits`, until `message_stop` and returns the turn.
+/// A message that never got its stop reason is incomplete, never a turn.
 pub async fn read_turn<S, E>(
     bytes: S,
-    idle_timeout: Duration,
+    limits: AnswerLimits,
     on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
-    let mut events = bytes.eventsource();
+    let mut events = SseReader::new(AnswerBody::new(bytes, limits));
     let mut assembler = TurnAssembler::default();
     loop {
-        let next = tokio::time::timeout(idle_timeout, events.next())
-            .await
-            .map_err(|_| StreamFailure::Stalled(idle_timeout))?;
-        match next {
+        match events.next().await? {
             // The final `message_stop` may be lost when the body ends without the blank line
             // that terminates an SSE event (the recorded fixtures end that way). Once
             // `message_delta` has delivered the stop reason the answer is complete.
             None if assembler.stop_reason.is_some() => return Ok(assembler.finish()),
             None => {
-                return Err(StreamFailure::Transport(
-                    "the stream ended before the message was complete".to_owned(),
+                return Err(StreamFailure::EndedEarly(
+                    "the stream ended before the message's stop reason".to_owned(),
                 ));
             }
-            Some(Err(err)) => return Err(StreamFailure::Transport(err.to_string())),
-            Some(Ok(event)) => {
-                if assembler.push(&event.event, &event.data, on_event)? {
+            // Not a field of this API's streams.
+            Some(SseItem::Error(_)) => {}
+            Some(SseItem::Event { name, data }) => {
+                // A ping proves the server alive, not that the answer goes on.
+                if name != "ping" {
+                    events.body().progressed();
+                }
+                if assembler.push(&name, &data, on_event)? {
                     return Ok(assembler.finish());
                 }
             }
@@ -175,12 +178,18 @@ impl TurnAssembler {
                     }
                 }
             }
+            "message_stop" if self.stop_reason.is_none() => {
+                return Err(StreamFailure::EndedEarly(
+                    "message_stop came before any stop reason".to_owned(),
+                ));
+            }
             "message_stop" => return Ok(true),
             "error" => {
                 let error = payload.get("error").unwrap_or(&Value::Null);
                 return Err(StreamFailure::ApiError {
                     error_type: str_at(error, "type").to_owned(),
                     message: str_at(error, "message").to_owned(),
+                    code: None,
                 });
             }
             _ => {}
@@ -281,6 +290,12 @@ mod tests {
     use super::*;
     use std::path::Path;
     use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// `idle` of silence at most; the request timeout and the size far off.
+    fn limits(idle: Duration) -> AnswerLimits {
+        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
+    }
 
     fn fixture(name: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -302,7 +317,7 @@ mod tests {
                 .into_iter()
                 .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
         );
-        read_turn(stream, Duration::from_secs(5), &|_| {}).await
+        read_turn(stream, limits(Duration::from_secs(5)), &|_| {}).await
     }
 
     /// Every way of cutting the recorded stream in two yields the same turn as reading it whole.
@@ -366,7 +381,8 @@ mod tests {
             result,
             Err(StreamFailure::ApiError {
                 error_type: "overloaded_error".to_owned(),
-                message: "Overloaded".to_owned()
+                message: "Overloaded".to_owned(),
+                code: None,
             })
         );
     }
@@ -389,7 +405,7 @@ mod tests {
             .sum();
         let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(bytes))]);
         let turn = runtime()
-            .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
+            .block_on(read_turn(stream, limits(Duration::from_secs(5)), &on_event))
             .expect("turn");
         assert!(!turn.tool_calls().is_empty());
         assert!(pieces > 0);
@@ -397,13 +413,24 @@ mod tests {
     }
 
     #[test]
-    fn stream_ending_before_message_stop_is_a_transport_failure() {
+    fn a_message_that_never_got_its_stop_reason_is_incomplete() {
         let bytes = fixture("tool_use_response.sse");
         let cut = bytes.len() / 2;
         let result = runtime().block_on(read_chunks(vec![bytes[..cut].to_vec()]));
         assert!(
-            matches!(result, Err(StreamFailure::Transport(_))),
+            matches!(result, Err(StreamFailure::EndedEarly(_))),
             "{result:?}"
+        );
+        let stop_without_reason = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let result = runtime().block_on(read_chunks(vec![stop_without_reason.as_bytes().to_vec()]));
+        assert_eq!(
+            result,
+            Err(StreamFailure::EndedEarly(
+                "message_stop came before any stop reason".to_owned()
+            ))
         );
     }
 
@@ -421,7 +448,7 @@ mod tests {
         let on_event = |event: ProviderEvent| seen.lock().expect("lock").push(event);
         let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream))]);
         let turn = runtime()
-            .block_on(read_turn(stream, Duration::from_secs(5), &on_event))
+            .block_on(read_turn(stream, limits(Duration::from_secs(5)), &on_event))
             .expect("turn");
         assert_eq!(
             turn.content,
@@ -456,7 +483,7 @@ mod tests {
             .expect("runtime");
         let result = rt.block_on(read_turn(
             futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            Duration::from_secs(30),
+            limits(Duration::from_secs(30)),
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));

@@ -1,16 +1,15 @@
 use async_trait::async_trait;
-use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
 use super::wire::{BodyOptions, encode};
-use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
-use crate::llm::server_window::{self, ServerKind};
+use crate::llm::http::{post, shared_client};
+use crate::llm::server_window;
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, ServerWindow, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, ServerWindow, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -69,36 +68,29 @@ impl OllamaClient {
             http,
             chat_url,
             headers,
-            endpoint: Endpoint {
-                base_url: base.to_owned(),
-                variable: BASE_URL_VARIABLE,
-            },
+            endpoint: Endpoint::new(base, BASE_URL_VARIABLE, ServerKind::Ollama),
             config,
             cache: WireCache::default(),
         })
     }
 
+    /// At most `limit` of the host's requests to this server at once; `None` keeps the
+    /// server's default (one for a local server).
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> OllamaClient {
+        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
+        self
+    }
+
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        if self.config.stream {
-            let response = post(&self.http, &self.chat_url, &self.headers, body, idle)
-                .await
-                .map_err(with_serve_hint)?;
-            return Ok(read_turn(response.bytes_stream(), idle, on_event).await?);
-        }
-        // A whole answer comes once it is made: only the request timeout (around every
-        // attempt) bounds the wait. It is the last line of a stream, read the same way.
-        let head_wait = self.config.retry.request_timeout;
-        let response = post(&self.http, &self.chat_url, &self.headers, body, head_wait)
+        let response = post(&self.http, &self.chat_url, &self.headers, body, &limits)
             .await
             .map_err(with_serve_hint)?;
-        let whole = read_capped(response, WHOLE_ANSWER_LIMIT, idle).await?;
-        let once = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(whole))]);
-        Ok(read_turn(once, idle, on_event).await?)
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -152,9 +144,10 @@ impl LlmProvider for OllamaClient {
             self.config.retry,
             &self.endpoint,
             self.config.api_key.as_ref(),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }
@@ -165,8 +158,7 @@ impl LlmProvider for OllamaClient {
         server_window::ask(
             &self.http,
             self.headers.get(reqwest::header::AUTHORIZATION),
-            ServerKind::Ollama,
-            &self.endpoint.base_url,
+            &self.endpoint,
             model,
         )
         .await

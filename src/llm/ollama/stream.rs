@@ -2,33 +2,31 @@
 //! call whole in one line, a last line with `done: true`, the reason and the token counts.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::Value;
 
+use crate::llm::answer_body::{AnswerBody, AnswerLimits};
 use crate::llm::http::ErrorBody;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
-/// Reads NDJSON lines from `bytes` until the one with `done: true` and returns the turn.
-/// Every read is bounded by `idle_timeout`.
+/// Reads NDJSON lines from `bytes`, within `limits`, until the one with `done: true` and
+/// returns the turn. An answer without that line is incomplete, never a turn.
 pub async fn read_turn<S, E>(
-    mut bytes: S,
-    idle_timeout: Duration,
+    bytes: S,
+    limits: AnswerLimits,
     on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
+    let mut body = AnswerBody::new(bytes, limits);
     let mut lines = Lines::default();
     let mut assembler = TurnAssembler::default();
     loop {
-        let next = tokio::time::timeout(idle_timeout, bytes.next())
-            .await
-            .map_err(|_| StreamFailure::Stalled(idle_timeout))?;
-        match next {
+        match body.next_chunk().await? {
             None => {
                 // Ollama ends every line with a newline, but a last line without one is
                 // still whole if it parses; one that does not was cut off with the stream.
@@ -38,15 +36,16 @@ where
                 {
                     return Ok(assembler.finish());
                 }
-                return Err(StreamFailure::Transport(
-                    "the stream ended before the answer was complete (no line with \"done\": true)"
-                        .to_owned(),
+                return Err(StreamFailure::EndedEarly(
+                    "the stream ended before the line with \"done\": true".to_owned(),
                 ));
             }
-            Some(Err(err)) => return Err(StreamFailure::Transport(err.to_string())),
-            Some(Ok(chunk)) => {
+            Some(chunk) => {
                 lines.extend(&chunk);
                 while let Some(line) = lines.next_line() {
+                    if !line.trim_ascii().is_empty() {
+                        body.progressed();
+                    }
                     if assembler.push(line, on_event)? {
                         return Ok(assembler.finish());
                     }
@@ -127,6 +126,7 @@ impl TurnAssembler {
             return Err(StreamFailure::ApiError {
                 error_type: error.error_type,
                 message: error.message,
+                code: error.error_code,
             });
         }
         if let Some(message) = chunk.get("message") {
@@ -277,8 +277,14 @@ fn arguments(sent: Option<&Value>) -> (Value, Option<String>) {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use serde_json::json;
+
+    /// `idle` of silence at most; the request timeout and the size far off.
+    fn limits(idle: Duration) -> AnswerLimits {
+        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
+    }
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -296,7 +302,7 @@ mod tests {
                 .into_iter()
                 .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
         );
-        read_turn(stream, Duration::from_secs(5), on_event).await
+        read_turn(stream, limits(Duration::from_secs(5)), on_event).await
     }
 
     /// Made-up ids differ between reads; this puts a placeholder in their place.
@@ -570,12 +576,13 @@ mod tests {
                 error_type: "error".to_owned(),
                 message: "an error was encountered while running the model: unexpected EOF"
                     .to_owned(),
+                code: None,
             })
         );
     }
 
     #[test]
-    fn a_stream_ending_before_done_is_a_transport_failure_wherever_it_is_cut() {
+    fn a_stream_ending_before_done_is_incomplete_wherever_it_is_cut() {
         let lines = [text("Hello"), text(" there"), done("stop", 5, 2)];
         let bytes: Vec<u8> = lines
             .iter()
@@ -586,7 +593,7 @@ mod tests {
         for cut in 0..done_line_end {
             let result = rt.block_on(read_chunks(vec![bytes[..cut].to_vec()], &|_| {}));
             assert!(
-                matches!(&result, Err(StreamFailure::Transport(message)) if message.contains("done")),
+                matches!(&result, Err(StreamFailure::EndedEarly(message)) if message.contains("done")),
                 "cut at {cut}: {result:?}"
             );
         }
@@ -631,7 +638,7 @@ mod tests {
             .expect("runtime");
         let result = rt.block_on(read_turn(
             futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            Duration::from_secs(30),
+            limits(Duration::from_secs(30)),
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));

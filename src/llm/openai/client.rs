@@ -4,12 +4,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
 use super::wire::{BodyOptions, TokenLimitField, encode};
-use crate::llm::http::{WHOLE_ANSWER_LIMIT, post, read_capped, shared_client};
-use crate::llm::server_window::{self, ServerKind};
+use crate::llm::answer_body::AnswerBody;
+use crate::llm::http::{post, shared_client};
+use crate::llm::server_window;
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider, ProviderEvent,
-    RetryPolicy, ServerWindow, StreamFailure, ToolChoice, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
+    ProviderEvent, RetryPolicy, ServerKind, ServerWindow, ToolChoice, Turn, with_retries,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
@@ -76,35 +77,36 @@ impl OpenAiClient {
             http,
             completions_url,
             headers,
-            endpoint: Endpoint {
-                base_url: base.to_owned(),
-                variable: BASE_URL_VARIABLE,
-            },
+            endpoint: Endpoint::new(
+                base,
+                BASE_URL_VARIABLE,
+                ServerKind::of_openai_base_url(base),
+            ),
             token_limit: TokenLimitField::for_base_url(base),
             config,
             cache: WireCache::default(),
         })
     }
 
+    /// At most `limit` of the host's requests to this server at once; `None` keeps the
+    /// server's default (one for a local server).
+    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> OpenAiClient {
+        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
+        self
+    }
+
     async fn attempt(
         &self,
         body: &RequestBytes,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let idle = self.config.retry.stream_idle_timeout;
-        // A server asked for a whole answer says nothing until it has written it: only the
-        // request timeout (around every attempt) bounds that wait.
-        let head_wait = if self.config.stream {
-            idle
-        } else {
-            self.config.retry.request_timeout
-        };
         let response = post(
             &self.http,
             &self.completions_url,
             &self.headers,
             body,
-            head_wait,
+            &limits,
         )
         .await?;
         // Also a server asked to stream may answer whole (some proxies and older servers).
@@ -114,12 +116,13 @@ impl OpenAiClient {
             .and_then(|value| value.to_str().ok())
             .is_some_and(|kind| kind.trim_start().starts_with("application/json"));
         if whole {
-            let body = read_capped(response, WHOLE_ANSWER_LIMIT, idle).await?;
-            let body = String::from_utf8(body)
-                .map_err(|_| StreamFailure::Protocol("the answer is not UTF-8 text".to_owned()))?;
-            return Ok(read_whole(&body, on_event)?);
+            // Nothing comes of a whole answer until it is done: the request timeout bounds it.
+            let body = AnswerBody::new(response.bytes_stream(), limits)
+                .read_all()
+                .await?;
+            return Ok(read_whole(&String::from_utf8_lossy(&body), on_event)?);
         }
-        Ok(read_turn(response.bytes_stream(), idle, on_event).await?)
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -142,21 +145,20 @@ impl LlmProvider for OpenAiClient {
             self.config.retry,
             &self.endpoint,
             self.config.api_key.as_ref(),
+            request.max_tokens,
             on_event,
             cancel,
-            || self.attempt(&body, on_event),
+            |limits| self.attempt(&body, limits, on_event),
         )
         .await
     }
 
-    /// Only a local server is asked (`server_window::is_local_url`): a hosted API's windows
-    /// are the models' own, which its documentation gives.
+    /// Only a local server is asked (`ServerKind::of_openai_base_url`).
     async fn server_window(&self, model: &str) -> ServerWindow {
         server_window::ask(
             &self.http,
             self.headers.get(reqwest::header::AUTHORIZATION),
-            ServerKind::OpenAiCompatible,
-            &self.endpoint.base_url,
+            &self.endpoint,
             model,
         )
         .await
@@ -699,11 +701,11 @@ mod tests {
         (turn, events.into_inner().expect("events"))
     }
 
-    /// An answer sent whole is read into memory: one bigger than any answer a model writes is
-    /// refused, not read to its end.
+    /// An answer sent whole is read into memory: one bigger than any answer a model writes
+    /// (4 MiB at least; a request's `max_tokens` here is small) is refused, not read to its end.
     #[tokio::test]
     async fn a_whole_answer_larger_than_the_limit_is_refused() {
-        let huge = "x".repeat(crate::llm::http::WHOLE_ANSWER_LIMIT + 1);
+        let huge = "x".repeat(4 << 20);
         let completion = json!({"id": "chatcmpl-5", "object": "chat.completion", "created": 1,
             "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
             "message": {"role": "assistant", "content": huge}}]});

@@ -2,54 +2,59 @@
 //! `data: [DONE]`), surviving what real servers send besides OpenAI's own form: see
 //! `shared/notes/llm-wire-protocols.md`, section 5. Every quirk handled here has a test below.
 
-use std::time::Duration;
-
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::llm::answer_body::{AnswerBody, AnswerLimits};
 use crate::llm::http::ErrorBody;
+use crate::llm::sse::{SseItem, SseReader};
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
-/// Reads chunks from `bytes` until `data: [DONE]` (or the end of a body that delivered a
-/// finish reason) and returns the turn.
+/// Reads chunks from `bytes`, within `limits`, until `data: [DONE]` (or the end of a body that
+/// delivered a finish reason) and returns the turn. An answer without a finish reason is
+/// incomplete, never a turn: llama.cpp's server ends an answer another request interrupted
+/// with a bare `[DONE]`.
 pub async fn read_turn<S, E>(
     bytes: S,
-    idle_timeout: Duration,
+    limits: AnswerLimits,
     on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
 ) -> Result<Turn, StreamFailure>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
-    // Comment lines (`: OPENROUTER PROCESSING`) never become events: the SSE parser drops them.
-    let mut events = bytes.eventsource();
+    // Comment lines (`: ping - ...`, `: OPENROUTER PROCESSING`) never become events, but their
+    // bytes keep the stream from stalling.
+    let mut events = SseReader::new(AnswerBody::new(bytes, limits));
     let mut assembler = TurnAssembler::default();
     loop {
-        let next = tokio::time::timeout(idle_timeout, events.next())
-            .await
-            .map_err(|_| StreamFailure::Stalled(idle_timeout))?;
-        match next {
+        match events.next().await? {
             // `[DONE]` is lost when the body ends without the blank line that terminates an
             // event, and some servers never send it; a finish reason says the answer is whole.
             None if assembler.finished => return Ok(assembler.finish(on_event)),
             None => {
-                return Err(StreamFailure::Transport(
-                    "the stream ended before the answer was complete".to_owned(),
+                return Err(StreamFailure::EndedEarly(
+                    "the stream ended with no finish reason".to_owned(),
                 ));
             }
-            Some(Err(err)) => return Err(StreamFailure::Transport(err.to_string())),
-            Some(Ok(event)) => {
-                let data = event.data.trim();
+            Some(SseItem::Error(value)) => return Err(api_error(value.trim())),
+            Some(SseItem::Event { name, data }) => {
+                let data = data.trim();
                 if data == "[DONE]" {
-                    return Ok(assembler.finish(on_event));
+                    if assembler.finished {
+                        return Ok(assembler.finish(on_event));
+                    }
+                    return Err(StreamFailure::EndedEarly(
+                        "the stream ended with [DONE] and no finish reason".to_owned(),
+                    ));
                 }
-                if event.event == "error" {
+                if name == "error" {
                     return Err(api_error(data));
                 }
                 if !data.is_empty() {
+                    events.body().progressed();
                     assembler.push(data, on_event)?;
                 }
             }
@@ -90,15 +95,22 @@ pub fn read_whole(
     Ok(assembler.finish(on_event))
 }
 
-/// An error a server reported inside a 200 stream, as an `error` object or an `error` event.
+/// An error a server reported inside a 200 stream: an `error` object, an `error` event, or
+/// llama-server's `error:` field, whose value is the error object itself.
 fn api_error(data: &str) -> StreamFailure {
     let error = serde_json::from_str::<Value>(data)
         .ok()
-        .and_then(|json| ErrorBody::from_json(&json))
+        .and_then(|json| {
+            ErrorBody::from_json(&json).or_else(|| {
+                json.get("message")
+                    .and_then(|_| ErrorBody::from_json(&serde_json::json!({ "error": json })))
+            })
+        })
         .unwrap_or_else(|| ErrorBody::parse(data));
     StreamFailure::ApiError {
         error_type: error.error_type,
         message: error.message,
+        code: error.error_code,
     }
 }
 
@@ -203,14 +215,13 @@ impl TurnAssembler {
                     self.merge_fragment(fragment, on_event);
                 }
             }
-            if let Some(reason) = choice
-                .get("finish_reason")
-                .and_then(Value::as_str)
-                .filter(|reason| !reason.is_empty())
-            {
+            // An empty reason (some servers send `""`) still says the answer is finished.
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finished = true;
-                self.cut_by_length |= reason == "length";
-                self.finish_reason = Some(reason.to_owned());
+                if !reason.is_empty() {
+                    self.cut_by_length |= reason == "length";
+                    self.finish_reason = Some(reason.to_owned());
+                }
             }
         }
         Ok(())
@@ -456,6 +467,12 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// `idle` of silence at most; the request timeout and the size far off.
+    fn limits(idle: Duration) -> AnswerLimits {
+        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
+    }
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -531,7 +548,7 @@ mod tests {
                 .into_iter()
                 .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
         );
-        read_turn(stream, Duration::from_secs(5), &|_| {}).await
+        read_turn(stream, limits(Duration::from_secs(5)), &|_| {}).await
     }
 
     fn read(stream: &str) -> Result<Turn, StreamFailure> {
@@ -582,7 +599,7 @@ mod tests {
         let bytes =
             futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream.to_owned()))]);
         runtime()
-            .block_on(read_turn(bytes, Duration::from_secs(5), &on_event))
+            .block_on(read_turn(bytes, limits(Duration::from_secs(5)), &on_event))
             .expect("turn");
         seen.into_inner().expect("lock")
     }
@@ -777,7 +794,8 @@ mod tests {
             read(&stream),
             Err(StreamFailure::ApiError {
                 error_type: "server_error".to_owned(),
-                message: "Context size has been exceeded.".to_owned()
+                message: "Context size has been exceeded.".to_owned(),
+                code: Some("500".to_owned()),
             })
         );
     }
@@ -793,7 +811,8 @@ mod tests {
             read(&stream),
             Err(StreamFailure::ApiError {
                 error_type: "unknown_error".to_owned(),
-                message: "upstream overloaded".to_owned()
+                message: "upstream overloaded".to_owned(),
+                code: None,
             })
         );
     }
@@ -1070,7 +1089,6 @@ mod tests {
         for ending in [
             [finish("stop"), DONE.to_owned()].concat(),
             [finish(""), DONE.to_owned()].concat(),
-            DONE.to_owned(),
             [finish("tool_calls"), finish("stop"), DONE.to_owned()].concat(),
         ] {
             let turn = read_ok(&format!("{call}{ending}"));
@@ -1120,17 +1138,79 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_ending_before_any_finish_reason_is_a_transport_failure() {
+    fn a_stream_ending_before_any_finish_reason_is_incomplete() {
         let stream = [
             role(),
             call_start(0, "call_x", "grep"),
             call_arguments(0, "{\"pattern\":"),
         ]
         .concat();
+        assert_eq!(
+            read(&stream),
+            Err(StreamFailure::EndedEarly(
+                "the stream ended with no finish reason".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn done_without_a_finish_reason_is_incomplete_even_with_whole_calls() {
+        let done_early = StreamFailure::EndedEarly(
+            "the stream ended with [DONE] and no finish reason".to_owned(),
+        );
+        // What llama-cpp-python sent when another request interrupted the answer.
+        assert_eq!(
+            read(&llamacpp_recording(
+                "interrupted_done_without_finish_reason.sse"
+            )),
+            Err(done_early.clone())
+        );
+        let whole_call = [
+            role(),
+            call_start(0, "call_s", "list_files"),
+            call_arguments(0, "{}"),
+            DONE.to_owned(),
+        ]
+        .concat();
+        assert_eq!(read(&whole_call), Err(done_early));
+    }
+
+    fn llamacpp_recording(name: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/llamacpp-openai")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+    }
+
+    #[test]
+    fn llama_cpp_pythons_recorded_answers_read_with_their_pings_and_no_usage() {
+        let short = assert_split_invariant(&llamacpp_recording("short_stream_stop.sse"));
+        assert_eq!(short.text(), "Say hello. mendatanguser");
+        // 70 KB: read whole, not at each of its split points.
+        let long = read_ok(&llamacpp_recording("ping_then_stream_length.sse"));
         assert!(
-            matches!(read(&stream), Err(StreamFailure::Transport(_))),
-            "{:?}",
-            read(&stream)
+            long.text().starts_with("you are the planning stage:"),
+            "{long:?}"
+        );
+        for turn in [short, long] {
+            assert_eq!(turn.stop_reason, Some(StopReason::MaxTokens));
+            assert_eq!(turn.usage, None);
+        }
+    }
+
+    #[test]
+    fn llama_servers_error_field_is_an_api_error() {
+        let stream = "error: {\"code\":400,\"message\":\"the request exceeds the available \
+                      context size, try increasing it\",\"type\":\"exceed_context_size_error\"}\n\n\
+                      data: [DONE]\n\n";
+        assert_eq!(
+            read(stream),
+            Err(StreamFailure::ApiError {
+                error_type: "exceed_context_size_error".to_owned(),
+                message: "the request exceeds the available context size, try increasing it"
+                    .to_owned(),
+                code: Some("400".to_owned()),
+            })
         );
     }
 
@@ -1185,7 +1265,7 @@ mod tests {
             .expect("runtime");
         let result = rt.block_on(read_turn(
             futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            Duration::from_secs(30),
+            limits(Duration::from_secs(30)),
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));

@@ -10,22 +10,23 @@ use serde_json::{Value, json};
 
 use super::ServerReport;
 use super::answers;
-use crate::llm::http::{read_capped, send_failure};
-use crate::llm::{AttemptFailure, StreamFailure};
+use crate::llm::answer_body::AnswerBody;
+use crate::llm::http::send_failure;
+use crate::llm::{AnswerLimits, AttemptFailure, ServerKind, StreamFailure};
 
 /// How long one question may take: a local server answers these at once, also while it
 /// writes an answer for someone else.
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// The most an answer may take: llama.cpp's `/props` carries the chat template, Ollama's
 /// `/api/show` the license and the Modelfile, all far below it.
-const BODY_LIMIT: usize = 1024 * 1024;
+const BODY_LIMIT: u64 = 1024 * 1024;
 
 /// The questions to one server.
 pub struct Probe {
     http: reqwest::Client,
     headers: HeaderMap,
     timeout: Duration,
-    body_limit: usize,
+    body_limit: u64,
 }
 
 enum Answer {
@@ -51,7 +52,7 @@ impl Probe {
     }
 
     #[cfg(test)]
-    fn bounded(mut self, timeout: Duration, body_limit: usize) -> Probe {
+    fn bounded(mut self, timeout: Duration, body_limit: u64) -> Probe {
         self.timeout = timeout;
         self.body_limit = body_limit;
         self
@@ -108,10 +109,20 @@ impl Probe {
             if !status.is_success() {
                 return Ok(Answer::Nothing);
             }
-            match read_capped(response, self.body_limit, self.timeout).await {
+            let limits = AnswerLimits {
+                idle: self.timeout,
+                progress: self.timeout,
+                start_by: tokio::time::Instant::now() + self.timeout,
+                max_bytes: self.body_limit,
+            };
+            match AnswerBody::new(response.bytes_stream(), limits)
+                .read_all()
+                .await
+            {
                 Ok(body) => Ok(serde_json::from_slice(&body).map_or(Answer::Nothing, Answer::Json)),
-                Err(AttemptFailure::Stream(StreamFailure::Protocol(_))) => Ok(Answer::Nothing),
-                Err(failure) => Err(words(&failure)),
+                // Far larger than any answer to these questions: not a server that knows them.
+                Err(StreamFailure::TooLong { .. }) => Ok(Answer::Nothing),
+                Err(failure) => Err(words(&AttemptFailure::Stream(failure))),
             }
         };
         tokio::time::timeout(self.timeout, asking)
@@ -124,14 +135,12 @@ impl Probe {
 fn words(failure: &AttemptFailure) -> String {
     match failure {
         AttemptFailure::Unreachable(cause) => cause.clone(),
-        AttemptFailure::Stream(StreamFailure::Stalled(idle)) => {
-            format!("no answer within {}s", idle.as_secs_f64())
-        }
         AttemptFailure::Stream(
-            StreamFailure::Transport(message) | StreamFailure::Protocol(message),
-        ) => message.clone(),
-        AttemptFailure::Stream(StreamFailure::ApiError { message, .. }) => message.clone(),
+            StreamFailure::Stalled(waited) | StreamFailure::NoProgress { waited, .. },
+        ) => format!("no answer within {}s", waited.as_secs_f64()),
         AttemptFailure::Status { status, .. } => format!("HTTP {status}"),
+        // No model request was interrupted here: the words without a local server's hint.
+        other => other.summary(ServerKind::Hosted),
     }
 }
 
