@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fake_llm::llamacpp::Overflow;
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder, Wire};
+use crate::scenario;
 
 /// Bounds every wait so that a broken client fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(30);
@@ -337,4 +338,101 @@ async fn a_raised_limit_lets_requests_overlap_and_llama_cpp_python_interrupts_th
             .any(|reason| reason.contains("ended the answer")),
         "{retries:?}"
     );
+}
+
+/// The two specs of `scenario::valid_plan`, with three phases each.
+const TREE: [(&str, [&str; 3]); 2] = [
+    ("version-flag", ["parse-flag", "print-version", "exit-code"]),
+    ("version-docs", ["readme", "changelog", "help-text"]),
+];
+
+/// A whole plan tree against llama-cpp-python's behaviour (no usage, pings, one slot that a
+/// second request interrupts, an overflow past its window), the settings leaving `max_tokens`
+/// and `context_budget` unset: the host asks the server its window once, fits both to it, and
+/// every loop of the tree completes, its requests taking turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_tree_completes_with_limits_fitted_to_the_window_the_server_reports() {
+    let fake = FakeLlm::start_llamacpp().await;
+    fake.llamacpp().configure(|settings| {
+        settings.n_ctx = 8192;
+        settings.prompt_eval = Duration::from_millis(20);
+        settings.ping_interval = Duration::from_millis(5);
+    });
+    fake.push_routed(
+        scenario::plan_route(),
+        scenario::tool_turn("unsent", "create_plan", scenario::valid_plan()),
+    );
+    for (spec, phases) in &TREE {
+        fake.push_routed(
+            &scenario::spec_route(spec),
+            scenario::tool_turn("unsent", "create_spec", scenario::spec_input(spec, phases)),
+        );
+        for phase in phases {
+            fake.push_routed(
+                &scenario::phase_route(phase),
+                scenario::tool_turn("unsent", "create_phase", scenario::phase_input(phase)),
+            );
+        }
+    }
+    let dirs = crate::nvim::TestDirs::new();
+    let settings = serde_json::json!({
+        "provider": "openai",
+        "base_url": format!("{}/v1", fake.base_url()),
+        "model": "gemma3",
+        "plan_review_passes": 0,
+        "spec_review": false,
+        "max_concurrent_loops": 3,
+    })
+    .to_string();
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        scenario::run_loopr(
+            &dirs,
+            &fake,
+            &[
+                "plan",
+                "Add a --version flag",
+                "--approve-all",
+                "--settings",
+                &settings,
+            ],
+        ),
+    )
+    .await
+    .expect("the run ends");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstderr:\n{stderr}\nstdout:\n{stdout}",
+        output.status
+    );
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 9, "a plan, 2 specs, 6 phases: {stdout}");
+    assert!(
+        rows.iter().all(|row| row.contains(" complete ")),
+        "{stdout}"
+    );
+    // The server reports no usage: the table shows estimates, not zeros.
+    assert!(stdout.contains('~'), "estimated tokens: {stdout}");
+
+    let requests = fake.requests();
+    let asked: Vec<&str> = requests
+        .iter()
+        .filter(|request| request.method == "GET")
+        .map(|request| request.path.as_str())
+        .collect();
+    assert_eq!(asked, ["/props"], "asked once per host run");
+    let chats: Vec<_> = requests
+        .iter()
+        .filter(|request| request.path == "/v1/chat/completions")
+        .collect();
+    assert_eq!(chats.len(), 9, "one answer per loop, none interrupted");
+    for chat in &chats {
+        // A quarter of the window, never the whole of it.
+        assert_eq!(chat.body["max_tokens"], 2048, "{}", chat.body);
+        // What is sent stays within the budget, the window less the answer: by the
+        // host's own estimate (3 bytes a token), so with room to spare.
+        assert!(chat.body_len / 3 <= 8192 - 2048, "{} bytes", chat.body_len);
+    }
 }
