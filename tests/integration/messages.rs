@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder, error_reply};
-use crate::nvim::TestNvim;
+use crate::nvim::{TestNvim, WAIT};
 use crate::scenario::start_editor;
 
 const PLANS: usize = 3;
@@ -43,6 +43,15 @@ async fn failed_count(editor: &mut TestNvim) -> usize {
         .count()
 }
 
+/// Types `word` a key at a time, checking after each that no prompt took it, and adds it to
+/// `typed`.
+async fn type_word(editor: &TestNvim, typed: &mut String, word: &str) {
+    for key in word.chars() {
+        editor.type_keys(&key.to_string()).await;
+        typed.push(key);
+    }
+}
+
 /// Types in one window while, in the background, several loops report long progress and then
 /// fail with a long error at about the same time. Neovim must never stop at a hit-enter
 /// prompt, and every typed key must land in the buffer.
@@ -70,30 +79,31 @@ async fn typing_survives_loopr_messages(columns: i64, mode_key: &str, mode: &str
         .await;
 
     editor.type_keys(mode_key).await;
-    let words = "the quick brown fox jumps over the lazy dog ";
+    let sentence = "the quick brown fox jumps over the lazy dog ";
+    let mut words = sentence.split_inclusive(' ').cycle();
     let mut typed = String::new();
-    let mut keys_after_last_failure = 0;
-    for key in words.chars().cycle() {
-        editor.type_keys(&key.to_string()).await;
-        typed.push(key);
-        if typed.len() == 3 {
-            // The loops go on while the user types.
-            for release in &releases {
-                release.notify_one();
-            }
-        }
-        if failed_count(&mut editor).await == PLANS {
-            keys_after_last_failure += 1;
-            if keys_after_last_failure > words.len() {
-                break;
-            }
-        }
+    type_word(&editor, &mut typed, words.next().unwrap_or_default()).await;
+    // The loops go on while the user types.
+    for release in &releases {
+        release.notify_one();
+    }
+    // A word after each thing the loops report, until all of them failed. Typing as fast as
+    // Neovim answers, bounded only by a count of keys, kept the test and Neovim passing the
+    // CPU back and forth: on a busy machine the host then got no CPU time at all (its threads
+    // runnable, its answers unread in its sockets) and the loops never got to fail.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while failed_count(&mut editor).await < PLANS {
         assert!(
-            typed.len() < 20_000,
-            "the loops did not fail; events: {:#?}\nhost log:\n{}",
+            editor.next_event_before(deadline).await,
+            "the loops did not fail within {WAIT:?}; events: {:#?}\nhost log:\n{}",
             editor.events_seen(),
             editor.log_text()
         );
+        type_word(&editor, &mut typed, words.next().unwrap_or_default()).await;
+    }
+    // A whole sentence more while the failures show.
+    for word in sentence.split_inclusive(' ') {
+        type_word(&editor, &mut typed, word).await;
     }
 
     let (mode_now, blocking) = editor.mode().await;

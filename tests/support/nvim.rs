@@ -412,6 +412,18 @@ impl TestNvim {
         );
     }
 
+    /// Waits for the next event, kept for `events_seen`; false if none came before `deadline`.
+    pub async fn next_event_before(&mut self, deadline: tokio::time::Instant) -> bool {
+        match tokio::time::timeout_at(deadline, self.events.recv()).await {
+            Ok(Some(event)) => {
+                self.seen.push(event);
+                true
+            }
+            Ok(None) => panic!("Neovim went away while waiting for an event"),
+            Err(_) => false,
+        }
+    }
+
     /// Moves events that arrived so far into `events_seen`, without waiting.
     pub fn poll_events(&mut self) {
         while let Ok(event) = self.events.try_recv() {
