@@ -112,12 +112,12 @@ where
         self.progress_by = Instant::now() + self.limits.progress;
     }
 
-    /// The whole body, each piece counted as progress (an answer sent whole has no pieces of
-    /// its own).
+    /// The whole body, read by the time the answer had to begin: an answer sent whole has no
+    /// pieces of its own, so none of its bytes is progress (a server trickling it still ends).
     pub async fn read_all(mut self) -> Result<Vec<u8>, StreamFailure> {
         let mut whole = Vec::new();
         while let Some(chunk) = self.next_chunk().await? {
-            self.progressed();
+            self.started = true;
             whole.extend_from_slice(&chunk);
         }
         Ok(whole)
@@ -195,6 +195,23 @@ mod tests {
             read += chunk.len();
         }
         assert_eq!(read, 20 * "data: x\n\n".len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_sent_whole_and_trickled_ends_at_the_request_timeout() {
+        // A piece every 8 s, under the 10 s idle timeout, for far longer than the 60 s
+        // request timeout: nothing of a whole answer is progress until it is done.
+        let pieces = std::iter::repeat_n((Duration::from_secs(8), "{"), 1000).collect();
+        let body = AnswerBody::new(chunks(pieces), limits(100));
+        let begin = Instant::now();
+        assert_eq!(
+            body.read_all().await,
+            Err(StreamFailure::NoProgress {
+                waited: Duration::from_secs(60),
+                started: true
+            })
+        );
+        assert_eq!(begin.elapsed(), Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]
