@@ -53,9 +53,10 @@ where
                 if name == "error" {
                     return Err(api_error(data));
                 }
-                if !data.is_empty() {
+                // Only a piece that adds to the answer is progress: a server repeating empty
+                // deltas keeps the stream alive, but not past the request timeout.
+                if !data.is_empty() && assembler.push(data, on_event)? {
                     events.body().progressed();
-                    assembler.push(data, on_event)?;
                 }
             }
         }
@@ -164,11 +165,13 @@ struct TurnAssembler {
 }
 
 impl TurnAssembler {
+    /// Feeds one chunk; returns whether it added to the answer (text, a call's name or
+    /// input, the usage, or the finish).
     fn push(
         &mut self,
         data: &str,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) -> Result<(), StreamFailure> {
+    ) -> Result<bool, StreamFailure> {
         let chunk: Value = serde_json::from_str(data).map_err(|err| {
             StreamFailure::Protocol(format!("a chunk is not JSON ({err}): {}", snippet(data)))
         })?;
@@ -182,6 +185,8 @@ impl TurnAssembler {
         {
             self.completion_id = id.to_owned();
         }
+        let before = (self.usage, self.finished, self.finish_reason.clone());
+        let mut grew = false;
         self.read_usage(chunk.get("usage"));
         // `choices: []` is the usage-only last chunk, or Azure's content-filter first chunk.
         let choices = chunk
@@ -202,6 +207,7 @@ impl TurnAssembler {
                     && !text.is_empty()
                 {
                     self.text.push_str(text);
+                    grew = true;
                     on_event(ProviderEvent::TextDelta {
                         text: text.to_owned(),
                     });
@@ -212,7 +218,7 @@ impl TurnAssembler {
                     .map(Vec::as_slice)
                     .unwrap_or_default()
                 {
-                    self.merge_fragment(fragment, on_event);
+                    grew |= self.merge_fragment(fragment, on_event);
                 }
             }
             // An empty reason (some servers send `""`) still says the answer is finished.
@@ -224,7 +230,7 @@ impl TurnAssembler {
                 }
             }
         }
-        Ok(())
+        Ok(grew || before != (self.usage, self.finished, self.finish_reason.clone()))
     }
 
     fn read_usage(&mut self, wire: Option<&Value>) {
@@ -249,11 +255,12 @@ impl TurnAssembler {
         });
     }
 
+    /// Merges one call fragment; returns whether the call's name or input changed.
     fn merge_fragment(
         &mut self,
         fragment: &Value,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) {
+    ) -> bool {
         let index = fragment.get("index").and_then(Value::as_u64);
         let id = fragment
             .get("id")
@@ -265,6 +272,8 @@ impl TurnAssembler {
             call.wire_id = id.map(str::to_owned);
         }
         let before = call.arguments.len();
+        let named = !call.name.is_empty();
+        let mut replaced = false;
         if let Some(function) = fragment.get("function") {
             if call.name.is_empty()
                 && let Some(name) = function.get("name").and_then(Value::as_str)
@@ -274,7 +283,11 @@ impl TurnAssembler {
             match function.get("arguments") {
                 Some(Value::String(piece)) => call.add_arguments(piece),
                 // Some servers send the arguments as an object, whole.
-                Some(object @ Value::Object(_)) => call.arguments = object.to_string(),
+                Some(object @ Value::Object(_)) => {
+                    let whole = object.to_string();
+                    replaced = whole != call.arguments;
+                    call.arguments = whole;
+                }
                 _ => {}
             }
         }
@@ -286,6 +299,7 @@ impl TurnAssembler {
         if grown > 0 {
             on_event(ProviderEvent::ToolInputDelta { bytes: grown });
         }
+        grown > 0 || replaced || named != !call.name.is_empty()
     }
 
     /// The call a fragment belongs to, opening a new one when it belongs to none. Fragments
@@ -1269,5 +1283,46 @@ mod tests {
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn empty_pieces_keep_the_stream_alive_but_are_no_progress() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let empties = [
+            "data: {\"choices\":[]}\n\n".to_owned(),
+            delta(json!({})),
+            delta(json!({"content": ""})),
+            delta(json!({"tool_calls": []})),
+        ];
+        // Real text, then empty pieces every 8 s (under the 10 s idle timeout) for far longer
+        // than the 60 s request timeout.
+        let pieces = std::iter::once(delta(json!({"content": "Hel"})))
+            .chain(empties.into_iter().cycle().take(1000));
+        let stream = Box::pin(futures::StreamExt::then(
+            futures::stream::iter(pieces),
+            |piece| async move {
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                Ok::<_, std::io::Error>(Bytes::from(piece))
+            },
+        ));
+        let limits =
+            AnswerLimits::starting_now(Duration::from_secs(10), Duration::from_secs(60), 100_000);
+        let (result, elapsed) = rt.block_on(async {
+            let begin = tokio::time::Instant::now();
+            let result = read_turn(stream, limits, &|_| {}).await;
+            (result, begin.elapsed())
+        });
+        assert_eq!(
+            result,
+            Err(StreamFailure::NoProgress {
+                waited: Duration::from_secs(60),
+                started: true
+            })
+        );
+        assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
     }
 }
