@@ -18,6 +18,18 @@ const BYTES_PER_TOKEN: u64 = 1024;
 /// The cap for a small `max_tokens`, which a whole answer with its framing may still pass.
 const MIN_ANSWER_BYTES: u64 = 4 << 20;
 
+/// Bytes one piece of an answer (an SSE event, an NDJSON line) may take: a piece is read whole
+/// before any of it is used, and none a real server sends comes near this.
+pub const MAX_PIECE_BYTES: usize = 1 << 20;
+
+/// Why a piece of the answer (`what`: "event", "line") is not read on.
+pub fn piece_too_long(what: &str) -> StreamFailure {
+    StreamFailure::Protocol(format!(
+        "one {what} of the answer is longer than {} MiB",
+        MAX_PIECE_BYTES >> 20
+    ))
+}
+
 /// The bounds of one attempt's answer.
 #[derive(Clone, Copy, Debug)]
 pub struct AnswerLimits {

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::Stream;
 use serde_json::Value;
 
-use crate::llm::answer_body::{AnswerBody, AnswerLimits};
+use crate::llm::answer_body::{AnswerBody, AnswerLimits, MAX_PIECE_BYTES, piece_too_long};
 use crate::llm::http::ErrorBody;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
@@ -51,6 +51,9 @@ where
                     if assembler.take_growth() {
                         body.progressed();
                     }
+                }
+                if lines.rest().len() > MAX_PIECE_BYTES {
+                    return Err(piece_too_long("line"));
                 }
             }
         }
@@ -705,5 +708,16 @@ mod tests {
             })
         );
         assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
+    }
+
+    #[test]
+    fn a_line_longer_than_its_cap_fails_before_it_ends() {
+        let mut chunks = vec![br#"{"message":{"role":"assistant","content":""#.to_vec()];
+        chunks.extend(std::iter::repeat_n(vec![b'x'; 64 * 1024], 64));
+        let result = runtime().block_on(read_chunks(chunks, &|_| {}));
+        assert!(
+            matches!(&result, Err(StreamFailure::Protocol(message)) if message.contains("1 MiB")),
+            "{result:?}"
+        );
     }
 }
