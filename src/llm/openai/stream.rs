@@ -310,7 +310,7 @@ impl TurnAssembler {
         if grown > 0 {
             on_event(ProviderEvent::ToolInputDelta { bytes: grown });
         }
-        Ok(grown > 0 || replaced || named != !call.name.is_empty())
+        Ok(grown > 0 || replaced || (!named && !call.name.is_empty()))
     }
 
     /// The call a fragment belongs to, opening a new one when it belongs to none. Fragments
