@@ -18,6 +18,18 @@ const BYTES_PER_TOKEN: u64 = 1024;
 /// The cap for a small `max_tokens`, which a whole answer with its framing may still pass.
 const MIN_ANSWER_BYTES: u64 = 4 << 20;
 
+/// Bytes one piece of an answer (an SSE event, an NDJSON line) may take: a piece is read whole
+/// before any of it is used, and none a real server sends comes near this.
+pub const MAX_PIECE_BYTES: usize = 1 << 20;
+
+/// Why a piece of the answer (`what`: "event", "line") is not read on.
+pub fn piece_too_long(what: &str) -> StreamFailure {
+    StreamFailure::Protocol(format!(
+        "one {what} of the answer is longer than {} MiB",
+        MAX_PIECE_BYTES >> 20
+    ))
+}
+
 /// The bounds of one attempt's answer.
 #[derive(Clone, Copy, Debug)]
 pub struct AnswerLimits {
@@ -112,12 +124,12 @@ where
         self.progress_by = Instant::now() + self.limits.progress;
     }
 
-    /// The whole body, each piece counted as progress (an answer sent whole has no pieces of
-    /// its own).
+    /// The whole body, read by the time the answer had to begin: an answer sent whole has no
+    /// pieces of its own, so none of its bytes is progress (a server trickling it still ends).
     pub async fn read_all(mut self) -> Result<Vec<u8>, StreamFailure> {
         let mut whole = Vec::new();
         while let Some(chunk) = self.next_chunk().await? {
-            self.progressed();
+            self.started = true;
             whole.extend_from_slice(&chunk);
         }
         Ok(whole)
@@ -195,6 +207,23 @@ mod tests {
             read += chunk.len();
         }
         assert_eq!(read, 20 * "data: x\n\n".len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_sent_whole_and_trickled_ends_at_the_request_timeout() {
+        // A piece every 8 s, under the 10 s idle timeout, for far longer than the 60 s
+        // request timeout: nothing of a whole answer is progress until it is done.
+        let pieces = std::iter::repeat_n((Duration::from_secs(8), "{"), 1000).collect();
+        let body = AnswerBody::new(chunks(pieces), limits(100));
+        let begin = Instant::now();
+        assert_eq!(
+            body.read_all().await,
+            Err(StreamFailure::NoProgress {
+                waited: Duration::from_secs(60),
+                started: true
+            })
+        );
+        assert_eq!(begin.elapsed(), Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]

@@ -146,7 +146,7 @@ pub async fn post(
 }
 
 /// Reads an error answer: the status, whether it is worth retrying, the delay the server
-/// asked for, and its error body (its first 64 KiB, each read bounded by `idle`).
+/// asked for, and its error body (its first 64 KiB, all of it read within `idle`).
 pub async fn status_failure(response: reqwest::Response, idle: Duration) -> AttemptFailure {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
@@ -156,15 +156,7 @@ pub async fn status_failure(response: reqwest::Response, idle: Duration) -> Atte
         start_by: tokio::time::Instant::now() + idle,
         max_bytes: u64::MAX,
     };
-    let mut body = AnswerBody::new(response.bytes_stream(), limits);
-    let mut bytes = Vec::new();
-    while bytes.len() < ERROR_BODY_LIMIT
-        && let Ok(Some(chunk)) = body.next_chunk().await
-    {
-        body.progressed();
-        bytes.extend_from_slice(&chunk);
-    }
-    bytes.truncate(ERROR_BODY_LIMIT);
+    let bytes = read_error_body(AnswerBody::new(response.bytes_stream(), limits)).await;
     let text = String::from_utf8_lossy(&bytes);
     let error = ErrorBody::parse(&text);
     AttemptFailure::Status {
@@ -174,6 +166,23 @@ pub async fn status_failure(response: reqwest::Response, idle: Duration) -> Atte
         error_type: error.error_type,
         message: error.message,
     }
+}
+
+/// An error answer's body: its first 64 KiB, or what came of it by the body's deadline. Nothing
+/// in it is progress, so a server trickling it a byte at a time still ends by that deadline.
+async fn read_error_body<S, E>(mut body: AnswerBody<S>) -> Vec<u8>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::error::Error + 'static,
+{
+    let mut bytes = Vec::new();
+    while bytes.len() < ERROR_BODY_LIMIT
+        && let Ok(Some(chunk)) = body.next_chunk().await
+    {
+        bytes.extend_from_slice(&chunk);
+    }
+    bytes.truncate(ERROR_BODY_LIMIT);
+    bytes
 }
 
 /// An error body, read leniently, as every provider (and any proxy in front of it) writes
@@ -239,7 +248,29 @@ fn summarize(body: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_body_trickled_a_byte_at_a_time_ends_within_the_idle_timeout() {
+        let idle = Duration::from_secs(10);
+        // A byte every 8 s, under the idle timeout, for far longer than it.
+        let trickle = Box::pin(futures::stream::iter(0..1000).then(|_| async {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))
+        }));
+        let limits = AnswerLimits {
+            idle,
+            progress: idle,
+            start_by: tokio::time::Instant::now() + idle,
+            max_bytes: u64::MAX,
+        };
+        let begin = tokio::time::Instant::now();
+        let body = read_error_body(AnswerBody::new(trickle, limits)).await;
+        assert_eq!(begin.elapsed(), idle, "read {} bytes", body.len());
+        assert_eq!(body, b"x");
+    }
 
     #[test]
     fn error_bodies_of_every_provider_are_read_leniently() {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 use super::StreamFailure;
-use super::answer_body::AnswerBody;
+use super::answer_body::{AnswerBody, MAX_PIECE_BYTES, piece_too_long};
 
 /// What the stream carried.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +74,10 @@ where
             }
             if self.ended {
                 return Ok(None);
+            }
+            // What is left unread is one line not yet ended, part of the event being read.
+            if self.buffer.len() - self.start + self.data.len() > MAX_PIECE_BYTES {
+                return Err(piece_too_long("event"));
             }
             match self.body.next_chunk().await? {
                 Some(chunk) => {
@@ -226,5 +230,32 @@ mod tests {
         let head: &'static [u8] = Box::leak(head.to_vec().into_boxed_slice());
         let tail: &'static [u8] = Box::leak(tail.to_vec().into_boxed_slice());
         assert_eq!(read_all(vec![head, tail]).await, vec![event("", "wörld")]);
+    }
+
+    #[tokio::test]
+    async fn an_event_longer_than_its_cap_fails_before_it_ends() {
+        let line = vec![b'x'; 64 * 1024];
+        // `data:` lines with no blank line to end the event, each under the cap, far past it.
+        let pieces = std::iter::once(b"data: ".to_vec())
+            .chain(std::iter::repeat_n(line, 64).flat_map(|line| [line, b"\ndata: ".to_vec()]))
+            .map(|piece| Ok::<_, std::io::Error>(Bytes::from(piece)));
+        let limits =
+            AnswerLimits::starting_now(Duration::from_secs(5), Duration::from_secs(5), 100_000);
+        let mut reader = SseReader::new(AnswerBody::new(futures::stream::iter(pieces), limits));
+        let result = reader.next().await;
+        assert!(
+            matches!(&result, Err(StreamFailure::Protocol(message)) if message.contains("1 MiB")),
+            "{result:?}"
+        );
+        // One line with no end at all.
+        let endless = futures::stream::iter(
+            std::iter::repeat_n(vec![b'x'; 64 * 1024], 64)
+                .map(|piece| Ok::<_, std::io::Error>(Bytes::from(piece))),
+        );
+        let mut reader = SseReader::new(AnswerBody::new(endless, limits));
+        assert!(matches!(
+            reader.next().await,
+            Err(StreamFailure::Protocol(_))
+        ));
     }
 }

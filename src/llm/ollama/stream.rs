@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::Stream;
 use serde_json::Value;
 
-use crate::llm::answer_body::{AnswerBody, AnswerLimits};
+use crate::llm::answer_body::{AnswerBody, AnswerLimits, MAX_PIECE_BYTES, piece_too_long};
 use crate::llm::http::ErrorBody;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
@@ -43,12 +43,17 @@ where
             Some(chunk) => {
                 lines.extend(&chunk);
                 while let Some(line) = lines.next_line() {
-                    if !line.trim_ascii().is_empty() {
-                        body.progressed();
-                    }
                     if assembler.push(line, on_event)? {
                         return Ok(assembler.finish());
                     }
+                    // Only a line that adds to the answer is progress: a server repeating
+                    // empty messages keeps the stream alive, but not past the request timeout.
+                    if assembler.take_growth() {
+                        body.progressed();
+                    }
+                }
+                if lines.rest().len() > MAX_PIECE_BYTES {
+                    return Err(piece_too_long("line"));
                 }
             }
         }
@@ -101,6 +106,8 @@ struct TurnAssembler {
     call_ids: HashSet<String>,
     stop_reason: Option<StopReason>,
     usage: Option<Usage>,
+    /// Whether the answer grew (text or a call) since [`TurnAssembler::take_growth`] last said.
+    grew: bool,
 }
 
 impl TurnAssembler {
@@ -173,10 +180,16 @@ impl TurnAssembler {
         Ok(true)
     }
 
+    /// Whether the answer grew since the last time this was asked.
+    fn take_growth(&mut self) -> bool {
+        std::mem::take(&mut self.grew)
+    }
+
     fn push_text(&mut self, text: &str) {
         if text.is_empty() {
             return;
         }
+        self.grew = true;
         match self.content.last_mut() {
             Some(ContentBlock::Text { text: open }) => open.push_str(text),
             _ => self.content.push(ContentBlock::text(text)),
@@ -201,6 +214,7 @@ impl TurnAssembler {
             .get("arguments")
             .map_or(0, |sent| sent.to_string().len());
         on_event(ProviderEvent::ToolInputDelta { bytes });
+        self.grew = true;
         self.content.push(ContentBlock::ToolCall {
             id,
             name,
@@ -642,5 +656,68 @@ mod tests {
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn empty_pieces_keep_the_stream_alive_but_are_no_progress() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let empties = [
+            format!(
+                "{}\n",
+                json!({"message": {"role": "assistant", "content": ""}, "done": false})
+            ),
+            format!(
+                "{}\n",
+                json!({"message": {"role": "assistant"}, "done": false})
+            ),
+            format!(
+                "{}\n",
+                json!({"message": {"role": "assistant", "content": "", "tool_calls": []}, "done": false})
+            ),
+        ];
+        // Real text, then empty pieces every 8 s (under the 10 s idle timeout) for far longer
+        // than the 60 s request timeout.
+        let pieces = std::iter::once(format!(
+            "{}\n",
+            json!({"message": {"role": "assistant", "content": "Hel"}, "done": false})
+        ))
+        .chain(empties.into_iter().cycle().take(1000));
+        let stream = Box::pin(futures::StreamExt::then(
+            futures::stream::iter(pieces),
+            |piece| async move {
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                Ok::<_, std::io::Error>(Bytes::from(piece))
+            },
+        ));
+        let limits =
+            AnswerLimits::starting_now(Duration::from_secs(10), Duration::from_secs(60), 100_000);
+        let (result, elapsed) = rt.block_on(async {
+            let begin = tokio::time::Instant::now();
+            let result = read_turn(stream, limits, &|_| {}).await;
+            (result, begin.elapsed())
+        });
+        assert_eq!(
+            result,
+            Err(StreamFailure::NoProgress {
+                waited: Duration::from_secs(60),
+                started: true
+            })
+        );
+        assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
+    }
+
+    #[test]
+    fn a_line_longer_than_its_cap_fails_before_it_ends() {
+        let mut chunks = vec![br#"{"message":{"role":"assistant","content":""#.to_vec()];
+        chunks.extend(std::iter::repeat_n(vec![b'x'; 64 * 1024], 64));
+        let result = runtime().block_on(read_chunks(chunks, &|_| {}));
+        assert!(
+            matches!(&result, Err(StreamFailure::Protocol(message)) if message.contains("1 MiB")),
+            "{result:?}"
+        );
     }
 }

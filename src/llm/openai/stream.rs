@@ -2,6 +2,8 @@
 //! `data: [DONE]`), surviving what real servers send besides OpenAI's own form: see
 //! `shared/notes/llm-wire-protocols.md`, section 5. Every quirk handled here has a test below.
 
+use std::collections::{HashMap, HashSet};
+
 use bytes::Bytes;
 use futures::Stream;
 use serde_json::Value;
@@ -53,9 +55,10 @@ where
                 if name == "error" {
                     return Err(api_error(data));
                 }
-                if !data.is_empty() {
+                // Only a piece that adds to the answer is progress: a server repeating empty
+                // deltas keeps the stream alive, but not past the request timeout.
+                if !data.is_empty() && assembler.push(data, on_event)? {
                     events.body().progressed();
-                    assembler.push(data, on_event)?;
                 }
             }
         }
@@ -114,11 +117,12 @@ fn api_error(data: &str) -> StreamFailure {
     }
 }
 
+/// Calls one turn may hold; more is a server gone wrong, not a plan.
+const MAX_CALLS_PER_TURN: usize = 64;
+
 /// A tool call as its fragments arrive.
 #[derive(Debug, Default)]
 struct PartialCall {
-    /// The wire's `index`, when the server sent one.
-    index: Option<u64>,
     /// The first non-empty id the server sent for it.
     wire_id: Option<String>,
     /// The first non-empty name: later fragments may repeat it or send `""`.
@@ -152,6 +156,10 @@ impl PartialCall {
 struct TurnAssembler {
     text: String,
     calls: Vec<PartialCall>,
+    /// The position of the last call opened at each wire `index`.
+    by_index: HashMap<u64, usize>,
+    /// The position of the last call holding each wire id.
+    by_id: HashMap<String, usize>,
     /// The latest non-empty finish reason (servers may send two finish chunks).
     finish_reason: Option<String>,
     /// Whether any finish chunk said `length`: a later `stop` does not make the cut-off call
@@ -164,11 +172,13 @@ struct TurnAssembler {
 }
 
 impl TurnAssembler {
+    /// Feeds one chunk; returns whether it added to the answer (text, a call's name or
+    /// input, the usage, or the finish).
     fn push(
         &mut self,
         data: &str,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) -> Result<(), StreamFailure> {
+    ) -> Result<bool, StreamFailure> {
         let chunk: Value = serde_json::from_str(data).map_err(|err| {
             StreamFailure::Protocol(format!("a chunk is not JSON ({err}): {}", snippet(data)))
         })?;
@@ -182,6 +192,8 @@ impl TurnAssembler {
         {
             self.completion_id = id.to_owned();
         }
+        let before = (self.usage, self.finished, self.finish_reason.clone());
+        let mut grew = false;
         self.read_usage(chunk.get("usage"));
         // `choices: []` is the usage-only last chunk, or Azure's content-filter first chunk.
         let choices = chunk
@@ -202,6 +214,7 @@ impl TurnAssembler {
                     && !text.is_empty()
                 {
                     self.text.push_str(text);
+                    grew = true;
                     on_event(ProviderEvent::TextDelta {
                         text: text.to_owned(),
                     });
@@ -212,7 +225,7 @@ impl TurnAssembler {
                     .map(Vec::as_slice)
                     .unwrap_or_default()
                 {
-                    self.merge_fragment(fragment, on_event);
+                    grew |= self.merge_fragment(fragment, on_event)?;
                 }
             }
             // An empty reason (some servers send `""`) still says the answer is finished.
@@ -224,7 +237,7 @@ impl TurnAssembler {
                 }
             }
         }
-        Ok(())
+        Ok(grew || before != (self.usage, self.finished, self.finish_reason.clone()))
     }
 
     fn read_usage(&mut self, wire: Option<&Value>) {
@@ -249,22 +262,29 @@ impl TurnAssembler {
         });
     }
 
+    /// Merges one call fragment; returns whether the call's name or input changed.
     fn merge_fragment(
         &mut self,
         fragment: &Value,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) {
+    ) -> Result<bool, StreamFailure> {
         let index = fragment.get("index").and_then(Value::as_u64);
         let id = fragment
             .get("id")
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty());
-        let position = self.call_for(index, id);
+        let position = self.call_for(index, id)?;
         let call = &mut self.calls[position];
-        if call.wire_id.is_none() {
-            call.wire_id = id.map(str::to_owned);
+        if call.wire_id.is_none()
+            && let Some(id) = id
+        {
+            call.wire_id = Some(id.to_owned());
+            let last = self.by_id.entry(id.to_owned()).or_insert(position);
+            *last = (*last).max(position);
         }
         let before = call.arguments.len();
+        let named = !call.name.is_empty();
+        let mut replaced = false;
         if let Some(function) = fragment.get("function") {
             if call.name.is_empty()
                 && let Some(name) = function.get("name").and_then(Value::as_str)
@@ -274,7 +294,11 @@ impl TurnAssembler {
             match function.get("arguments") {
                 Some(Value::String(piece)) => call.add_arguments(piece),
                 // Some servers send the arguments as an object, whole.
-                Some(object @ Value::Object(_)) => call.arguments = object.to_string(),
+                Some(object @ Value::Object(_)) => {
+                    let whole = object.to_string();
+                    replaced = whole != call.arguments;
+                    call.arguments = whole;
+                }
                 _ => {}
             }
         }
@@ -286,35 +310,35 @@ impl TurnAssembler {
         if grown > 0 {
             on_event(ProviderEvent::ToolInputDelta { bytes: grown });
         }
+        Ok(grown > 0 || replaced || (!named && !call.name.is_empty()))
     }
 
     /// The call a fragment belongs to, opening a new one when it belongs to none. Fragments
     /// are keyed by `index`, but a fragment with a new id at an index that already holds a
     /// call starts another call (Ollama's `/v1` gives every parallel call index 0), and one
     /// without an index belongs to the last call unless its id says otherwise (Gemini).
-    fn call_for(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
+    /// Looked up, not searched: one event may carry many thousands of fragments.
+    fn call_for(&mut self, index: Option<u64>, id: Option<&str>) -> Result<usize, StreamFailure> {
         let existing = match index {
-            Some(index) => self
-                .calls
-                .iter()
-                .rposition(|call| call.index == Some(index)),
+            Some(index) => self.by_index.get(&index).copied(),
             None => id
-                .and_then(|id| {
-                    self.calls
-                        .iter()
-                        .rposition(|call| call.wire_id.as_deref() == Some(id))
-                })
+                .and_then(|id| self.by_id.get(id).copied())
                 .or_else(|| self.calls.len().checked_sub(1)),
         };
         let starts_another = |call: &PartialCall| matches!((call.wire_id.as_deref(), id), (Some(held), Some(new)) if held != new);
         match existing {
-            Some(position) if !starts_another(&self.calls[position]) => position,
+            Some(position) if !starts_another(&self.calls[position]) => Ok(position),
+            _ if self.calls.len() >= MAX_CALLS_PER_TURN => Err(StreamFailure::Protocol(format!(
+                "the answer began tool call {} in one turn; a turn may hold at most {MAX_CALLS_PER_TURN}",
+                self.calls.len() + 1
+            ))),
             _ => {
-                self.calls.push(PartialCall {
-                    index,
-                    ..PartialCall::default()
-                });
-                self.calls.len() - 1
+                let position = self.calls.len();
+                self.calls.push(PartialCall::default());
+                if let Some(index) = index {
+                    self.by_index.insert(index, position);
+                }
+                Ok(position)
             }
         }
     }
@@ -398,25 +422,23 @@ fn parse_arguments(text: &str) -> Arguments {
 /// stream twice gives the same turn.
 struct CallIds<'a> {
     completion_id: &'a str,
-    used: Vec<String>,
+    used: HashSet<String>,
 }
 
 impl<'a> CallIds<'a> {
     fn new(completion_id: &'a str) -> CallIds<'a> {
         CallIds {
             completion_id,
-            used: Vec::new(),
+            used: HashSet::new(),
         }
     }
 
     fn assign(&mut self, wire_id: Option<&str>, position: usize, call: &PartialCall) -> String {
         let id = match wire_id {
-            Some(id) if is_valid_id(id) && !self.used.iter().any(|used| used == id) => {
-                id.to_owned()
-            }
+            Some(id) if is_valid_id(id) && !self.used.contains(id) => id.to_owned(),
             _ => self.made_up(position, call),
         };
-        self.used.push(id.clone());
+        self.used.insert(id.clone());
         id
     }
 
@@ -1269,5 +1291,69 @@ mod tests {
             &|_| {},
         ));
         assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+    }
+
+    #[test]
+    fn empty_pieces_keep_the_stream_alive_but_are_no_progress() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let empties = [
+            "data: {\"choices\":[]}\n\n".to_owned(),
+            delta(json!({})),
+            delta(json!({"content": ""})),
+            delta(json!({"tool_calls": []})),
+        ];
+        // Real text, then empty pieces every 8 s (under the 10 s idle timeout) for far longer
+        // than the 60 s request timeout.
+        let pieces = std::iter::once(delta(json!({"content": "Hel"})))
+            .chain(empties.into_iter().cycle().take(1000));
+        let stream = Box::pin(futures::StreamExt::then(
+            futures::stream::iter(pieces),
+            |piece| async move {
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                Ok::<_, std::io::Error>(Bytes::from(piece))
+            },
+        ));
+        let limits =
+            AnswerLimits::starting_now(Duration::from_secs(10), Duration::from_secs(60), 100_000);
+        let (result, elapsed) = rt.block_on(async {
+            let begin = tokio::time::Instant::now();
+            let result = read_turn(stream, limits, &|_| {}).await;
+            (result, begin.elapsed())
+        });
+        assert_eq!(
+            result,
+            Err(StreamFailure::NoProgress {
+                waited: Duration::from_secs(60),
+                started: true
+            })
+        );
+        assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
+    }
+
+    #[test]
+    fn more_calls_than_a_turn_may_hold_fail_and_name_the_count() {
+        let calls: Vec<Value> = (0..=MAX_CALLS_PER_TURN)
+            .map(|index| json!({"index": index, "id": format!("call_{index}"), "type": "function", "function": {"name": "grep", "arguments": "{}"}}))
+            .collect();
+        let stream =
+            delta(json!({"tool_calls": calls})) + &finish("tool_calls") + "data: [DONE]\n\n";
+        let result = read(&stream);
+        assert!(
+            matches!(&result, Err(StreamFailure::Protocol(message)) if message.contains(&format!("{}", MAX_CALLS_PER_TURN + 1)) && message.contains(&MAX_CALLS_PER_TURN.to_string())),
+            "{result:?}"
+        );
+        let calls: Vec<Value> = (0..MAX_CALLS_PER_TURN)
+            .map(|index| json!({"index": index, "id": format!("call_{index}"), "type": "function", "function": {"name": "grep", "arguments": "{}"}}))
+            .collect();
+        let stream =
+            delta(json!({"tool_calls": calls})) + &finish("tool_calls") + "data: [DONE]\n\n";
+        assert_eq!(
+            read(&stream).expect("a full turn").tool_calls().len(),
+            MAX_CALLS_PER_TURN
+        );
     }
 }
