@@ -340,8 +340,8 @@ impl Conversation {
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        self.usage.input_tokens += usage.total_input();
-        self.usage.output_tokens += usage.output_tokens;
+        self.usage.input_tokens = self.usage.input_tokens.saturating_add(usage.total_input());
+        self.usage.output_tokens = self.usage.output_tokens.saturating_add(usage.output_tokens);
         self.transcript.answer_end(
             &turn.content,
             &self.request.model,
