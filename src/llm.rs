@@ -29,7 +29,7 @@ pub use attempt::{AttemptFailure, RetryPolicy, StreamFailure, with_retries};
 pub use credentials::ApiKey;
 pub use endpoint::{Endpoint, ServerKind};
 pub use error::{LlmError, is_overflow_report};
-pub use provider::{LlmProvider, ProviderEvent};
+pub use provider::{CallsSent, LlmProvider, ProviderEvent};
 pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
 };

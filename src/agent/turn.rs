@@ -446,9 +446,14 @@ impl Conversation {
             Some(usage) => usage,
             None => {
                 tracing::debug!(loop_id = %context.record.id, "the server reported no usage; estimating the tokens");
+                let calls = context.provider.calls_sent();
                 Usage {
-                    input_tokens: context_budget::estimate(&sent.messages, self.fixed_tokens),
-                    output_tokens: context_budget::estimate_blocks(&turn.content),
+                    input_tokens: context_budget::estimate_sent(
+                        &sent.messages,
+                        self.fixed_tokens,
+                        calls,
+                    ),
+                    output_tokens: context_budget::estimate_blocks_sent(&turn.content, calls),
                     estimated: true,
                     ..Usage::default()
                 }
