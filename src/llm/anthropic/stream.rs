@@ -7,6 +7,7 @@ use futures::Stream;
 use serde_json::Value;
 
 use crate::llm::answer_body::{AnswerBody, AnswerLimits};
+use crate::llm::server_text::{server_message, server_word};
 use crate::llm::sse::{SseItem, SseReader};
 use crate::llm::types::token_count;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
@@ -188,8 +189,8 @@ impl TurnAssembler {
             "error" => {
                 let error = payload.get("error").unwrap_or(&Value::Null);
                 return Err(StreamFailure::ApiError {
-                    error_type: str_at(error, "type").to_owned(),
-                    message: str_at(error, "message").to_owned(),
+                    error_type: server_word(str_at(error, "type")),
+                    message: server_message(str_at(error, "message")),
                     code: None,
                 });
             }
