@@ -437,6 +437,28 @@ mod tests {
     }
 
     #[test]
+    fn an_error_event_of_any_length_is_one_line_and_capped() {
+        let error = serde_json::json!({"type": "error", "error": {
+            "type": format!("over\nloaded{}", "t".repeat(5_000)),
+            "message": format!("a\nb{}", "m".repeat(1_000_000)),
+        }});
+        let stream = format!("event: error\ndata: {error}\n\n");
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream))]);
+        let failure =
+            runtime().block_on(read_turn(stream, limits(Duration::from_secs(5)), &|_| {}));
+        let Err(StreamFailure::ApiError {
+            error_type,
+            message,
+            ..
+        }) = failure
+        else {
+            panic!("an API error: {failure:?}");
+        };
+        assert!(error_type.starts_with("over loaded") && error_type.chars().count() <= 101);
+        assert!(message.starts_with("a b") && message.chars().count() <= 2_001);
+    }
+
+    #[test]
     fn counts_beyond_any_model_are_clamped() {
         let stream = concat!(
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":18446744073709551615,\"cache_read_input_tokens\":18446744073709551615}}}\n\n",
