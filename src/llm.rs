@@ -15,6 +15,7 @@ mod per_message;
 mod provider;
 pub mod providers;
 mod retry;
+mod server_text;
 pub mod server_window;
 mod sse;
 pub mod text_protocol;
@@ -29,11 +30,12 @@ pub use attempt::{AttemptFailure, RetryPolicy, StreamFailure, with_retries};
 pub use credentials::ApiKey;
 pub use endpoint::{Endpoint, ServerKind};
 pub use error::{LlmError, is_overflow_report};
-pub use provider::{LlmProvider, ProviderEvent};
+pub use provider::{CallsSent, LlmProvider, ProviderEvent};
 pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
+pub use server_text::{server_message, server_word};
 pub use server_window::{ServerReport, ServerWindow};
 pub use text_provider::{TextProtocolProvider, with_tool_protocol};
 pub use tool_protocol::{ToolChoice, ToolFormat, ToolProtocol};

@@ -195,7 +195,7 @@ pub fn total_usage(usage: &[ModelUsage]) -> Usage {
 
 /// Every token the model read or wrote, the unit a token budget counts.
 pub fn all_tokens(usage: &Usage) -> u64 {
-    usage.total_input() + usage.output_tokens
+    usage.total_input().saturating_add(usage.output_tokens)
 }
 
 /// An estimate in USD, and which models it leaves out for want of a price.

@@ -545,6 +545,41 @@ async fn tokens_a_server_does_not_report_are_estimated_shown_as_such_and_priced_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_estimate_under_a_text_protocol_counts_each_call_once_as_it_was_written() {
+    let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
+    let protocol = loopr::llm::text_protocol::TextProtocol::new(
+        loopr::llm::ToolProtocol::ToolCalls,
+        loopr::llm::ToolFormat::Json,
+    )
+    .expect("a text protocol");
+    let call = loopr::llm::text_protocol::render_call(&protocol, "create_plan", &valid_plan());
+    let answer = format!("The plan follows.\n\n{call}");
+    fake.push(
+        TurnBuilder::new()
+            .model("gemma3")
+            .text(&answer)
+            .without_usage()
+            .reply(),
+    );
+    let dirs = TestDirs::new();
+    let output = openai_plan(
+        &dirs,
+        &fake,
+        r#"{"provider": "openai", "model": "gemma3", "tool_protocol": "tool_calls", "plan_review_passes": 0}"#,
+    )
+    .await;
+    let summary = String::from_utf8_lossy(&output.stdout);
+    // What went over the wire is the answer's text alone (3 bytes a token, 24 for the block).
+    let sent = (answer.len() as u64 + 24).div_ceil(3);
+    assert_eq!(
+        cell_of(&summary, "plan", "OUT"),
+        format!("~{sent}"),
+        "{summary}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_budget_counts_the_tokens_estimated_for_a_server_that_reports_none() {
     let fake = FakeLlm::start_wire(fake_llm::Wire::OpenAi).await;
     let dirs = TestDirs::new();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::llm::{ContentBlock, Message, Role};
+use crate::llm::{CallsSent, ContentBlock, Message, Role};
 
 /// Bytes counted as one token. Real tokenizers give about 4 bytes a token for prose and
 /// nearer 3 for code and JSON; counting 3 errs on the side of sending less.
@@ -67,8 +67,16 @@ pub fn estimate_message(message: &Message) -> u64 {
 
 /// The estimated tokens of `blocks` (a message's content, an answer).
 pub fn estimate_blocks(blocks: &[ContentBlock]) -> u64 {
+    estimate_blocks_sent(blocks, CallsSent::AsBlocks)
+}
+
+/// The estimated tokens of `blocks` as a provider that sends calls as `calls` sends them.
+pub fn estimate_blocks_sent(blocks: &[ContentBlock], calls: CallsSent) -> u64 {
     let bytes: u64 = blocks
         .iter()
+        .filter(|block| {
+            calls == CallsSent::AsBlocks || !matches!(block, ContentBlock::ToolCall { .. })
+        })
         .map(|block| {
             BLOCK_OVERHEAD_BYTES
                 + match block {
@@ -88,10 +96,15 @@ pub fn estimate_blocks(blocks: &[ContentBlock]) -> u64 {
 /// The estimated input tokens of a request of `messages` with `fixed_tokens` (system prompt
 /// and tools).
 pub fn estimate(messages: &[Arc<Message>], fixed_tokens: u64) -> u64 {
+    estimate_sent(messages, fixed_tokens, CallsSent::AsBlocks)
+}
+
+/// `estimate` for a provider that sends calls as `calls` says.
+pub fn estimate_sent(messages: &[Arc<Message>], fixed_tokens: u64, calls: CallsSent) -> u64 {
     fixed_tokens
         + messages
             .iter()
-            .map(|message| estimate_message(message))
+            .map(|message| estimate_blocks_sent(&message.content, calls))
             .sum::<u64>()
 }
 

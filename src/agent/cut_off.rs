@@ -31,12 +31,12 @@ impl CutOff {
         }
         let answer_tokens = usage.output_tokens;
         let (share, of) = BELOW_THE_LIMIT;
-        if answer_tokens * of >= u64::from(max_tokens) * share {
+        if answer_tokens.saturating_mul(of) >= u64::from(max_tokens) * share {
             return Some(CutOff::TokenLimit { max_tokens });
         }
         Some(CutOff::ContextWindow {
             answer_tokens,
-            window: usage.total_input() + answer_tokens,
+            window: usage.total_input().saturating_add(answer_tokens),
             estimated: usage.estimated,
         })
     }
@@ -110,6 +110,23 @@ mod tests {
         assert_eq!(
             CutOff::of(&turn, &long, 512),
             Some(CutOff::TokenLimit { max_tokens: 512 })
+        );
+    }
+
+    #[test]
+    fn counts_no_model_could_give_do_not_overflow() {
+        let turn = cut_at_length("x");
+        assert_eq!(
+            CutOff::of(&turn, &usage(u64::MAX, u64::MAX), 512),
+            Some(CutOff::TokenLimit { max_tokens: 512 })
+        );
+        assert_eq!(
+            CutOff::of(&turn, &usage(u64::MAX, 10), 4_096),
+            Some(CutOff::ContextWindow {
+                answer_tokens: 10,
+                window: u64::MAX,
+                estimated: false
+            })
         );
     }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::context_budget;
-use crate::llm::ProviderEvent;
+use crate::llm::{ProviderEvent, server_word};
 
 /// How often at most a loop reports its answer growing: often enough to see a slow model
 /// (a few tokens a second on a CPU) is alive, rare enough that a fast one (hundreds a second)
@@ -94,7 +94,7 @@ impl AnswerProgress {
         match event {
             ProviderEvent::TextDelta { text } => self.bytes += text.len() as u64,
             ProviderEvent::ToolInputDelta { bytes } => self.bytes += *bytes as u64,
-            ProviderEvent::ToolCallStarted { name } => self.call = Some(name.clone()),
+            ProviderEvent::ToolCallStarted { name } => self.call = Some(server_word(name)),
             ProviderEvent::Retrying { .. } => {
                 self.bytes = 0;
                 self.call = None;
@@ -240,6 +240,18 @@ mod tests {
             report.map(|report| report.message).as_deref(),
             Some("model is writing a list_files call")
         );
+    }
+
+    #[test]
+    fn a_call_name_a_server_made_up_is_one_line_and_short() {
+        let mut progress = AnswerProgress::default();
+        let name = format!("evil\n{}", "x".repeat(100_000));
+        let report = progress
+            .on_event(&ProviderEvent::ToolCallStarted { name }, Instant::now())
+            .expect("a report");
+        assert!(report.message.starts_with("model is writing a evil x"));
+        assert!(!report.message.contains('\n'));
+        assert!(report.message.len() < 200, "{}", report.message.len());
     }
 
     #[test]

@@ -340,8 +340,8 @@ impl Conversation {
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        self.usage.input_tokens += usage.total_input();
-        self.usage.output_tokens += usage.output_tokens;
+        self.usage.input_tokens = self.usage.input_tokens.saturating_add(usage.total_input());
+        self.usage.output_tokens = self.usage.output_tokens.saturating_add(usage.output_tokens);
         self.transcript.answer_end(
             &turn.content,
             &self.request.model,
@@ -446,9 +446,14 @@ impl Conversation {
             Some(usage) => usage,
             None => {
                 tracing::debug!(loop_id = %context.record.id, "the server reported no usage; estimating the tokens");
+                let calls = context.provider.calls_sent();
                 Usage {
-                    input_tokens: context_budget::estimate(&sent.messages, self.fixed_tokens),
-                    output_tokens: context_budget::estimate_blocks(&turn.content),
+                    input_tokens: context_budget::estimate_sent(
+                        &sent.messages,
+                        self.fixed_tokens,
+                        calls,
+                    ),
+                    output_tokens: context_budget::estimate_blocks_sent(&turn.content, calls),
                     estimated: true,
                     ..Usage::default()
                 }

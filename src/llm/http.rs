@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::answer_body::{AnswerBody, AnswerLimits};
 use super::attempt::{AttemptFailure, StreamFailure};
 use super::retry::{is_retryable_status, server_requested_delay};
+use super::server_text::{server_message, server_word};
 
 /// Bytes of an error answer read; an error body is a few hundred bytes, and the rest of a
 /// larger one is not read.
@@ -221,15 +222,20 @@ impl ErrorBody {
         if let Some(message) = error.as_str() {
             return Some(ErrorBody {
                 error_type: "error".to_owned(),
-                message: message.to_owned(),
+                message: server_message(message),
                 error_code: None,
             });
         }
         Some(ErrorBody {
-            error_type: text(error.get("type")).unwrap_or_else(|| "unknown_error".to_owned()),
-            message: text(error.get("message")).unwrap_or_else(|| summarize(&error.to_string())),
+            error_type: text(error.get("type"))
+                .map_or_else(|| "unknown_error".to_owned(), |kind| server_word(&kind)),
+            message: text(error.get("message")).map_or_else(
+                || summarize(&error.to_string()),
+                |message| server_message(&message),
+            ),
             error_code: text(error.pointer("/details/error_code"))
-                .or_else(|| text(error.get("code"))),
+                .or_else(|| text(error.get("code")))
+                .map(|code| server_word(&code)),
         })
     }
 }
@@ -241,8 +247,8 @@ fn summarize(body: &str) -> String {
         return "(empty response body)".to_owned();
     }
     match trimmed.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
-        None => trimmed.to_owned(),
+        Some((cut, _)) => server_message(&format!("{}…", &trimmed[..cut])),
+        None => server_message(trimmed),
     }
 }
 
@@ -270,6 +276,39 @@ mod tests {
         let body = read_error_body(AnswerBody::new(trickle, limits)).await;
         assert_eq!(begin.elapsed(), idle, "read {} bytes", body.len());
         assert_eq!(body, b"x");
+    }
+
+    #[test]
+    fn a_servers_error_text_is_one_line_and_capped_however_long_it_is() {
+        let huge = serde_json::json!({"error": {
+            "type": format!("bad\n{}", "t".repeat(10_000)),
+            "message": format!("line one\nline two\r\n{}", "m".repeat(3_000_000)),
+            "code": "c".repeat(10_000),
+        }});
+        let error = ErrorBody::parse(&huge.to_string());
+        assert!(
+            error.message.starts_with("line one line two "),
+            "{}",
+            &error.message[..40]
+        );
+        assert!(
+            error.message.chars().count() <= 2_001,
+            "{}",
+            error.message.len()
+        );
+        assert!(error.error_type.starts_with("bad t") && error.error_type.chars().count() <= 101);
+        assert!(
+            error
+                .error_code
+                .is_some_and(|code| code.chars().count() <= 101)
+        );
+        for text in [&error.message, &error.error_type] {
+            assert!(!text.contains(['\n', '\r']), "one line");
+        }
+        let plain = ErrorBody::parse(&format!("{{\"error\": \"{}\"}}", "e".repeat(50_000)));
+        assert!(plain.message.chars().count() <= 2_001);
+        let not_json = ErrorBody::parse("<html>\n<body>\nbusy\n</body>");
+        assert_eq!(not_json.message, "<html> <body> busy </body>");
     }
 
     #[test]

@@ -45,4 +45,20 @@ pub trait LlmProvider: Send + Sync {
     async fn server_window(&self, _model: &str) -> ServerWindow {
         ServerWindow::NotAsked
     }
+
+    /// How the calls of an answer go over the wire, for estimating what was sent when the
+    /// server counts nothing.
+    fn calls_sent(&self) -> CallsSent {
+        CallsSent::AsBlocks
+    }
+}
+
+/// How a provider sends the model's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallsSent {
+    /// As blocks of their own, beside the answer's text.
+    AsBlocks,
+    /// Only inside the answer's text, as the model wrote them (a text tool protocol): the
+    /// calls read out of that text are not sent again.
+    InTheText,
 }

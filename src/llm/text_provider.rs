@@ -11,8 +11,8 @@ use super::per_message::PerMessage;
 use super::text_protocol::{self, TextProtocol};
 use super::text_results::render_result;
 use super::{
-    ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent, ServerWindow,
-    ToolFormat, ToolProtocol, ToolSpec, Turn,
+    CallsSent, ChatRequest, ContentBlock, LlmError, LlmProvider, Message, ProviderEvent,
+    ServerWindow, ToolFormat, ToolProtocol, ToolSpec, Turn,
 };
 
 /// `inner` as the loops use it: itself for native tool calling, or spoken to in a text
@@ -171,5 +171,9 @@ impl LlmProvider for TextProtocolProvider {
 
     async fn server_window(&self, model: &str) -> ServerWindow {
         self.inner.server_window(model).await
+    }
+
+    fn calls_sent(&self) -> CallsSent {
+        CallsSent::InTheText
     }
 }

@@ -118,6 +118,12 @@ pub struct ChatRequest {
 }
 
 /// `messages` in the form a request holds them.
+/// A token count as a server reported it, at most `u32::MAX`: no model counts more, and a
+/// server's number, whatever it is, must leave room for the sums made of it.
+pub(crate) fn token_count(value: &Value) -> Option<u64> {
+    value.as_u64().map(|count| count.min(u64::from(u32::MAX)))
+}
+
 pub fn shared(messages: Vec<Message>) -> Vec<Arc<Message>> {
     messages.into_iter().map(Arc::new).collect()
 }
@@ -140,14 +146,21 @@ pub struct Usage {
 impl Usage {
     /// Every input token, cached or not.
     pub fn total_input(&self) -> u64 {
-        self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+        self.input_tokens
+            .saturating_add(self.cache_write_tokens)
+            .saturating_add(self.cache_read_tokens)
     }
 
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
+        // Counts are clamped when read, but a run adds up many turns: never wrap.
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
         self.estimated |= other.estimated;
     }
 }
@@ -247,6 +260,32 @@ mod tests {
         let mut sum = counted;
         sum.add(&estimated);
         assert!(sum.estimated, "a sum with an estimate in it is one");
+    }
+
+    #[test]
+    fn sums_of_any_counts_a_server_sends_saturate_instead_of_overflowing() {
+        let huge = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: u64::MAX,
+            cache_write_tokens: 1,
+            cache_read_tokens: 1,
+            estimated: false,
+        };
+        assert_eq!(huge.total_input(), u64::MAX);
+        let mut sum = huge;
+        sum.add(&huge);
+        assert_eq!((sum.input_tokens, sum.output_tokens), (u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn a_count_is_clamped_where_it_is_read() {
+        assert_eq!(
+            token_count(&serde_json::json!(u64::MAX)),
+            Some(u64::from(u32::MAX))
+        );
+        assert_eq!(token_count(&serde_json::json!(12)), Some(12));
+        assert_eq!(token_count(&serde_json::json!(-3)), None);
+        assert_eq!(token_count(&serde_json::json!("12")), None);
     }
 
     #[test]

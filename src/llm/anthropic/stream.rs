@@ -7,7 +7,9 @@ use futures::Stream;
 use serde_json::Value;
 
 use crate::llm::answer_body::{AnswerBody, AnswerLimits};
+use crate::llm::server_text::{server_message, server_word};
 use crate::llm::sse::{SseItem, SseReader};
+use crate::llm::types::token_count;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
 /// Reads SSE events from `bytes`, within `limits`, until `message_stop` and returns the turn.
@@ -187,8 +189,8 @@ impl TurnAssembler {
             "error" => {
                 let error = payload.get("error").unwrap_or(&Value::Null);
                 return Err(StreamFailure::ApiError {
-                    error_type: str_at(error, "type").to_owned(),
-                    message: str_at(error, "message").to_owned(),
+                    error_type: server_word(str_at(error, "type")),
+                    message: server_message(str_at(error, "message")),
                     code: None,
                 });
             }
@@ -265,7 +267,7 @@ fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
 }
 
 fn u64_at(value: &Value, key: &str) -> u64 {
-    value.get(key).and_then(Value::as_u64).unwrap_or_default()
+    value.get(key).and_then(token_count).unwrap_or_default()
 }
 
 fn read_input_usage(usage: &mut Usage, wire: &Value) {
@@ -431,6 +433,51 @@ mod tests {
             Err(StreamFailure::EndedEarly(
                 "message_stop came before any stop reason".to_owned()
             ))
+        );
+    }
+
+    #[test]
+    fn an_error_event_of_any_length_is_one_line_and_capped() {
+        let error = serde_json::json!({"type": "error", "error": {
+            "type": format!("over\nloaded{}", "t".repeat(5_000)),
+            "message": format!("a\nb{}", "m".repeat(1_000_000)),
+        }});
+        let stream = format!("event: error\ndata: {error}\n\n");
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream))]);
+        let failure =
+            runtime().block_on(read_turn(stream, limits(Duration::from_secs(5)), &|_| {}));
+        let Err(StreamFailure::ApiError {
+            error_type,
+            message,
+            ..
+        }) = failure
+        else {
+            panic!("an API error: {failure:?}");
+        };
+        assert!(error_type.starts_with("over loaded") && error_type.chars().count() <= 101);
+        assert!(message.starts_with("a b") && message.chars().count() <= 2_001);
+    }
+
+    #[test]
+    fn counts_beyond_any_model_are_clamped() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":18446744073709551615,\"cache_read_input_tokens\":18446744073709551615}}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":18446744073709551615}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(stream))]);
+        let turn = runtime()
+            .block_on(read_turn(stream, limits(Duration::from_secs(5)), &|_| {}))
+            .expect("turn");
+        let usage = turn.usage.expect("usage");
+        let most = u64::from(u32::MAX);
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.output_tokens
+            ),
+            (most, most, most)
         );
     }
 

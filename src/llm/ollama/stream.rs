@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::llm::answer_body::{AnswerBody, AnswerLimits, MAX_PIECE_BYTES, piece_too_long};
 use crate::llm::http::ErrorBody;
+use crate::llm::types::token_count;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
 /// Reads NDJSON lines from `bytes`, within `limits`, until the one with `done: true` and
@@ -167,7 +168,7 @@ impl TurnAssembler {
             None | Some("" | "stop") => StopReason::EndTurn,
             Some(other) => StopReason::Other(other.to_owned()),
         });
-        let count = |key: &str| chunk.get(key).and_then(Value::as_u64);
+        let count = |key: &str| chunk.get(key).and_then(token_count);
         // A server in front of Ollama may count nothing: that is no usage, not zero tokens.
         let (input, output) = (count("prompt_eval_count"), count("eval_count"));
         if input.is_some() || output.is_some() {
@@ -552,6 +553,15 @@ mod tests {
         );
         assert_eq!(errors[4], Some("the call names no tool"));
         assert_eq!(turn.stop_reason, Some(StopReason::ToolUse));
+    }
+
+    #[test]
+    fn counts_beyond_any_model_are_clamped() {
+        let turn =
+            read_at_every_split(&[text("x"), done("stop", u64::MAX, u64::MAX)]).expect("turn");
+        let usage = turn.usage.expect("usage");
+        let most = u64::from(u32::MAX);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (most, most));
     }
 
     #[test]

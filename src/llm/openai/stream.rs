@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::llm::answer_body::{AnswerBody, AnswerLimits};
 use crate::llm::http::ErrorBody;
 use crate::llm::sse::{SseItem, SseReader};
+use crate::llm::types::token_count;
 use crate::llm::{ContentBlock, ProviderEvent, StopReason, StreamFailure, Turn, Usage};
 
 /// Reads chunks from `bytes`, within `limits`, until `data: [DONE]` (or the end of a body that
@@ -242,7 +243,7 @@ impl TurnAssembler {
 
     fn read_usage(&mut self, wire: Option<&Value>) {
         let Some(wire) = wire else { return };
-        let count = |pointer: &str| wire.pointer(pointer).and_then(Value::as_u64);
+        let count = |pointer: &str| wire.pointer(pointer).and_then(token_count);
         let (prompt, completion) = (count("/prompt_tokens"), count("/completion_tokens"));
         // `{}` (or `null`) says nothing; it must not erase counts already read.
         if prompt.is_none() && completion.is_none() {
@@ -759,6 +760,22 @@ mod tests {
         let turn = read_ok(&stream);
         let usage = turn.usage.expect("usage");
         assert_eq!((usage.input_tokens, usage.output_tokens), (33, 4));
+    }
+
+    #[test]
+    fn counts_beyond_any_model_are_clamped() {
+        let usage = chunk(json!([{"index": 0, "delta": {}, "finish_reason": "stop",
+            "usage": {"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX}}]));
+        let stream = [
+            role(),
+            delta(json!({"content": "x"})),
+            usage,
+            DONE.to_owned(),
+        ]
+        .concat();
+        let usage = read_ok(&stream).usage.expect("usage");
+        let most = u64::from(u32::MAX);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (most, most));
     }
 
     #[test]
