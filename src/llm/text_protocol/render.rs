@@ -110,12 +110,11 @@ fn yaml_after_key(value: &Value, indent: usize, in_xml: bool, out: &mut String) 
             }
         }
         Value::String(text) if literal_block_fits(text, in_xml) => {
-            let body = text.trim_end_matches('\n');
-            let trailing = text.len() - body.len();
-            out.push_str(match trailing {
-                0 => " |-\n",
-                1 => " |\n",
-                _ => " |+\n",
+            let body = text.strip_suffix('\n').unwrap_or(text);
+            out.push_str(if body.len() < text.len() {
+                " |\n"
+            } else {
+                " |-\n"
             });
             for line in body.split('\n') {
                 if !line.is_empty() {
@@ -124,7 +123,6 @@ fn yaml_after_key(value: &Value, indent: usize, in_xml: bool, out: &mut String) 
                 }
                 out.push('\n');
             }
-            out.extend(std::iter::repeat_n('\n', trailing.saturating_sub(1)));
         }
         Value::String(text) => {
             out.push(' ');
@@ -142,10 +140,12 @@ fn yaml_after_key(value: &Value, indent: usize, in_xml: bool, out: &mut String) 
 }
 
 /// Multi-line text reads best as a literal block (`|`), which holds it as written; text a
-/// block cannot hold exactly goes in double quotes.
+/// block cannot hold exactly goes in double quotes. Trailing blank lines (`|+`) are such text:
+/// where the block ends its section, the section's end takes them.
 fn literal_block_fits(text: &str, in_xml: bool) -> bool {
     let first_line = text.split('\n').find(|line| !line.is_empty());
     text.contains('\n')
+        && !text.ends_with("\n\n")
         && first_line.is_some_and(|line| !line.starts_with([' ', '\t']))
         && text
             .chars()
