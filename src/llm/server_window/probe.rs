@@ -128,7 +128,7 @@ impl Probe {
         tokio::time::timeout(self.timeout, asking)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {}s", self.timeout.as_secs_f64())))
-            .map_err(|why| format!("{url}: {why}"))
+            .map_err(|why| format!("{}: {why}", crate::llm::url_to_show(url)))
     }
 }
 
