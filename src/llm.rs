@@ -28,7 +28,7 @@ pub mod wire_cache;
 pub use answer_body::AnswerLimits;
 pub use attempt::{AttemptFailure, RetryPolicy, StreamFailure, with_retries};
 pub use credentials::ApiKey;
-pub use endpoint::{Endpoint, ServerKind};
+pub use endpoint::{Endpoint, ServerKind, url_to_show};
 pub use error::{LlmError, is_overflow_report};
 pub use provider::{CallsSent, LlmProvider, ProviderEvent};
 pub use providers::{

@@ -448,7 +448,8 @@ async fn server_limits(
 
 /// The provider `settings` lead to, for `:checkhealth loopr`.
 fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> ProviderReply {
-    let info = crate::llm::providers::resolve(&settings.provider_settings(), env);
+    let mut info = crate::llm::providers::resolve(&settings.provider_settings(), env);
+    info.base_url = crate::llm::url_to_show(&info.base_url);
     let mut problem = info.problem().map(|err| err.to_string());
     let mut models = std::collections::BTreeMap::new();
     for level in crate::agent::MODEL_LEVELS {

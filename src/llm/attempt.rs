@@ -128,7 +128,7 @@ impl AttemptFailure {
         let server = endpoint.server;
         match self {
             AttemptFailure::Unreachable(cause) => LlmError::Unreachable {
-                base_url: endpoint.base_url.trim_end_matches('/').to_owned(),
+                base_url: super::url_to_show(&endpoint.base_url),
                 variable: endpoint.variable,
                 cause,
                 attempts,

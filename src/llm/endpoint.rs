@@ -107,7 +107,7 @@ pub struct Endpoint {
     pub variable: &'static str,
     pub server: ServerKind,
     /// The requests to this server that may be under way at once, when they are limited.
-    turns: Option<Arc<Semaphore>>,
+    max_parallel_requests: Option<u32>,
 }
 
 impl Endpoint {
@@ -117,15 +117,16 @@ impl Endpoint {
             base_url: base_url.to_owned(),
             variable,
             server,
-            turns: turns_at(base_url, server.default_parallel_requests()),
+            max_parallel_requests: server.default_parallel_requests(),
         }
     }
 
-    /// At most `limit` requests at once to this server, from every loop of the host with the
-    /// same limit; `None` keeps the server's default.
+    /// At most `limit` requests at once to this server; `None` keeps the server's default.
+    /// Every loop of the host shares the server's turns, whichever limit it asks for: the
+    /// limit the first request asked for holds (`turns_at`).
     pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> Endpoint {
-        if let Some(limit) = limit {
-            self.turns = turns_at(&self.base_url, Some(limit));
+        if limit.is_some() {
+            self.max_parallel_requests = limit;
         }
         self
     }
@@ -133,34 +134,100 @@ impl Endpoint {
     /// Waits until a request may go to the server (at once when they are not limited); the
     /// turn lasts until the returned permit is dropped.
     pub async fn take_turn(&self) -> Option<OwnedSemaphorePermit> {
-        let turns = self.turns.as_ref()?;
+        let turns = turns_at(&self.base_url, self.max_parallel_requests?);
         if turns.available_permits() == 0 {
             tracing::info!(
-                base_url = %self.base_url,
+                base_url = %url_to_show(&self.base_url),
                 "waiting for another request to the same model server to finish"
             );
         }
-        Arc::clone(turns).acquire_owned().await.ok()
+        turns.acquire_owned().await.ok()
     }
 }
 
-/// The turns of each server (by base URL) and limit.
-type TurnsByServer = HashMap<(String, u32), Arc<Semaphore>>;
+/// `url` as it may be logged or shown: without the user and password it may carry, its query
+/// and fragment (where a key may be).
+pub fn url_to_show(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.has_host() => {
+            // Only URLs that cannot carry credentials refuse these; they have none.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            parsed.as_str().trim_end_matches('/').to_owned()
+        }
+        // Not a URL with a host: whatever precedes an `@` may be credentials.
+        _ => url.rsplit('@').next().unwrap_or_default().to_owned(),
+    }
+}
 
-/// The turns of the server at `base_url` for `limit` requests at once, one per server and
-/// limit for the whole host.
-fn turns_at(base_url: &str, limit: Option<u32>) -> Option<Arc<Semaphore>> {
-    static TURNS: OnceLock<Mutex<TurnsByServer>> = OnceLock::new();
-    let limit = limit?.max(1);
+/// The server `base_url` leads to, however it is spelt: the scheme, the host in lower case
+/// (`localhost` as `127.0.0.1`), the port (the scheme's default when none is given) and the
+/// path without trailing slashes.
+fn server_key(base_url: &str) -> String {
+    let Ok(url) = reqwest::Url::parse(base_url.trim()) else {
+        return base_url.trim().trim_end_matches('/').to_owned();
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if name == "localhost" {
+                "127.0.0.1".to_owned()
+            } else {
+                name
+            }
+        }
+        Some(url::Host::Ipv4(address)) => address.to_string(),
+        Some(url::Host::Ipv6(address)) => format!("[{address}]"),
+        None => String::new(),
+    };
+    let port = url
+        .port_or_known_default()
+        .map_or_else(String::new, |port| format!(":{port}"));
+    format!(
+        "{}://{host}{port}{}",
+        url.scheme(),
+        url.path().trim_end_matches('/')
+    )
+}
+
+/// A server's turns and the limit they were made with.
+struct Turns {
+    limit: u32,
+    slots: Arc<Semaphore>,
+    /// Whether a loop asking for another limit was told.
+    told: bool,
+}
+
+/// The turns of the server at `base_url`, one set per server for the whole host, made with
+/// the limit the first request asked for: a semaphore cannot shrink once its permits are out,
+/// and separate turns for another limit would let loops interrupt each other. A different
+/// limit asked for later is logged once.
+fn turns_at(base_url: &str, limit: u32) -> Arc<Semaphore> {
+    static TURNS: OnceLock<Mutex<HashMap<String, Turns>>> = OnceLock::new();
+    let limit = limit.max(1);
     let mut turns = TURNS
         .get_or_init(Mutex::default)
         .lock()
         // A holder that panicked left the map whole: it is still usable.
         .unwrap_or_else(PoisonError::into_inner);
-    let slots = turns
-        .entry((base_url.to_owned(), limit))
-        .or_insert_with(|| Arc::new(Semaphore::new(limit as usize)));
-    Some(Arc::clone(slots))
+    let server = turns.entry(server_key(base_url)).or_insert_with(|| Turns {
+        limit,
+        slots: Arc::new(Semaphore::new(limit as usize)),
+        told: false,
+    });
+    if server.limit != limit && !server.told {
+        server.told = true;
+        tracing::warn!(
+            base_url = %url_to_show(base_url),
+            asked = limit,
+            holding = server.limit,
+            "loops ask for different max_parallel_requests to one model server; the first \
+             one asked for holds until Neovim restarts (set the same value everywhere)"
+        );
+    }
+    Arc::clone(&server.slots)
 }
 
 #[cfg(test)]
@@ -181,8 +248,13 @@ mod tests {
         );
         drop(turn);
         assert!(waiting.await.is_some());
-        let raised = Endpoint::new(local, "OPENAI_BASE_URL", ServerKind::Local)
-            .with_max_parallel_requests(Some(2));
+        // Another server: the first limit asked for a server holds.
+        let raised = Endpoint::new(
+            "http://127.0.0.1:2/turns-test",
+            "OPENAI_BASE_URL",
+            ServerKind::Local,
+        )
+        .with_max_parallel_requests(Some(2));
         let (_one, _two) = (raised.take_turn().await, raised.take_turn().await);
         let hosted = Endpoint::new(
             "https://api.openai.com/v1",
@@ -190,6 +262,44 @@ mod tests {
             ServerKind::Hosted,
         );
         assert!(hosted.take_turn().await.is_none(), "no limit");
+    }
+
+    #[tokio::test]
+    async fn spellings_of_one_server_and_different_limits_share_its_turns() {
+        let first = Endpoint::new(
+            "http://LOCALHOST:4242/spelling-test/",
+            "OPENAI_BASE_URL",
+            ServerKind::Local,
+        );
+        let turn = first.take_turn().await.expect("a turn");
+        for other in [
+            "http://127.0.0.1:4242/spelling-test",
+            "http://localhost:4242/spelling-test//",
+        ] {
+            let second = Endpoint::new(other, "OPENAI_BASE_URL", ServerKind::Local)
+                .with_max_parallel_requests(Some(2));
+            let waiting = second.take_turn();
+            tokio::pin!(waiting);
+            assert!(
+                futures::poll!(waiting.as_mut()).is_pending(),
+                "{other} waits for the turn taken at another spelling"
+            );
+        }
+        drop(turn);
+    }
+
+    #[test]
+    fn a_url_shown_or_logged_carries_no_credentials_nor_query() {
+        assert_eq!(
+            url_to_show("http://user:s3cret@127.0.0.1:8080/v1?key=s3cret#x"),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(
+            url_to_show("https://api.openai.com/v1"),
+            "https://api.openai.com/v1"
+        );
+        let unparsable = url_to_show("user:s3cret@gpu box/v1");
+        assert!(!unparsable.contains("s3cret"), "{unparsable}");
     }
 
     #[test]

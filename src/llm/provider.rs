@@ -40,8 +40,9 @@ pub trait LlmProvider: Send + Sync {
     ) -> Result<Turn, LlmError>;
 
     /// What the server says about the context window it runs `model` with, for settings left
-    /// to be fitted to it. Asked at most once per server and model in a host run, bounded in
-    /// time; `NotAsked` where there is nothing to ask (hosted APIs).
+    /// to be fitted to it. Asked at most once per server and model in a host run (a failure
+    /// asked again), bounded in time, the wait for the server's turn included; `NotAsked`
+    /// where there is nothing to ask (hosted APIs).
     async fn server_window(&self, _model: &str) -> ServerWindow {
         ServerWindow::NotAsked
     }

@@ -54,7 +54,9 @@ impl ServerWindow {
 /// provider sends, for a proxy in front) unless this host run has its answer already. A hosted
 /// API is never asked: its models' windows are the models' own, which its documentation gives.
 /// The question takes one of the server's turns, as a model request does: llama-cpp-python
-/// stops the answer in flight when it is asked `/v1/models`.
+/// stops the answer in flight when it is asked `/v1/models`. It waits for the turn no longer
+/// than a question may take: an answer under way may hold the server for minutes, and
+/// `:checkhealth` waits for this one.
 pub async fn ask(
     http: &reqwest::Client,
     authorization: Option<&reqwest::header::HeaderValue>,
@@ -68,7 +70,13 @@ pub async fn ask(
     let probe = Probe::new(http.clone(), authorization.cloned());
     let answer = ReportCache::shared()
         .get_or_ask(base_url, model, || async {
-            let _turn = endpoint.take_turn().await;
+            let Ok(_turn) = tokio::time::timeout(probe::TIMEOUT, endpoint.take_turn()).await else {
+                return Err(format!(
+                    "the server is busy answering another request (no turn within {}s); it is \
+                     asked again when the next loop starts",
+                    probe::TIMEOUT.as_secs()
+                ));
+            };
             match endpoint.server {
                 ServerKind::Ollama => probe.ask_ollama(base_url, model).await,
                 ServerKind::Local | ServerKind::Hosted => probe.ask_openai(base_url, model).await,
@@ -124,6 +132,27 @@ impl ReportCache {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_busy_with_another_request_is_not_waited_for_past_the_bound() {
+        let endpoint = Endpoint::new(
+            "http://127.0.0.1:9/busy-server-test/v1",
+            "OPENAI_BASE_URL",
+            ServerKind::Local,
+        );
+        let _answer_under_way = endpoint.take_turn().await.expect("a turn");
+        let http = crate::llm::http::shared_client().expect("a client");
+        let asked = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            ask(&http, None, &endpoint, "model"),
+        )
+        .await
+        .expect("the question returns while the turn is held");
+        match asked {
+            ServerWindow::Unavailable(why) => assert!(why.contains("busy"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[tokio::test]
     async fn a_server_is_asked_once_and_a_failure_asked_again() {

@@ -16,7 +16,7 @@ use crate::llm::{AnswerLimits, AttemptFailure, ServerKind, StreamFailure};
 
 /// How long one question may take: a local server answers these at once, also while it
 /// writes an answer for someone else.
-const TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(5);
 /// The most an answer may take: llama.cpp's `/props` carries the chat template, Ollama's
 /// `/api/show` the license and the Modelfile, all far below it.
 const BODY_LIMIT: u64 = 1024 * 1024;
@@ -128,7 +128,7 @@ impl Probe {
         tokio::time::timeout(self.timeout, asking)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {}s", self.timeout.as_secs_f64())))
-            .map_err(|why| format!("{url}: {why}"))
+            .map_err(|why| format!("{}: {why}", crate::llm::url_to_show(url)))
     }
 }
 
