@@ -96,6 +96,7 @@ fn answer_share(window: u32) -> u32 {
     (window / 4)
         .clamp(MIN_FITTED_ANSWER, DEFAULT_MAX_TOKENS)
         .min(window / 2)
+        .max(1)
 }
 
 /// Asks the loop's server about its window (for the model of the loop's level) and fits the
@@ -191,6 +192,16 @@ mod tests {
             (large.max_tokens, large.context_budget.tokens),
             (8192, 131_072 - 8192)
         );
+    }
+
+    /// A server says what it likes: a window of a token or two still gives an answer room for
+    /// a token (a `max_tokens` of 0 is refused by servers, or means "no limit" to some).
+    #[test]
+    fn a_window_of_a_token_or_two_still_leaves_the_answer_a_token() {
+        for window in [1, 2, 3] {
+            let limits = fit_limits(&local(), &reported(Some(window), None));
+            assert!(limits.max_tokens >= 1, "{window}: {limits:?}");
+        }
     }
 
     #[test]
