@@ -483,10 +483,7 @@ fn with_next_step(err: ManagerError) -> anyhow::Error {
 /// Text the core keeps or sends with its next step attached (a loop's error, a notice), the
 /// step worded for the command line.
 fn hinted(text: &str) -> String {
-    match next_step::split(text) {
-        (text, Some(step)) => format!("{text}{}", clause(&step)),
-        (text, None) => text.to_owned(),
-    }
+    next_step::worded(text, clause)
 }
 
 /// `step` as the command line words it: its subcommands, flags and `--settings` keys.

@@ -59,13 +59,19 @@ pub fn split(text: &str) -> (&str, Option<NextStep>) {
     }
 }
 
+/// `text` with its hint worded by `clause` (a shell's words for a step, appended), or as it
+/// is when it has none.
+pub fn worded(text: &str, clause: impl Fn(&NextStep) -> String) -> String {
+    match split(text) {
+        (text, Some(step)) => format!("{text}{}", clause(&step)),
+        (text, None) => text.to_owned(),
+    }
+}
+
 /// `text` with its hint worded in no shell's terms: for the model, which cannot run a
 /// command, and for the log.
 pub fn neutral(text: &str) -> String {
-    match split(text) {
-        (text, Some(step)) => format!("{text}; {}", step.neutral()),
-        (text, None) => text.to_owned(),
-    }
+    worded(text, |step| format!("; {}", step.neutral()))
 }
 
 impl NextStep {

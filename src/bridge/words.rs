@@ -18,10 +18,7 @@ pub fn manager_error(err: ManagerError) -> String {
 /// Text the core keeps or sends with its next step attached (a loop's error, a notice, a
 /// settings check's message), the step worded for Neovim.
 pub fn hinted(text: &str) -> String {
-    match next_step::split(text) {
-        (text, Some(step)) => format!("{text}{}", clause(&step)),
-        (text, None) => text.to_owned(),
-    }
+    next_step::worded(text, clause)
 }
 
 /// `step` as a clause appended to the message it follows.
