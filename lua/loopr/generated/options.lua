@@ -32,7 +32,7 @@ return {
       kind = 'record',
     },
     default = { command = 'ask', edit = 'ask', fetch = 'ask', mcp = 'ask', write = 'ask' },
-    description = 'Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept\n("auto").',
+    description = 'Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept ("auto").',
     expect = 'a table with keys "command", "edit", "fetch", "mcp", "write", each "ask" or "auto"',
     host = true,
     merge = true,
@@ -252,7 +252,7 @@ return {
   provider = {
     check = { kind = 'one_of', values = { 'anthropic', 'openai', 'ollama' } },
     default = 'anthropic',
-    description = 'Who answers: `anthropic`, `openai` (and every server speaking its chat completions)\nor `ollama`.',
+    description = 'Who answers: `anthropic`, `openai` (and every server speaking its chat completions) or `ollama`.',
     expect = 'one of "anthropic", "openai", "ollama"',
     host = true,
   },
@@ -285,7 +285,7 @@ return {
   rules_files = {
     check = { item = { kind = 'string', nonempty = true }, kind = 'list' },
     default = { 'AGENTS.md', 'CLAUDE.md', '.github/copilot-instructions.md', '.loopr/rules.md' },
-    description = 'The project\'s rules files, relative to its root, read into every loop\'s system prompt\n(a code loop also reads the nearest `AGENTS.md` above each file its phase works on).',
+    description = 'The project\'s rules files, relative to its root, read into every loop\'s system prompt (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).',
     expect = 'a list of paths relative to the project root',
     host = true,
   },
@@ -357,7 +357,7 @@ return {
   },
   tool_choice = {
     check = { kind = 'one_of', values = { 'auto', 'required' } },
-    description = '`tool_choice` sent with the tools (openai only); unset, none is sent. Some servers\nput the tools into the prompt only when it is sent (llama-cpp-python).',
+    description = '`tool_choice` sent with the tools (openai only); unset, none is sent. Some servers put the tools into the prompt only when it is sent (llama-cpp-python).',
     expect = 'one of "auto", "required"',
     host = true,
   },

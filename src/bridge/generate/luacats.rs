@@ -21,13 +21,7 @@ pub enum Optional {
 /// `$defs`, named `<namespace>.<Definition>`, then `class` for the schema itself.
 pub fn luacats(schema: &Value, class: &str, namespace: &str) -> Vec<String> {
     let mut lines = definitions(schema, namespace);
-    lines.extend(class_lines(
-        schema,
-        schema,
-        class,
-        namespace,
-        Optional::AsRequired,
-    ));
+    lines.extend(class_lines(schema, class, namespace, Optional::AsRequired));
     lines
 }
 
@@ -38,7 +32,6 @@ pub fn definitions(schema: &Value, namespace: &str) -> Vec<String> {
         for (name, definition) in defs {
             let full = format!("{namespace}.{name}");
             lines.extend(class_lines(
-                schema,
                 definition,
                 &full,
                 namespace,
@@ -50,13 +43,7 @@ pub fn definitions(schema: &Value, namespace: &str) -> Vec<String> {
 }
 
 /// The annotation of one definition: an alias for an enum or a union, a class for an object.
-pub fn class_lines(
-    root: &Value,
-    node: &Value,
-    class: &str,
-    namespace: &str,
-    optional: Optional,
-) -> Vec<String> {
+pub fn class_lines(node: &Value, class: &str, namespace: &str, optional: Optional) -> Vec<String> {
     let description = one_line(node.get("description"));
     if let Some(values) = choices(node) {
         let union = values
@@ -74,7 +61,7 @@ pub fn class_lines(
         let mut names = Vec::new();
         for (index, variant) in variants.iter().enumerate() {
             let name = format!("{class}.{}", variant_name(variant, index));
-            lines.extend(class_lines(root, variant, &name, namespace, optional));
+            lines.extend(class_lines(variant, &name, namespace, optional));
             names.push(name);
         }
         lines.push(format!("---@alias {class} {}", names.join("|")));
@@ -97,7 +84,7 @@ pub fn class_lines(
                 Optional::AsRequired => !required.contains(&name.as_str()),
             };
             let mark = if may_be_left_out { "?" } else { "" };
-            let lua_type = lua_type(root, property, namespace);
+            let lua_type = lua_type(property, namespace);
             let line = match one_line(property.get("description")) {
                 Some(description) => format!("---@field {name}{mark} {lua_type} {description}"),
                 None => format!("---@field {name}{mark} {lua_type}"),
@@ -109,7 +96,7 @@ pub fn class_lines(
 }
 
 /// The Lua type of a schema node: definitions by their class name.
-pub fn lua_type(root: &Value, node: &Value, namespace: &str) -> String {
+pub fn lua_type(node: &Value, namespace: &str) -> String {
     if let Some(reference) = node.get("$ref").and_then(Value::as_str) {
         let name = reference.rsplit('/').next().unwrap_or(reference);
         return format!("{namespace}.{name}");
@@ -125,7 +112,7 @@ pub fn lua_type(root: &Value, node: &Value, namespace: &str) -> String {
         let types: Vec<String> = all
             .iter()
             .filter(|a| a.get("type").and_then(Value::as_str) != Some("null"))
-            .map(|a| lua_type(root, a, namespace))
+            .map(|a| lua_type(a, namespace))
             .collect();
         return types.join("|");
     }
@@ -137,7 +124,7 @@ pub fn lua_type(root: &Value, node: &Value, namespace: &str) -> String {
         Some("array") => {
             let item = node
                 .get("items")
-                .map_or("any".to_owned(), |items| lua_type(root, items, namespace));
+                .map_or("any".to_owned(), |items| lua_type(items, namespace));
             if item.contains('|') {
                 format!("({item})[]")
             } else {
@@ -146,7 +133,7 @@ pub fn lua_type(root: &Value, node: &Value, namespace: &str) -> String {
         }
         Some("object") => match node.get("additionalProperties") {
             Some(value) if value.is_object() => {
-                format!("table<string, {}>", lua_type(root, value, namespace))
+                format!("table<string, {}>", lua_type(value, namespace))
             }
             _ => "table".to_owned(),
         },

@@ -95,15 +95,8 @@ fn stdpath_of(default: &str) -> Option<(String, String)> {
 /// The default as Lua keeps it: nulls left out, an empty string (meaning "none") is nil.
 fn lua_default(value: &Value) -> Option<Value> {
     match value {
-        Value::Null => None,
         Value::String(s) if s.is_empty() => None,
-        Value::Object(fields) => Some(Value::Object(
-            fields
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), without_nulls(v)?)))
-                .collect(),
-        )),
-        other => Some(other.clone()),
+        other => without_nulls(other),
     }
 }
 
@@ -204,7 +197,6 @@ pub fn types_lua(_current: Option<&str>) -> anyhow::Result<String> {
     lines.push(String::new());
     lines.extend(class_lines(
         &schema,
-        &schema,
         &format!("{NAMESPACE}.Opts"),
         NAMESPACE,
         Optional::All,
@@ -220,7 +212,7 @@ pub fn types_lua(_current: Option<&str>) -> anyhow::Result<String> {
         } else {
             ""
         };
-        let lua_type = lua_type(&schema, property, NAMESPACE);
+        let lua_type = lua_type(property, NAMESPACE);
         lines.push(format!("---@field {}{mark} {lua_type}", option.field.name));
     }
     lines.push(String::new());

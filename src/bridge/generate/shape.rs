@@ -88,7 +88,8 @@ impl<'a> Schema<'a> {
             .iter()
             .map(|(name, property)| Field {
                 name: name.clone(),
-                description: text(property, "description"),
+                description: text(property, "description")
+                    .map(|words| words.split_whitespace().collect::<Vec<_>>().join(" ")),
                 shape: self.shape(property),
                 nullable: nullable(property),
                 default: property.get("default").cloned(),
