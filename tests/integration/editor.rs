@@ -317,10 +317,13 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
     let editor = start_editor(&fake, "{}").await;
     // A copy of the plugin without target/, and a PATH without loopr.
     let plugin = editor.dirs.home.join("plugin-copy");
-    for dir in ["lua/loopr", "plugin"] {
+    for dir in ["lua/loopr", "lua/loopr/generated", "plugin"] {
         std::fs::create_dir_all(plugin.join(dir)).expect("mkdir");
         for entry in std::fs::read_dir(crate::nvim::plugin_root().join(dir)).expect("read_dir") {
             let entry = entry.expect("entry");
+            if entry.path().is_dir() {
+                continue;
+            }
             std::fs::copy(entry.path(), plugin.join(dir).join(entry.file_name())).expect("copy");
         }
     }
