@@ -42,7 +42,7 @@ pub use manager::{
 pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
-pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS};
+pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
 pub use tree_budget::TreeBudget;

@@ -4,7 +4,9 @@
 
 mod buffers;
 mod dto;
+mod editor_options;
 mod event_pump;
+pub mod generate;
 mod handler;
 mod lua_call;
 mod transcript_pump;

@@ -150,6 +150,17 @@ enum Command {
         #[arg(last = true, required = true)]
         shell_command: String,
     },
+    /// Write the files generated from the settings' definitions (Lua option table and types,
+    /// the help's options section); with --check, write nothing and fail while one is stale.
+    #[command(hide = true)]
+    Generate {
+        /// Only report stale files (exit 1 when there are any).
+        #[arg(long)]
+        check: bool,
+        /// The repository's root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Serve Neovim over msgpack-RPC on stdin/stdout (started by the plugin).
     Rpc {
         /// Where to write the log.
@@ -159,6 +170,36 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+}
+
+/// `loopr generate`: writes the generated files, or with `check` names the stale ones.
+fn run_generate(check: bool, root: &std::path::Path) -> ExitCode {
+    use loopr::bridge::generate;
+    let outcome = if check {
+        generate::stale(root)
+    } else {
+        generate::write(root)
+    };
+    match outcome {
+        Ok(paths) if check && !paths.is_empty() => {
+            eprintln!(
+                "loopr: generated files are stale: {}; run `{}` and commit them",
+                paths.join(", "),
+                generate::COMMAND
+            );
+            ExitCode::from(1)
+        }
+        Ok(paths) => {
+            for path in paths {
+                println!("wrote {path}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("loopr: {err:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -202,6 +243,7 @@ fn main() -> ExitCode {
             root,
             settings,
         } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
+        Command::Generate { check, root } => return run_generate(check, &root),
         Command::Cancel { id, root } => run_cancel(credentials, root, &id),
         Command::Transcript { id, root } => {
             loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))

@@ -10,14 +10,20 @@ use crate::llm::Usage;
 
 /// USD per million tokens of each kind. Cache prices left out cost what input costs: never
 /// less than the provider could charge.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    #[schemars(range(min = 0))]
     pub input: f64,
+    #[schemars(range(min = 0))]
     pub output: f64,
+    /// Defaults to input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub cache_write: Option<f64>,
+    /// Defaults to input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub cache_read: Option<f64>,
 }
 
@@ -216,10 +222,14 @@ impl Cost {
 }
 
 /// A plan tree's limit: it pauses once its spend since the last grant reaches either.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Budget {
+    /// Every token read or written, cached or not.
+    #[schemars(range(min = 1))]
     pub tokens: Option<u64>,
+    /// Estimated from the prices; models without a price count nothing.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub usd: Option<f64>,
 }
 

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::events::{EventSink, LoopEvent, NoticeLevel};
 use crate::tools::{ApprovalRequest, Approver, ChangeKind, Decision};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Ask the user, or accept without asking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalMode {
     Ask,
@@ -24,11 +25,14 @@ pub enum ApprovalMode {
 }
 
 /// Per kind of change: ask the user, or accept without asking.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalSettings {
+    /// Creating or overwriting a file.
     pub write: ApprovalMode,
+    /// Replacing text in a file.
     pub edit: ApprovalMode,
+    /// Running a shell command.
     pub command: ApprovalMode,
     /// `web_fetch` of a host not in `web_fetch_allow_hosts`.
     pub fetch: ApprovalMode,

@@ -1,5 +1,10 @@
+//! A loop's settings: the one definition of every option a shell passes to the host, with
+//! its default, its limits and its description. The JSON schema derived from `LoopSettings`
+//! is what shells generate their checks, types and documentation from (`bridge::generate`),
+//! and `check` reads its numeric limits from that same schema.
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -19,25 +24,38 @@ use crate::tools::{
 /// Per-request settings from the user's configuration; every field has a default so a shell
 /// may send only what the user changed. A loop keeps the settings it started with (they are
 /// stored with it) and its children inherit them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoopSettings {
     /// Who answers: `anthropic`, `openai` (and every server speaking its chat completions)
     /// or `ollama`.
     pub provider: ProviderName,
     /// The model; empty means the provider's default.
+    #[schemars(length(min = 1))]
     pub model: String,
     /// Models per level, where one should differ from `model` (a cheaper one for reviews).
     pub models: LevelModels,
     /// Overrides the provider's base URL variable.
+    #[schemars(url)]
     pub base_url: Option<String>,
     /// The variable that holds the API key, when not the provider's usual one.
+    #[schemars(
+        regex(pattern = r"^[A-Za-z0-9_]+_API_KEY$"),
+        extend("x-expects" = "the name of an environment variable ending in _API_KEY")
+    )]
     pub api_key_env: Option<String>,
     /// Ollama's context window; its small default silently truncates long prompts.
+    #[schemars(range(min = 1))]
     pub num_ctx: Option<u32>,
     /// Requests to the model server under way at once, from all loops of the host; `None`:
     /// one for a server on this machine or network (llama-cpp-python stops an answer when the
     /// next request arrives), no limit for a hosted API or Ollama.
+    #[schemars(
+        range(min = 1),
+        description = "Requests to the model server under way at once, from all loops of the \
+                       host; unset: one for a server on this machine or network, no limit for a \
+                       hosted API or Ollama."
+    )]
     pub max_parallel_requests: Option<u32>,
     /// How the model calls tools: its provider's tool calling, or a text protocol.
     pub tool_protocol: ToolProtocol,
@@ -52,52 +70,87 @@ pub struct LoopSettings {
     pub max_format_retries: u32,
     /// The longest answer, in tokens; unset, fitted to the server's context window where it
     /// says one (`limits.rs`), else 8192. Earlier versions stored the default as a value.
+    #[schemars(
+        range(min = 1),
+        description = "The longest answer, in tokens; unset: fitted to the server's context \
+                       window where it says one, else 8192."
+    )]
     pub max_tokens: Option<u32>,
     /// Model turns before the loop gives up.
+    #[schemars(range(min = 1))]
     pub max_turns: u32,
     /// Estimated input tokens a request may reach before older tool results are shortened
     /// in what is sent (`context_budget.rs`); unset, fitted to the server's context window
     /// where it says one, else 100,000.
+    #[schemars(
+        range(min = MIN_CONTEXT_BUDGET),
+        extend("x-unit" = "tokens"),
+        description = "Estimated input tokens a request may reach before older tool results are \
+                       shortened; unset: fitted to the server's context window where it says \
+                       one, else 100,000."
+    )]
     pub context_budget: Option<u32>,
     /// The latest turns whose tool results are always sent whole.
+    #[schemars(range(min = 1))]
     pub context_keep_turns: u32,
+    /// How often a failed request to the model is retried.
     pub max_retries: u32,
+    /// How long a request waits for its answer to begin, and then for each next piece of it.
+    #[schemars(range(min = 1))]
     pub request_timeout_ms: u64,
+    /// How long a streamed answer may send nothing before it is given up.
+    #[schemars(range(min = 1))]
     pub stream_idle_timeout_ms: u64,
     /// Loop levels whose artifact waits for the user's approval before children spawn.
+    #[schemars(extend("items" = { "type": "string", "enum": LEVELS }))]
     pub review_gates: Vec<String>,
     /// Loops this host runs at once.
+    #[schemars(range(min = 1))]
     pub max_concurrent_loops: u32,
     /// Review passes a plan goes through before it counts as ready (0 turns them off).
+    #[schemars(range(min = 0, max = 5))]
     pub plan_review_passes: u32,
     /// Whether a spec gets one judged review before it counts as ready.
     pub spec_review: bool,
     /// Validation runs a code loop may use before it fails.
+    #[schemars(range(min = 1))]
     pub code_max_iterations: u32,
     /// How long a phase's validation command may run.
+    #[schemars(range(min = 1))]
     pub validation_timeout_secs: u64,
-    /// Per kind of change (write, edit, command): "ask" the user or accept ("auto").
+    /// Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept
+    /// ("auto").
     pub approvals: ApprovalSettings,
     /// Regular expressions; a matching command runs without asking.
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of regular expressions"))]
     pub allow_commands: Vec<String>,
     /// Regular expressions; a matching command never runs, whatever is approved.
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of regular expressions"))]
     pub deny_commands: Vec<String>,
     /// Globs on file names; matching files are never read or written by tools.
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of globs"))]
     pub secret_patterns: Vec<String>,
     /// How long a `run_command` may run unless the model asks for less.
+    #[schemars(range(min = 1))]
     pub command_timeout_secs: u64,
     /// Whether loops may fetch web pages (`web_fetch`); off unless enabled.
     pub web_fetch: bool,
     /// The sandbox commands run in.
     pub sandbox: SandboxSettings,
     /// Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of host names"))]
     pub web_fetch_allow_hosts: Vec<String>,
     /// The project's rules files, relative to its root, read into every loop's system prompt
     /// (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).
+    #[schemars(
+        inner(length(min = 1)),
+        extend("x-expects" = "a list of paths relative to the project root")
+    )]
     pub rules_files: Vec<String>,
     /// Bytes of rules a system prompt takes at most; the rest is cut, with a note.
     pub rules_max_bytes: u32,
     /// USD per million tokens by model id (or its start), over the defaults.
+    #[schemars(extend("propertyNames" = { "minLength": 1 }))]
     pub prices: BTreeMap<String, Price>,
     /// The spend of each plan tree after which its loops pause until approved.
     pub budget: Budget,
@@ -171,17 +224,33 @@ pub const DEFAULT_RULES_FILES: [&str; 4] = [
 /// even with a small model's window.
 const MIN_CONTEXT_BUDGET: u32 = 1024;
 
+/// The settings' JSON schema, made once: `check` reads the limits from it.
+static SCHEMA: LazyLock<serde_json::Value> =
+    LazyLock::new(|| serde_json::to_value(schemars::schema_for!(LoopSettings)).unwrap_or_default());
+
+/// The JSON schema of the settings, for shells that generate their checks, types and
+/// documentation from it.
+pub fn settings_schema() -> serde_json::Value {
+    SCHEMA.clone()
+}
+
 const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
 pub const MODEL_LEVELS: [&str; 5] = ["plan", "spec", "phase", "review", "code"];
 
 /// A model per level; unset levels use `model`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LevelModels {
+    #[schemars(length(min = 1))]
     pub plan: Option<String>,
+    #[schemars(length(min = 1))]
     pub spec: Option<String>,
+    #[schemars(length(min = 1))]
     pub phase: Option<String>,
+    /// Review passes of plans and specs.
+    #[schemars(length(min = 1))]
     pub review: Option<String>,
+    #[schemars(length(min = 1))]
     pub code: Option<String>,
 }
 
@@ -205,12 +274,6 @@ impl LoopSettings {
         for level in MODEL_LEVELS {
             self.model_for(level)?;
         }
-        if self.num_ctx == Some(0) {
-            return Err("num_ctx must be at least 1".to_owned());
-        }
-        if self.max_parallel_requests == Some(0) {
-            return Err("max_parallel_requests must be at least 1".to_owned());
-        }
         if let Some(name) = self.api_key_env.as_deref()
             && !name.is_empty()
             && !crate::llm::is_provider_variable(name)
@@ -220,23 +283,6 @@ impl LoopSettings {
                  only those, and keeps them from the commands it runs)"
             ));
         }
-        if self.max_tokens == Some(0) {
-            return Err("max_tokens must be at least 1".to_owned());
-        }
-        for (name, value) in [
-            ("max_turns", u64::from(self.max_turns)),
-            ("context_keep_turns", u64::from(self.context_keep_turns)),
-            ("request_timeout_ms", self.request_timeout_ms),
-            ("stream_idle_timeout_ms", self.stream_idle_timeout_ms),
-            ("max_concurrent_loops", u64::from(self.max_concurrent_loops)),
-            ("code_max_iterations", u64::from(self.code_max_iterations)),
-            ("validation_timeout_secs", self.validation_timeout_secs),
-            ("command_timeout_secs", self.command_timeout_secs),
-        ] {
-            if value == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
         if let Some(budget) = self.context_budget
             && budget < MIN_CONTEXT_BUDGET
         {
@@ -245,6 +291,7 @@ impl LoopSettings {
                  system prompt and the tools alone take more)"
             ));
         }
+        self.check_ranges()?;
         self.tool_policy()?;
         PolicyApprover::new(
             self.approvals.clone(),
@@ -256,9 +303,6 @@ impl LoopSettings {
         PriceTable::check(&self.prices)?;
         self.budget.check()?;
         self.mcp.check()?;
-        if self.plan_review_passes > 5 {
-            return Err("plan_review_passes must be between 0 and 5".to_owned());
-        }
         if let Some(level) = self
             .review_gates
             .iter()
@@ -267,6 +311,35 @@ impl LoopSettings {
             return Err(format!(
                 "review_gates has {level:?}; use any of \"plan\", \"spec\", \"phase\""
             ));
+        }
+        Ok(())
+    }
+
+    /// Every number within the limits its schema gives (`minimum`, `maximum`): the schema's
+    /// attributes are the one statement of those limits, for this check and for the shells.
+    fn check_ranges(&self) -> Result<(), String> {
+        let values = serde_json::to_value(self).map_err(|err| err.to_string())?;
+        let Some(properties) = SCHEMA.get("properties").and_then(|p| p.as_object()) else {
+            return Ok(());
+        };
+        for (name, property) in properties {
+            let Some(value) = values.get(name).and_then(serde_json::Value::as_f64) else {
+                continue;
+            };
+            let bound = |key: &str| property.get(key).and_then(serde_json::Value::as_f64);
+            let (minimum, maximum) = (bound("minimum"), bound("maximum"));
+            let below = minimum.is_some_and(|minimum| value < minimum);
+            let above = maximum.is_some_and(|maximum| value > maximum);
+            if !(below || above) {
+                continue;
+            }
+            return Err(match (minimum, maximum) {
+                (Some(minimum), Some(maximum)) => {
+                    format!("{name} must be between {minimum} and {maximum}")
+                }
+                (Some(minimum), None) => format!("{name} must be at least {minimum}"),
+                (None, maximum) => format!("{name} must be at most {}", maximum.unwrap_or(value)),
+            });
         }
         Ok(())
     }
@@ -493,6 +566,39 @@ mod tests {
         let read = LoopSettings::from_stored(&stored);
         assert_eq!(read, now);
         assert_eq!((read.max_tokens, read.context_budget), (None, None));
+    }
+
+    #[test]
+    fn numbers_are_held_to_the_limits_of_the_schema() {
+        let cases = [
+            (
+                LoopSettings {
+                    num_ctx: Some(0),
+                    ..LoopSettings::default()
+                },
+                "num_ctx must be at least 1",
+            ),
+            (
+                LoopSettings {
+                    plan_review_passes: 6,
+                    ..LoopSettings::default()
+                },
+                "plan_review_passes must be between 0 and 5",
+            ),
+            (
+                LoopSettings {
+                    command_timeout_secs: 0,
+                    ..LoopSettings::default()
+                },
+                "command_timeout_secs must be at least 1",
+            ),
+        ];
+        for (settings, expected) in cases {
+            assert_eq!(settings.check(), Err(expected.to_owned()));
+        }
+        let schema = settings_schema();
+        assert_eq!(schema["properties"]["max_turns"]["minimum"], 1);
+        assert_eq!(schema["properties"]["plan_review_passes"]["maximum"], 5);
     }
 
     #[test]

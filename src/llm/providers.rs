@@ -13,7 +13,10 @@ use super::ollama::{OllamaClient, OllamaConfig};
 use super::openai::{OpenAiClient, OpenAiConfig};
 use super::{ApiKey, LlmError, LlmProvider, RetryPolicy, ToolChoice};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Who answers a loop's requests.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderName {
     #[default]

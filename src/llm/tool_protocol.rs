@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol a loop's model calls tools with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolProtocol {
     /// The provider's tool calling (Anthropic tool_use, OpenAI tool_calls, Ollama tools).
@@ -45,7 +47,7 @@ impl ToolProtocol {
 /// Whether the request tells the server to use its tools (OpenAI's `tool_choice`). Some
 /// servers put the tools into the prompt only when it is sent (llama-cpp-python); without it
 /// they leave the choice to the model, as every server does when the field is missing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
     /// The model calls tools or answers in text, as it decides.
@@ -64,7 +66,9 @@ impl ToolChoice {
 }
 
 /// How calls are written inside the `action` section of the `xml` and `markdown` protocols.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolFormat {
     /// `{"tool": NAME, "args": {...}}`, or an array of them.

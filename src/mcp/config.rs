@@ -14,30 +14,46 @@ pub const MCP_LEVELS: [&str; 4] = ["plan", "spec", "phase", "code"];
 /// Longest tool name the providers accept (Anthropic and OpenAI: 64).
 const MAX_TOOL_NAME: usize = 64;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpSettings {
     /// By server name, which prefixes its tools (`name__tool`).
+    #[schemars(extend("propertyNames" = { "pattern": "^[A-Za-z0-9_-]+$" }))]
     pub servers: BTreeMap<String, McpServerConfig>,
 }
 
 /// One server: a command speaking MCP over stdio, or the URL of a streamable HTTP server.
 /// `Debug` names its `env` variables, never their values.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
+#[schemars(
+    extend("oneOf" = [{ "required": ["command"] }, { "required": ["url"] }]),
+    description = "One server: a command speaking MCP over stdio, or the URL of a streamable HTTP \
+                   server."
+)]
 pub struct McpServerConfig {
+    /// A program speaking MCP over stdio (started in the project root).
+    #[schemars(length(min = 1))]
     pub command: Option<String>,
     pub args: Vec<String>,
     /// Variables set for the command, over the allow-listed ones of the host. Their values
     /// are secrets (tokens): a loop's stored settings keep only the names, and a loop takes
     /// the values from the user's current settings (`McpSettings::with_current_env`).
+    #[schemars(
+        description = "Variables set for the command, over the allow-listed ones of the host."
+    )]
     pub env: BTreeMap<String, String>,
+    /// A streamable HTTP server instead of a command.
+    #[schemars(length(min = 1))]
     pub url: Option<String>,
     /// The loop levels offered the server's tools; planning levels get only `read_only_tools`.
+    #[schemars(extend("items" = { "type": "string", "enum": MCP_LEVELS }))]
     pub levels: Vec<String>,
     /// Tools the user vouches only read: offered to planning levels, and called without asking.
+    #[schemars(inner(length(min = 1)))]
     pub read_only_tools: Vec<String>,
     /// How long a call (or a start) may take before the model is told it timed out.
+    #[schemars(range(min = 1))]
     pub timeout_secs: u64,
 }
 

@@ -38,25 +38,32 @@ const INSTALL_REMEDY: &str = "install bubblewrap (Debian, Ubuntu: apt install bu
      to confine them";
 
 /// Which mechanism to use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxMode {
     /// The best one available.
     #[default]
     Auto,
+    /// Bubblewrap only.
     Bubblewrap,
+    /// Landlock only.
     Landlock,
     /// No sandbox: every command is asked about, whatever the approval settings.
     Off,
 }
 
 /// `sandbox = { ... }` of the settings.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxSettings {
+    /// Which sandbox commands run in: "auto" is bubblewrap where it works, else Landlock with
+    /// namespaces, else none.
     pub mode: SandboxMode,
     /// Paths commands may write besides the project root and their `/tmp` (absolute, or
     /// starting with `~/`), e.g. a cargo or npm cache.
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of absolute paths"))]
     pub writable: Vec<String>,
     /// Whether commands may use the network.
     pub network: bool,
@@ -64,6 +71,7 @@ pub struct SandboxSettings {
     pub allow_git: bool,
     /// Environment variables passed to commands besides the default allow-list (never one
     /// that looks like a secret).
+    #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of variable names"))]
     pub env: Vec<String>,
 }
 

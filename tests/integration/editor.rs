@@ -92,6 +92,62 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
     editor.quit().await;
 }
 
+/// The option table is generated from the host's definitions: what setup() accepts and
+/// says it expects is what the host accepts (the sandbox's "landlock" included), and the host
+/// gets each option unless its default applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_accepts_what_the_host_defines_and_passes_on_only_what_differs() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let checked: Value = editor
+        .lua(
+            "local config = require('loopr.config')
+             local _, wrong = config.validate({ sandbox = { mode = 'jail' } })
+             return { landlock = config.validate({ sandbox = { mode = 'landlock' } }),
+                      wrong = wrong,
+                      both = config.validate({ mcp = { servers = { a = { command = 'x', url = 'http://h' } } } }),
+                      named = config.validate({ mcp = { servers = { ['a b'] = { command = 'x' } } } }) }",
+        )
+        .await;
+    assert_eq!(checked["landlock"], true, "{checked}");
+    assert!(
+        checked["wrong"]
+            .as_str()
+            .is_some_and(|err| err.contains("\"landlock\"")
+                && err.starts_with("Loopr: setup(): option sandbox expects")),
+        "{checked}"
+    );
+    assert_eq!(
+        checked["both"], false,
+        "a server is a command or a URL: {checked}"
+    );
+    assert_eq!(checked["named"], false, "server names are plain: {checked}");
+    let sent: Value = editor
+        .lua(
+            "local config = require('loopr.config')
+             assert(config.setup({ approvals = { write = 'ask' }, max_turns = 9,
+                                   mcp = { servers = { a = { command = 'x', args = {}, env = {} } } } }))
+             local settings = config.settings()
+             return { approvals = settings.approvals == nil, prices = settings.prices == nil,
+                      layout = settings.layout == nil, max_turns = settings.max_turns,
+                      server = settings.mcp.servers.a }",
+        )
+        .await;
+    assert_eq!(sent["approvals"], true, "the default is the host's: {sent}");
+    assert_eq!(sent["prices"], true, "an empty table is left out: {sent}");
+    assert_eq!(
+        sent["layout"], true,
+        "editor options stay in Neovim: {sent}"
+    );
+    assert_eq!(sent["max_turns"], 9, "{sent}");
+    assert_eq!(
+        sent["server"],
+        serde_json::json!({ "command": "x" }),
+        "{sent}"
+    );
+    editor.quit().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_md_opens_without_pulling_the_user_out_of_insert_mode() {
     let fake = FakeLlm::start().await;
@@ -317,10 +373,13 @@ async fn a_missing_binary_is_reported_with_the_build_command() {
     let editor = start_editor(&fake, "{}").await;
     // A copy of the plugin without target/, and a PATH without loopr.
     let plugin = editor.dirs.home.join("plugin-copy");
-    for dir in ["lua/loopr", "plugin"] {
+    for dir in ["lua/loopr", "lua/loopr/generated", "plugin"] {
         std::fs::create_dir_all(plugin.join(dir)).expect("mkdir");
         for entry in std::fs::read_dir(crate::nvim::plugin_root().join(dir)).expect("read_dir") {
             let entry = entry.expect("entry");
+            if entry.path().is_dir() {
+                continue;
+            }
             std::fs::copy(entry.path(), plugin.join(dir).join(entry.file_name())).expect("copy");
         }
     }
