@@ -8,6 +8,7 @@ mod host_lock;
 mod layout;
 mod leftovers;
 mod records;
+mod rules;
 mod stored_settings;
 
 pub use append_log::{AppendLog, LogLines};
@@ -23,3 +24,7 @@ pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
+pub use rules::{
+    Purpose, Standing, UNDONE_NOTE_PREFIX, awaits_approval, runnable_phase, undone,
+    waits_for_budget,
+};

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
+use super::StandingReply;
 use crate::agent::LoopEvent;
+use crate::store::Standing;
 
 /// Events as `require('loopr.events').dispatch` receives them.
 #[derive(Debug, Serialize)]
@@ -15,6 +17,8 @@ pub enum EventMessage {
         status: &'static str,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        #[serde(flatten)]
+        standing: StandingReply,
     },
     Progress {
         loop_id: String,
@@ -29,6 +33,8 @@ pub enum EventMessage {
         path: String,
         json_path: String,
         iteration: u32,
+        /// The loop's stored settings make it wait for review of this artifact.
+        gated: bool,
     },
     ApprovalRequested {
         id: u64,
@@ -68,6 +74,7 @@ impl From<LoopEvent> for EventMessage {
                 id: id.to_string(),
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
+                standing: Standing::of(status, error.as_deref()).into(),
                 error,
             },
             LoopEvent::Progress {
@@ -85,12 +92,14 @@ impl From<LoopEvent> for EventMessage {
                 markdown_path,
                 json_path,
                 iteration,
+                gated,
             } => EventMessage::ArtifactCreated {
                 loop_id: loop_id.to_string(),
                 kind: kind.as_str(),
                 path: markdown_path.to_string_lossy().into_owned(),
                 json_path: json_path.to_string_lossy().into_owned(),
                 iteration,
+                gated,
             },
             LoopEvent::ApprovalRequested { id, request } => EventMessage::ApprovalRequested {
                 id,

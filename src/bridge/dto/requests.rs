@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::msgpack::params;
 use crate::agent::{LoopSettings, PhaseSelector};
-use crate::store::{LoopRecord, LoopStatus};
+use crate::store::Purpose;
 use crate::tools::Decision;
 
 #[derive(Debug, Deserialize)]
@@ -191,28 +191,10 @@ pub struct ReviseParams {
 #[serde(deny_unknown_fields)]
 pub struct LoopIdsParams {
     pub root: PathBuf,
-    /// Only loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
-    /// interrupted.
+    /// Only the loops this action takes (`"approve"`, `"cancel"`, `"retry"`, `"run"`), as the
+    /// host's rules say; every loop without one.
     #[serde(default)]
-    pub running_only: bool,
-    /// Only loops `:LooprApprove` takes: awaiting approval, or paused or held at a budget.
-    #[serde(default)]
-    pub awaiting_only: bool,
-}
-
-impl LoopIdsParams {
-    pub fn matches(&self, record: &LoopRecord) -> bool {
-        if self.awaiting_only {
-            matches!(
-                record.status,
-                LoopStatus::AwaitingApproval | LoopStatus::Paused
-            ) || crate::store::held_at_budget(record)
-        } else if self.running_only {
-            record.status.is_active() || record.status == LoopStatus::Interrupted
-        } else {
-            true
-        }
-    }
+    pub purpose: Option<Purpose>,
 }
 
 #[derive(Debug, Deserialize)]
