@@ -14,8 +14,8 @@ mod budget;
 mod owners;
 mod tree;
 
-pub use budget::{Held, Paused, TreeSpend, WentOn, held_at_budget};
-pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange, approvable, retryable};
+pub use budget::{Held, Paused, TreeSpend, WentOn};
+pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

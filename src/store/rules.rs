@@ -68,6 +68,26 @@ pub fn awaits_approval(record: &LoopRecord) -> bool {
     Standing::of(record.status, record.error.as_deref()).awaits_approval
 }
 
+/// A loop whose artifact the user may approve: one awaiting approval, or an artifact loop
+/// whose revision or review failed after an earlier iteration produced an artifact (its last
+/// good one).
+pub fn approvable(record: &LoopRecord) -> bool {
+    record.status == LoopStatus::AwaitingApproval
+        || (record.status == LoopStatus::Failed
+            && record.iteration > 0
+            && record.loop_type != LoopType::Code)
+}
+
+/// A loop that may run again with the user's feedback: it has produced its artifact (a code
+/// loop needs none: its feedback starts a new iteration) and it is neither running, nor
+/// waiting to run, nor stale.
+pub fn revisable(record: &LoopRecord) -> bool {
+    !matches!(
+        record.status,
+        LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
+    ) && (record.iteration > 0 || record.loop_type == LoopType::Code)
+}
+
 /// A phase loop a code loop may start for: its artifact exists and is approved (a phase that
 /// waits for review, or was invalidated, may not run).
 pub fn runnable_phase(record: &LoopRecord) -> bool {

@@ -248,7 +248,7 @@ async fn marked(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_and_cancel_completions_offer_exactly_the_loops_those_commands_take() {
     let fake = FakeLlm::start().await;
-    let mut editor = start_editor(&fake, "{}").await;
+    let editor = start_editor(&fake, "{}").await;
 
     let loops = record_loops_of_every_kind(&editor).await;
     let offered = offered_by(&editor, "complete_retryable_ids", &loops).await;

@@ -10,6 +10,7 @@ use super::tree::{Checked, Refused, StatusChange, descendants_in, loop_in, recor
 use super::{LoopDb, SELECT_RECORD, StoreError, model_usage, sql_count};
 use crate::pricing::{Grant, ModelUsage};
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, now_rfc3339};
+use crate::store::rules::waits_for_budget;
 
 /// A plan tree's spend: its root, the tokens of all its loops per model, and what it had
 /// spent at the user's last grant past its budget.
@@ -46,18 +47,6 @@ pub struct WentOn {
     pub standing: String,
     /// Its paused loops, pending again, and its held loops, no longer held.
     pub changes: Vec<StatusChange>,
-}
-
-/// A pending loop the scheduler holds back because its plan tree reached its budget: its
-/// `error` says so (a pending loop has no other error), until an approval or a budget that
-/// allows more clears it, or the scheduler starts it.
-pub fn held_at_budget(record: &LoopRecord) -> bool {
-    record.status == LoopStatus::Pending && record.error.is_some()
-}
-
-/// A loop that waits for its plan tree's budget: paused, or held before it started.
-fn waits_for_budget(record: &LoopRecord) -> bool {
-    record.status == LoopStatus::Paused || held_at_budget(record)
 }
 
 impl LoopDb {
@@ -309,6 +298,7 @@ mod tests {
     use super::super::tests::open;
     use super::super::tree::tests::{expected, id, insert_all, node, spent, statuses};
     use super::*;
+    use crate::store::rules::held_at_budget;
 
     #[test]
     fn a_tree_spends_as_one_pauses_once_and_resumes_as_a_whole_from_a_grant() {

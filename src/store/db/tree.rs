@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::{LoopDb, RawRecord, SELECT_RECORD, StoreError, insert_row, store_to_sqlite};
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
+use crate::store::rules::{approvable, retryable, revisable};
 
 /// Why the store refused to change a loop: the state it found, read in the same transaction
 /// as the refused change.
@@ -57,33 +58,6 @@ impl CancelledTree {
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty() && self.running.is_empty()
     }
-}
-
-/// A loop the user may approve: one awaiting approval, or an artifact loop whose revision or
-/// review failed after an earlier iteration produced an artifact (its last good one).
-pub fn approvable(record: &LoopRecord) -> bool {
-    record.status == LoopStatus::AwaitingApproval
-        || (record.status == LoopStatus::Failed
-            && record.iteration > 0
-            && record.loop_type != LoopType::Code)
-}
-
-/// A loop that may run again with the user's feedback: it has produced its artifact (a code
-/// loop needs none: its feedback starts a new iteration) and it is neither running, nor
-/// waiting to run, nor stale.
-fn revisable(record: &LoopRecord) -> bool {
-    !matches!(
-        record.status,
-        LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
-    ) && (record.iteration > 0 || record.loop_type == LoopType::Code)
-}
-
-/// A loop that ended without success, which `:LooprRetry` can run again.
-pub fn retryable(status: LoopStatus) -> bool {
-    matches!(
-        status,
-        LoopStatus::Failed | LoopStatus::Cancelled | LoopStatus::Interrupted
-    )
 }
 
 /// Why `insert_code_loop` inserted nothing.
@@ -252,9 +226,9 @@ impl LoopDb {
         })
     }
 
-    /// Makes a loop that ended without success (`retryable`) pending again, owned by
-    /// `host_pid`; also one interrupted, running in the store for a host that is gone
-    /// (`host_is_gone(owner)`). Refused in any other state.
+    /// Makes a loop that ended without success (`retryable`, as the user sees it: one running
+    /// in the store for a host that is gone, `host_is_gone(owner)`, is interrupted) pending
+    /// again, owned by `host_pid`. Refused in any other state.
     pub fn retry(
         &self,
         id: &LoopId,
@@ -268,7 +242,12 @@ impl LoopDb {
             };
             let interrupted =
                 record.status == LoopStatus::Running && host_is_gone(owner_in(transaction, id)?);
-            if !retryable(record.status) && !interrupted {
+            let seen = if interrupted {
+                LoopStatus::Interrupted
+            } else {
+                record.status
+            };
+            if !retryable(seen) {
                 return Ok(Checked::Refused(Refused {
                     status: record.status,
                     cancel_requested,
@@ -304,14 +283,12 @@ impl LoopDb {
             let mut cancelled = Vec::new();
             let mut outcome = CancelledTree::default();
             for record in tree {
-                let host_stops_it = match record.status {
-                    LoopStatus::Pending | LoopStatus::AwaitingApproval | LoopStatus::Paused => {
-                        false
-                    }
-                    // A host that is gone never will: the loop is cancelled here.
-                    LoopStatus::Running => !host_is_gone(owner_in(transaction, &record.id)?),
-                    _ => continue,
-                };
+                if !record.status.is_cancellable() {
+                    continue;
+                }
+                // A host that is gone never will stop its loop: it is cancelled here.
+                let host_stops_it = record.status == LoopStatus::Running
+                    && !host_is_gone(owner_in(transaction, &record.id)?);
                 if host_stops_it {
                     transaction.execute(
                         "UPDATE loops SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1",
