@@ -5,7 +5,7 @@
 //! functions, so no shell keeps a copy of a rule (the Neovim plugin reads the answers off the
 //! wire).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::records::{LoopRecord, LoopStatus, LoopType};
 
@@ -102,20 +102,23 @@ pub fn undone(error: Option<&str>) -> bool {
 }
 
 /// Where a loop stands, as its status (as seen) and its error note say: what it waits for and
-/// what the user may do with it. The shells show these answers and keep no rule of their own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// what the user may do with it. The shells show these answers and keep no rule of their own
+/// (the Neovim shell sends them, as they are, with every loop record and status event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Standing {
-    /// Waits for the user's approval (`awaits_approval`).
+    /// An approval without a loop named takes it: it awaits review, or its plan tree's
+    /// budget (`awaits_approval`).
     pub awaits_approval: bool,
     /// Not finished (`LoopStatus::is_active`).
     pub active: bool,
-    /// Nothing under way for it (`LoopStatus::is_idle`).
+    /// Neither running nor waiting to run: what it last reported is over
+    /// (`LoopStatus::is_idle`).
     pub idle: bool,
     /// A cancel ends it (`LoopStatus::is_cancellable`).
     pub cancellable: bool,
     /// A retry runs it again (`retryable`).
     pub retryable: bool,
-    /// Its changes were undone (`undone`).
+    /// Its changes were undone; it keeps its status (`undone`).
     pub undone: bool,
 }
 

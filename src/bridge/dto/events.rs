@@ -2,7 +2,6 @@
 
 use serde::Serialize;
 
-use super::StandingReply;
 use crate::agent::LoopEvent;
 use crate::store::Standing;
 
@@ -17,8 +16,9 @@ pub enum EventMessage {
         status: &'static str,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// What the host's loop rules answer for the loop: the plugin keeps no copy of a rule.
         #[serde(flatten)]
-        standing: StandingReply,
+        standing: Standing,
     },
     Progress {
         loop_id: String,
@@ -74,7 +74,7 @@ impl From<LoopEvent> for EventMessage {
                 id: id.to_string(),
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
-                standing: Standing::of(status, error.as_deref()).into(),
+                standing: Standing::of(status, error.as_deref()),
                 error,
             },
             LoopEvent::Progress {

@@ -284,47 +284,9 @@ pub struct LoopRecordReply {
     pub spend: SpendReply,
     /// What the plan tree spent, on the tree's root only.
     pub tree: Option<SpendReply>,
+    /// What the host's loop rules answer for it: the plugin keeps no copy of a rule.
     #[serde(flatten)]
-    pub standing: StandingReply,
-}
-
-/// Where a loop stands by the host's rules (`crate::store::Standing`), sent with every loop
-/// record and status event so that the plugin keeps no copy of a rule.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct StandingReply {
-    /// `:LooprApprove` takes it: it awaits review, or its tree's budget.
-    pub awaits_approval: bool,
-    /// Not finished.
-    pub active: bool,
-    /// Neither running nor waiting to run: its progress is over.
-    pub idle: bool,
-    /// `:LooprCancel` ends it.
-    pub cancellable: bool,
-    /// `:LooprRetry` runs it again.
-    pub retryable: bool,
-    /// Its changes were undone; it keeps its status.
-    pub undone: bool,
-}
-
-impl From<Standing> for StandingReply {
-    fn from(standing: Standing) -> StandingReply {
-        let Standing {
-            awaits_approval,
-            active,
-            idle,
-            cancellable,
-            retryable,
-            undone,
-        } = standing;
-        StandingReply {
-            awaits_approval,
-            active,
-            idle,
-            cancellable,
-            retryable,
-            undone,
-        }
-    }
+    pub standing: Standing,
 }
 
 /// Tokens of every kind, and their estimated cost.
@@ -372,7 +334,7 @@ impl LoopRecordReply {
 impl From<LoopRecord> for LoopRecordReply {
     fn from(record: LoopRecord) -> LoopRecordReply {
         LoopRecordReply {
-            standing: Standing::of_record(&record).into(),
+            standing: Standing::of_record(&record),
             artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),
