@@ -2,8 +2,8 @@
 //! loop reaches, which ones run or wait, and which were undone. Every rule reads a loop as the
 //! user sees it (a running loop whose host is gone is `Interrupted`). The store's transactions,
 //! the manager's choice of a default loop and the shells' replies and events all ask these
-//! functions, so no shell keeps a copy of a rule (the Neovim plugin reads the answers off the
-//! wire).
+//! functions, so no shell keeps a copy of a rule (a shell that cannot call them, across a
+//! process boundary, is sent their answers).
 
 use serde::{Deserialize, Serialize};
 
@@ -103,7 +103,7 @@ pub fn undone(error: Option<&str>) -> bool {
 
 /// Where a loop stands, as its status (as seen) and its error note say: what it waits for and
 /// what the user may do with it. The shells show these answers and keep no rule of their own
-/// (the Neovim shell sends them, as they are, with every loop record and status event).
+/// (serialised as they are with every loop record and status event a shell sends on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Standing {
     /// An approval without a loop named takes it: it awaits review, or its plan tree's
