@@ -8,6 +8,7 @@ mod host_lock;
 mod layout;
 mod leftovers;
 mod records;
+mod rules;
 mod stored_settings;
 
 pub use append_log::{AppendLog, LogLines};
@@ -17,9 +18,13 @@ pub use atomic::{
 };
 pub use db::{
     CancelledTree, CodeLoopRefused, Held, LoopDb, Paused, Refused, StatusChange, StoreError,
-    TreeSpend, WentOn, approvable, held_at_budget, retryable,
+    TreeSpend, WentOn,
 };
 pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
+pub use rules::{
+    Purpose, Standing, UNDONE_NOTE_PREFIX, approvable, awaits_approval, held_at_budget, retryable,
+    runnable_phase, undone, waits_for_budget,
+};

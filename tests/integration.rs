@@ -17,6 +17,7 @@ mod integration {
     mod editor;
     mod hierarchy;
     mod lifecycle;
+    mod loop_rules;
     // Needs the test MCP server: `--features test-mcp-server` (scripts/test.sh).
     #[cfg(feature = "test-mcp-server")]
     mod mcp;

@@ -13,6 +13,12 @@ local M = {}
 ---@field type string
 ---@field status string
 ---@field error? string|vim.NIL
+---@field awaits_approval boolean It waits for `:LooprApprove` (review, or its tree's budget).
+---@field active boolean Not finished.
+---@field idle boolean Neither running nor waiting to run: its progress is over.
+---@field cancellable boolean `:LooprCancel` ends it.
+---@field retryable boolean `:LooprRetry` runs it again.
+---@field undone boolean Its changes were undone (`:LooprUndo`); it keeps its status.
 
 ---@class loopr.ProgressEvent: loopr.Event
 ---@field loop_id string
@@ -25,6 +31,7 @@ local M = {}
 ---@field path string
 ---@field json_path string
 ---@field iteration integer
+---@field gated boolean The loop's own settings (not the current `setup()`) make it wait for review.
 
 ---@class loopr.ApprovalRequestedEvent: loopr.Event
 ---@field id integer
@@ -49,17 +56,6 @@ local M = {}
 ---@field loop_id string
 ---@field level "info"|"warn"|"error"
 ---@field message string
-
----Statuses of loops that do not run (now); their progress message goes.
-local IDLE = {
-  complete = true,
-  failed = true,
-  cancelled = true,
-  interrupted = true,
-  awaiting_approval = true,
-  invalidated = true,
-  paused = true,
-}
 
 ---@param pattern string
 ---@param data table
@@ -90,26 +86,20 @@ local function name_of(ev)
   return id
 end
 
----@param kind string
----@return boolean
-local function gated(kind)
-  return kind == 'plan' or vim.tbl_contains(require('loopr.config').get().review_gates, kind)
-end
-
 ---@type table<string, fun(ev: table)>
 local handlers = {}
 
 ---@param ev loopr.LoopUpdatedEvent
 function handlers.loop_updated(ev)
   local progress = require('loopr.progress')
-  if IDLE[ev.status] then
+  if ev.idle then
     progress.clear(ev.id)
   elseif ev.status == 'running' then
     -- Visible in statuslines before the loop's first progress message.
     progress.touch(ev.id, ('%s running'):format(ev.type or 'loop'))
   end
   -- An undone loop keeps its status; its note says so, and `:LooprUndo` reported it already.
-  if ev.status == 'failed' and not (str(ev.error) or ''):match('^undone:') then
+  if ev.status == 'failed' and not ev.undone then
     notify.notify(
       ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
       vim.log.levels.ERROR
@@ -139,10 +129,11 @@ end
 
 ---@param ev loopr.ArtifactCreatedEvent
 function handlers.artifact_created(ev)
-  -- Only artifacts that wait for review open; ungated specs and phases flow on, except that
-  -- a revision replaces the older iteration where a window shows it.
+  -- Only artifacts that wait for review (as the loop's stored settings say) open, and plans,
+  -- which the user always gets to read; ungated specs and phases flow on, except that a
+  -- revision replaces the older iteration where a window shows it.
   local ui = require('loopr.ui')
-  if gated(ev.kind) then
+  if ev.gated or ev.kind == 'plan' then
     ui.open_artifact(ev.path, require('loopr.config').get().layout)
   else
     ui.replace_older(ev.path)

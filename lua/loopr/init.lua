@@ -233,7 +233,7 @@ function M.approve(id, opts, on_done)
     return approve(id)
   end
   with_record_of(root, here.loop_id, function(r)
-    approve((r and r.status == 'awaiting_approval') and r.id or nil)
+    approve((r and r.awaits_approval) and r.id or nil)
   end)
 end
 
@@ -458,21 +458,31 @@ local function starting_with(items, arglead)
   end, items)
 end
 
+---@alias loopr.Purpose "approve"|"cancel"|"retry"|"run"
+
+---The ids of the project's loops that the host says `purpose` takes (every loop without one)
+---and that start with `arglead`.
+---@param arglead string|nil
+---@param purpose? loopr.Purpose
+---@return string[]
+local function loop_ids_for(arglead, purpose)
+  local ids = require('loopr.host').request('loop_ids', { root = config.root(), purpose = purpose })
+  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+end
+
 ---Complete ids of loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
 ---interrupted.
 ---@param arglead string
 ---@return string[]
 function M.complete_loop_ids(arglead)
-  local ids = require('loopr.host').request('loop_ids', { root = config.root(), running_only = true })
-  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+  return loop_ids_for(arglead, 'cancel')
 end
 
 ---Complete the ids of every loop of the project (for `:LooprTranscript`).
 ---@param arglead string
 ---@return string[]
 function M.complete_all_loop_ids(arglead)
-  local ids = require('loopr.host').request('loop_ids', { root = config.root() })
-  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+  return loop_ids_for(arglead, nil)
 end
 
 ---Complete ids of loops awaiting approval, or paused or held at their plan tree's budget (for
@@ -480,8 +490,7 @@ end
 ---@param arglead string
 ---@return string[]
 function M.complete_awaiting_ids(arglead)
-  local ids = require('loopr.host').request('loop_ids', { root = config.root(), awaiting_only = true })
-  return starting_with(type(ids) == 'table' and ids or {}, arglead)
+  return loop_ids_for(arglead, 'approve')
 end
 
 ---Complete names of current (not invalidated) phases (for `:LooprTasks`, `:LooprRun`,
@@ -498,14 +507,7 @@ end
 ---@param arglead string
 ---@return string[]
 function M.complete_retryable_ids(arglead)
-  local rows = require('loopr.host').request('status', { root = config.root() })
-  local ids = {}
-  for _, r in ipairs(type(rows) == 'table' and rows or {}) do
-    if r.status == 'failed' or r.status == 'cancelled' or r.status == 'interrupted' then
-      table.insert(ids, r.id)
-    end
-  end
-  return starting_with(ids, arglead)
+  return loop_ids_for(arglead, 'retry')
 end
 
 return M

@@ -8,10 +8,6 @@ local NAME_WIDTH = 40
 local INDENT = '  '
 local MIN_HEIGHT = 3
 local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
----Statuses of loops a cancel ends: those that still run or wait (the host's
----`LoopStatus::is_active`), and interrupted ones, which it ends for good.
-local CANCELLABLE =
-  { pending = true, running = true, awaiting_approval = true, paused = true, interrupted = true }
 
 -- Highlight groups, linked by default so that colour schemes can restyle them.
 vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
@@ -37,6 +33,12 @@ vim.api.nvim_set_hl(0, 'LooprStatusHint', { link = 'Comment', default = true })
 ---@field artifact_path string|vim.NIL Absolute path of the current .md.
 ---@field spend loopr.Spend What the loop spent.
 ---@field tree loopr.Spend|vim.NIL What its plan tree spent, on the tree's root only.
+---@field awaits_approval boolean It waits for `:LooprApprove` (review, or its tree's budget).
+---@field active boolean Not finished.
+---@field idle boolean Neither running nor waiting to run.
+---@field cancellable boolean `:LooprCancel` ends it.
+---@field retryable boolean `:LooprRetry` runs it again.
+---@field undone boolean Its changes were undone (`:LooprUndo`); it keeps its status.
 
 ---@class loopr.Spend
 ---@field input integer Input tokens read at full price.
@@ -390,7 +392,7 @@ local function cancellable_descendants(records, id)
   for _, r in ipairs(records) do
     if r and below[parent_of(r) or ''] then
       below[r.id] = true
-      if CANCELLABLE[r.status] then
+      if r.cancellable then
         table.insert(cancellable, r)
       end
     end

@@ -483,6 +483,7 @@ fn finish(
         markdown_path: artifacts.join(format!("{}.md", kind.as_str())),
         json_path,
         iteration,
+        gated: context.settings.gates(context.record.loop_type.as_str()),
     });
     Ok(ArtifactOutcome {
         iteration,

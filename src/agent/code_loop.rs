@@ -23,7 +23,7 @@ use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::{McpTools, Unavailable};
 use crate::next_step::NextStep;
 use crate::schema::input_schema_for;
-use crate::store::{LoopStatus, write_atomic};
+use crate::store::write_atomic;
 use crate::tools::{
     ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolRegistry, parse_input,
     redact_cut_start, run_recorded, unsandboxed_note,
@@ -524,12 +524,6 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
         .and_then(|record| jobs::parent_artifact::<PlanArtifact>(record, &context.layout).ok())
         .map(|(_, plan)| plan);
     prompts::code_task_message(&render_phase_markdown(phase), spec.as_ref(), plan.as_ref())
-}
-
-/// Whether a phase may get a code loop: its artifact exists and is approved (a phase that
-/// waits for review, or was invalidated, may not run).
-pub fn runnable_phase(status: LoopStatus, iteration: u32) -> bool {
-    iteration > 0 && status == LoopStatus::Complete
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@ pub enum LoopEvent {
         /// The structured JSON it was rendered from.
         json_path: PathBuf,
         iteration: u32,
+        /// The loop's own settings (`review_gates`, as stored when it started) make it wait
+        /// for the user's review of this artifact.
+        gated: bool,
     },
     /// A change waits for the user's decision (`InteractiveApprover::resolve`).
     ApprovalRequested { id: u64, request: ApprovalRequest },

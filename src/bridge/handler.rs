@@ -294,11 +294,10 @@ impl RpcHandler {
                 let params: LoopIdsParams = params(method, args)?;
                 let ids: Vec<String> = self
                     .manager
-                    .status(&params.root)
+                    .loop_ids(&params.root, params.purpose)
                     .map_err(manager_error)?
-                    .into_iter()
-                    .filter(|record| params.matches(record))
-                    .map(|record| record.id.to_string())
+                    .iter()
+                    .map(ToString::to_string)
                     .collect();
                 to_value(&ids)
             }

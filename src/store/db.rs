@@ -10,13 +10,12 @@ use super::stored_settings::{secrets_removed, settings_without_secrets};
 use crate::llm::Usage;
 use crate::pricing::ModelUsage;
 
+mod budget;
 mod owners;
 mod tree;
 
-pub use tree::{
-    CancelledTree, CodeLoopRefused, Held, Paused, Refused, StatusChange, TreeSpend, WentOn,
-    approvable, held_at_budget, retryable,
-};
+pub use budget::{Held, Paused, TreeSpend, WentOn};
+pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

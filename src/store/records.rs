@@ -140,17 +140,6 @@ impl LoopStatus {
             LoopStatus::Paused => "paused",
         }
     }
-
-    /// Not finished: running, or able to run or be approved later.
-    pub fn is_active(self) -> bool {
-        matches!(
-            self,
-            LoopStatus::Pending
-                | LoopStatus::Running
-                | LoopStatus::AwaitingApproval
-                | LoopStatus::Paused
-        )
-    }
 }
 
 impl FromStr for LoopStatus {

@@ -217,6 +217,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             markdown_path: artifact.to_path_buf(),
             json_path: artifact.with_extension("json"),
             iteration: 1,
+            gated: true,
         },
         LoopEvent::ApprovalRequested {
             id: 7,

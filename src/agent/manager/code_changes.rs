@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::baseline::{Baseline, ChangedHunk, UndoReport};
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
-use crate::store::{LoopId, LoopRecord, LoopType};
+use crate::store::{LoopId, LoopRecord, LoopType, UNDONE_NOTE_PREFIX, undone};
 
 impl LoopManager {
     /// What the newest code loop of `phase` changed, one entry per hunk. Blocking (it reads
@@ -53,11 +53,14 @@ impl LoopManager {
             "undid a code loop's changes"
         );
         if !report.restored.is_empty() {
-            let mut note = format!("undone: {} file(s) restored", report.restored.len());
+            let mut note = format!(
+                "{UNDONE_NOTE_PREFIX} {} file(s) restored",
+                report.restored.len()
+            );
             if !report.skipped.is_empty() {
                 note.push_str(&format!("; {} not restored", report.skipped.len()));
             }
-            if let Some(ended) = code.error.as_deref().filter(|e| !e.starts_with("undone:")) {
+            if let Some(ended) = code.error.as_deref().filter(|e| !undone(Some(e))) {
                 // The end's next step stays with the note, for the shells to word.
                 let (ended, next_step) = crate::next_step::split(ended);
                 note.push_str(&format!("; it had ended with: {ended}"));

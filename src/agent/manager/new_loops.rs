@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use super::{LoopManager, ManagerError};
-use crate::agent::code_loop::runnable_phase;
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
 use crate::agent::settings::LoopSettings;
-use crate::store::{CodeLoopRefused, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
+use crate::store::{
+    CodeLoopRefused, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, runnable_phase,
+};
 
 impl LoopManager {
     /// Starts a plan loop for `task` and returns its id at once; loops run in the background
@@ -49,13 +50,11 @@ impl LoopManager {
         let project = self.project(root)?;
         self.shared.mcp.use_current(&settings.mcp);
         let records = project.db.list()?;
-        let phase_record = resolve_phase(&records, phase, |record| {
-            runnable_phase(record.status, record.iteration)
-        })
-        .map_err(|err| match err {
-            PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
-            ambiguous => ManagerError::Phase(ambiguous),
-        })?;
+        let phase_record =
+            resolve_phase(&records, phase, runnable_phase).map_err(|err| match err {
+                PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
+                ambiguous => ManagerError::Phase(ambiguous),
+            })?;
         let record = LoopRecord {
             parent: Some(phase_record.id.clone()),
             name: phase_record.name.clone(),

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::{LoopManager, ManagerError, OnOpen, Project, lock};
 use crate::store::{
-    LoopDb, LoopStatus, ProjectLayout, held_at_budget, remove_if_leftover, sweep_state_dir,
+    LoopDb, LoopStatus, ProjectLayout, remove_if_leftover, sweep_state_dir, waits_for_budget,
 };
 
 /// What opening a project left to do.
@@ -93,9 +93,9 @@ impl LoopManager {
         let mut counts = ResumeCounts::default();
         for record in project.db.list()? {
             counts.active += usize::from(record.status.is_active());
-            if record.status == LoopStatus::Paused || held_at_budget(&record) {
+            if waits_for_budget(&record) {
                 counts.waiting_for_budget += 1;
-            } else if matches!(record.status, LoopStatus::Pending | LoopStatus::Running) {
+            } else if !record.status.is_idle() {
                 counts.resuming += 1;
             }
         }

@@ -9,7 +9,7 @@ use crate::agent::phases::{phase_selectors, resolve_phase};
 use crate::agent::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
 use crate::llm::Usage;
 use crate::pricing::{Cost, ModelUsage, PriceTable, total_usage};
-use crate::store::{LoopId, LoopRecord, LoopStatus};
+use crate::store::{LoopId, LoopRecord, LoopStatus, Purpose};
 
 /// One loop of a shell's status list.
 pub struct StatusRow {
@@ -56,6 +56,21 @@ impl LoopManager {
     pub fn status(&self, root: &Path) -> Result<Vec<LoopRecord>, ManagerError> {
         let project = self.project(root)?;
         self.seen(&project)
+    }
+
+    /// The ids of the project's loops, as `status` gives them, that `purpose` takes (every
+    /// loop without one), newest first.
+    pub fn loop_ids(
+        &self,
+        root: &Path,
+        purpose: Option<Purpose>,
+    ) -> Result<Vec<LoopId>, ManagerError> {
+        Ok(self
+            .status(root)?
+            .into_iter()
+            .filter(|record| purpose.is_none_or(|purpose| purpose.admits(record)))
+            .map(|record| record.id)
+            .collect())
     }
 
     pub(super) fn seen(&self, project: &Project) -> Result<Vec<LoopRecord>, ManagerError> {

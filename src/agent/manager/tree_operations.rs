@@ -9,7 +9,8 @@ use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
 use crate::pricing::{Grant, all_tokens, total_usage};
 use crate::store::{
-    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, held_at_budget, retryable,
+    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, awaits_approval, retryable,
+    waits_for_budget,
 };
 
 /// What a cancel did.
@@ -35,18 +36,10 @@ impl LoopManager {
                 .db
                 .list()?
                 .into_iter()
-                .find(|record| {
-                    matches!(
-                        record.status,
-                        LoopStatus::AwaitingApproval | LoopStatus::Paused
-                    ) || held_at_budget(record)
-                })
+                .find(awaits_approval)
                 .ok_or(ManagerError::NothingTo("awaiting approval"))?,
         };
-        if record.status == LoopStatus::Paused
-            || held_at_budget(&record)
-            || (record.parent.is_none() && !approvable(&record))
-        {
+        if waits_for_budget(&record) || (record.parent.is_none() && !approvable(&record)) {
             return self.resume_paused(&project, &record);
         }
         let wrong_state = |status: LoopStatus| ManagerError::WrongState {

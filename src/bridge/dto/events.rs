@@ -1,0 +1,139 @@
+//! The loop events as `require('loopr.events').dispatch` receives them.
+
+use serde::Serialize;
+
+use crate::agent::LoopEvent;
+use crate::store::Standing;
+
+/// Events as `require('loopr.events').dispatch` receives them.
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventMessage {
+    LoopUpdated {
+        id: String,
+        #[serde(rename = "type")]
+        loop_type: &'static str,
+        status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// What the host's loop rules answer for the loop: the plugin keeps no copy of a rule.
+        #[serde(flatten)]
+        standing: Standing,
+    },
+    Progress {
+        loop_id: String,
+        message: String,
+        /// The tokens of the answer under way so far (estimated), while the model answers.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+    },
+    ArtifactCreated {
+        loop_id: String,
+        kind: &'static str,
+        path: String,
+        json_path: String,
+        iteration: u32,
+        /// The loop's stored settings make it wait for review of this artifact.
+        gated: bool,
+    },
+    ApprovalRequested {
+        id: u64,
+        loop_id: String,
+        kind: &'static str,
+        tool: &'static str,
+        subject: String,
+        detail: String,
+    },
+    ApprovalClosed {
+        id: u64,
+    },
+    Validation {
+        loop_id: String,
+        phase: String,
+        iteration: u32,
+        passed: bool,
+        command: String,
+        output: String,
+    },
+    Notice {
+        loop_id: String,
+        level: &'static str,
+        message: String,
+    },
+}
+
+impl From<LoopEvent> for EventMessage {
+    fn from(event: LoopEvent) -> EventMessage {
+        match event {
+            LoopEvent::LoopUpdated {
+                id,
+                loop_type,
+                status,
+                error,
+            } => EventMessage::LoopUpdated {
+                id: id.to_string(),
+                loop_type: loop_type.as_str(),
+                status: status.as_str(),
+                standing: Standing::of(status, error.as_deref()),
+                error: error.as_deref().map(crate::bridge::words::hinted),
+            },
+            LoopEvent::Progress {
+                loop_id,
+                message,
+                tokens,
+            } => EventMessage::Progress {
+                loop_id: loop_id.to_string(),
+                message,
+                tokens,
+            },
+            LoopEvent::ArtifactCreated {
+                loop_id,
+                kind,
+                markdown_path,
+                json_path,
+                iteration,
+                gated,
+            } => EventMessage::ArtifactCreated {
+                loop_id: loop_id.to_string(),
+                kind: kind.as_str(),
+                path: markdown_path.to_string_lossy().into_owned(),
+                json_path: json_path.to_string_lossy().into_owned(),
+                iteration,
+                gated,
+            },
+            LoopEvent::ApprovalRequested { id, request } => EventMessage::ApprovalRequested {
+                id,
+                loop_id: request.loop_id,
+                kind: request.kind.as_str(),
+                tool: request.tool,
+                subject: request.subject,
+                detail: request.detail,
+            },
+            LoopEvent::ApprovalClosed { id } => EventMessage::ApprovalClosed { id },
+            LoopEvent::ValidationFinished {
+                loop_id,
+                phase,
+                iteration,
+                passed,
+                command,
+                output,
+            } => EventMessage::Validation {
+                loop_id: loop_id.to_string(),
+                phase,
+                iteration,
+                passed,
+                command,
+                output,
+            },
+            LoopEvent::Notice {
+                loop_id,
+                level,
+                message,
+            } => EventMessage::Notice {
+                loop_id,
+                level: level.as_str(),
+                message: crate::bridge::words::hinted(&message),
+            },
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The replies to requests, shaped for Lua: what the manager answers, worded for the wire.
+
+use serde::Serialize;
+
+use crate::agent::{ChangedHunk, LoopSettings, PhaseTasks, UndoReport};
+use crate::store::{LoopRecord, Standing};
+
+/// What opening a project for `resume` found.
+#[derive(Debug, Serialize)]
+pub struct ResumeReply {
+    /// Loops not finished (pending, running, awaiting approval, paused).
+    pub active: usize,
+    /// Loops that run or will.
+    pub resuming: usize,
+    /// Loops paused or held at their plan tree's budget.
+    pub waiting_for_budget: usize,
+}
+
+impl From<crate::agent::ResumeCounts> for ResumeReply {
+    fn from(counts: crate::agent::ResumeCounts) -> ResumeReply {
+        ResumeReply {
+            active: counts.active,
+            resuming: counts.resuming,
+            waiting_for_budget: counts.waiting_for_budget,
+        }
+    }
+}
+
+/// One server probed: its tools, or why it could not start.
+#[derive(Debug, Serialize)]
+pub struct McpProbeReply {
+    pub name: String,
+    pub tools: Option<Vec<String>>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RulesReply {
+    /// `AGENTS.md (1204 bytes)`, in the order they go into the system prompt.
+    pub used: Vec<String>,
+    pub refused: Vec<RefusedRulesReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RefusedRulesReply {
+    pub path: String,
+    pub reason: String,
+}
+
+/// The provider as resolved, never a key: whether one is set, and from which variable.
+#[derive(Debug, Serialize)]
+pub struct ProviderReply {
+    #[serde(flatten)]
+    pub info: crate::llm::ProviderInfo,
+    /// The model per level (`plan`, `spec`, `phase`, `review`, `code`), when it resolves.
+    pub models: std::collections::BTreeMap<&'static str, String>,
+    /// Why a loop could not start with these settings, and the fix.
+    pub problem: Option<String>,
+    /// `native`, or the text protocol the model calls tools with.
+    pub tool_protocol: crate::llm::ToolProtocol,
+    /// How calls are written, for the `xml` and `markdown` protocols.
+    pub tool_format: crate::llm::ToolFormat,
+    /// What the server says about its context window and the limits loops get, when a loop
+    /// could start.
+    pub limits: Option<LimitsReply>,
+}
+
+/// `:checkhealth loopr`: the server's window and the limits fitted to it.
+#[derive(Debug, Serialize)]
+pub struct LimitsReply {
+    pub max_tokens: u32,
+    pub context_budget: u64,
+    /// Whether the settings set them (else fitted to `window`, or the defaults).
+    pub max_tokens_set: bool,
+    pub context_budget_set: bool,
+    pub window: Option<crate::agent::Window>,
+    /// `not_asked` (a hosted API), `reported` or `unavailable`.
+    pub server: &'static str,
+    pub report: Option<crate::llm::ServerReport>,
+    /// Why the server could not be asked.
+    pub server_error: Option<String>,
+}
+
+impl LimitsReply {
+    pub fn new(settings: &LoopSettings, server: &crate::llm::ServerWindow) -> LimitsReply {
+        use crate::llm::ServerWindow;
+        let limits = crate::agent::fit_limits(settings, server);
+        let (state, report, server_error) = match server {
+            ServerWindow::NotAsked => ("not_asked", None, None),
+            ServerWindow::Reported(report) => ("reported", Some(report.clone()), None),
+            ServerWindow::Unavailable(why) => ("unavailable", None, Some(why.clone())),
+        };
+        LimitsReply {
+            max_tokens: limits.max_tokens,
+            context_budget: limits.context_budget.tokens,
+            max_tokens_set: settings.max_tokens.is_some(),
+            context_budget_set: settings.context_budget.is_some(),
+            window: limits.window,
+            server: state,
+            report,
+            server_error,
+        }
+    }
+}
+
+/// `:LooprChanges` data: one LSP `Location` per changed hunk.
+#[derive(Debug, Serialize)]
+pub struct ChangesReply {
+    pub loop_id: String,
+    pub items: Vec<ChangeItemReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChangeItemReply {
+    pub location: lsp_types::Location,
+    pub text: String,
+    pub status: &'static str,
+}
+
+impl ChangesReply {
+    pub fn new(loop_id: String, hunks: Vec<ChangedHunk>) -> Result<ChangesReply, String> {
+        let items = hunks
+            .into_iter()
+            .map(|hunk| {
+                Ok(ChangeItemReply {
+                    location: location(&hunk.path, hunk.line)?,
+                    text: format!("{}: {}", hunk.status.as_str(), hunk.summary),
+                    status: hunk.status.as_str(),
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(ChangesReply { loop_id, items })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct UndoReply {
+    pub loop_id: String,
+    pub restored: Vec<String>,
+    pub skipped: Vec<SkippedFileReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SkippedFileReply {
+    pub path: String,
+    /// "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl UndoReply {
+    pub fn new(loop_id: String, report: UndoReport) -> UndoReply {
+        let text = |path: &std::path::Path| path.to_string_lossy().into_owned();
+        UndoReply {
+            loop_id,
+            restored: report.restored.iter().map(|path| text(path)).collect(),
+            skipped: report
+                .skipped
+                .iter()
+                .map(|(path, reason)| SkippedFileReply {
+                    path: text(path),
+                    reason: reason.as_str(),
+                    message: reason.describe(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into
+/// quickfix entries.
+#[derive(Debug, Serialize)]
+pub struct TasksReply {
+    pub phases: Vec<PhaseTasksReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PhaseTasksReply {
+    pub loop_id: String,
+    pub name: String,
+    pub title: String,
+    pub markdown_path: String,
+    pub items: Vec<TaskItemReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskItemReply {
+    pub location: lsp_types::Location,
+    pub text: String,
+    pub user_data: TaskUserData,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskUserData {
+    pub loop_id: String,
+    pub phase: String,
+    pub task_index: usize,
+    pub action: Option<&'static str>,
+}
+
+impl TasksReply {
+    pub fn new(phases: Vec<PhaseTasks>) -> Result<TasksReply, String> {
+        let phases = phases
+            .into_iter()
+            .map(|phase| {
+                let items = phase
+                    .tasks
+                    .iter()
+                    .map(|task| {
+                        Ok(TaskItemReply {
+                            location: location(&task.path, task.line)?,
+                            text: task.text.clone(),
+                            user_data: TaskUserData {
+                                loop_id: phase.loop_id.clone(),
+                                phase: phase.name.clone(),
+                                task_index: task.task_index,
+                                action: task.action.map(|action| action.as_str()),
+                            },
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok(PhaseTasksReply {
+                    loop_id: phase.loop_id,
+                    name: phase.name,
+                    title: phase.title,
+                    markdown_path: phase.markdown_path.to_string_lossy().into_owned(),
+                    items,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(TasksReply { phases })
+    }
+}
+
+fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, String> {
+    let url = url::Url::from_file_path(path)
+        .map_err(|()| format!("Loopr: {} is not an absolute path", path.display()))?;
+    let uri: lsp_types::Uri = url
+        .as_str()
+        .parse()
+        .map_err(|err| format!("Loopr: {url} is not a valid URI: {err}"))?;
+    let position = lsp_types::Position { line, character: 0 };
+    Ok(lsp_types::Location {
+        uri,
+        range: lsp_types::Range {
+            start: position,
+            end: position,
+        },
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct TranscriptReply {
+    pub loop_id: String,
+    pub loop_type: &'static str,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoopIdReply {
+    pub loop_id: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoopRecordReply {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub loop_type: &'static str,
+    pub parent: Option<String>,
+    pub status: &'static str,
+    pub iteration: u32,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub error: Option<String>,
+    pub task: String,
+    pub name: Option<String>,
+    pub triggered_by: Option<String>,
+    pub depends_on: Vec<String>,
+    pub review_passes: u32,
+    pub artifact_path: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// What the loop spent.
+    pub spend: SpendReply,
+    /// What the plan tree spent, on the tree's root only.
+    pub tree: Option<SpendReply>,
+    /// What the host's loop rules answer for it: the plugin keeps no copy of a rule.
+    #[serde(flatten)]
+    pub standing: Standing,
+}
+
+/// Tokens of every kind, and their estimated cost.
+#[derive(Debug, Default, Serialize)]
+pub struct SpendReply {
+    pub input: u64,
+    pub output: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+    /// Whether the counts are (in part) Loopr's estimate: the server reported no usage.
+    pub estimated: bool,
+    /// USD for the priced models; nil when tokens were spent and none of them is priced.
+    pub cost_usd: Option<f64>,
+    /// Models whose tokens the cost leaves out for want of a price (an empty name: tokens
+    /// an earlier version counted without their model).
+    pub cost_unknown: Vec<String>,
+}
+
+impl From<&crate::agent::Spend> for SpendReply {
+    fn from(spend: &crate::agent::Spend) -> SpendReply {
+        let usage = &spend.usage;
+        SpendReply {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cache_write: usage.cache_write_tokens,
+            cache_read: usage.cache_read_tokens,
+            estimated: usage.estimated,
+            cost_usd: spend.cost.known_usd(),
+            cost_unknown: spend.cost.unpriced.clone(),
+        }
+    }
+}
+
+impl LoopRecordReply {
+    pub fn new(row: crate::agent::StatusRow) -> LoopRecordReply {
+        LoopRecordReply {
+            artifact_path: row.artifact.map(|path| path.to_string_lossy().into_owned()),
+            spend: SpendReply::from(&row.spend),
+            tree: row.tree.as_ref().map(SpendReply::from),
+            ..LoopRecordReply::from(row.record)
+        }
+    }
+}
+
+impl From<LoopRecord> for LoopRecordReply {
+    fn from(record: LoopRecord) -> LoopRecordReply {
+        LoopRecordReply {
+            standing: Standing::of_record(&record),
+            artifact_path: None,
+            id: record.id.to_string(),
+            loop_type: record.loop_type.as_str(),
+            parent: record.parent.map(|parent| parent.to_string()),
+            status: record.status.as_str(),
+            iteration: record.iteration,
+            tokens_in: record.tokens_in,
+            tokens_out: record.tokens_out,
+            error: record.error.as_deref().map(crate::bridge::words::hinted),
+            task: record.task,
+            name: record.name,
+            triggered_by: record.triggered_by,
+            depends_on: record.depends_on,
+            review_passes: record.review_passes,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            spend: SpendReply::default(),
+            tree: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn task_places_become_file_uri_locations() {
+        let reply = TasksReply::new(vec![PhaseTasks {
+            loop_id: "l-1".to_owned(),
+            name: "parse-flag".to_owned(),
+            title: "Parse".to_owned(),
+            markdown_path: PathBuf::from("/state/phase.md"),
+            tasks: vec![crate::agent::TaskPlace {
+                path: PathBuf::from("/work/my project/src/main.rs"),
+                line: 0,
+                text: "modify: do it".to_owned(),
+                task_index: 1,
+                action: Some(crate::artifacts::TaskAction::Modify),
+            }],
+        }])
+        .expect("reply");
+        let json = serde_json::to_value(&reply).expect("json");
+        let item = &json["phases"][0]["items"][0];
+        assert_eq!(
+            item["location"]["uri"],
+            "file:///work/my%20project/src/main.rs"
+        );
+        assert_eq!(
+            item["location"]["range"]["start"],
+            serde_json::json!({"line": 0, "character": 0})
+        );
+        assert_eq!(
+            item["user_data"],
+            serde_json::json!({"loop_id": "l-1", "phase": "parse-flag", "task_index": 1, "action": "modify"})
+        );
+    }
+}

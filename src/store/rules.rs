@@ -1,0 +1,249 @@
+//! The loop rules, each answered once: which loops an approval, a retry, a cancel or a code
+//! loop reaches, which ones run or wait, and which were undone. Every rule reads a loop as the
+//! user sees it (a running loop whose host is gone is `Interrupted`). The store's transactions,
+//! the manager's choice of a default loop and the shells' replies and events all ask these
+//! functions, so no shell keeps a copy of a rule (a shell that cannot call them, across a
+//! process boundary, is sent their answers).
+
+use serde::{Deserialize, Serialize};
+
+use super::records::{LoopRecord, LoopStatus, LoopType};
+
+/// How the note of a code loop whose changes were undone begins; the loop keeps its status.
+pub const UNDONE_NOTE_PREFIX: &str = "undone:";
+
+impl LoopStatus {
+    /// Not finished: running, or able to run or be approved later.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            LoopStatus::Pending
+                | LoopStatus::Running
+                | LoopStatus::AwaitingApproval
+                | LoopStatus::Paused
+        )
+    }
+
+    /// Neither running nor waiting to run: nothing is under way for it, so what it last
+    /// reported is over.
+    pub fn is_idle(self) -> bool {
+        !matches!(self, LoopStatus::Pending | LoopStatus::Running)
+    }
+
+    /// What a cancel ends: an active loop, or an interrupted one (its host is gone, so
+    /// nothing else would ever stop it).
+    pub fn is_cancellable(self) -> bool {
+        self.is_active() || self == LoopStatus::Interrupted
+    }
+}
+
+/// A loop that ended without success, which a retry runs again.
+pub fn retryable(status: LoopStatus) -> bool {
+    matches!(
+        status,
+        LoopStatus::Failed | LoopStatus::Cancelled | LoopStatus::Interrupted
+    )
+}
+
+/// A pending loop the scheduler holds back because its plan tree reached its budget: its
+/// `error` says so (a pending loop has no other error), until an approval or a budget that
+/// allows more clears it, or the scheduler starts it.
+pub fn held_at_budget(record: &LoopRecord) -> bool {
+    held(record.status, record.error.as_deref())
+}
+
+fn held(status: LoopStatus, error: Option<&str>) -> bool {
+    status == LoopStatus::Pending && error.is_some()
+}
+
+/// A loop that waits for its plan tree's budget: paused, or held before it started.
+pub fn waits_for_budget(record: &LoopRecord) -> bool {
+    record.status == LoopStatus::Paused || held_at_budget(record)
+}
+
+/// A loop that waits for the user's approval: its artifact waits for review, or it waits
+/// for its plan tree's budget (an approval lets the tree go on). What an approval without
+/// a loop named takes, newest first.
+pub fn awaits_approval(record: &LoopRecord) -> bool {
+    Standing::of(record.status, record.error.as_deref()).awaits_approval
+}
+
+/// A loop whose artifact the user may approve: one awaiting approval, or an artifact loop
+/// whose revision or review failed after an earlier iteration produced an artifact (its last
+/// good one).
+pub fn approvable(record: &LoopRecord) -> bool {
+    record.status == LoopStatus::AwaitingApproval
+        || (record.status == LoopStatus::Failed
+            && record.iteration > 0
+            && record.loop_type != LoopType::Code)
+}
+
+/// A loop that may run again with the user's feedback: it has produced its artifact (a code
+/// loop needs none: its feedback starts a new iteration) and it is neither running, nor
+/// waiting to run, nor stale.
+pub fn revisable(record: &LoopRecord) -> bool {
+    !matches!(
+        record.status,
+        LoopStatus::Running | LoopStatus::Pending | LoopStatus::Invalidated
+    ) && (record.iteration > 0 || record.loop_type == LoopType::Code)
+}
+
+/// A phase loop a code loop may start for: its artifact exists and is approved (a phase that
+/// waits for review, or was invalidated, may not run).
+pub fn runnable_phase(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Phase
+        && record.iteration > 0
+        && record.status == LoopStatus::Complete
+}
+
+/// Whether a loop's error note says its changes were undone (it keeps the status it had).
+pub fn undone(error: Option<&str>) -> bool {
+    error.is_some_and(|note| note.starts_with(UNDONE_NOTE_PREFIX))
+}
+
+/// Where a loop stands, as its status (as seen) and its error note say: what it waits for and
+/// what the user may do with it. The shells show these answers and keep no rule of their own
+/// (serialised as they are with every loop record and status event a shell sends on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Standing {
+    /// An approval without a loop named takes it: it awaits review, or its plan tree's
+    /// budget (`awaits_approval`).
+    pub awaits_approval: bool,
+    /// Not finished (`LoopStatus::is_active`).
+    pub active: bool,
+    /// Neither running nor waiting to run: what it last reported is over
+    /// (`LoopStatus::is_idle`).
+    pub idle: bool,
+    /// A cancel ends it (`LoopStatus::is_cancellable`).
+    pub cancellable: bool,
+    /// A retry runs it again (`retryable`).
+    pub retryable: bool,
+    /// Its changes were undone; it keeps its status (`undone`).
+    pub undone: bool,
+}
+
+impl Standing {
+    pub fn of(status: LoopStatus, error: Option<&str>) -> Standing {
+        Standing {
+            awaits_approval: status == LoopStatus::AwaitingApproval
+                || status == LoopStatus::Paused
+                || held(status, error),
+            active: status.is_active(),
+            idle: status.is_idle(),
+            cancellable: status.is_cancellable(),
+            retryable: retryable(status),
+            undone: undone(error),
+        }
+    }
+
+    pub fn of_record(record: &LoopRecord) -> Standing {
+        Standing::of(record.status, record.error.as_deref())
+    }
+}
+
+/// What the user means to do with the loops a shell lists (to complete a command's argument,
+/// say): each purpose admits exactly the loops its action takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// Loops an approval without a loop named chooses from (`awaits_approval`).
+    Approve,
+    /// Loops a cancel ends (`LoopStatus::is_cancellable`).
+    Cancel,
+    /// Loops a retry runs again (`retryable`).
+    Retry,
+    /// Phase loops a code loop may start for (`runnable_phase`).
+    Run,
+}
+
+impl Purpose {
+    pub fn admits(self, record: &LoopRecord) -> bool {
+        match self {
+            Purpose::Approve => awaits_approval(record),
+            Purpose::Cancel => record.status.is_cancellable(),
+            Purpose::Retry => retryable(record.status),
+            Purpose::Run => runnable_phase(record),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUSES: [LoopStatus; 9] = [
+        LoopStatus::Pending,
+        LoopStatus::Running,
+        LoopStatus::AwaitingApproval,
+        LoopStatus::Complete,
+        LoopStatus::Failed,
+        LoopStatus::Cancelled,
+        LoopStatus::Interrupted,
+        LoopStatus::Invalidated,
+        LoopStatus::Paused,
+    ];
+
+    fn record(status: LoopStatus, error: Option<&str>) -> LoopRecord {
+        LoopRecord {
+            status,
+            error: error.map(str::to_owned),
+            ..LoopRecord::new_pending(LoopType::Plan, "task", "{}".to_owned())
+        }
+    }
+
+    #[test]
+    fn a_standing_gives_the_answers_of_the_rules_it_names() {
+        for status in STATUSES {
+            for error in [
+                None,
+                Some("over budget"),
+                Some("undone: 1 file(s) restored"),
+            ] {
+                let record = record(status, error);
+                let standing = Standing::of_record(&record);
+                assert_eq!(standing.awaits_approval, awaits_approval(&record));
+                assert_eq!(standing.active, status.is_active());
+                assert_eq!(standing.idle, status.is_idle());
+                assert_eq!(standing.cancellable, Purpose::Cancel.admits(&record));
+                assert_eq!(standing.retryable, Purpose::Retry.admits(&record));
+                assert_eq!(
+                    standing.undone,
+                    error.is_some_and(|e| e.starts_with("undone:"))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_approval_takes_reviews_and_trees_waiting_for_their_budget() {
+        let takes = |status, error| awaits_approval(&record(status, error));
+        assert!(takes(LoopStatus::AwaitingApproval, None));
+        assert!(takes(LoopStatus::Paused, Some("budget")));
+        assert!(takes(LoopStatus::Pending, Some("budget")), "held");
+        assert!(!takes(LoopStatus::Pending, None), "waits for a slot");
+        assert!(!takes(LoopStatus::Failed, Some("overloaded")));
+    }
+
+    #[test]
+    fn only_pending_and_running_loops_are_under_way() {
+        let under_way: Vec<LoopStatus> = STATUSES.into_iter().filter(|s| !s.is_idle()).collect();
+        assert_eq!(under_way, [LoopStatus::Pending, LoopStatus::Running]);
+    }
+
+    #[test]
+    fn a_code_loop_starts_only_for_a_complete_phase_with_an_artifact() {
+        let phase = |status, iteration| LoopRecord {
+            loop_type: LoopType::Phase,
+            iteration,
+            ..record(status, None)
+        };
+        assert!(runnable_phase(&phase(LoopStatus::Complete, 1)));
+        assert!(!runnable_phase(&phase(LoopStatus::Complete, 0)));
+        assert!(!runnable_phase(&phase(LoopStatus::AwaitingApproval, 1)));
+        assert!(!runnable_phase(&phase(LoopStatus::Invalidated, 1)));
+        assert!(!runnable_phase(&LoopRecord {
+            iteration: 1,
+            ..record(LoopStatus::Complete, None)
+        }));
+    }
+}
