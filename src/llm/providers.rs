@@ -45,12 +45,6 @@ impl ProviderName {
         self.spec().name
     }
 
-    /// The variable that sets the base URL, and the URL without it.
-    pub fn base_url_variable(self) -> (&'static str, &'static str) {
-        let spec = self.spec();
-        (spec.base_url_variable, spec.default_base_url)
-    }
-
     /// The model when the settings name none; Ollama has no model everyone has pulled.
     pub fn default_model(self) -> Option<&'static str> {
         self.spec().default_model
