@@ -14,14 +14,14 @@ pub mod ollama;
 pub mod openai;
 mod per_message;
 mod provider;
+#[cfg(test)]
+mod provider_checks;
 pub mod provider_spec;
 pub mod providers;
 mod retry;
 mod server_text;
 pub mod server_window;
 mod sse;
-#[cfg(test)]
-mod stream_checks;
 pub mod text_protocol;
 mod text_provider;
 mod text_results;

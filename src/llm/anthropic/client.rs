@@ -72,9 +72,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use tokio_util::sync::CancellationToken;
-
-    use crate::llm::LlmProvider;
+    use crate::llm::provider_checks;
 
     #[test]
     fn api_key_is_redacted_in_debug_and_text() {
@@ -104,27 +102,16 @@ mod tests {
             messages: Vec::new(),
             tools: Vec::new().into(),
         };
-        let retries = std::sync::Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, .. } = event {
-                retries.lock().expect("retries").push(reason);
-            }
-        };
-        let err = tokio::time::timeout(
-            Duration::from_secs(30),
-            client(base_url).complete(&request, &record, &CancellationToken::new()),
-        )
-        .await
-        .expect("the request ends")
-        .expect_err("the request fails");
-        let retries = retries.into_inner().expect("retries");
+        let (result, retries) =
+            provider_checks::complete_recording_retries(&client(base_url), &request).await;
+        let err = result.expect_err("the request fails");
         assert_eq!(
             retries.len(),
             1,
             "a connection failure is retried: {retries:?}"
         );
         assert!(
-            retries[0].starts_with("cannot reach the model API: "),
+            retries[0].0.starts_with("cannot reach the model API: "),
             "{retries:?}"
         );
         err.to_string()

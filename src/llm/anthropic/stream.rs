@@ -294,7 +294,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use crate::llm::stream_checks::{self, limits, runtime};
+    use crate::llm::provider_checks::{self, limits, runtime};
 
     /// `idle` of silence at most; the request timeout and the size far off.
     fn fixture(name: &str) -> Vec<u8> {
@@ -306,7 +306,7 @@ mod tests {
 
     async fn read_chunks(chunks: Vec<Vec<u8>>) -> Result<Turn, StreamFailure> {
         read_turn(
-            stream_checks::body(chunks),
+            provider_checks::body(chunks),
             limits(Duration::from_secs(5)),
             &|_| {},
         )
@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_silent_stream_stalls() {
-        stream_checks::assert_a_silent_body_stalls(|body, limits| async move {
+        provider_checks::assert_a_silent_body_stalls(|body, limits| async move {
             read_turn(body, limits, &|_| {}).await
         });
     }

@@ -124,9 +124,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use tokio_util::sync::CancellationToken;
-
-    use crate::llm::LlmProvider;
+    use crate::llm::provider_checks;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -159,19 +157,12 @@ mod tests {
     }
 
     async fn complete(client: &OllamaClient) -> (Result<Turn, LlmError>, Vec<String>) {
-        let retries = std::sync::Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, .. } = event {
-                retries.lock().expect("retries").push(reason);
-            }
-        };
-        let result = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.complete(&request(), &record, &CancellationToken::new()),
+        let (result, retries) =
+            provider_checks::complete_recording_retries(client, &request()).await;
+        (
+            result,
+            retries.into_iter().map(|(reason, _)| reason).collect(),
         )
-        .await
-        .expect("the request ends");
-        (result, retries.into_inner().expect("retries"))
     }
 
     #[tokio::test]

@@ -294,7 +294,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use crate::llm::stream_checks::{self, limits, runtime};
+    use crate::llm::provider_checks::{self, limits, runtime};
 
     use serde_json::json;
 
@@ -304,7 +304,7 @@ mod tests {
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, StreamFailure> {
         read_turn(
-            stream_checks::body(chunks),
+            provider_checks::body(chunks),
             limits(Duration::from_secs(5)),
             on_event,
         )
@@ -646,7 +646,7 @@ mod tests {
 
     #[test]
     fn a_silent_stream_stalls() {
-        stream_checks::assert_a_silent_body_stalls(|body, limits| async move {
+        provider_checks::assert_a_silent_body_stalls(|body, limits| async move {
             read_turn(body, limits, &|_| {}).await
         });
     }
@@ -667,7 +667,7 @@ mod tests {
                 json!({"message": {"role": "assistant", "content": "", "tool_calls": []}, "done": false})
             ),
         ];
-        stream_checks::assert_empty_pieces_are_no_progress(
+        provider_checks::assert_empty_pieces_are_no_progress(
             format!(
                 "{}\n",
                 json!({"message": {"role": "assistant", "content": "Hel"}, "done": false})

@@ -116,7 +116,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_util::sync::CancellationToken;
 
-    use crate::llm::{LlmProvider, ServerWindow};
+    use crate::llm::{LlmProvider, ServerWindow, provider_checks};
 
     const KEY: &str = "sk-proj-secret-9c1f";
 
@@ -299,19 +299,7 @@ mod tests {
         client: &OpenAiClient,
         request: &ChatRequest,
     ) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
-        let retries = Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, delay, .. } = event {
-                retries.lock().expect("retries").push((reason, delay));
-            }
-        };
-        let result = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.complete(request, &record, &CancellationToken::new()),
-        )
-        .await
-        .expect("the request ends");
-        (result, retries.into_inner().expect("retries"))
+        provider_checks::complete_recording_retries(client, request).await
     }
 
     #[tokio::test]

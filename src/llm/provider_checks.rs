@@ -1,6 +1,7 @@
-//! Checks every provider's answer reader passes the same way (tests only): bounds, runtimes and
-//! bodies made of pieces, and the paused-clock checks that a silent body stalls and that
-//! pieces carrying nothing keep a body alive but are no progress.
+//! Checks every provider passes the same way (tests only): bounds, runtimes and bodies made of
+//! pieces for its answer reader, the paused-clock checks that a silent body stalls and that
+//! pieces carrying nothing keep a body alive but are no progress, and a request run with the
+//! retries it reported.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::Stream;
 
-use super::{AnswerLimits, StreamFailure, Turn};
+use tokio_util::sync::CancellationToken;
+
+use super::{AnswerLimits, ChatRequest, LlmError, LlmProvider, ProviderEvent, StreamFailure, Turn};
 
 /// An answer's body as a reader takes it.
 pub type Body = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
@@ -89,4 +92,25 @@ pub fn assert_empty_pieces_are_no_progress<Read, Reading>(
         })
     );
     assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
+}
+
+/// Runs `request` through `provider` (bounded, so a test never hangs); returns its result and
+/// the retries it reported (reason, delay).
+pub async fn complete_recording_retries(
+    provider: &dyn LlmProvider,
+    request: &ChatRequest,
+) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
+    let retries = std::sync::Mutex::new(Vec::new());
+    let record = |event: ProviderEvent| {
+        if let ProviderEvent::Retrying { reason, delay, .. } = event {
+            retries.lock().expect("retries").push((reason, delay));
+        }
+    };
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        provider.complete(request, &record, &CancellationToken::new()),
+    )
+    .await
+    .expect("the request ends");
+    (result, retries.into_inner().expect("retries"))
 }
