@@ -4,6 +4,7 @@
 
 mod answer_body;
 pub mod anthropic;
+pub mod api_client;
 mod attempt;
 mod credentials;
 mod endpoint;
@@ -13,6 +14,9 @@ pub mod ollama;
 pub mod openai;
 mod per_message;
 mod provider;
+#[cfg(test)]
+mod provider_checks;
+pub mod provider_spec;
 pub mod providers;
 mod retry;
 mod server_text;
@@ -31,8 +35,10 @@ pub use credentials::ApiKey;
 pub use endpoint::{Endpoint, ServerKind, url_to_show};
 pub use error::{LlmError, is_overflow_report};
 pub use provider::{CallsSent, LlmProvider, ProviderEvent};
+pub use provider_spec::{Connection, KeyNeed, ProviderSpec};
 pub use providers::{
-    ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, SharedEnv, is_provider_variable,
+    ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, ProviderVariables, SharedEnv,
+    is_provider_variable, provider_variables,
 };
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
 pub use server_text::{server_message, server_word};

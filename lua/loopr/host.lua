@@ -14,7 +14,9 @@ local STDERR_KEEP = 50
 ---@field stderr string[] Last lines of the host's stderr.
 ---@field partial string Unterminated stderr line.
 ---@field log_file string|nil Log file the running host writes to.
----@field credentials loopr.Credentials|nil What the running host has: Neovim's environment when it started, then what was last sent.
+---@field environ string|nil A fingerprint of Neovim's environment when the running host started with it.
+---@field provider_variables loopr.ProviderVariables|nil Which variables the running host reads, once asked.
+---@field credentials loopr.Credentials|nil The provider variables last sent to the running host, nil before.
 ---@field budget string|nil The budget and prices last sent to the running host (as text), nil before.
 ---@field mcp string|nil A fingerprint of the MCP servers last sent to the running host, nil before.
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
@@ -45,16 +47,33 @@ local function fingerprint(text)
   return ('%s:%s:%d'):format(bit.tohex(first), bit.tohex(second), #text)
 end
 
----The provider variables in Neovim's environment now (`:let $OPENAI_API_KEY = ...` changes it
----after the host started, which the host's own environment never sees). The same names the
----host reads (`is_provider_variable` in src/llm/providers.rs): keys, base URLs, `OLLAMA_HOST`.
+---@class loopr.ProviderVariables
+---@field suffixes string[] Endings of the variables every provider may read (keys, base URLs).
+---@field names string[] Provider variables with none of those endings (`OLLAMA_HOST`).
+
+---Whether `name` is a provider variable, as the host said which are.
+---@param name string
+---@param known loopr.ProviderVariables
+---@return boolean
+local function is_provider_variable(name, known)
+  for _, suffix in ipairs(known.suffixes) do
+    if name:sub(-#suffix) == suffix then
+      return true
+    end
+  end
+  return vim.tbl_contains(known.names, name)
+end
+
+---The provider variables in `environ` (Neovim's environment now: `:let $OPENAI_API_KEY = ...`
+---changes it after the host started, which the host's own environment never sees).
+---@param environ table<string, string>
+---@param known loopr.ProviderVariables Which variables they are, as the host said.
 ---@return table<string, string> variables
 ---@return loopr.Credentials
-local function provider_env()
+local function provider_env(environ, known)
   local variables, lines = vim.empty_dict(), {}
-  for name, value in pairs(vim.fn.environ()) do
-    local wanted = name:match('_API_KEY$') or name:match('_BASE_URL$') or name == 'OLLAMA_HOST'
-    if wanted and vim.trim(value) ~= '' then
+  for name, value in pairs(environ) do
+    if is_provider_variable(name, known) and vim.trim(value) ~= '' then
       variables[name] = value
       lines[#lines + 1] = name .. '=' .. value
     end
@@ -63,15 +82,43 @@ local function provider_env()
   return variables, { fingerprint = fingerprint(table.concat(lines, '\n')) }
 end
 
+---A fingerprint of the whole of `environ`: until the host said which variables are the
+---providers', a change of any of them is a change of the environment.
+---@param environ table<string, string>
+---@return string
+local function environ_fingerprint(environ)
+  local lines = {}
+  for name, value in pairs(environ) do
+    lines[#lines + 1] = name .. '=' .. value
+  end
+  table.sort(lines)
+  return fingerprint(table.concat(lines, '\n'))
+end
+
 ---Pass the provider variables to the host on `chan` when they changed since it got them. A
----notification: the host applies it before it reads the request sent after it.
+---notification: the host applies it before it reads the request sent after it. Which
+---variables they are, only the host knows: it is asked (once per host, and only once the
+---environment changed since it started, so a request that follows never waits for a host
+---starting up).
 ---@param chan integer
 ---@return boolean ok
 ---@return any err The rpcnotify error when not ok.
 local function send_changed_credentials(chan)
-  local variables, current = provider_env()
-  local known = state.credentials
-  if known and known.fingerprint == current.fingerprint then
+  local environ = vim.fn.environ()
+  if not state.provider_variables then
+    if state.environ == environ_fingerprint(environ) then
+      -- The host started with this environment.
+      return true
+    end
+    local ok, known = pcall(vim.rpcrequest, chan, 'provider_variables', vim.empty_dict())
+    if not ok then
+      return false, known
+    end
+    state.provider_variables = known
+  end
+  local variables, current = provider_env(environ, state.provider_variables)
+  local sent = state.credentials
+  if sent and sent.fingerprint == current.fingerprint then
     return true
   end
   local ok, err = pcall(vim.rpcnotify, chan, 'credentials', { env = variables })
@@ -324,7 +371,7 @@ local function start()
   pcall(vim.fn.mkdir, vim.fs.dirname(log_file), 'p')
   state.stderr, state.partial, state.stopping = {}, '', false
   -- The job inherits Neovim's environment as it is now.
-  local _, credentials = provider_env()
+  local environ = environ_fingerprint(vim.fn.environ())
   local ok, job = pcall(vim.fn.jobstart, { bin, 'rpc', '--log-file', log_file, '--log-level', cfg.log_level }, {
     rpc = true,
     on_exit = function(id, code)
@@ -338,7 +385,8 @@ local function start()
     return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
   end
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
-  state.credentials, state.budget, state.mcp = credentials, nil, nil
+  state.environ, state.provider_variables, state.credentials = environ, nil, nil
+  state.budget, state.mcp = nil, nil
 end
 
 ---Whether the host process of `state.chan` is still running.

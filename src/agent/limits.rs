@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::context::LoopContext;
 use super::context_budget::ContextBudget;
 use super::settings::LoopSettings;
-use crate::llm::{ProviderName, ServerWindow};
+use crate::llm::ServerWindow;
 
 /// An answer's length when nothing else says: what a plan or a phase takes.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -64,12 +64,12 @@ pub fn fit_limits(settings: &LoopSettings, server: &ServerWindow) -> Limits {
     }
 }
 
-/// The window requests go into: for Ollama the `num_ctx` it is sent first, then what the
+/// The window requests go into: the `num_ctx` a provider that sends it (Ollama) is sent first, then what the
 /// server runs the model with, then the most the model takes.
 fn window(settings: &LoopSettings, server: &ServerWindow) -> Option<Window> {
     let num_ctx = settings
         .num_ctx
-        .filter(|_| settings.provider == ProviderName::Ollama)
+        .filter(|_| settings.provider.sends_num_ctx())
         .map(|tokens| Window {
             tokens,
             from: "num_ctx",
@@ -106,9 +106,9 @@ pub async fn ask_server(context: &LoopContext) -> Limits {
     let unasked = fit_limits(settings, &ServerWindow::NotAsked);
     if settings.max_tokens.is_some()
         && settings.context_budget.is_some()
-        && settings.provider != ProviderName::Ollama
+        && !settings.provider.sends_num_ctx()
     {
-        // Nothing to fit; Ollama's window still bounds the budget.
+        // Nothing to fit; the window `num_ctx` sets still bounds the budget.
         return unasked;
     }
     let Ok(model) = settings.model_for(context.record.loop_type.as_str()) else {
@@ -153,7 +153,7 @@ pub async fn ask_server(context: &LoopContext) -> Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ServerReport;
+    use crate::llm::{ProviderName, ServerReport};
 
     fn reported(context_window: Option<u32>, model_max: Option<u32>) -> ServerWindow {
         ServerWindow::Reported(ServerReport {

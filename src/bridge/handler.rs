@@ -386,13 +386,14 @@ impl RpcHandler {
                         .collect(),
                 })
             }
+            "provider_variables" => to_value(&crate::llm::provider_variables()),
             "version" => Ok(Value::from(env!("CARGO_PKG_VERSION"))),
             "__panic" if self.test_hooks => panic!("panic requested through the __panic test hook"),
             other => Err(format!(
                 "Loopr: unknown request {other:?}; the host understands plan, run, approval, \
                  changes, undo, status, transcript, transcript_close, cancel, approve, revise, \
-                 retry, resume, tasks, loop_ids, phase_names, credentials, provider, rules, \
-                 mcp_status, mcp_probe and version \
+                 retry, resume, tasks, loop_ids, phase_names, credentials, provider, \
+                 provider_variables, rules, mcp_status, mcp_probe and version \
                  (is the plugin newer than the binary? rebuild it)"
             )),
         }

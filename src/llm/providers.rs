@@ -8,12 +8,11 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use super::anthropic::{AnthropicClient, AnthropicConfig};
-use super::ollama::{OllamaClient, OllamaConfig};
-use super::openai::{OpenAiClient, OpenAiConfig};
-use super::{ApiKey, LlmError, LlmProvider, RetryPolicy, ToolChoice};
+pub use super::provider_spec::KeyNeed;
+use super::provider_spec::{Connection, ProviderSpec};
+use super::{ApiKey, LlmError, LlmProvider, RetryPolicy, ToolChoice, anthropic, ollama, openai};
 
-/// Who answers a loop's requests.
+/// A provider as the settings name it; what it is and does is its `spec()`.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
@@ -28,48 +27,35 @@ pub enum ProviderName {
 }
 
 impl ProviderName {
+    /// Every provider, in the order they are listed to the user.
+    pub const ALL: [ProviderName; 3] = [
+        ProviderName::Anthropic,
+        ProviderName::Openai,
+        ProviderName::Ollama,
+    ];
+
+    /// The registry: each provider's description, exported by its module.
+    pub fn spec(self) -> &'static ProviderSpec {
+        match self {
+            ProviderName::Anthropic => &anthropic::PROVIDER,
+            ProviderName::Openai => &openai::PROVIDER,
+            ProviderName::Ollama => &ollama::PROVIDER,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderName::Anthropic => "anthropic",
-            ProviderName::Openai => "openai",
-            ProviderName::Ollama => "ollama",
-        }
-    }
-
-    /// The variable that sets the base URL, and the URL without it.
-    pub fn base_url_variable(self) -> (&'static str, &'static str) {
-        match self {
-            ProviderName::Anthropic => ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
-            ProviderName::Openai => ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
-            ProviderName::Ollama => ("OLLAMA_HOST", "http://127.0.0.1:11434"),
-        }
-    }
-
-    /// The variable that holds the key unless `api_key_env` names another, and whether a
-    /// request without a key makes sense (local servers take none).
-    fn default_key(self) -> (Option<&'static str>, KeyNeed) {
-        match self {
-            ProviderName::Anthropic => (Some("ANTHROPIC_API_KEY"), KeyNeed::Required),
-            ProviderName::Openai => (Some("OPENAI_API_KEY"), KeyNeed::Optional),
-            ProviderName::Ollama => (None, KeyNeed::Optional),
-        }
+        self.spec().name
     }
 
     /// The model when the settings name none; Ollama has no model everyone has pulled.
     pub fn default_model(self) -> Option<&'static str> {
-        match self {
-            ProviderName::Anthropic => Some("claude-sonnet-4-5"),
-            ProviderName::Openai => Some("gpt-4.1"),
-            ProviderName::Ollama => None,
-        }
+        self.spec().default_model
     }
-}
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeyNeed {
-    Required,
-    Optional,
+    /// Whether the `num_ctx` setting is sent, and so is the window requests go into.
+    pub fn sends_num_ctx(self) -> bool {
+        self.spec().sends_num_ctx
+    }
 }
 
 /// What of the user's settings concerns the provider.
@@ -104,11 +90,40 @@ impl Default for ProviderSettings {
     }
 }
 
-/// Whether a variable is one the providers may read: keys (`*_API_KEY`), base URLs
-/// (`*_BASE_URL`) and `OLLAMA_HOST`. The host keeps these from its start and takes the
-/// values Neovim has later (the `credentials` request).
+/// Endings of the variables any provider may read whatever their name: keys (`api_key_env`
+/// may name any `*_API_KEY`) and base URLs.
+const VARIABLE_SUFFIXES: [&str; 2] = ["_API_KEY", "_BASE_URL"];
+
+/// Which variables the providers may read: those ending in a suffix, and each provider's own
+/// variables by name. The host keeps these from its start and takes the values Neovim has
+/// later (the `credentials` notification), which is why a shell asks it which they are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProviderVariables {
+    pub suffixes: Vec<&'static str>,
+    /// Provider variables that end in no suffix (`OLLAMA_HOST`).
+    pub names: Vec<&'static str>,
+}
+
+pub fn provider_variables() -> ProviderVariables {
+    let mut names: Vec<&'static str> = ProviderName::ALL
+        .iter()
+        .flat_map(|name| name.spec().variables())
+        .filter(|variable| !VARIABLE_SUFFIXES.iter().any(|end| variable.ends_with(end)))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    ProviderVariables {
+        suffixes: VARIABLE_SUFFIXES.to_vec(),
+        names,
+    }
+}
+
+/// Whether a variable is one the providers may read (`provider_variables`).
 pub fn is_provider_variable(name: &str) -> bool {
-    name.ends_with("_API_KEY") || name.ends_with("_BASE_URL") || name == "OLLAMA_HOST"
+    VARIABLE_SUFFIXES.iter().any(|end| name.ends_with(end))
+        || ProviderName::ALL
+            .iter()
+            .any(|provider| provider.spec().variables().any(|variable| variable == name))
 }
 
 /// The provider variables as the host knows them. Keys never leave it: `Debug` shows names
@@ -219,7 +234,8 @@ impl ProviderInfo {
 
 pub fn resolve(settings: &ProviderSettings, env: &ProviderEnv) -> ProviderInfo {
     let provider = settings.provider;
-    let (base_url_variable, default_url) = provider.base_url_variable();
+    let spec = provider.spec();
+    let base_url_variable = spec.base_url_variable;
     let setting = settings
         .base_url
         .as_deref()
@@ -228,35 +244,24 @@ pub fn resolve(settings: &ProviderSettings, env: &ProviderEnv) -> ProviderInfo {
     let (base_url, base_url_source) = match (setting, env.get(base_url_variable)) {
         (Some(url), _) => (url.to_owned(), Source::Setting),
         (None, Some(url)) => (url.trim().to_owned(), Source::Variable),
-        (None, None) => (default_url.to_owned(), Source::Default),
+        (None, None) => (spec.default_base_url.to_owned(), Source::Default),
     };
-    let (default_key, key_need) = provider.default_key();
     let key_variable = settings
         .api_key_env
         .clone()
         .filter(|name| !name.trim().is_empty())
-        .or(default_key.map(str::to_owned));
+        .or(spec.key_variable.map(str::to_owned));
     let key_set = key_variable
         .as_deref()
         .is_some_and(|name| env.get(name).is_some());
     ProviderInfo {
         provider,
-        base_url: normalize_base_url(provider, &base_url),
+        base_url: (spec.complete_base_url)(base_url.trim_end_matches('/')),
         base_url_source,
         base_url_variable,
         key_variable,
         key_set,
-        key_need,
-    }
-}
-
-/// `OLLAMA_HOST` is often a bare `host:port`, as Ollama's own CLI accepts it.
-fn normalize_base_url(provider: ProviderName, url: &str) -> String {
-    let url = url.trim_end_matches('/');
-    if provider == ProviderName::Ollama && !url.contains("://") {
-        super::ollama::base_url_of_bare_host(url)
-    } else {
-        url.to_owned()
+        key_need: spec.key_need,
     }
 }
 
@@ -275,37 +280,15 @@ pub fn build(
         .as_deref()
         .and_then(|name| env.get(name))
         .map(|key| ApiKey::new(key.to_owned()));
-    let limit = settings.max_parallel_requests;
-    match settings.provider {
-        ProviderName::Anthropic => Ok(Arc::new(
-            AnthropicClient::new(AnthropicConfig {
-                base_url: info.base_url,
-                api_key: api_key.unwrap_or_else(|| ApiKey::new(String::new())),
-                retry,
-            })?
-            .with_max_parallel_requests(limit),
-        )),
-        ProviderName::Openai => Ok(Arc::new(
-            OpenAiClient::new(OpenAiConfig {
-                base_url: info.base_url,
-                api_key,
-                tool_choice: settings.tool_choice,
-                stream: settings.stream,
-                retry,
-            })?
-            .with_max_parallel_requests(limit),
-        )),
-        ProviderName::Ollama => Ok(Arc::new(
-            OllamaClient::new(OllamaConfig {
-                base_url: info.base_url,
-                api_key,
-                num_ctx: settings.num_ctx,
-                stream: settings.stream,
-                retry,
-            })?
-            .with_max_parallel_requests(limit),
-        )),
-    }
+    (settings.provider.spec().connect)(Connection {
+        base_url: info.base_url,
+        api_key,
+        retry,
+        num_ctx: settings.num_ctx,
+        tool_choice: settings.tool_choice,
+        stream: settings.stream,
+        max_parallel_requests: settings.max_parallel_requests,
+    })
 }
 
 #[cfg(test)]
@@ -412,6 +395,48 @@ mod tests {
         );
         assert_eq!(custom.key_variable.as_deref(), Some("OPENROUTER_API_KEY"));
         assert!(custom.key_set);
+    }
+
+    /// What serde accepts for a provider, as its error for an unknown one lists them.
+    fn serde_names() -> Vec<String> {
+        let err = serde_json::from_str::<ProviderName>("\"?\"").expect_err("no such provider");
+        let listed = err.to_string();
+        let (_, names) = listed
+            .split_once("expected one of ")
+            .expect("serde lists the variants");
+        names
+            .split(", ")
+            .map(|name| name.split('`').nth(1).expect("a quoted name").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_registry_lists_every_provider_once_under_its_serde_name() {
+        let registered: Vec<String> = ProviderName::ALL
+            .iter()
+            .map(|name| name.spec().name.to_owned())
+            .collect();
+        assert_eq!(registered, serde_names());
+        for name in ProviderName::ALL {
+            let parsed: ProviderName =
+                serde_json::from_value(serde_json::json!(name.spec().name)).expect("parses");
+            assert_eq!(parsed, name);
+        }
+    }
+
+    #[test]
+    fn provider_variables_are_the_suffixes_and_each_providers_own_names() {
+        let variables = provider_variables();
+        assert_eq!(variables.suffixes, ["_API_KEY", "_BASE_URL"]);
+        assert_eq!(variables.names, ["OLLAMA_HOST"]);
+        for name in ProviderName::ALL {
+            for variable in name.spec().variables() {
+                assert!(is_provider_variable(variable), "{variable}");
+            }
+        }
+        assert!(is_provider_variable("OPENROUTER_API_KEY"));
+        assert!(!is_provider_variable("OLLAMA_HOSTS"));
+        assert!(!is_provider_variable("PATH"));
     }
 
     #[test]

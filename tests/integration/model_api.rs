@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use crate::fake_llm::FakeLlm;
+use crate::fake_llm::{FakeLlm, Wire};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    create_plan_turn, files_containing, files_under, start_editor_at, valid_plan,
+    create_plan_turn, files_containing, files_under, start_editor_at, tool_turn, valid_plan,
 };
 
 const KEY_SET_IN_NEOVIM: &str = "sk-ant-set-inside-neovim-7d2e91c4";
@@ -116,6 +116,42 @@ async fn an_unreachable_model_api_is_named_by_its_base_url_until_one_set_in_neov
     let loop_id = editor.plan("Add a --version flag").await;
     editor.wait_status(&loop_id, "awaiting_approval").await;
     assert_eq!(fake.requests().len(), 1);
+    editor.quit().await;
+}
+
+/// `OLLAMA_HOST` ends in none of the endings that mark keys and base URLs: Neovim learns from
+/// the host that it is a provider variable, and passes the one set inside Neovim after the
+/// host started, before the request that needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_host_set_inside_neovim_reaches_the_running_host() {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let fake = FakeLlm::start_wire(Wire::Ollama).await;
+    fake.push(tool_turn("unsent", "create_plan", valid_plan()));
+    let mut editor = start_editor_at(
+        fake.base_url(),
+        "{ provider = 'ollama', model = 'qwen-test', max_retries = 0 }",
+        vec![("OLLAMA_HOST".to_owned(), format!("127.0.0.1:{closed_port}"))],
+    )
+    .await;
+    let version: String = editor
+        .lua("return require('loopr.host').request('version')")
+        .await;
+    assert!(!version.is_empty());
+    let pid = host_pid(&editor).await;
+
+    let set = format!("let $OLLAMA_HOST = '{}'", fake.addr());
+    assert_eq!(editor.command(&set).await, None);
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    assert_eq!(fake.requests().len(), 1);
+    assert_eq!(
+        host_pid(&editor).await,
+        pid,
+        "the running host took the address; it was not restarted"
+    );
     editor.quit().await;
 }
 

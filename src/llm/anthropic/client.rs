@@ -1,14 +1,16 @@
+//! The Anthropic Messages API's client: its headers (the key as `x-api-key`, the API version),
+//! its body and its SSE answer; the rest is `ApiClient`'s.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
-use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
 use super::wire::encode;
-use crate::llm::http::{post, shared_client};
+use crate::llm::api_client::{ApiClient, ApiTarget, WireFormat, secret_header};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
-    ProviderEvent, RetryPolicy, ServerKind, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, LlmError, ProviderEvent, RetryPolicy,
+    ServerKind, Turn,
 };
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -23,85 +25,45 @@ pub struct AnthropicConfig {
     pub retry: RetryPolicy,
 }
 
-pub struct AnthropicClient {
-    http: reqwest::Client,
-    messages_url: reqwest::Url,
-    headers: HeaderMap,
-    endpoint: Endpoint,
-    config: AnthropicConfig,
-    /// What earlier requests of this loop made of its messages.
-    cache: WireCache,
-}
+/// The Messages API's wire.
+pub struct AnthropicWire;
+
+pub type AnthropicClient = ApiClient<AnthropicWire>;
 
 impl AnthropicClient {
     pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, LlmError> {
-        let invalid = |name: &str, message: String| LlmError::InvalidConfig {
-            name: name.to_owned(),
-            message,
+        let target = ApiTarget {
+            base_url: &config.base_url,
+            path: "/v1/messages",
+            base_url_variable: BASE_URL_VARIABLE,
+            server: ServerKind::Hosted,
         };
-        let base = config.base_url.trim_end_matches('/');
-        let messages_url = reqwest::Url::parse(&format!("{base}/v1/messages"))
-            .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
-        let mut key_header = HeaderValue::from_str(config.api_key.expose()).map_err(|_| {
-            invalid(
-                API_KEY_VARIABLE,
-                "it contains characters not allowed in an HTTP header".to_owned(),
-            )
-        })?;
-        key_header.set_sensitive(true);
-        let mut headers = HeaderMap::new();
-        headers.insert("x-api-key", key_header);
-        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
-        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
-        let http = shared_client().map_err(|message| invalid("HTTP client", message))?;
-        Ok(AnthropicClient {
-            http,
-            messages_url,
-            headers,
-            endpoint: Endpoint::new(base, BASE_URL_VARIABLE, ServerKind::Hosted),
-            config,
-            cache: WireCache::default(),
-        })
-    }
-
-    /// At most `limit` of the host's requests to this server at once; `None` keeps the
-    /// server's default (one for a local server).
-    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> AnthropicClient {
-        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
-        self
-    }
-
-    async fn attempt(
-        &self,
-        body: &RequestBytes,
-        limits: AnswerLimits,
-        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-    ) -> Result<Turn, AttemptFailure> {
-        let response = post(&self.http, &self.messages_url, &self.headers, body, &limits).await?;
-        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
+        ApiClient::connect(target, Some(config.api_key), config.retry, AnthropicWire)
     }
 }
 
 #[async_trait]
-impl LlmProvider for AnthropicClient {
-    async fn complete(
+impl WireFormat for AnthropicWire {
+    fn headers(&self, api_key: Option<&ApiKey>) -> Result<HeaderMap, LlmError> {
+        let key = api_key.map_or("", ApiKey::expose);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", secret_header(key, API_KEY_VARIABLE, "it")?);
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        Ok(headers)
+    }
+
+    fn encode(&self, request: &ChatRequest, cache: &WireCache) -> serde_json::Result<RequestBytes> {
+        encode(request, cache)
+    }
+
+    async fn read_answer(
         &self,
-        request: &ChatRequest,
+        response: reqwest::Response,
+        limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-        cancel: &CancellationToken,
-    ) -> Result<Turn, LlmError> {
-        let body = encode(request, &self.cache)
-            .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
-        with_retries(
-            self.config.retry,
-            &self.endpoint,
-            Some(&self.config.api_key),
-            request.max_tokens,
-            on_event,
-            cancel,
-            |limits| self.attempt(&body, limits, on_event),
-        )
-        .await
+    ) -> Result<Turn, AttemptFailure> {
+        Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
     }
 }
 
@@ -109,6 +71,8 @@ impl LlmProvider for AnthropicClient {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    use crate::llm::provider_checks;
 
     #[test]
     fn api_key_is_redacted_in_debug_and_text() {
@@ -138,27 +102,16 @@ mod tests {
             messages: Vec::new(),
             tools: Vec::new().into(),
         };
-        let retries = std::sync::Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, .. } = event {
-                retries.lock().expect("retries").push(reason);
-            }
-        };
-        let err = tokio::time::timeout(
-            Duration::from_secs(30),
-            client(base_url).complete(&request, &record, &CancellationToken::new()),
-        )
-        .await
-        .expect("the request ends")
-        .expect_err("the request fails");
-        let retries = retries.into_inner().expect("retries");
+        let (result, retries) =
+            provider_checks::complete_recording_retries(&client(base_url), &request).await;
+        let err = result.expect_err("the request fails");
         assert_eq!(
             retries.len(),
             1,
             "a connection failure is retried: {retries:?}"
         );
         assert!(
-            retries[0].starts_with("cannot reach the model API: "),
+            retries[0].0.starts_with("cannot reach the model API: "),
             "{retries:?}"
         );
         err.to_string()

@@ -294,11 +294,9 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    /// `idle` of silence at most; the request timeout and the size far off.
-    fn limits(idle: Duration) -> AnswerLimits {
-        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
-    }
+    use crate::llm::provider_checks::{self, limits, runtime};
 
+    /// `idle` of silence at most; the request timeout and the size far off.
     fn fixture(name: &str) -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/anthropic-sse")
@@ -306,20 +304,13 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-    }
-
     async fn read_chunks(chunks: Vec<Vec<u8>>) -> Result<Turn, StreamFailure> {
-        let stream = futures::stream::iter(
-            chunks
-                .into_iter()
-                .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
-        );
-        read_turn(stream, limits(Duration::from_secs(5)), &|_| {}).await
+        read_turn(
+            provider_checks::body(chunks),
+            limits(Duration::from_secs(5)),
+            &|_| {},
+        )
+        .await
     }
 
     /// Every way of cutting the recorded stream in two yields the same turn as reading it whole.
@@ -523,16 +514,8 @@ mod tests {
 
     #[test]
     fn a_silent_stream_stalls() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let result = rt.block_on(read_turn(
-            futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            limits(Duration::from_secs(30)),
-            &|_| {},
-        ));
-        assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+        provider_checks::assert_a_silent_body_stalls(|body, limits| async move {
+            read_turn(body, limits, &|_| {}).await
+        });
     }
 }

@@ -1,15 +1,17 @@
+//! Ollama's native chat API's client: its headers (a key only for a proxy in front), its body
+//! (`options.num_ctx`) and its NDJSON answer, and what a bare `OLLAMA_HOST` means; the rest is
+//! `ApiClient`'s.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
-use tokio_util::sync::CancellationToken;
 
 use super::stream::read_turn;
 use super::wire::{BodyOptions, encode};
-use crate::llm::http::{post, shared_client};
-use crate::llm::server_window;
+use crate::llm::api_client::{ApiClient, ApiTarget, WireFormat, secret_header};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
-    ProviderEvent, RetryPolicy, ServerKind, ServerWindow, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, LlmError, ProviderEvent, RetryPolicy,
+    ServerKind, Turn,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OLLAMA_HOST";
@@ -26,71 +28,72 @@ pub struct OllamaConfig {
     pub retry: RetryPolicy,
 }
 
-pub struct OllamaClient {
-    http: reqwest::Client,
-    chat_url: reqwest::Url,
-    headers: HeaderMap,
-    endpoint: Endpoint,
-    config: OllamaConfig,
-    /// What earlier requests of this loop made of its messages.
-    cache: WireCache,
+/// `/api/chat`'s wire, with the body options of the loop's settings.
+pub struct OllamaWire {
+    options: BodyOptions,
 }
+
+pub type OllamaClient = ApiClient<OllamaWire>;
 
 impl OllamaClient {
     pub fn new(config: OllamaConfig) -> Result<OllamaClient, LlmError> {
-        let invalid = |name: &str, message: String| LlmError::InvalidConfig {
-            name: name.to_owned(),
-            message,
+        let target = ApiTarget {
+            base_url: &config.base_url,
+            path: "/api/chat",
+            base_url_variable: BASE_URL_VARIABLE,
+            server: ServerKind::Ollama,
         };
-        let base = config.base_url.trim_end_matches('/');
-        let chat_url = reqwest::Url::parse(&format!("{base}/api/chat"))
-            .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
+        let wire = OllamaWire {
+            options: BodyOptions {
+                num_ctx: config.num_ctx,
+                stream: config.stream,
+            },
+        };
+        ApiClient::connect(target, config.api_key, config.retry, wire)
+    }
+}
+
+#[async_trait]
+impl WireFormat for OllamaWire {
+    fn headers(&self, api_key: Option<&ApiKey>) -> Result<HeaderMap, LlmError> {
         let mut headers = HeaderMap::new();
-        let accept = if config.stream {
+        let accept = if self.options.stream {
             "application/x-ndjson"
         } else {
             "application/json"
         };
         headers.insert("accept", HeaderValue::from_static(accept));
-        if let Some(key) = &config.api_key {
-            let mut bearer =
-                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-                    invalid(
-                        "api_key_env",
-                        "the key contains characters not allowed in an HTTP header".to_owned(),
-                    )
-                })?;
-            bearer.set_sensitive(true);
-            headers.insert("authorization", bearer);
+        if let Some(key) = api_key {
+            let bearer = format!("Bearer {}", key.expose());
+            headers.insert(
+                "authorization",
+                secret_header(&bearer, "api_key_env", "the key")?,
+            );
         }
-        let http = shared_client().map_err(|message| invalid("HTTP client", message))?;
-        Ok(OllamaClient {
-            http,
-            chat_url,
-            headers,
-            endpoint: Endpoint::new(base, BASE_URL_VARIABLE, ServerKind::Ollama),
-            config,
-            cache: WireCache::default(),
-        })
+        Ok(headers)
     }
 
-    /// At most `limit` of the host's requests to this server at once; `None` keeps the
-    /// server's default (one for a local server).
-    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> OllamaClient {
-        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
-        self
+    fn encode(&self, request: &ChatRequest, cache: &WireCache) -> serde_json::Result<RequestBytes> {
+        encode(request, cache, self.options)
     }
 
-    async fn attempt(
+    async fn read_answer(
         &self,
-        body: &RequestBytes,
+        response: reqwest::Response,
         limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let response = post(&self.http, &self.chat_url, &self.headers, body, &limits)
-            .await
-            .map_err(with_serve_hint)?;
         Ok(read_turn(response.bytes_stream(), limits, on_event).await?)
+    }
+
+    /// Nothing listening is, for a local Ollama, most often a server that was never started.
+    fn explain_send_failure(&self, failure: AttemptFailure) -> AttemptFailure {
+        match failure {
+            AttemptFailure::Unreachable(cause) if cause == "connection refused" => {
+                AttemptFailure::Unreachable(format!("{cause}; is `ollama serve` running?"))
+            }
+            other => other,
+        }
     }
 }
 
@@ -116,64 +119,21 @@ pub fn base_url_of_bare_host(host_port: &str) -> String {
     format!("http://{with_port}")
 }
 
-/// Nothing listening is, for a local Ollama, most often a server that was never started.
-fn with_serve_hint(failure: AttemptFailure) -> AttemptFailure {
-    match failure {
-        AttemptFailure::Unreachable(cause) if cause == "connection refused" => {
-            AttemptFailure::Unreachable(format!("{cause}; is `ollama serve` running?"))
-        }
-        other => other,
-    }
-}
-
-#[async_trait]
-impl LlmProvider for OllamaClient {
-    async fn complete(
-        &self,
-        request: &ChatRequest,
-        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-        cancel: &CancellationToken,
-    ) -> Result<Turn, LlmError> {
-        let options = BodyOptions {
-            num_ctx: self.config.num_ctx,
-            stream: self.config.stream,
-        };
-        let body = encode(request, &self.cache, options)
-            .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
-        with_retries(
-            self.config.retry,
-            &self.endpoint,
-            self.config.api_key.as_ref(),
-            request.max_tokens,
-            on_event,
-            cancel,
-            |limits| self.attempt(&body, limits, on_event),
-        )
-        .await
-    }
-
-    /// The model's maximum and its Modelfile's window, as `/api/show` says them; the window
-    /// `num_ctx` sets is the settings' to apply, not the server's to say.
-    async fn server_window(&self, model: &str) -> ServerWindow {
-        server_window::ask(
-            &self.http,
-            self.headers.get(reqwest::header::AUTHORIZATION),
-            &self.endpoint,
-            model,
-        )
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
 
+    use crate::llm::provider_checks;
+
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn client(base_url: &str, max_retries: u32) -> OllamaClient {
-        OllamaClient::new(OllamaConfig {
+        OllamaClient::new(config(base_url, max_retries)).expect("client")
+    }
+
+    fn config(base_url: &str, max_retries: u32) -> OllamaConfig {
+        OllamaConfig {
             base_url: base_url.to_owned(),
             api_key: None,
             num_ctx: None,
@@ -183,8 +143,7 @@ mod tests {
                 request_timeout: Duration::from_secs(10),
                 stream_idle_timeout: Duration::from_secs(10),
             },
-        })
-        .expect("client")
+        }
     }
 
     fn request() -> ChatRequest {
@@ -198,19 +157,12 @@ mod tests {
     }
 
     async fn complete(client: &OllamaClient) -> (Result<Turn, LlmError>, Vec<String>) {
-        let retries = std::sync::Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, .. } = event {
-                retries.lock().expect("retries").push(reason);
-            }
-        };
-        let result = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.complete(&request(), &record, &CancellationToken::new()),
+        let (result, retries) =
+            provider_checks::complete_recording_retries(client, &request()).await;
+        (
+            result,
+            retries.into_iter().map(|(reason, _)| reason).collect(),
         )
-        .await
-        .expect("the request ends");
-        (result, retries.into_inner().expect("retries"))
     }
 
     #[tokio::test]
@@ -264,7 +216,7 @@ mod tests {
                 request_timeout: Duration::from_secs(20),
                 stream_idle_timeout: Duration::from_millis(100),
             },
-            ..client(&format!("http://127.0.0.1:{port}"), 0).config
+            ..config(&format!("http://127.0.0.1:{port}"), 0)
         })
         .expect("client");
         let (result, retries) = complete(&client).await;

@@ -294,30 +294,21 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
+    use crate::llm::provider_checks::{self, limits, runtime};
+
     use serde_json::json;
 
     /// `idle` of silence at most; the request timeout and the size far off.
-    fn limits(idle: Duration) -> AnswerLimits {
-        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
-    }
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-    }
-
     async fn read_chunks(
         chunks: Vec<Vec<u8>>,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, StreamFailure> {
-        let stream = futures::stream::iter(
-            chunks
-                .into_iter()
-                .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
-        );
-        read_turn(stream, limits(Duration::from_secs(5)), on_event).await
+        read_turn(
+            provider_checks::body(chunks),
+            limits(Duration::from_secs(5)),
+            on_event,
+        )
+        .await
     }
 
     /// Made-up ids differ between reads; this puts a placeholder in their place.
@@ -655,27 +646,14 @@ mod tests {
 
     #[test]
     fn a_silent_stream_stalls() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let result = rt.block_on(read_turn(
-            futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            limits(Duration::from_secs(30)),
-            &|_| {},
-        ));
-        assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+        provider_checks::assert_a_silent_body_stalls(|body, limits| async move {
+            read_turn(body, limits, &|_| {}).await
+        });
     }
 
     #[test]
     fn empty_pieces_keep_the_stream_alive_but_are_no_progress() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let empties = [
+        let empties = vec![
             format!(
                 "{}\n",
                 json!({"message": {"role": "assistant", "content": ""}, "done": false})
@@ -689,35 +667,14 @@ mod tests {
                 json!({"message": {"role": "assistant", "content": "", "tool_calls": []}, "done": false})
             ),
         ];
-        // Real text, then empty pieces every 8 s (under the 10 s idle timeout) for far longer
-        // than the 60 s request timeout.
-        let pieces = std::iter::once(format!(
-            "{}\n",
-            json!({"message": {"role": "assistant", "content": "Hel"}, "done": false})
-        ))
-        .chain(empties.into_iter().cycle().take(1000));
-        let stream = Box::pin(futures::StreamExt::then(
-            futures::stream::iter(pieces),
-            |piece| async move {
-                tokio::time::sleep(Duration::from_secs(8)).await;
-                Ok::<_, std::io::Error>(Bytes::from(piece))
-            },
-        ));
-        let limits =
-            AnswerLimits::starting_now(Duration::from_secs(10), Duration::from_secs(60), 100_000);
-        let (result, elapsed) = rt.block_on(async {
-            let begin = tokio::time::Instant::now();
-            let result = read_turn(stream, limits, &|_| {}).await;
-            (result, begin.elapsed())
-        });
-        assert_eq!(
-            result,
-            Err(StreamFailure::NoProgress {
-                waited: Duration::from_secs(60),
-                started: true
-            })
+        provider_checks::assert_empty_pieces_are_no_progress(
+            format!(
+                "{}\n",
+                json!({"message": {"role": "assistant", "content": "Hel"}, "done": false})
+            ),
+            empties,
+            |body, limits| async move { read_turn(body, limits, &|_| {}).await },
         );
-        assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
     }
 
     #[test]

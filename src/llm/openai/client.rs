@@ -1,16 +1,18 @@
+//! OpenAI's chat completions client: its headers (a bearer key, none for a local server that
+//! takes none), its body (the token limit's field as the server names it, `tool_choice`) and
+//! its answer, streamed or whole; the rest is `ApiClient`'s.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
-use tokio_util::sync::CancellationToken;
 
 use super::stream::{read_turn, read_whole};
 use super::wire::{BodyOptions, TokenLimitField, encode};
 use crate::llm::answer_body::AnswerBody;
-use crate::llm::http::{post, shared_client};
-use crate::llm::server_window;
+use crate::llm::api_client::{ApiClient, ApiTarget, WireFormat, secret_header};
 use crate::llm::wire_cache::{RequestBytes, WireCache};
 use crate::llm::{
-    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, Endpoint, LlmError, LlmProvider,
-    ProviderEvent, RetryPolicy, ServerKind, ServerWindow, ToolChoice, Turn, with_retries,
+    AnswerLimits, ApiKey, AttemptFailure, ChatRequest, LlmError, ProviderEvent, RetryPolicy,
+    ServerKind, ToolChoice, Turn,
 };
 
 pub const BASE_URL_VARIABLE: &str = "OPENAI_BASE_URL";
@@ -29,86 +31,64 @@ pub struct OpenAiConfig {
     pub retry: RetryPolicy,
 }
 
-pub struct OpenAiClient {
-    http: reqwest::Client,
-    completions_url: reqwest::Url,
-    headers: HeaderMap,
-    endpoint: Endpoint,
-    token_limit: TokenLimitField,
-    config: OpenAiConfig,
-    /// What earlier requests of this loop made of its messages.
-    cache: WireCache,
+/// Chat completions' wire, with the body options of the loop's settings and its server.
+pub struct OpenAiWire {
+    options: BodyOptions,
 }
+
+pub type OpenAiClient = ApiClient<OpenAiWire>;
 
 impl OpenAiClient {
     pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, LlmError> {
-        let invalid = |name: &str, message: String| LlmError::InvalidConfig {
-            name: name.to_owned(),
-            message,
-        };
         let base = config.base_url.trim_end_matches('/');
-        let completions_url = reqwest::Url::parse(&format!("{base}/chat/completions"))
-            .map_err(|err| invalid(BASE_URL_VARIABLE, format!("{base:?} is not a URL: {err}")))?;
+        let target = ApiTarget {
+            base_url: base,
+            path: "/chat/completions",
+            base_url_variable: BASE_URL_VARIABLE,
+            server: ServerKind::of_openai_base_url(base),
+        };
+        let wire = OpenAiWire {
+            options: BodyOptions {
+                token_limit: TokenLimitField::for_base_url(base),
+                tool_choice: config.tool_choice,
+                stream: config.stream,
+            },
+        };
+        ApiClient::connect(target, config.api_key, config.retry, wire)
+    }
+}
+
+#[async_trait]
+impl WireFormat for OpenAiWire {
+    fn headers(&self, api_key: Option<&ApiKey>) -> Result<HeaderMap, LlmError> {
         let mut headers = HeaderMap::new();
-        let accept = if config.stream {
+        let accept = if self.options.stream {
             "text/event-stream"
         } else {
             "application/json"
         };
         headers.insert("accept", HeaderValue::from_static(accept));
         // An empty key is no key: a local server must not see `Bearer ` and refuse it.
-        if let Some(key) = config
-            .api_key
-            .as_ref()
-            .filter(|key| !key.expose().is_empty())
-        {
-            let mut bearer =
-                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-                    invalid(
-                        API_KEY_VARIABLE,
-                        "it contains characters not allowed in an HTTP header".to_owned(),
-                    )
-                })?;
-            bearer.set_sensitive(true);
-            headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        if let Some(key) = api_key.filter(|key| !key.expose().is_empty()) {
+            let bearer = format!("Bearer {}", key.expose());
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                secret_header(&bearer, API_KEY_VARIABLE, "it")?,
+            );
         }
-        let http = shared_client().map_err(|message| invalid("HTTP client", message))?;
-        Ok(OpenAiClient {
-            http,
-            completions_url,
-            headers,
-            endpoint: Endpoint::new(
-                base,
-                BASE_URL_VARIABLE,
-                ServerKind::of_openai_base_url(base),
-            ),
-            token_limit: TokenLimitField::for_base_url(base),
-            config,
-            cache: WireCache::default(),
-        })
+        Ok(headers)
     }
 
-    /// At most `limit` of the host's requests to this server at once; `None` keeps the
-    /// server's default (one for a local server).
-    pub fn with_max_parallel_requests(mut self, limit: Option<u32>) -> OpenAiClient {
-        self.endpoint = self.endpoint.with_max_parallel_requests(limit);
-        self
+    fn encode(&self, request: &ChatRequest, cache: &WireCache) -> serde_json::Result<RequestBytes> {
+        encode(request, cache, self.options)
     }
 
-    async fn attempt(
+    async fn read_answer(
         &self,
-        body: &RequestBytes,
+        response: reqwest::Response,
         limits: AnswerLimits,
         on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
     ) -> Result<Turn, AttemptFailure> {
-        let response = post(
-            &self.http,
-            &self.completions_url,
-            &self.headers,
-            body,
-            &limits,
-        )
-        .await?;
         // Also a server asked to stream may answer whole (some proxies and older servers).
         let whole = response
             .headers()
@@ -126,45 +106,6 @@ impl OpenAiClient {
     }
 }
 
-#[async_trait]
-impl LlmProvider for OpenAiClient {
-    async fn complete(
-        &self,
-        request: &ChatRequest,
-        on_event: &(dyn Fn(ProviderEvent) + Send + Sync),
-        cancel: &CancellationToken,
-    ) -> Result<Turn, LlmError> {
-        let options = BodyOptions {
-            token_limit: self.token_limit,
-            tool_choice: self.config.tool_choice,
-            stream: self.config.stream,
-        };
-        let body = encode(request, &self.cache, options)
-            .map_err(|err| LlmError::Protocol(format!("encoding the request: {err}")))?;
-        with_retries(
-            self.config.retry,
-            &self.endpoint,
-            self.config.api_key.as_ref(),
-            request.max_tokens,
-            on_event,
-            cancel,
-            |limits| self.attempt(&body, limits, on_event),
-        )
-        .await
-    }
-
-    /// Only a local server is asked (`ServerKind::of_openai_base_url`).
-    async fn server_window(&self, model: &str) -> ServerWindow {
-        server_window::ask(
-            &self.http,
-            self.headers.get(reqwest::header::AUTHORIZATION),
-            &self.endpoint,
-            model,
-        )
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +114,9 @@ mod tests {
 
     use serde_json::{Value, json};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::llm::{LlmProvider, ServerWindow, provider_checks};
 
     const KEY: &str = "sk-proj-secret-9c1f";
 
@@ -319,7 +263,11 @@ mod tests {
     }
 
     fn client(base_url: &str, key: Option<&str>) -> OpenAiClient {
-        OpenAiClient::new(OpenAiConfig {
+        OpenAiClient::new(config(base_url, key)).expect("client")
+    }
+
+    fn config(base_url: &str, key: Option<&str>) -> OpenAiConfig {
+        OpenAiConfig {
             base_url: base_url.to_owned(),
             api_key: key.map(|key| ApiKey::new(key.to_owned())),
             tool_choice: None,
@@ -329,8 +277,7 @@ mod tests {
                 request_timeout: Duration::from_secs(20),
                 stream_idle_timeout: Duration::from_secs(10),
             },
-        })
-        .expect("client")
+        }
     }
 
     fn request() -> ChatRequest {
@@ -352,19 +299,7 @@ mod tests {
         client: &OpenAiClient,
         request: &ChatRequest,
     ) -> (Result<Turn, LlmError>, Vec<(String, Duration)>) {
-        let retries = Mutex::new(Vec::new());
-        let record = |event: ProviderEvent| {
-            if let ProviderEvent::Retrying { reason, delay, .. } = event {
-                retries.lock().expect("retries").push((reason, delay));
-            }
-        };
-        let result = tokio::time::timeout(
-            Duration::from_secs(30),
-            client.complete(request, &record, &CancellationToken::new()),
-        )
-        .await
-        .expect("the request ends");
-        (result, retries.into_inner().expect("retries"))
+        provider_checks::complete_recording_retries(client, request).await
     }
 
     #[tokio::test]
@@ -549,7 +484,7 @@ mod tests {
                 request_timeout: Duration::from_secs(10),
                 stream_idle_timeout: Duration::from_secs(10),
             },
-            ..client(&base, None).config
+            ..config(&base, None)
         })
         .expect("client");
         let (result, _) = complete_request(&client, &conversation).await;
@@ -569,7 +504,7 @@ mod tests {
                 request_timeout: Duration::from_secs(20),
                 stream_idle_timeout,
             },
-            ..client(base, None).config
+            ..config(base, None)
         })
         .expect("client")
     }
@@ -766,7 +701,7 @@ mod tests {
                 request_timeout: Duration::from_secs(10),
                 stream_idle_timeout: Duration::from_secs(10),
             },
-            ..client(&format!("http://127.0.0.1:{port}/v1/"), None).config
+            ..config(&format!("http://127.0.0.1:{port}/v1/"), None)
         })
         .expect("client");
         let (result, _) = complete(&client).await;

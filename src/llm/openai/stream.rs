@@ -492,18 +492,9 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
+    use crate::llm::provider_checks::{self, limits, runtime};
+
     /// `idle` of silence at most; the request timeout and the size far off.
-    fn limits(idle: Duration) -> AnswerLimits {
-        AnswerLimits::starting_now(idle, Duration::from_secs(3600), 100_000)
-    }
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
-    }
-
     /// One chunk as servers send it: the envelope around `choices`.
     fn chunk(choices: Value) -> String {
         let envelope = json!({
@@ -566,12 +557,12 @@ mod tests {
     }
 
     async fn read_chunks(chunks: Vec<Vec<u8>>) -> Result<Turn, StreamFailure> {
-        let stream = futures::stream::iter(
-            chunks
-                .into_iter()
-                .map(|chunk| Ok::<_, std::io::Error>(Bytes::from(chunk))),
-        );
-        read_turn(stream, limits(Duration::from_secs(5)), &|_| {}).await
+        read_turn(
+            provider_checks::body(chunks),
+            limits(Duration::from_secs(5)),
+            &|_| {},
+        )
+        .await
     }
 
     fn read(stream: &str) -> Result<Turn, StreamFailure> {
@@ -1297,58 +1288,24 @@ mod tests {
 
     #[test]
     fn a_silent_stream_stalls() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let result = rt.block_on(read_turn(
-            futures::stream::pending::<Result<Bytes, std::io::Error>>(),
-            limits(Duration::from_secs(30)),
-            &|_| {},
-        ));
-        assert_eq!(result, Err(StreamFailure::Stalled(Duration::from_secs(30))));
+        provider_checks::assert_a_silent_body_stalls(|body, limits| async move {
+            read_turn(body, limits, &|_| {}).await
+        });
     }
 
     #[test]
     fn empty_pieces_keep_the_stream_alive_but_are_no_progress() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let empties = [
+        let empties = vec![
             "data: {\"choices\":[]}\n\n".to_owned(),
             delta(json!({})),
             delta(json!({"content": ""})),
             delta(json!({"tool_calls": []})),
         ];
-        // Real text, then empty pieces every 8 s (under the 10 s idle timeout) for far longer
-        // than the 60 s request timeout.
-        let pieces = std::iter::once(delta(json!({"content": "Hel"})))
-            .chain(empties.into_iter().cycle().take(1000));
-        let stream = Box::pin(futures::StreamExt::then(
-            futures::stream::iter(pieces),
-            |piece| async move {
-                tokio::time::sleep(Duration::from_secs(8)).await;
-                Ok::<_, std::io::Error>(Bytes::from(piece))
-            },
-        ));
-        let limits =
-            AnswerLimits::starting_now(Duration::from_secs(10), Duration::from_secs(60), 100_000);
-        let (result, elapsed) = rt.block_on(async {
-            let begin = tokio::time::Instant::now();
-            let result = read_turn(stream, limits, &|_| {}).await;
-            (result, begin.elapsed())
-        });
-        assert_eq!(
-            result,
-            Err(StreamFailure::NoProgress {
-                waited: Duration::from_secs(60),
-                started: true
-            })
+        provider_checks::assert_empty_pieces_are_no_progress(
+            delta(json!({"content": "Hel"})),
+            empties,
+            |body, limits| async move { read_turn(body, limits, &|_| {}).await },
         );
-        assert!(elapsed <= Duration::from_secs(68), "{elapsed:?}");
     }
 
     #[test]
