@@ -1,12 +1,14 @@
 //! The replies to requests, shaped for Lua: what the manager answers, worded for the wire.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::agent::{ChangedHunk, LoopSettings, PhaseTasks, UndoReport};
 use crate::store::LoopRecord;
 
 /// What opening a project for `resume` found.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ResumeReply")]
 pub struct ResumeReply {
     /// Loops not finished (pending, running, awaiting approval, paused).
     pub active: usize,
@@ -27,21 +29,42 @@ impl From<crate::agent::ResumeCounts> for ResumeReply {
 }
 
 /// One server probed: its tools, or why it could not start.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.McpProbeReply")]
 pub struct McpProbeReply {
     pub name: String,
     pub tools: Option<Vec<String>>,
     pub error: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RulesReply")]
 pub struct RulesReply {
     /// `AGENTS.md (1204 bytes)`, in the order they go into the system prompt.
     pub used: Vec<String>,
     pub refused: Vec<RefusedRulesReply>,
 }
 
-#[derive(Debug, Serialize)]
+impl RulesReply {
+    /// The rules files of the project at `root` under `settings`.
+    pub fn new(root: &std::path::Path, settings: &LoopSettings) -> Result<RulesReply, String> {
+        let (rules, refused) =
+            crate::agent::project_rules(root, settings).map_err(|err| format!("Loopr: {err}"))?;
+        Ok(RulesReply {
+            used: rules.summary(),
+            refused: refused
+                .into_iter()
+                .map(|refused| RefusedRulesReply {
+                    path: refused.path,
+                    reason: refused.reason,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RefusedRules")]
 pub struct RefusedRulesReply {
     pub path: String,
     pub reason: String,
@@ -104,14 +127,17 @@ impl LimitsReply {
 }
 
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ChangesReply")]
 pub struct ChangesReply {
     pub loop_id: String,
     pub items: Vec<ChangeItemReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ChangeItem")]
 pub struct ChangeItemReply {
+    #[schemars(with = "LspLocation")]
     pub location: lsp_types::Location,
     pub text: String,
     pub status: &'static str,
@@ -133,14 +159,16 @@ impl ChangesReply {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.UndoReply")]
 pub struct UndoReply {
     pub loop_id: String,
     pub restored: Vec<String>,
     pub skipped: Vec<SkippedFileReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.UndoSkipped")]
 pub struct SkippedFileReply {
     pub path: String,
     /// "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
@@ -169,12 +197,14 @@ impl UndoReply {
 
 /// `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into
 /// quickfix entries.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TasksReply")]
 pub struct TasksReply {
     pub phases: Vec<PhaseTasksReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskPhase")]
 pub struct PhaseTasksReply {
     pub loop_id: String,
     pub name: String,
@@ -183,14 +213,17 @@ pub struct PhaseTasksReply {
     pub items: Vec<TaskItemReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskItem")]
 pub struct TaskItemReply {
+    #[schemars(with = "LspLocation")]
     pub location: lsp_types::Location,
     pub text: String,
     pub user_data: TaskUserData,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskUserData")]
 pub struct TaskUserData {
     pub loop_id: String,
     pub phase: String,
@@ -232,6 +265,32 @@ impl TasksReply {
     }
 }
 
+/// The schema of an LSP `Location` as it goes over the wire, which `lsp_types` does not
+/// give; Neovim's Lua knows the class.
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Location")]
+#[allow(dead_code)]
+struct LspLocation {
+    uri: String,
+    range: LspRange,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Range")]
+#[allow(dead_code)]
+struct LspRange {
+    start: LspPosition,
+    end: LspPosition,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Position")]
+#[allow(dead_code)]
+struct LspPosition {
+    line: u32,
+    character: u32,
+}
+
 fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, String> {
     let url = url::Url::from_file_path(path)
         .map_err(|()| format!("Loopr: {} is not an absolute path", path.display()))?;
@@ -249,19 +308,30 @@ fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, St
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TranscriptReply")]
 pub struct TranscriptReply {
     pub loop_id: String,
     pub loop_type: &'static str,
     pub status: &'static str,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.LoopIdReply")]
 pub struct LoopIdReply {
     pub loop_id: String,
 }
 
-#[derive(Debug, Serialize)]
+impl LoopIdReply {
+    pub fn new(loop_id: impl std::fmt::Display) -> LoopIdReply {
+        LoopIdReply {
+            loop_id: loop_id.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.LoopRecord")]
 pub struct LoopRecordReply {
     pub id: String,
     #[serde(rename = "type")]
@@ -287,7 +357,8 @@ pub struct LoopRecordReply {
 }
 
 /// Tokens of every kind, and their estimated cost.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Spend")]
 pub struct SpendReply {
     pub input: u64,
     pub output: u64,

@@ -6,6 +6,58 @@ use nvim_rs::Value;
 use serde::Deserialize;
 
 use super::msgpack::params;
+
+/// How a request's single parameter table is read. Most types read through serde; those
+/// whose errors must not quote the input read on their own.
+pub trait WireParams: Sized {
+    fn from_args(method: &str, args: Vec<Value>) -> Result<Self, String>;
+}
+
+/// Parameters read through serde, with their errors naming the field at fault.
+macro_rules! read_through_serde {
+    ($($params:ty),* $(,)?) => {
+        $(impl WireParams for $params {
+            fn from_args(method: &str, args: Vec<Value>) -> Result<Self, String> {
+                params(method, args)
+            }
+        })*
+    };
+}
+
+read_through_serde!(
+    PlanParams,
+    RootParams,
+    StatusParams,
+    CancelParams,
+    RunParams,
+    PhaseParams,
+    McpProbeParams,
+    ProviderParams,
+    RulesParams,
+    UndoParams,
+    ApprovalParams,
+    ReviseParams,
+    LoopIdsParams,
+    TasksParams,
+    TranscriptParams,
+    TranscriptCloseParams,
+);
+
+/// A request that takes no parameters; whatever comes is ignored, as it always was.
+#[derive(Debug)]
+pub struct NoParams;
+
+impl WireParams for NoParams {
+    fn from_args(_method: &str, _args: Vec<Value>) -> Result<Self, String> {
+        Ok(NoParams)
+    }
+}
+
+impl WireParams for CredentialsParams {
+    fn from_args(_method: &str, args: Vec<Value>) -> Result<Self, String> {
+        CredentialsParams::from_args(args)
+    }
+}
 use crate::agent::{LoopSettings, PhaseSelector};
 use crate::store::{LoopRecord, LoopStatus};
 use crate::tools::Decision;
