@@ -8,7 +8,7 @@ use nvim_rs::{Handler, Neovim, Value};
 
 use super::dto::{
     BudgetParams, CredentialsParams, LimitsReply, McpParams, McpProbeParams, McpProbeReply,
-    ProviderParams, ProviderReply, TranscriptParams, TranscriptReply, params,
+    ProviderParams, ProviderReply, RawArgs, TranscriptParams, TranscriptReply,
 };
 use super::event_pump::OutgoingQueue;
 use super::request_table::{self, find_notification, find_request, unknown_request};
@@ -76,7 +76,7 @@ impl RpcHandler {
     /// `request` notification `[token, method, params]`: the editor goes on at once; the
     /// answer comes as `require('loopr.host').reply(token, err, result)`, queued behind the
     /// events the request caused.
-    pub(super) fn start_request(&self, args: Vec<Value>) {
+    pub(super) fn start_request(&self, RawArgs(args): RawArgs) {
         let mut args = args.into_iter();
         let token = args.next().and_then(|token| token.as_i64());
         let method = args
@@ -131,27 +131,10 @@ impl RpcHandler {
         self.credentials.replace(env);
     }
 
-    /// `credentials` notification: loops started from now on use these provider variables.
-    pub(super) fn credentials_changed(&self, args: Vec<Value>) {
-        match CredentialsParams::from_args(args) {
-            Ok(params) => self.replace_credentials(params),
-            Err(message) => {
-                tracing::error!(error = %message, "credentials notification refused")
-            }
-        }
-    }
-
     /// `budget` notification: every plan tree is held to the user's budget from now on (so
     /// before the request sent after it starts); the trees it lets go on are found in the
     /// background.
-    pub(super) fn set_budget(&self, args: Vec<Value>) {
-        let params: BudgetParams = match params("budget", args) {
-            Ok(params) => params,
-            Err(err) => {
-                tracing::error!(error = %err, "budget notification refused");
-                return;
-            }
-        };
+    pub(super) fn set_budget(&self, params: BudgetParams) {
         if let Err(err) = self.manager.set_tree_budget(params.budget, params.prices) {
             tracing::error!(error = %err, "budget notification refused");
             return;
@@ -162,17 +145,12 @@ impl RpcHandler {
 
     /// `mcp` notification: the MCP servers of the user's `setup()`, where loops (those
     /// resumed included) take their servers' `env` values from, since none is stored.
-    pub(super) fn set_mcp(&self, args: Vec<Value>) {
-        match McpParams::from_args(args) {
-            Ok(McpParams(settings)) => {
-                tracing::info!(
-                    servers = ?settings.servers.keys().collect::<Vec<_>>(),
-                    "MCP settings from Neovim for loops started from now on"
-                );
-                self.manager.mcp().use_current(&settings);
-            }
-            Err(err) => tracing::error!(error = %err, "mcp notification refused"),
-        }
+    pub(super) fn set_mcp(&self, McpParams(settings): McpParams) {
+        tracing::info!(
+            servers = ?settings.servers.keys().collect::<Vec<_>>(),
+            "MCP settings from Neovim for loops started from now on"
+        );
+        self.manager.mcp().use_current(&settings);
     }
 
     async fn dispatch(&self, method: &str, args: Vec<Value>) -> Result<Value, String> {

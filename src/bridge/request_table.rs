@@ -7,11 +7,12 @@
 use nvim_rs::Value;
 
 use super::dto::{
-    ApprovalParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply, LoopIdsParams,
-    LoopRecordReply, McpProbeParams, McpProbeReply, NoParams, PhaseParams, PlanParams,
-    ProviderParams, ProviderReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply,
-    RunParams, StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
-    TranscriptReply, UndoParams, UndoReply, WireParams, to_value,
+    ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
+    LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, NoParams,
+    PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, ResumeReply, ReviseParams,
+    RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
+    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, WireParams,
+    to_value,
 };
 use super::handler::RpcHandler;
 use super::words::manager_error;
@@ -86,6 +87,12 @@ macro_rules! request_table {
             id: RequestId::$name,
         },)*];
 
+        /// Puts the schema of every reply in `generator`: its named classes become its
+        /// definitions.
+        pub(super) fn reply_schemas(generator: &mut schemars::SchemaGenerator) {
+            $(generator.subschema_for::<$reply>();)*
+        }
+
         /// Answers request `spec` with `args`, its single parameter table.
         pub(super) async fn run(
             handler: &RpcHandler,
@@ -123,7 +130,7 @@ macro_rules! request_table {
 macro_rules! notification_table {
     ($(
         $(#[doc = $doc:literal])+
-        $name:ident => $method:ident;
+        $name:ident($params:ty) => $method:ident;
     )*) => {
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
@@ -135,10 +142,20 @@ macro_rules! notification_table {
             id: NotificationId::$name,
         },)*];
 
-        /// Applies notification `spec`; nothing waits on it and nothing answers it.
+        /// Applies notification `spec`; nothing waits on it and nothing answers it, so
+        /// parameters it cannot read are logged and dropped.
         pub(super) fn notify(handler: &RpcHandler, spec: &NotificationSpec, args: Vec<Value>) {
             match spec.id {
-                $(NotificationId::$name => handler.$method(args),)*
+                $(NotificationId::$name => {
+                    match <$params as WireParams>::from_args(spec.name, args) {
+                        Ok(parsed) => handler.$method(parsed),
+                        Err(message) => tracing::error!(
+                            notification = spec.name,
+                            error = %message,
+                            "notification refused"
+                        ),
+                    }
+                })*
             }
         }
     };
@@ -283,13 +300,13 @@ request_table! {
 notification_table! {
     /// `[token, method, params]`: a request the editor does not wait for; the answer comes
     /// as `require('loopr.host').reply(token, err, result)`, behind the events it caused.
-    request => start_request;
+    request(RawArgs) => start_request;
     /// The provider variables (keys, base URLs) as Neovim's environment has them now.
-    credentials => credentials_changed;
+    credentials(CredentialsParams) => replace_credentials;
     /// The budget and prices of the user's `setup()`, which every plan tree is held to.
-    budget => set_budget;
+    budget(BudgetParams) => set_budget;
     /// The MCP servers of the user's `setup()`.
-    mcp => set_mcp;
+    mcp(McpParams) => set_mcp;
 }
 
 /// The request named `method`, if the host answers it (test-only requests with `test_hooks`).

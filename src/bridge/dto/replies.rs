@@ -71,17 +71,23 @@ pub struct RefusedRulesReply {
 }
 
 /// The provider as resolved, never a key: whether one is set, and from which variable.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ProviderReply")]
 pub struct ProviderReply {
+    /// The core's `ProviderInfo`: `provider`, `base_url`, `base_url_source`,
+    /// `base_url_variable`, `key_variable`, `key_set`, `key_need`.
     #[serde(flatten)]
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub info: crate::llm::ProviderInfo,
     /// The model per level (`plan`, `spec`, `phase`, `review`, `code`), when it resolves.
     pub models: std::collections::BTreeMap<&'static str, String>,
     /// Why a loop could not start with these settings, and the fix.
     pub problem: Option<String>,
     /// `native`, or the text protocol the model calls tools with.
+    #[schemars(with = "String")]
     pub tool_protocol: crate::llm::ToolProtocol,
     /// How calls are written, for the `xml` and `markdown` protocols.
+    #[schemars(with = "String")]
     pub tool_format: crate::llm::ToolFormat,
     /// What the server says about its context window and the limits loops get, when a loop
     /// could start.
@@ -89,16 +95,21 @@ pub struct ProviderReply {
 }
 
 /// `:checkhealth loopr`: the server's window and the limits fitted to it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Limits")]
 pub struct LimitsReply {
     pub max_tokens: u32,
     pub context_budget: u64,
     /// Whether the settings set them (else fitted to `window`, or the defaults).
     pub max_tokens_set: bool,
     pub context_budget_set: bool,
+    /// `{ tokens, from }`.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub window: Option<crate::agent::Window>,
     /// `not_asked` (a hosted API), `reported` or `unavailable`.
     pub server: &'static str,
+    /// `{ context_window, model_max, model, answered_by }`.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub report: Option<crate::llm::ServerReport>,
     /// Why the server could not be asked.
     pub server_error: Option<String>,

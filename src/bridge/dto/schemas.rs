@@ -1,57 +1,51 @@
 //! The JSON schemas of the replies and events, named as the Lua side names their classes,
-//! from which the LuaCATS annotations are generated.
+//! from which the LuaCATS annotations are generated. The replies are those of the request
+//! table, so a new request's reply is here without a line more.
 
-use schemars::{JsonSchema, Schema, schema_for};
+use schemars::{Schema, SchemaGenerator};
 
 use super::events::EventMessage;
-use super::replies::{
-    ChangeItemReply, ChangesReply, LoopIdReply, LoopRecordReply, McpProbeReply, PhaseTasksReply,
-    RefusedRulesReply, ResumeReply, RulesReply, SkippedFileReply, SpendReply, TaskItemReply,
-    TaskUserData, TasksReply, TranscriptReply, UndoReply,
-};
 
-/// Every reply and event class: its LuaCATS name and its schema. A class nested in another
-/// is listed too; `$ref`s name their target by its LuaCATS name (`lsp.*` ones are Neovim's).
+/// Core types a reply holds, by the name schemars gives them, and their LuaCATS class.
+const CORE_CLASSES: &[(&str, &str)] = &[("ServerStatus", "loopr.McpServerStatus")];
+
+/// Every class the replies and events hold: its LuaCATS name and its schema. A `$ref` names
+/// its target by the LuaCATS name (`#/$defs/loopr.Spend`), which is in the list too, except
+/// `lsp.*` ones, which are Neovim's own.
 pub fn wire_schemas() -> Vec<(&'static str, Schema)> {
-    let mut schemas = vec![
-        named::<LoopRecordReply>(),
-        named::<SpendReply>(),
-        named::<LoopIdReply>(),
-        named::<ResumeReply>(),
-        named::<TranscriptReply>(),
-        named::<ChangesReply>(),
-        named::<ChangeItemReply>(),
-        named::<UndoReply>(),
-        named::<SkippedFileReply>(),
-        named::<TasksReply>(),
-        named::<PhaseTasksReply>(),
-        named::<TaskItemReply>(),
-        named::<TaskUserData>(),
-        named::<RulesReply>(),
-        named::<RefusedRulesReply>(),
-        named::<McpProbeReply>(),
-        (
-            "loopr.McpServerStatus",
-            schema_for!(crate::mcp::ServerStatus),
-        ),
-    ];
+    let mut generator = SchemaGenerator::default();
+    crate::bridge::request_table::reply_schemas(&mut generator);
+    let event = generator.subschema_for::<EventMessage>();
+    let mut schemas = Vec::new();
+    for (name, schema) in generator.take_definitions(true) {
+        let class = CORE_CLASSES
+            .iter()
+            .find(|(core, _)| *core == name)
+            .map_or(name.as_str(), |(_, class)| class);
+        if class.starts_with("lsp.") || Some(class) == event_name(&event).as_deref() {
+            continue;
+        }
+        if let Ok(schema) = Schema::try_from(schema) {
+            schemas.push((interned(class), schema));
+        }
+    }
     schemas.extend(event_schemas());
     schemas
 }
 
-/// A bridge type's schema under the name its `#[schemars(rename)]` gives it.
-fn named<T: JsonSchema>() -> (&'static str, Schema) {
-    let name: &'static str = match T::schema_name() {
-        std::borrow::Cow::Borrowed(name) => name,
-        std::borrow::Cow::Owned(name) => Box::leak(name.into_boxed_str()),
-    };
-    (name, schema_for!(T))
+/// The definition a `$ref` schema points to.
+fn event_name(reference: &Schema) -> Option<String> {
+    reference
+        .get("$ref")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|target| target.rsplit('/').next())
+        .map(str::to_owned)
 }
 
 /// `loopr.Event`, which names every event, then one class per event (`loop_updated` is
 /// `loopr.LoopUpdatedEvent`), each with its `event` field.
 fn event_schemas() -> Vec<(&'static str, Schema)> {
-    let all = schema_for!(EventMessage);
+    let all = schemars::schema_for!(EventMessage);
     let variants = all
         .get("oneOf")
         .and_then(serde_json::Value::as_array)
@@ -67,7 +61,7 @@ fn event_schemas() -> Vec<(&'static str, Schema)> {
             continue;
         };
         tags.push(tag.to_owned());
-        let name: &'static str = Box::leak(format!("loopr.{}Event", camel_case(tag)).into());
+        let name = interned(&format!("loopr.{}Event", camel_case(tag)));
         if let Ok(schema) = Schema::try_from(variant) {
             schemas.push((name, schema));
         }
@@ -82,6 +76,20 @@ fn event_schemas() -> Vec<(&'static str, Schema)> {
         schemas.insert(0, ("loopr.Event", schema));
     }
     schemas
+}
+
+/// `name` for as long as the program runs, made once for all calls.
+fn interned(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = names.iter().find(|known| **known == name) {
+        return known;
+    }
+    let made: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(made);
+    made
 }
 
 fn camel_case(snake: &str) -> String {
@@ -145,6 +153,16 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), schemas.len(), "a class is listed twice");
+        // The request table's replies are all there, nested classes and core types too.
+        for expected in [
+            "loopr.LoopRecord",
+            "loopr.Spend",
+            "loopr.TaskUserData",
+            "loopr.ProviderReply",
+            "loopr.McpServerStatus",
+        ] {
+            assert!(names.contains(&expected), "{expected} not in {names:?}");
+        }
         let mut differing = Vec::new();
         for (name, schema) in &schemas {
             assert!(name.starts_with("loopr."), "{name}");
