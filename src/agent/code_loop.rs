@@ -21,6 +21,7 @@ use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_m
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::{McpTools, Unavailable};
+use crate::next_step::NextStep;
 use crate::schema::input_schema_for;
 use crate::store::{LoopStatus, write_atomic};
 use crate::tools::{
@@ -293,14 +294,14 @@ pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
         )
         .await;
     for Unavailable { server, error } in unavailable {
+        let (error, fix) = crate::next_step::split(&error);
         tracing::warn!(loop_id = %context.record.id, %server, %error, "MCP server unavailable");
+        // A fix the error names comes first; else where the server's errors are kept.
+        let next_step = fix.unwrap_or(NextStep::ShowMcpServers);
         context.events.emit(LoopEvent::Notice {
             loop_id: context.record.id.to_string(),
             level: NoticeLevel::Warn,
-            message: format!(
-                "{error}; its tools are not offered to this loop (the MCP servers' status keeps \
-                 the error)"
-            ),
+            message: next_step.attach(&format!("{error}; its tools are not offered to this loop")),
         });
     }
     tools

@@ -1,5 +1,5 @@
 //! The budget plan trees are held to. Once a shell sets the user's budget and prices (Neovim
-//! passes its `setup()` to the host), every tree whose loops this host runs or schedules is
+//! passes the user's to the host), every tree whose loops this host runs or schedules is
 //! held to them from its next check on, whatever its loops started with: raising the budget
 //! lets a paused tree go on, lowering it pauses a running one at its next turn. Until a shell
 //! sets one (the CLI never does), a loop is held to the budget stored with its settings.

@@ -70,7 +70,7 @@ impl From<LoopEvent> for EventMessage {
                 id: id.to_string(),
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
-                error,
+                error: error.as_deref().map(crate::bridge::words::hinted),
             },
             LoopEvent::Progress {
                 loop_id,
@@ -125,7 +125,7 @@ impl From<LoopEvent> for EventMessage {
             } => EventMessage::Notice {
                 loop_id,
                 level: level.as_str(),
-                message,
+                message: crate::bridge::words::hinted(&message),
             },
         }
     }

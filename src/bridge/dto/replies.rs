@@ -421,7 +421,7 @@ impl From<LoopRecord> for LoopRecordReply {
             iteration: record.iteration,
             tokens_in: record.tokens_in,
             tokens_out: record.tokens_out,
-            error: record.error,
+            error: record.error.as_deref().map(crate::bridge::words::hinted),
             task: record.task,
             name: record.name,
             triggered_by: record.triggered_by,
