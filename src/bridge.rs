@@ -9,12 +9,15 @@ mod event_pump;
 pub mod generate;
 mod handler;
 mod lua_call;
+mod request_table;
 mod transcript_pump;
 mod words;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
+pub use dto::wire_schemas;
 pub use event_pump::{Delivery, deliver_event, deliver_reply};
+pub use request_table::documented_requests;
 pub use transcript_pump::deliver_transcript;
 
 use std::path::PathBuf;

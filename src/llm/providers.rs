@@ -97,7 +97,7 @@ const VARIABLE_SUFFIXES: [&str; 2] = ["_API_KEY", "_BASE_URL"];
 /// Which variables the providers may read: those ending in a suffix, and each provider's own
 /// variables by name. The host keeps these from its start and takes the values Neovim has
 /// later (the `credentials` notification), which is why a shell asks it which they are.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProviderVariables {
     pub suffixes: Vec<&'static str>,
     /// Provider variables that end in no suffix (`OLLAMA_HOST`).

@@ -61,7 +61,7 @@ pub enum McpError {
 }
 
 /// What the shells' MCP status and health check show of a server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ServerStatus {
     pub name: String,
     /// `not started`, `starting`, `running`, `stopped` (crashed or failed; restarted in the

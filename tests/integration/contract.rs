@@ -380,3 +380,23 @@ async fn a_request_notification_is_answered_through_the_callback() {
     );
     editor.quit().await;
 }
+
+/// The request table says which requests may come as `request` notifications; the others
+/// are refused with a reason, and the same request waited on is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_its_row_keeps_to_waiting_is_refused_as_a_notification() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let refused = sent(&editor, "mcp_status").await;
+    assert!(
+        refused["err"].as_str().is_some_and(|err| err
+            .starts_with("Loopr: mcp_status is answered only as a request Neovim waits for")),
+        "{refused}"
+    );
+    let waited: Value = editor
+        .lua("local servers, err = require('loopr.host').request('mcp_status') return { err = err or vim.NIL, servers = servers }")
+        .await;
+    assert!(waited["err"].is_null(), "{waited}");
+    assert!(waited["servers"].is_array(), "{waited}");
+    editor.quit().await;
+}

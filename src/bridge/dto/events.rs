@@ -1,12 +1,14 @@
 //! The loop events as `require('loopr.events').dispatch` receives them.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::agent::LoopEvent;
 use crate::store::Standing;
 
 /// Events as `require('loopr.events').dispatch` receives them.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Event")]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum EventMessage {
     LoopUpdated {

@@ -1,12 +1,14 @@
 //! The replies to requests, shaped for Lua: what the manager answers, worded for the wire.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::agent::{ChangedHunk, LoopSettings, PhaseTasks, UndoReport};
 use crate::store::{LoopRecord, Standing};
 
 /// What opening a project for `resume` found.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ResumeReply")]
 pub struct ResumeReply {
     /// Loops not finished (pending, running, awaiting approval, paused).
     pub active: usize,
@@ -27,38 +29,65 @@ impl From<crate::agent::ResumeCounts> for ResumeReply {
 }
 
 /// One server probed: its tools, or why it could not start.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.McpProbeReply")]
 pub struct McpProbeReply {
     pub name: String,
     pub tools: Option<Vec<String>>,
     pub error: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RulesReply")]
 pub struct RulesReply {
     /// `AGENTS.md (1204 bytes)`, in the order they go into the system prompt.
     pub used: Vec<String>,
     pub refused: Vec<RefusedRulesReply>,
 }
 
-#[derive(Debug, Serialize)]
+impl RulesReply {
+    /// The rules files of the project at `root` under `settings`.
+    pub fn new(root: &std::path::Path, settings: &LoopSettings) -> Result<RulesReply, String> {
+        let (rules, refused) =
+            crate::agent::project_rules(root, settings).map_err(|err| format!("Loopr: {err}"))?;
+        Ok(RulesReply {
+            used: rules.summary(),
+            refused: refused
+                .into_iter()
+                .map(|refused| RefusedRulesReply {
+                    path: refused.path,
+                    reason: refused.reason,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RefusedRules")]
 pub struct RefusedRulesReply {
     pub path: String,
     pub reason: String,
 }
 
 /// The provider as resolved, never a key: whether one is set, and from which variable.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ProviderReply")]
 pub struct ProviderReply {
+    /// The core's `ProviderInfo`: `provider`, `base_url`, `base_url_source`,
+    /// `base_url_variable`, `key_variable`, `key_set`, `key_need`.
     #[serde(flatten)]
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub info: crate::llm::ProviderInfo,
     /// The model per level (`plan`, `spec`, `phase`, `review`, `code`), when it resolves.
     pub models: std::collections::BTreeMap<&'static str, String>,
     /// Why a loop could not start with these settings, and the fix.
     pub problem: Option<String>,
     /// `native`, or the text protocol the model calls tools with.
+    #[schemars(with = "String")]
     pub tool_protocol: crate::llm::ToolProtocol,
     /// How calls are written, for the `xml` and `markdown` protocols.
+    #[schemars(with = "String")]
     pub tool_format: crate::llm::ToolFormat,
     /// What the server says about its context window and the limits loops get, when a loop
     /// could start.
@@ -66,16 +95,21 @@ pub struct ProviderReply {
 }
 
 /// `:checkhealth loopr`: the server's window and the limits fitted to it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Limits")]
 pub struct LimitsReply {
     pub max_tokens: u32,
     pub context_budget: u64,
     /// Whether the settings set them (else fitted to `window`, or the defaults).
     pub max_tokens_set: bool,
     pub context_budget_set: bool,
+    /// `{ tokens, from }`.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub window: Option<crate::agent::Window>,
     /// `not_asked` (a hosted API), `reported` or `unavailable`.
     pub server: &'static str,
+    /// `{ context_window, model_max, model, answered_by }`.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub report: Option<crate::llm::ServerReport>,
     /// Why the server could not be asked.
     pub server_error: Option<String>,
@@ -104,14 +138,17 @@ impl LimitsReply {
 }
 
 /// `:LooprChanges` data: one LSP `Location` per changed hunk.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ChangesReply")]
 pub struct ChangesReply {
     pub loop_id: String,
     pub items: Vec<ChangeItemReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ChangeItem")]
 pub struct ChangeItemReply {
+    #[schemars(with = "LspLocation")]
     pub location: lsp_types::Location,
     pub text: String,
     pub status: &'static str,
@@ -133,14 +170,16 @@ impl ChangesReply {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.UndoReply")]
 pub struct UndoReply {
     pub loop_id: String,
     pub restored: Vec<String>,
     pub skipped: Vec<SkippedFileReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.UndoSkipped")]
 pub struct SkippedFileReply {
     pub path: String,
     /// "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
@@ -169,12 +208,14 @@ impl UndoReply {
 
 /// `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into
 /// quickfix entries.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TasksReply")]
 pub struct TasksReply {
     pub phases: Vec<PhaseTasksReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskPhase")]
 pub struct PhaseTasksReply {
     pub loop_id: String,
     pub name: String,
@@ -183,14 +224,17 @@ pub struct PhaseTasksReply {
     pub items: Vec<TaskItemReply>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskItem")]
 pub struct TaskItemReply {
+    #[schemars(with = "LspLocation")]
     pub location: lsp_types::Location,
     pub text: String,
     pub user_data: TaskUserData,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TaskUserData")]
 pub struct TaskUserData {
     pub loop_id: String,
     pub phase: String,
@@ -232,6 +276,32 @@ impl TasksReply {
     }
 }
 
+/// The schema of an LSP `Location` as it goes over the wire, which `lsp_types` does not
+/// give; Neovim's Lua knows the class.
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Location")]
+#[allow(dead_code)]
+struct LspLocation {
+    uri: String,
+    range: LspRange,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Range")]
+#[allow(dead_code)]
+struct LspRange {
+    start: LspPosition,
+    end: LspPosition,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "lsp.Position")]
+#[allow(dead_code)]
+struct LspPosition {
+    line: u32,
+    character: u32,
+}
+
 fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, String> {
     let url = url::Url::from_file_path(path)
         .map_err(|()| format!("Loopr: {} is not an absolute path", path.display()))?;
@@ -249,19 +319,30 @@ fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, St
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.TranscriptReply")]
 pub struct TranscriptReply {
     pub loop_id: String,
     pub loop_type: &'static str,
     pub status: &'static str,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.LoopIdReply")]
 pub struct LoopIdReply {
     pub loop_id: String,
 }
 
-#[derive(Debug, Serialize)]
+impl LoopIdReply {
+    pub fn new(loop_id: impl std::fmt::Display) -> LoopIdReply {
+        LoopIdReply {
+            loop_id: loop_id.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.LoopRecord")]
 pub struct LoopRecordReply {
     pub id: String,
     #[serde(rename = "type")]
@@ -290,7 +371,8 @@ pub struct LoopRecordReply {
 }
 
 /// Tokens of every kind, and their estimated cost.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Spend")]
 pub struct SpendReply {
     pub input: u64,
     pub output: u64,

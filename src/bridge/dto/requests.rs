@@ -6,6 +6,62 @@ use nvim_rs::Value;
 use serde::Deserialize;
 
 use super::msgpack::params;
+
+/// How a request's single parameter table is read. Most types read through serde; those
+/// whose errors must not quote the input read on their own.
+pub trait WireParams: Sized {
+    fn from_args(method: &str, args: Vec<Value>) -> Result<Self, String>;
+}
+
+/// Parameters read through serde, with their errors naming the field at fault.
+macro_rules! read_through_serde {
+    ($($params:ty),* $(,)?) => {
+        $(impl WireParams for $params {
+            fn from_args(method: &str, args: Vec<Value>) -> Result<Self, String> {
+                params(method, args)
+            }
+        })*
+    };
+}
+
+read_through_serde!(
+    PlanParams,
+    RootParams,
+    StatusParams,
+    CancelParams,
+    RunParams,
+    PhaseParams,
+    McpProbeParams,
+    ProviderParams,
+    RulesParams,
+    UndoParams,
+    ApprovalParams,
+    ReviseParams,
+    LoopIdsParams,
+    TasksParams,
+    TranscriptParams,
+    TranscriptCloseParams,
+    BudgetParams,
+);
+
+/// A request that takes no parameters; whatever comes is ignored, as it always was.
+#[derive(Debug)]
+pub struct NoParams;
+
+impl WireParams for NoParams {
+    fn from_args(_method: &str, _args: Vec<Value>) -> Result<Self, String> {
+        Ok(NoParams)
+    }
+}
+
+/// A notification's arguments as they came, for the one that reads them itself (`request`).
+pub struct RawArgs(pub Vec<Value>);
+
+impl WireParams for RawArgs {
+    fn from_args(_method: &str, args: Vec<Value>) -> Result<Self, String> {
+        Ok(RawArgs(args))
+    }
+}
 use crate::agent::{LoopSettings, PhaseSelector};
 use crate::store::Purpose;
 use crate::tools::Decision;
@@ -78,11 +134,12 @@ pub struct CredentialsParams {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
-impl CredentialsParams {
-    pub fn from_args(args: Vec<Value>) -> Result<CredentialsParams, String> {
-        params("credentials", args).map_err(|_| {
-            "Loopr: bad parameters for credentials: expected { env = { NAME = string, ... } }"
-                .to_owned()
+impl WireParams for CredentialsParams {
+    fn from_args(method: &str, args: Vec<Value>) -> Result<CredentialsParams, String> {
+        params(method, args).map_err(|_| {
+            format!(
+                "Loopr: bad parameters for {method}: expected {{ env = {{ NAME = string, ... }} }}"
+            )
         })
     }
 }
@@ -91,16 +148,17 @@ impl CredentialsParams {
 /// value is a token.
 pub struct McpParams(pub crate::mcp::McpSettings);
 
-impl McpParams {
-    pub fn from_args(args: Vec<Value>) -> Result<McpParams, String> {
-        let settings: crate::mcp::McpSettings = params("mcp", args).map_err(|_| {
-            "Loopr: bad parameters for mcp: expected { servers = { <name> = { command = ..., \
-             env = { NAME = string, ... }, ... } } }"
-                .to_owned()
+impl WireParams for McpParams {
+    fn from_args(method: &str, args: Vec<Value>) -> Result<McpParams, String> {
+        let settings: crate::mcp::McpSettings = params(method, args).map_err(|_| {
+            format!(
+                "Loopr: bad parameters for {method}: expected {{ servers = {{ <name> = {{ \
+                 command = ..., env = {{ NAME = string, ... }}, ... }} }} }}"
+            )
         })?;
         settings
             .check()
-            .map_err(|err| format!("Loopr: mcp: {err}"))?;
+            .map_err(|err| format!("Loopr: {method}: {err}"))?;
         Ok(McpParams(settings))
     }
 }
@@ -306,22 +364,26 @@ mod tests {
             vec![map(vec![(key, Value::from(key))])],
         ];
         for args in wrong_shapes {
-            let Err(err) = CredentialsParams::from_args(args) else {
+            let Err(err) = CredentialsParams::from_args("credentials", args) else {
                 panic!("a wrong shape is rejected");
             };
             assert!(!err.contains(key), "{err}");
             assert!(err.contains("env = { NAME = string, ... }"), "{err}");
         }
-        let parsed = CredentialsParams::from_args(vec![map(vec![(
-            "env",
-            map(vec![("OPENAI_API_KEY", Value::from(key))]),
-        )])])
+        let parsed = CredentialsParams::from_args(
+            "credentials",
+            vec![map(vec![(
+                "env",
+                map(vec![("OPENAI_API_KEY", Value::from(key))]),
+            )])],
+        )
         .expect("params");
         assert_eq!(
             parsed.env.get("OPENAI_API_KEY").map(String::as_str),
             Some(key)
         );
-        let unset = CredentialsParams::from_args(vec![Value::Array(Vec::new())]).expect("empty");
+        let unset = CredentialsParams::from_args("credentials", vec![Value::Array(Vec::new())])
+            .expect("empty");
         assert!(unset.env.is_empty());
     }
 }

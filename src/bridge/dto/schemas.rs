@@ -1,0 +1,193 @@
+//! The JSON schemas of the replies and events, named as the Lua side names their classes,
+//! from which the LuaCATS annotations are generated. The replies are those of the request
+//! table, so a new request's reply is here without a line more.
+
+use schemars::{Schema, SchemaGenerator};
+
+use super::events::EventMessage;
+
+/// Core types a reply holds, by the name schemars gives them, and their LuaCATS class.
+const CORE_CLASSES: &[(&str, &str)] = &[("ServerStatus", "loopr.McpServerStatus")];
+
+/// Every class the replies and events hold: its LuaCATS name and its schema. A `$ref` names
+/// its target by the LuaCATS name (`#/$defs/loopr.Spend`), which is in the list too, except
+/// `lsp.*` ones, which are Neovim's own.
+pub fn wire_schemas() -> Vec<(&'static str, Schema)> {
+    let mut generator = SchemaGenerator::default();
+    crate::bridge::request_table::reply_schemas(&mut generator);
+    let event = generator.subschema_for::<EventMessage>();
+    let mut schemas = Vec::new();
+    for (name, schema) in generator.take_definitions(true) {
+        let class = CORE_CLASSES
+            .iter()
+            .find(|(core, _)| *core == name)
+            .map_or(name.as_str(), |(_, class)| class);
+        if class.starts_with("lsp.") || Some(class) == event_name(&event).as_deref() {
+            continue;
+        }
+        if let Ok(schema) = Schema::try_from(schema) {
+            schemas.push((interned(class), schema));
+        }
+    }
+    schemas.extend(event_schemas());
+    schemas
+}
+
+/// The definition a `$ref` schema points to.
+fn event_name(reference: &Schema) -> Option<String> {
+    reference
+        .get("$ref")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|target| target.rsplit('/').next())
+        .map(str::to_owned)
+}
+
+/// `loopr.Event`, which names every event, then one class per event (`loop_updated` is
+/// `loopr.LoopUpdatedEvent`), each with its `event` field.
+fn event_schemas() -> Vec<(&'static str, Schema)> {
+    let all = schemars::schema_for!(EventMessage);
+    let variants = all
+        .get("oneOf")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut tags = Vec::new();
+    let mut schemas = Vec::new();
+    for variant in variants {
+        let Some(tag) = variant
+            .pointer("/properties/event/const")
+            .and_then(serde_json::Value::as_str)
+        else {
+            continue;
+        };
+        tags.push(tag.to_owned());
+        let name = interned(&format!("loopr.{}Event", camel_case(tag)));
+        if let Ok(schema) = Schema::try_from(variant) {
+            schemas.push((name, schema));
+        }
+    }
+    let base = serde_json::json!({
+        "type": "object",
+        "description": "An event as `require('loopr.events').dispatch` receives it.",
+        "properties": { "event": { "type": "string", "enum": tags } },
+        "required": ["event"],
+    });
+    if let Ok(schema) = Schema::try_from(base) {
+        schemas.insert(0, ("loopr.Event", schema));
+    }
+    schemas
+}
+
+/// `name` for as long as the program runs, made once for all calls.
+fn interned(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = names.iter().find(|known| **known == name) {
+        return known;
+    }
+    let made: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(made);
+    made
+}
+
+fn camel_case(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The fields of every `---@class loopr.*` the Lua sources declare by hand, by class.
+    fn lua_classes() -> BTreeMap<String, BTreeSet<String>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/loopr");
+        let mut classes = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).expect("read the Lua sources") {
+            let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
+            let mut current: Option<String> = None;
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix("---@class ") {
+                    let name = rest.split([' ', ':']).next().unwrap_or_default().to_owned();
+                    classes.insert(name.clone(), BTreeSet::new());
+                    current = Some(name);
+                } else if let Some(rest) = line.strip_prefix("---@field ") {
+                    let field = rest.split([' ', '?']).next().unwrap_or_default().to_owned();
+                    if let Some(fields) = current.as_ref().and_then(|name| classes.get_mut(name)) {
+                        fields.insert(field);
+                    }
+                } else {
+                    current = None;
+                }
+            }
+        }
+        classes
+    }
+
+    fn properties(schema: &Schema) -> BTreeSet<String> {
+        schema
+            .get("properties")
+            .and_then(serde_json::Value::as_object)
+            .map(|fields| fields.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The generated annotations are a drop-in: a class Lua declares today has the fields the
+    /// host sends.
+    #[test]
+    fn the_schemas_have_the_fields_of_the_classes_lua_declares() {
+        let lua = lua_classes();
+        let schemas = wire_schemas();
+        let mut names: Vec<&str> = schemas.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), schemas.len(), "a class is listed twice");
+        // The request table's replies are all there, nested classes and core types too.
+        for expected in [
+            "loopr.LoopRecord",
+            "loopr.Spend",
+            "loopr.TaskUserData",
+            "loopr.ProviderReply",
+            "loopr.McpServerStatus",
+        ] {
+            assert!(names.contains(&expected), "{expected} not in {names:?}");
+        }
+        let mut differing = Vec::new();
+        for (name, schema) in &schemas {
+            assert!(name.starts_with("loopr."), "{name}");
+            let Some(declared) = lua.get(*name) else {
+                continue;
+            };
+            let mut sent = properties(schema);
+            if name.ends_with("Event") && *name != "loopr.Event" {
+                // Lua declares `event` once, on `loopr.Event`, which each event extends.
+                sent.remove("event");
+            }
+            if &sent != declared {
+                differing.push(format!("{name}: Lua {declared:?}, host {sent:?}"));
+            }
+        }
+        assert!(differing.is_empty(), "{}", differing.join("\n"));
+        // Every event has its class, and Lua declares each of them today.
+        let events: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|name| name.ends_with("Event"))
+            .collect();
+        assert_eq!(events.len(), 8, "{events:?}");
+        for name in events {
+            assert!(lua.contains_key(name), "{name} is not a Lua class");
+        }
+    }
+}
