@@ -3,11 +3,6 @@
 
 local M = {}
 
----@class loopr.ChangeItem
----@field location lsp.Location
----@field text string
----@field status "added"|"modified"|"deleted"
-
 ---Quickfix items for a `changes` reply.
 ---@param reply {loop_id: string, items: loopr.ChangeItem[]}|any
 ---@return vim.quickfix.entry[]
@@ -49,16 +44,6 @@ function M.open(phase, root)
   vim.cmd('botright copen')
   return id
 end
-
----@class loopr.UndoSkipped
----@field path string
----@field reason "changed_since"|"changed_during_command"|"unsaved_buffer"|"unrestorable"
----@field message string
-
----@class loopr.UndoReply
----@field loop_id string
----@field restored string[]
----@field skipped loopr.UndoSkipped[]
 
 ---Undo what `phase`'s newest code loop changed: only the files its tools and commands
 ---changed go back to what they held before. A file changed since the loop changed it, or

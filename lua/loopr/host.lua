@@ -47,10 +47,6 @@ local function fingerprint(text)
   return ('%s:%s:%d'):format(bit.tohex(first), bit.tohex(second), #text)
 end
 
----@class loopr.ProviderVariables
----@field suffixes string[] Endings of the variables every provider may read (keys, base URLs).
----@field names string[] Provider variables with none of those endings (`OLLAMA_HOST`).
-
 ---Whether `name` is a provider variable, as the host said which are.
 ---@param name string
 ---@param known loopr.ProviderVariables

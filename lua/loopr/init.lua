@@ -92,15 +92,6 @@ function M.status()
   return require('loopr.status').open()
 end
 
----@class loopr.McpServerStatus
----@field name string
----@field state string "not started", "starting", "running", "stopped" or "shut down".
----@field transport "stdio"|"http"
----@field root string The project it was started for.
----@field tools string[]
----@field starts integer
----@field recent_errors string[] Oldest first.
-
 ---The lines `:LooprMcp` shows for the host's MCP servers.
 ---@param servers loopr.McpServerStatus[]
 ---@return string[]

@@ -4,27 +4,6 @@ local M = {}
 
 local ALL = 'Loopr: tasks (all phases)'
 
----@class loopr.TaskUserData
----@field loop_id string
----@field phase string
----@field task_index integer 1-based position in the phase.
----@field action "create"|"modify"|"delete"|vim.NIL
-
----@class loopr.TaskItem
----@field location lsp.Location
----@field text string
----@field user_data loopr.TaskUserData
-
----@class loopr.TaskPhase
----@field loop_id string
----@field name string
----@field title string
----@field markdown_path string
----@field items loopr.TaskItem[]
-
----@class loopr.TasksReply
----@field phases loopr.TaskPhase[]
-
 ---@param v any
 ---@return table
 local function list(v)

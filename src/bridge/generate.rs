@@ -1,6 +1,7 @@
 //! Files written from the host's definitions, so that each fact has one source: the Lua
 //! data and types of `setup()`'s options and the options section of the help, from
-//! `LoopSettings` and `EditorOptions`. `loopr generate` writes them; `loopr generate --check`
+//! `LoopSettings` and `EditorOptions`; the types of the wire's replies and events, from
+//! their schemas. `loopr generate` writes them; `loopr generate --check`
 //! (and `tests/generated.rs`) fails while one is stale.
 
 mod help;
@@ -8,6 +9,7 @@ mod lua_literal;
 pub mod luacats;
 mod options;
 pub mod shape;
+mod wire;
 
 use std::path::Path;
 
@@ -49,6 +51,14 @@ pub fn files() -> Vec<GeneratedFile> {
         GeneratedFile {
             path: "lua/loopr/generated/types.lua",
             render: options::types_lua,
+        },
+        GeneratedFile {
+            path: "lua/loopr/generated/wire.lua",
+            render: wire::wire_lua,
+        },
+        GeneratedFile {
+            path: "doc/wire.md",
+            render: wire::requests_md,
         },
         GeneratedFile {
             path: "doc/loopr.txt",

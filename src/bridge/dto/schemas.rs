@@ -7,7 +7,10 @@ use schemars::{Schema, SchemaGenerator};
 use super::events::EventMessage;
 
 /// Core types a reply holds, by the name schemars gives them, and their LuaCATS class.
-const CORE_CLASSES: &[(&str, &str)] = &[("ServerStatus", "loopr.McpServerStatus")];
+const CORE_CLASSES: &[(&str, &str)] = &[
+    ("ServerStatus", "loopr.McpServerStatus"),
+    ("ProviderVariables", "loopr.ProviderVariables"),
+];
 
 /// Every class the replies and events hold: its LuaCATS name and its schema. A `$ref` names
 /// its target by the LuaCATS name (`#/$defs/loopr.Spend`), which is in the list too, except
@@ -108,86 +111,59 @@ fn camel_case(snake: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::{BTreeMap, BTreeSet};
 
-    /// The fields of every `---@class loopr.*` the Lua sources declare by hand, by class.
-    fn lua_classes() -> BTreeMap<String, BTreeSet<String>> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/loopr");
-        let mut classes = BTreeMap::new();
-        for entry in std::fs::read_dir(dir).expect("read the Lua sources") {
-            let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
-            let mut current: Option<String> = None;
-            for line in text.lines() {
-                if let Some(rest) = line.strip_prefix("---@class ") {
-                    let name = rest.split([' ', ':']).next().unwrap_or_default().to_owned();
-                    classes.insert(name.clone(), BTreeSet::new());
-                    current = Some(name);
-                } else if let Some(rest) = line.strip_prefix("---@field ") {
-                    let field = rest.split([' ', '?']).next().unwrap_or_default().to_owned();
-                    if let Some(fields) = current.as_ref().and_then(|name| classes.get_mut(name)) {
-                        fields.insert(field);
-                    }
-                } else {
-                    current = None;
-                }
-            }
-        }
-        classes
-    }
-
-    fn properties(schema: &Schema) -> BTreeSet<String> {
-        schema
-            .get("properties")
-            .and_then(serde_json::Value::as_object)
-            .map(|fields| fields.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// The generated annotations are a drop-in: a class Lua declares today has the fields the
-    /// host sends.
+    /// Every class the host sends is in the list once, the request table's replies, nested
+    /// classes, core types and each event among them, all in Lua's namespace.
     #[test]
-    fn the_schemas_have_the_fields_of_the_classes_lua_declares() {
-        let lua = lua_classes();
+    fn every_reply_and_event_has_one_class() {
         let schemas = wire_schemas();
         let mut names: Vec<&str> = schemas.iter().map(|(name, _)| *name).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), schemas.len(), "a class is listed twice");
-        // The request table's replies are all there, nested classes and core types too.
         for expected in [
             "loopr.LoopRecord",
             "loopr.Spend",
             "loopr.TaskUserData",
             "loopr.ProviderReply",
+            "loopr.ProviderVariables",
             "loopr.McpServerStatus",
         ] {
             assert!(names.contains(&expected), "{expected} not in {names:?}");
         }
-        let mut differing = Vec::new();
-        for (name, schema) in &schemas {
-            assert!(name.starts_with("loopr."), "{name}");
-            let Some(declared) = lua.get(*name) else {
+        assert!(
+            names.iter().all(|name| name.starts_with("loopr.")),
+            "{names:?}"
+        );
+        let events = names.iter().filter(|name| name.ends_with("Event")).count();
+        assert_eq!(events, 8, "{names:?}");
+    }
+
+    /// The classes are generated (`lua/loopr/generated/wire.lua`); a hand-written copy in
+    /// the Lua sources would drift from them.
+    #[test]
+    fn no_lua_source_declares_a_class_of_the_wire_by_hand() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/loopr");
+        let generated: Vec<&str> = wire_schemas().iter().map(|(name, _)| *name).collect();
+        let mut copies = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("read the Lua sources") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
                 continue;
-            };
-            let mut sent = properties(schema);
-            if name.ends_with("Event") && *name != "loopr.Event" {
-                // Lua declares `event` once, on `loopr.Event`, which each event extends.
-                sent.remove("event");
             }
-            if &sent != declared {
-                differing.push(format!("{name}: Lua {declared:?}, host {sent:?}"));
+            let text = std::fs::read_to_string(&path).expect("read");
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix("---@class ") {
+                    let name = rest.split([' ', ':']).next().unwrap_or_default();
+                    if generated.contains(&name) {
+                        copies.push(format!("{}: {name}", path.display()));
+                    }
+                }
             }
         }
-        assert!(differing.is_empty(), "{}", differing.join("\n"));
-        // Every event has its class, and Lua declares each of them today.
-        let events: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|name| name.ends_with("Event"))
-            .collect();
-        assert_eq!(events.len(), 8, "{events:?}");
-        for name in events {
-            assert!(lua.contains_key(name), "{name} is not a Lua class");
-        }
+        assert!(
+            copies.is_empty(),
+            "declared by hand, generated already: {copies:?}"
+        );
     }
 }

@@ -99,6 +99,10 @@ pub fn class_lines(node: &Value, class: &str, namespace: &str, optional: Optiona
 pub fn lua_type(node: &Value, namespace: &str) -> String {
     if let Some(reference) = node.get("$ref").and_then(Value::as_str) {
         let name = reference.rsplit('/').next().unwrap_or(reference);
+        // A definition named with its namespace already (`loopr.Spend`, `lsp.Location`).
+        if name.contains('.') {
+            return name.to_owned();
+        }
         return format!("{namespace}.{name}");
     }
     if let Some(values) = choices(node) {
