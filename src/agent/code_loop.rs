@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
 use super::baseline::{Baseline, BaselineError};
+use super::context_budget::RereadHints;
 use super::events::{LoopEvent, NoticeLevel};
 use super::jobs;
 use super::journal::Journal;
@@ -106,8 +107,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut conversation = Conversation::new(
         context,
         journal,
-        prompts::code_system_prompt(&project_name, &tools.names()) + &rules.prompt_section(),
+        prompts::code_system_prompt(&project_name, &tools) + &rules.prompt_section(),
         tool_specs.into(),
+        RereadHints::of(&[&tools, &mcp_tools]),
         messages,
         batches,
     );
@@ -241,7 +243,11 @@ impl CallHandler for CodeCalls<'_> {
                 }
             };
         }
-        context.progress(describe_tool_call(&name, &call.input));
+        context.progress(describe_tool_call(
+            &[self.tools, self.mcp_tools],
+            &name,
+            &call.input,
+        ));
         let called = match self.tools.get(&name) {
             Some(tool) => tool.call(call.input, self.tool_context).await,
             None => match self
