@@ -182,10 +182,21 @@ pub trait ToolSet {
 
 /// The tools a loop answers itself, offered as their specs (the artifact and review tools,
 /// `complete_phase`): the default words.
-impl ToolSet for [ToolSpec] {
+impl ToolSet for Vec<ToolSpec> {
     fn tool_names(&self) -> Vec<&str> {
-        self.iter().map(|spec| spec.name.as_str()).collect()
+        spec_names(self)
     }
+}
+
+/// A level's specs as shared among its loops: see `Vec<ToolSpec>`.
+impl ToolSet for Arc<[ToolSpec]> {
+    fn tool_names(&self) -> Vec<&str> {
+        spec_names(self)
+    }
+}
+
+fn spec_names(specs: &[ToolSpec]) -> Vec<&str> {
+    specs.iter().map(|spec| spec.name.as_str()).collect()
 }
 
 /// A tool made from a closure, for small tools that need no type of their own.

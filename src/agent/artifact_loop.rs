@@ -113,8 +113,9 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         context,
         journal,
         prompts::system_prompt(kind, &project_name, &tools.names()) + &rules.prompt_section(),
-        tool_specs,
-        RereadHints::of(&[&tools, &mcp_tools]),
+        tool_specs.clone(),
+        // The artifact and review tools, the loop's own, answer with the defaults.
+        RereadHints::of(&[&tools, &mcp_tools, &tool_specs]),
         messages,
         batches,
     );

@@ -88,6 +88,8 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut tool_specs = tools.specs();
     tool_specs.extend(mcp_tools.specs());
     tool_specs.push(complete_phase_spec(&phase.validation_command));
+    // `complete_phase`, the loop's own, answers with the defaults.
+    let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
@@ -109,7 +111,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         journal,
         prompts::code_system_prompt(&project_name, &tools) + &rules.prompt_section(),
         tool_specs.into(),
-        RereadHints::of(&[&tools, &mcp_tools]),
+        reread,
         messages,
         batches,
     );

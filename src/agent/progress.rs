@@ -143,23 +143,21 @@ mod tests {
             describe_tool_call("grep", &json!({"pattern": "fn main"})),
             "searching for \"fn main\""
         );
-        assert_eq!(
-            describe_tool_call("list_files", &json!({})),
-            "listing files"
-        );
-        assert_eq!(
-            describe_tool_call("list_files", &json!({"path": "src", "glob": "*.rs"})),
-            "listing files in src matching *.rs"
-        );
-        assert_eq!(
-            describe_tool_call("write_file", &json!({"path": "a"})),
-            "calling write_file"
-        );
-        assert_eq!(
-            describe_tool_call("github__search", &json!({})),
-            "calling github__search",
-            "a tool nobody offers"
-        );
+        // The rest of each tool's words, and the default of a tool with none or nobody offers.
+        let more = [
+            ("list_files", json!({}), "listing files"),
+            ("list_files", json!({"path": "src"}), "listing files in src"),
+            (
+                "list_files",
+                json!({"path": "src", "glob": "*.rs"}),
+                "listing files in src matching *.rs",
+            ),
+            ("write_file", json!({"path": "a"}), "calling write_file"),
+            ("github__search", json!({}), "calling github__search"),
+        ];
+        for (name, input, words) in more {
+            assert_eq!(describe_tool_call(name, &input), words, "{name} {input}");
+        }
     }
 
     #[test]

@@ -1112,6 +1112,50 @@ fn a_cancel_stops_a_walk_of_the_tree() {
     assert!(matches!(walked, Err(ToolError::Cancelled)), "{walked:?}");
 }
 
+#[test]
+fn a_set_of_tools_answers_for_its_own_tools_and_the_loops_own_get_the_defaults() {
+    let registry = ToolRegistry::for_loop(LoopType::Code, false);
+    assert_eq!(
+        registry.describe_call("read_file", &json!({"path": "a.rs"})),
+        Some("reading a.rs".to_owned())
+    );
+    assert_eq!(
+        registry.reread_hint("write_file"),
+        Some("call write_file again with the same input.".to_owned())
+    );
+    assert_eq!(registry.describe_call("complete_phase", &json!({})), None);
+    let own = vec![ToolSpec::offered(
+        "complete_phase",
+        "Say the phase is done.",
+        &json!({"type": "object"}),
+        None,
+    )];
+    assert_eq!(
+        own.describe_call("complete_phase", &json!({})),
+        Some("calling complete_phase".to_owned())
+    );
+    assert_eq!(
+        own.reread_hint("complete_phase"),
+        Some("call complete_phase again with the same input.".to_owned())
+    );
+    assert_eq!(own.reread_hint("read_file"), None);
+    let kinds: Vec<_> = registry
+        .iter()
+        .map(|tool| (tool.name(), tool.change_kind()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("read_file", None),
+            ("list_files", None),
+            ("grep", None),
+            ("write_file", Some(ChangeKind::Write)),
+            ("edit_file", Some(ChangeKind::Edit)),
+            ("run_command", Some(ChangeKind::Command)),
+        ]
+    );
+}
+
 /// The non-test code of a source file: up to its `#[cfg(test)] mod … {`.
 fn non_test_code(text: &str) -> &str {
     let test_module = regex::Regex::new(r"(?m)^#\[cfg\(test\)\]\s*\n(pub(\(\w+\))? )?mod \w+ \{")
