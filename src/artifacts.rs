@@ -59,4 +59,12 @@ impl ArtifactKind {
             ArtifactKind::Phase => CREATE_PHASE,
         }
     }
+
+    /// The progress line while the host checks a call of this kind's artifact tool.
+    pub fn describe_call(self) -> String {
+        match self {
+            ArtifactKind::Plan => "checking the plan".to_owned(),
+            ArtifactKind::Spec | ArtifactKind::Phase => crate::tools::calling(self.tool_name()),
+        }
+    }
 }

@@ -117,6 +117,29 @@ pub trait Tool: Send + Sync {
     fn example(&self) -> Value;
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError>;
 
+    /// The progress line while a call of it runs, worded from the call's input.
+    fn describe_call(&self, _input: &Value) -> String {
+        calling(self.name())
+    }
+
+    /// How the model gets a result of it again once the result was shortened to keep the
+    /// conversation within its budget: what the stand-in says after "To see it again, ".
+    fn reread_hint(&self) -> String {
+        call_again(self.name())
+    }
+
+    /// The kind of change its calls make, which each call asks approval for
+    /// (`approvals.<kind>`); `None` for a tool that only reads.
+    fn change_kind(&self) -> Option<ChangeKind> {
+        None
+    }
+
+    /// When to use it rather than the other tools of its kind of change, as the code loop's
+    /// system prompt says it after the tool's name ("new files"); `None` names it alone.
+    fn use_when(&self) -> Option<&'static str> {
+        None
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec::offered(
             self.name(),
@@ -125,6 +148,55 @@ pub trait Tool: Send + Sync {
             Some(self.example()),
         )
     }
+}
+
+/// The progress line for a call of `name` when its tool has no words of its own.
+pub fn calling(name: &str) -> String {
+    format!("calling {name}")
+}
+
+/// How a shortened result of `name` is got again when its tool says nothing more: the same
+/// call.
+pub fn call_again(name: &str) -> String {
+    format!("call {name} again with the same input.")
+}
+
+/// A set of tools a loop offers, answering for each of its tools, by name, what the loop says
+/// of its calls. The registry's tools answer through `Tool`; a set whose tools have no words
+/// of their own (an MCP server's, a loop's own such as `complete_phase`) answers with the
+/// defaults.
+pub trait ToolSet {
+    /// Its tools' names, in the order offered.
+    fn tool_names(&self) -> Vec<&str>;
+
+    /// The progress line for a call of its tool `name`; `None` when `name` is not its tool.
+    fn describe_call(&self, name: &str, _input: &Value) -> Option<String> {
+        self.tool_names().contains(&name).then(|| calling(name))
+    }
+
+    /// `Tool::reread_hint` of its tool `name`; `None` when `name` is not its tool.
+    fn reread_hint(&self, name: &str) -> Option<String> {
+        self.tool_names().contains(&name).then(|| call_again(name))
+    }
+}
+
+/// The tools a loop answers itself, offered as their specs (the artifact and review tools,
+/// `complete_phase`): the default words.
+impl ToolSet for Vec<ToolSpec> {
+    fn tool_names(&self) -> Vec<&str> {
+        spec_names(self)
+    }
+}
+
+/// A level's specs as shared among its loops: see `Vec<ToolSpec>`.
+impl ToolSet for Arc<[ToolSpec]> {
+    fn tool_names(&self) -> Vec<&str> {
+        spec_names(self)
+    }
+}
+
+fn spec_names(specs: &[ToolSpec]) -> Vec<&str> {
+    specs.iter().map(|spec| spec.name.as_str()).collect()
 }
 
 /// A tool made from a closure, for small tools that need no type of their own.
@@ -184,6 +256,12 @@ where
     }
 }
 
+/// The string `key` of a call's input, empty when it has none: for wording a call, which may
+/// come before its input is checked.
+fn text_field<'a>(input: &'a Value, key: &str) -> &'a str {
+    input.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
 /// Parses a tool's input into its typed form, turning serde's complaint into advice.
 pub fn parse_input<T: DeserializeOwned>(tool: &str, input: Value) -> Result<T, ToolError> {
     serde_json::from_value(input).map_err(|err| {
@@ -199,19 +277,25 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The tools a loop of this type may use. Planning levels only read; the code loop also
-    /// writes, edits and runs commands. `web_fetch` only when the user enabled it.
+    /// The tools a loop of this type may use, one list per level, in the order offered (a
+    /// new tool is added here). Planning levels only read; the code loop also writes, edits
+    /// and runs commands. `web_fetch` joins any level's, only when the user enabled it.
     pub fn for_loop(loop_type: LoopType, web_fetch: bool) -> ToolRegistry {
-        let mut tools: Vec<Arc<dyn Tool>> = vec![
-            Arc::new(ReadFileTool),
-            Arc::new(ListFilesTool),
-            Arc::new(GrepTool),
-        ];
-        if loop_type == LoopType::Code {
-            tools.push(Arc::new(WriteFileTool));
-            tools.push(Arc::new(EditFileTool));
-            tools.push(Arc::new(RunCommandTool));
-        }
+        let mut tools: Vec<Arc<dyn Tool>> = match loop_type {
+            LoopType::Plan | LoopType::Spec | LoopType::Phase => vec![
+                Arc::new(ReadFileTool),
+                Arc::new(ListFilesTool),
+                Arc::new(GrepTool),
+            ],
+            LoopType::Code => vec![
+                Arc::new(ReadFileTool),
+                Arc::new(ListFilesTool),
+                Arc::new(GrepTool),
+                Arc::new(WriteFileTool),
+                Arc::new(EditFileTool),
+                Arc::new(RunCommandTool),
+            ],
+        };
         if web_fetch {
             tools.push(Arc::new(WebFetchTool::new()));
         }
@@ -233,6 +317,25 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|tool| tool.name()).collect()
+    }
+
+    /// Its tools, in the order offered.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+}
+
+impl ToolSet for ToolRegistry {
+    fn tool_names(&self) -> Vec<&str> {
+        self.names()
+    }
+
+    fn describe_call(&self, name: &str, input: &Value) -> Option<String> {
+        self.get(name).map(|tool| tool.describe_call(input))
+    }
+
+    fn reread_hint(&self, name: &str) -> Option<String> {
+        self.get(name).map(|tool| tool.reread_hint())
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::artifact_store::store_artifact;
+use super::context_budget::RereadHints;
 use super::events::LoopEvent;
 use super::jobs::{self, ChildLoop};
 use super::journal::Journal;
@@ -112,7 +113,9 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         context,
         journal,
         prompts::system_prompt(kind, &project_name, &tools.names()) + &rules.prompt_section(),
-        tool_specs,
+        tool_specs.clone(),
+        // The artifact and review tools, the loop's own, answer with the defaults.
+        RereadHints::of(&[&tools, &mcp_tools, &tool_specs]),
         messages,
         batches,
     );
@@ -233,7 +236,7 @@ impl CallHandler for ArtifactCalls<'_> {
             )));
         }
         if call.name == kind.tool_name() {
-            context.progress(describe_tool_call(&call.name, &call.input));
+            context.progress(kind.describe_call());
             return create_call(
                 context,
                 kind,
@@ -435,7 +438,7 @@ async fn tool_call(
     name: &str,
     input: Value,
 ) -> Result<CallResult, LoopError> {
-    context.progress(describe_tool_call(name, &input));
+    context.progress(describe_tool_call(&[tools, mcp_tools], name, &input));
     let called = match tools.get(name) {
         Some(tool) => tool.call(input, tool_context).await,
         None => match mcp_tools.call(name, input, tool_context).await {

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
 use super::baseline::{Baseline, BaselineError};
+use super::context_budget::RereadHints;
 use super::events::{LoopEvent, NoticeLevel};
 use super::jobs;
 use super::journal::Journal;
@@ -88,6 +89,8 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut tool_specs = tools.specs();
     tool_specs.extend(mcp_tools.specs());
     tool_specs.push(complete_phase_spec(&phase.validation_command));
+    // `complete_phase`, the loop's own, answers with the defaults.
+    let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
     record_baseline(context).await?;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
@@ -107,8 +110,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mut conversation = Conversation::new(
         context,
         journal,
-        prompts::code_system_prompt(&project_name, &tools.names()) + &rules.prompt_section(),
+        prompts::code_system_prompt(&project_name, &tools) + &rules.prompt_section(),
         tool_specs.into(),
+        reread,
         messages,
         batches,
     );
@@ -242,7 +246,11 @@ impl CallHandler for CodeCalls<'_> {
                 }
             };
         }
-        context.progress(describe_tool_call(&name, &call.input));
+        context.progress(describe_tool_call(
+            &[self.tools, self.mcp_tools],
+            &name,
+            &call.input,
+        ));
         let called = match self.tools.get(&name) {
             Some(tool) => tool.call(call.input, self.tool_context).await,
             None => match self

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::llm::{CallsSent, ContentBlock, Message, Role};
+use crate::tools::{ToolSet, call_again};
 
 /// Bytes counted as one token. Real tokenizers give about 4 bytes a token for prose and
 /// nearer 3 for code and JSON; counting 3 errs on the side of sending less.
@@ -47,6 +48,36 @@ impl ContextBudget {
     /// several turns fit without changing the conversation's beginning again.
     pub fn low_water(&self) -> u64 {
         self.tokens / 5 * 3
+    }
+}
+
+/// How the model gets each offered tool's result again, by the tool's name: what a stand-in
+/// ends with. Asked of the loop's tools once, when its conversation starts.
+#[derive(Clone, Debug, Default)]
+pub struct RereadHints {
+    by_tool: BTreeMap<String, String>,
+}
+
+impl RereadHints {
+    /// The hints of every tool of `offered` (the first set that has a name answers for it).
+    pub fn of(offered: &[&dyn ToolSet]) -> RereadHints {
+        let mut by_tool = BTreeMap::new();
+        for tools in offered {
+            for name in tools.tool_names() {
+                if let (false, Some(hint)) = (by_tool.contains_key(name), tools.reread_hint(name)) {
+                    by_tool.insert(name.to_owned(), hint);
+                }
+            }
+        }
+        RereadHints { by_tool }
+    }
+
+    /// The hint for a result of `name`; a tool not offered (any more) is called again.
+    fn for_tool(&self, name: &str) -> String {
+        self.by_tool
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| call_again(name))
     }
 }
 
@@ -121,12 +152,13 @@ pub fn shorten(
     messages: &[Arc<Message>],
     fixed_tokens: u64,
     budget: &ContextBudget,
+    hints: &RereadHints,
 ) -> Vec<(usize, Message)> {
     let estimates: Vec<u64> = messages
         .iter()
         .map(|message| estimate_message(message))
         .collect();
-    shorten_estimated(messages, &estimates, fixed_tokens, budget)
+    shorten_estimated(messages, &estimates, fixed_tokens, budget, hints)
 }
 
 /// `shorten`, given each message's estimate.
@@ -135,6 +167,7 @@ fn shorten_estimated(
     estimates: &[u64],
     fixed_tokens: u64,
     budget: &ContextBudget,
+    hints: &RereadHints,
 ) -> Vec<(usize, Message)> {
     let mut total = fixed_tokens + estimates.iter().sum::<u64>();
     if total <= budget.tokens {
@@ -154,7 +187,7 @@ fn shorten_estimated(
             .checked_sub(1)
             .map(|previous| &*messages[previous])
             .filter(|previous| previous.role == Role::Assistant);
-        if let Some(shortened) = shortened_message(message, calls) {
+        if let Some(shortened) = shortened_message(message, calls, hints) {
             total = total - estimates[index] + estimate_message(&shortened);
             replacements.push((index, shortened));
         }
@@ -186,7 +219,11 @@ fn first_kept(messages: &[Arc<Message>], keep_turns: usize) -> usize {
 
 /// `message` with its long results replaced by stand-ins; None when none is long. `calls`
 /// is the model's answer the results answer.
-fn shortened_message(message: &Message, calls: Option<&Message>) -> Option<Message> {
+fn shortened_message(
+    message: &Message,
+    calls: Option<&Message>,
+    hints: &RereadHints,
+) -> Option<Message> {
     let mut changed = false;
     let content = message
         .content
@@ -200,7 +237,7 @@ fn shortened_message(message: &Message, calls: Option<&Message>) -> Option<Messa
                 changed = true;
                 ContentBlock::ToolResult {
                     id: id.clone(),
-                    content: stand_in(find_call(calls, id), content),
+                    content: stand_in(find_call(calls, id), content, hints),
                     is_error: false,
                 }
             }
@@ -223,7 +260,7 @@ fn find_call<'a>(calls: Option<&'a Message>, result_id: &str) -> Option<(&'a str
 }
 
 /// What the model is sent instead of `content`, the result of `call` (name and input).
-pub fn stand_in(call: Option<(&str, &Value)>, content: &str) -> String {
+pub fn stand_in(call: Option<(&str, &Value)>, content: &str, hints: &RereadHints) -> String {
     let lines = content.lines().count();
     let bytes = content.len();
     let what = match call {
@@ -244,16 +281,11 @@ pub fn stand_in(call: Option<(&str, &Value)>, content: &str) -> String {
     if lines > EXCERPT_LINES {
         text.push_str("…\n");
     }
-    text.push_str(&match call {
-        Some(("read_file", _)) => "To see it again, call read_file again with the same input; \
-                                   start_line and end_line read just the lines you need.]"
-            .to_owned(),
-        Some(("run_command", _)) => "To see it again, call run_command again with the same \
-                                     input (the command runs again).]"
-            .to_owned(),
-        Some((name, _)) => format!("To see it again, call {name} again with the same input.]"),
-        None => "To see it again, make the same call again.]".to_owned(),
-    });
+    let again = match call {
+        Some((name, _)) => hints.for_tool(name),
+        None => "make the same call again.".to_owned(),
+    };
+    text.push_str(&format!("To see it again, {again}]"));
     text
 }
 
@@ -274,6 +306,7 @@ fn clipped(text: &str, max_bytes: usize) -> String {
 /// cache stays valid until the next shortening.
 #[derive(Debug, Default)]
 pub struct SentView {
+    hints: RereadHints,
     stand_ins: BTreeMap<usize, Arc<Message>>,
     /// Each sent message's estimate, with the message it was made of (held, so a message
     /// changed in place is a new one): a long conversation is not measured again every turn.
@@ -282,13 +315,18 @@ pub struct SentView {
 
 impl SentView {
     /// The view a live loop would have after sending every request of `messages` (one
-    /// before each answer of the model): what a resumed loop starts from.
+    /// before each answer of the model): what a resumed loop starts from. Its stand-ins say
+    /// how to read results again as `hints` do.
     pub fn replayed(
         messages: &[Arc<Message>],
         fixed_tokens: u64,
         budget: &ContextBudget,
+        hints: RereadHints,
     ) -> SentView {
-        let mut view = SentView::default();
+        let mut view = SentView {
+            hints,
+            ..SentView::default()
+        };
         for (index, message) in messages.iter().enumerate() {
             if message.role == Role::Assistant {
                 view.messages(&messages[..index], fixed_tokens, budget);
@@ -325,7 +363,9 @@ impl SentView {
             .iter()
             .map(|(_, estimate)| *estimate)
             .collect();
-        for (index, shortened) in shorten_estimated(&sent, &estimates, fixed_tokens, budget) {
+        for (index, shortened) in
+            shorten_estimated(&sent, &estimates, fixed_tokens, budget, &self.hints)
+        {
             let shortened = Arc::new(shortened);
             sent[index] = Arc::clone(&shortened);
             self.stand_ins.insert(index, shortened);
@@ -337,7 +377,31 @@ impl SentView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::McpTools;
+    use crate::store::LoopType;
+    use crate::tools::ToolRegistry;
     use serde_json::json;
+
+    /// What the tools of a code loop, `web_fetch` and no MCP server say of reading a result
+    /// again.
+    fn code_hints() -> RereadHints {
+        RereadHints::of(&[
+            &ToolRegistry::for_loop(LoopType::Code, true),
+            &McpTools::default(),
+        ])
+    }
+
+    fn shorten(
+        messages: &[Arc<Message>],
+        fixed_tokens: u64,
+        budget: &ContextBudget,
+    ) -> Vec<(usize, Message)> {
+        super::shorten(messages, fixed_tokens, budget, &code_hints())
+    }
+
+    fn stand_in(call: Option<(&str, &Value)>, content: &str) -> String {
+        super::stand_in(call, content, &code_hints())
+    }
 
     fn big(label: &str, lines: usize) -> String {
         (1..=lines)
@@ -475,6 +539,11 @@ mod tests {
         );
         let unknown = stand_in(None, &big("x", 200));
         assert!(unknown.contains("an earlier tool call"), "{unknown}");
+        let mcp = stand_in_for("github__search", json!({"query": "x"}));
+        assert!(
+            mcp.ends_with("To see it again, call github__search again with the same input.]"),
+            "{mcp}"
+        );
     }
 
     fn stand_in_for(name: &str, input: Value) -> String {
@@ -576,7 +645,7 @@ mod tests {
         for end in (1..messages.len()).step_by(2) {
             live.messages(&messages[..end], 700, &budget);
         }
-        let mut replayed = SentView::replayed(&messages, 700, &budget);
+        let mut replayed = SentView::replayed(&messages, 700, &budget, RereadHints::default());
         let resumed: Vec<Message> = replayed
             .messages(&messages, 700, &budget)
             .iter()

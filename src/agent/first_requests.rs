@@ -113,7 +113,7 @@ fn first_requests() -> Vec<FirstRequest> {
         ),
         FirstRequest {
             level: "code",
-            system: prompts::code_system_prompt(project, &code_tools.names()),
+            system: prompts::code_system_prompt(project, &code_tools),
             tools: code_specs.into(),
             first: prompts::code_task_message(
                 &crate::artifacts::render_phase_markdown(&phase),

@@ -8,26 +8,20 @@ use tokio::time::Instant;
 
 use super::context_budget;
 use crate::llm::{ProviderEvent, server_word};
+use crate::tools::{ToolSet, calling};
 
 /// How often at most a loop reports its answer growing: often enough to see a slow model
 /// (a few tokens a second on a CPU) is alive, rare enough that a fast one (hundreds a second)
 /// costs the shells nothing and the CLI's log stays readable.
 pub const ANSWER_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
-pub fn describe_tool_call(name: &str, input: &Value) -> String {
-    let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default();
-    match name {
-        "read_file" => format!("reading {}", text("path")),
-        "list_files" => match (text("path"), text("glob")) {
-            ("", "") => "listing files".to_owned(),
-            (path, "") => format!("listing files in {path}"),
-            ("", glob) => format!("listing files matching {glob}"),
-            (path, glob) => format!("listing files in {path} matching {glob}"),
-        },
-        "grep" => format!("searching for {:?}", text("pattern")),
-        "create_plan" => "checking the plan".to_owned(),
-        other => format!("calling {other}"),
-    }
+/// The progress line for a call of `name`: the words of the first of `offered` that has the
+/// tool, else the default for a tool nobody offered.
+pub fn describe_tool_call(offered: &[&dyn ToolSet], name: &str, input: &Value) -> String {
+    offered
+        .iter()
+        .find_map(|tools| tools.describe_call(name, input))
+        .unwrap_or_else(|| calling(name))
 }
 
 /// A count of tokens Loopr estimated, as a person reads it: `~350`, `~1.2k`, `~48k`,
@@ -125,11 +119,18 @@ impl AnswerProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::McpTools;
+    use crate::store::LoopType;
+    use crate::tools::ToolRegistry;
     use serde_json::json;
     use std::time::Duration;
 
     #[test]
     fn tool_calls_read_as_actions() {
+        let code = ToolRegistry::for_loop(LoopType::Code, true);
+        let describe_tool_call = |name: &str, input: &Value| {
+            super::describe_tool_call(&[&code, &McpTools::default()], name, input)
+        };
         assert_eq!(
             describe_tool_call("read_file", &json!({"path": "src/a.rs"})),
             "reading src/a.rs"
@@ -142,6 +143,21 @@ mod tests {
             describe_tool_call("grep", &json!({"pattern": "fn main"})),
             "searching for \"fn main\""
         );
+        // The rest of each tool's words, and the default of a tool with none or nobody offers.
+        let more = [
+            ("list_files", json!({}), "listing files"),
+            ("list_files", json!({"path": "src"}), "listing files in src"),
+            (
+                "list_files",
+                json!({"path": "src", "glob": "*.rs"}),
+                "listing files in src matching *.rs",
+            ),
+            ("write_file", json!({"path": "a"}), "calling write_file"),
+            ("github__search", json!({}), "calling github__search"),
+        ];
+        for (name, input, words) in more {
+            assert_eq!(describe_tool_call(name, &input), words, "{name} {input}");
+        }
     }
 
     #[test]

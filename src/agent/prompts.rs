@@ -7,6 +7,7 @@ use super::repetition::ordinal;
 use crate::artifacts::{ArtifactKind, PlanArtifact, SpecArtifact, SpecReference};
 use crate::llm::ToolSpec;
 use crate::llm::text_protocol::{TextProtocol, render_call};
+use crate::tools::{ChangeKind, ToolRegistry};
 
 pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]) -> String {
     let tools = tool_names.join(", ");
@@ -50,21 +51,62 @@ the user to review.
     )
 }
 
-pub fn code_system_prompt(project_name: &str, tool_names: &[&str]) -> String {
+pub fn code_system_prompt(project_name: &str, tools: &ToolRegistry) -> String {
     format!(
         "You are the code stage of Loopr, working inside the project \"{project_name}\": you \
 implement one phase of an approved spec, in the user's editor.
 
 How to work:
-- Read what you need first ({tools}); paths are relative to the project root.
-- Change files with edit_file (exact, unique replacements) or write_file (new files), and run \
-commands with run_command. The user may review and reject a change; a rejection comes back \
-with their reason: take it into account.
+- Read what you need first ({names}); paths are relative to the project root.
+- {changing}. The user may review and reject a change; a rejection comes back with their \
+reason: take it into account.
 - Keep to the phase's tasks; do not touch unrelated files.
 - When the tasks are done, call complete_phase. The host runs the phase's validation command; \
 if it fails you get its output: fix the cause and call complete_phase again.",
-        tools = tool_names.join(", ")
+        names = tools.names().join(", "),
+        changing = changing_tools(tools),
     )
+}
+
+/// What the code prompt calls the tools of each kind of change, in the order it names them:
+/// the narrowest change first.
+const CHANGES_NAMED: [(&str, &[ChangeKind]); 2] = [
+    ("Change files with", &[ChangeKind::Edit, ChangeKind::Write]),
+    ("run commands with", &[ChangeKind::Command]),
+];
+
+/// "Change files with edit_file (exact, unique replacements) or write_file (new files), and
+/// run commands with run_command": the changing tools of `tools`, each as its kind of change
+/// and its `use_when` say.
+fn changing_tools(tools: &ToolRegistry) -> String {
+    let clauses: Vec<String> = CHANGES_NAMED
+        .iter()
+        .filter_map(|(verb, kinds)| {
+            let named: Vec<String> = kinds
+                .iter()
+                .flat_map(|kind| {
+                    tools
+                        .iter()
+                        .filter(move |tool| tool.change_kind() == Some(*kind))
+                })
+                .map(|tool| match tool.use_when() {
+                    Some(when) => format!("{} ({when})", tool.name()),
+                    None => tool.name().to_owned(),
+                })
+                .collect();
+            (!named.is_empty()).then(|| format!("{verb} {}", one_of(&named)))
+        })
+        .collect();
+    clauses.join(", and ")
+}
+
+/// "a", "a or b", "a, b or c".
+fn one_of(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [only] => only.clone(),
+        [first @ .., last] => format!("{} or {last}", first.join(", ")),
+    }
 }
 
 pub fn code_task_message(
@@ -125,7 +167,8 @@ pub fn spec_task_message(plan: &PlanArtifact, spec: &SpecReference) -> String {
         ));
     }
     message.push_str(&format!(
-        "\nCall create_spec with name \"{}\" once you know the files involved.",
+        "\nCall {} with name \"{}\" once you know the files involved.",
+        ArtifactKind::Spec.tool_name(),
         spec.name
     ));
     message
@@ -170,7 +213,8 @@ pub fn phase_task_message(spec: &SpecArtifact, index: usize) -> String {
         message.push_str(&format!("Validation named by the spec: {validation}\n"));
     }
     message.push_str(&format!(
-        "\nCall create_phase with name \"{}\" once you know exactly which files change.",
+        "\nCall {} with name \"{}\" once you know exactly which files change.",
+        ArtifactKind::Phase.tool_name(),
         phase.name
     ));
     message
@@ -402,6 +446,29 @@ mod tests {
              context window of about 2100 tokens (the conversation and your previous answer \
              together) while writing a call to read_file, grep; its input was incomplete, so it \
              was not run. Call it again with more concise input."
+        );
+    }
+
+    #[test]
+    fn the_code_prompt_names_each_changing_tool_as_the_tool_says() {
+        let tools = ToolRegistry::for_loop(crate::store::LoopType::Code, true);
+        assert_eq!(
+            code_system_prompt("demo", &tools),
+            "You are the code stage of Loopr, working inside the project \"demo\": you \
+             implement one phase of an approved spec, in the user's editor.\n\nHow to work:\n- \
+             Read what you need first (read_file, list_files, grep, write_file, edit_file, \
+             run_command, web_fetch); paths are relative to the project root.\n- Change files \
+             with edit_file (exact, unique replacements) or write_file (new files), and run \
+             commands with run_command. The user may review and reject a change; a rejection \
+             comes back with their reason: take it into account.\n- Keep to the phase's tasks; \
+             do not touch unrelated files.\n- When the tasks are done, call complete_phase. The \
+             host runs the phase's validation command; if it fails you get its output: fix the \
+             cause and call complete_phase again."
+        );
+        assert_eq!(one_of(&["a".to_owned()]), "a");
+        assert_eq!(
+            one_of(&["a".to_owned(), "b".to_owned(), "c".to_owned()]),
+            "a, b or c"
         );
     }
 

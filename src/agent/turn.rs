@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::artifact_loop::{LoopContext, LoopError};
-use super::context_budget::{self, ContextBudget, SentView};
+use super::context_budget::{self, ContextBudget, RereadHints, SentView};
 use super::cut_off::CutOff;
 use super::journal::{Entry, Journal, Replayed};
 use super::progress::{AnswerProgress, describe_retry};
@@ -204,12 +204,14 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Conversation {
-    /// A conversation continuing `messages`, whose journal holds `batches` whole batches.
+    /// A conversation continuing `messages`, whose journal holds `batches` whole batches;
+    /// `reread` is what the offered `tools` say of getting a shortened result again.
     pub fn new(
         context: &LoopContext,
         journal: Journal,
         system: String,
         tools: Arc<[ToolSpec]>,
+        reread: RereadHints,
         messages: Vec<Message>,
         batches: u64,
     ) -> Conversation {
@@ -229,7 +231,7 @@ impl Conversation {
         let messages = crate::llm::shared(messages);
         Conversation {
             transcript,
-            sent: SentView::replayed(&messages, fixed_tokens, &budget),
+            sent: SentView::replayed(&messages, fixed_tokens, &budget, reread),
             budget,
             fixed_tokens,
             request: ChatRequest {

@@ -11,7 +11,7 @@ use super::config::TOOL_SEPARATOR;
 use super::server::{McpError, McpServer};
 use crate::llm::ToolSpec;
 use crate::schema::schema_issues;
-use crate::tools::{ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError};
+use crate::tools::{ApprovalRequest, ChangeKind, Decision, ToolContext, ToolError, ToolSet};
 
 /// Bytes of a server's answer the model sees.
 const MAX_OUTPUT_BYTES: usize = 100 * 1024;
@@ -89,6 +89,14 @@ impl McpTools {
 pub(super) struct McpToolsBuilder {
     tools: Vec<McpTool>,
     unavailable: Vec<(String, String)>,
+}
+
+/// An MCP server's tool has no words of its own for its calls: the defaults ("calling
+/// server__tool", the same call again).
+impl ToolSet for McpTools {
+    fn tool_names(&self) -> Vec<&str> {
+        self.names()
+    }
 }
 
 impl McpToolsBuilder {

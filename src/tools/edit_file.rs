@@ -21,6 +21,9 @@ pub struct EditFileInput {
 
 pub struct EditFileTool;
 
+/// What an edit is asked about as.
+const CHANGE: ChangeKind = ChangeKind::Edit;
+
 #[async_trait]
 impl Tool for EditFileTool {
     fn name(&self) -> &'static str {
@@ -40,6 +43,14 @@ impl Tool for EditFileTool {
         json!({"path": "src/main.rs", "old_string": "let verbose = false;", "new_string": "let verbose = args.verbose;"})
     }
 
+    fn change_kind(&self) -> Option<ChangeKind> {
+        Some(CHANGE)
+    }
+
+    fn use_when(&self) -> Option<&'static str> {
+        Some("exact, unique replacements")
+    }
+
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: EditFileInput = parse_input(self.name(), input)?;
         if input.old_string.is_empty() {
@@ -54,8 +65,8 @@ impl Tool for EditFileTool {
         } = input;
         let changed = change_file(
             context,
-            ChangeKind::Edit,
-            "edit_file",
+            CHANGE,
+            self.name(),
             &path,
             move |current, shown| {
                 let file_error = |message: String| ToolError::File {

@@ -12,6 +12,7 @@ use super::output::{CappedOutput, clip_line};
 use super::project_walk::project_walker;
 use super::{
     ProjectFile, ProjectRoot, Tool, ToolContext, ToolError, ToolPolicy, parse_input, run_blocking,
+    text_field,
 };
 use crate::schema::input_schema_for;
 
@@ -60,6 +61,10 @@ impl Tool for GrepTool {
 
     fn example(&self) -> Value {
         json!({"pattern": "fn main", "path": "src"})
+    }
+
+    fn describe_call(&self, input: &Value) -> String {
+        format!("searching for {:?}", text_field(input, "pattern"))
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

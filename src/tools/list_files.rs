@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::output::CappedOutput;
 use super::project_walk::project_walker;
-use super::{ProjectRoot, Tool, ToolContext, ToolError, parse_input, run_blocking};
+use super::{ProjectRoot, Tool, ToolContext, ToolError, parse_input, run_blocking, text_field};
 use crate::schema::input_schema_for;
 
 const DEFAULT_MAX_RESULTS: usize = 500;
@@ -48,6 +48,15 @@ impl Tool for ListFilesTool {
 
     fn example(&self) -> Value {
         json!({"path": "src", "glob": "*.rs"})
+    }
+
+    fn describe_call(&self, input: &Value) -> String {
+        match (text_field(input, "path"), text_field(input, "glob")) {
+            ("", "") => "listing files".to_owned(),
+            (path, "") => format!("listing files in {path}"),
+            ("", glob) => format!("listing files matching {glob}"),
+            (path, glob) => format!("listing files in {path} matching {glob}"),
+        }
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::output::{CappedOutput, clip_line};
 use super::{
     ProjectRoot, ReadError, Tool, ToolContext, ToolError, parse_input, read_regular, refuse_secret,
-    run_blocking,
+    run_blocking, text_field,
 };
 use crate::schema::input_schema_for;
 
@@ -52,6 +52,16 @@ impl Tool for ReadFileTool {
 
     fn example(&self) -> Value {
         json!({"path": "README.md", "start_line": 1, "end_line": 80})
+    }
+
+    fn describe_call(&self, input: &Value) -> String {
+        format!("reading {}", text_field(input, "path"))
+    }
+
+    fn reread_hint(&self) -> String {
+        "call read_file again with the same input; start_line and end_line read just the lines \
+         you need."
+            .to_owned()
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {

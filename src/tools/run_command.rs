@@ -35,6 +35,9 @@ pub struct RunCommandInput {
 
 pub struct RunCommandTool;
 
+/// What a command is asked about as.
+const CHANGE: ChangeKind = ChangeKind::Command;
+
 #[async_trait]
 impl Tool for RunCommandTool {
     fn name(&self) -> &'static str {
@@ -53,6 +56,14 @@ impl Tool for RunCommandTool {
 
     fn example(&self) -> Value {
         json!({"command": "cargo test --lib cli", "timeout_secs": 300})
+    }
+
+    fn reread_hint(&self) -> String {
+        "call run_command again with the same input (the command runs again).".to_owned()
+    }
+
+    fn change_kind(&self) -> Option<ChangeKind> {
+        Some(CHANGE)
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
@@ -81,8 +92,8 @@ impl Tool for RunCommandTool {
         context
             .approve(ApprovalRequest {
                 loop_id: String::new(),
-                kind: ChangeKind::Command,
-                tool: "run_command",
+                kind: CHANGE,
+                tool: self.name(),
                 subject: input.command.clone(),
                 detail: format!(
                     "$ {}\n(in {}){}",

@@ -1111,3 +1111,128 @@ fn a_cancel_stops_a_walk_of_the_tree() {
     let walked = TreeStats::capture(&project.context.root, &ToolPolicy::default(), &cancel);
     assert!(matches!(walked, Err(ToolError::Cancelled)), "{walked:?}");
 }
+
+#[test]
+fn a_set_of_tools_answers_for_its_own_tools_and_the_loops_own_get_the_defaults() {
+    let registry = ToolRegistry::for_loop(LoopType::Code, false);
+    assert_eq!(
+        registry.describe_call("read_file", &json!({"path": "a.rs"})),
+        Some("reading a.rs".to_owned())
+    );
+    assert_eq!(
+        registry.reread_hint("write_file"),
+        Some("call write_file again with the same input.".to_owned())
+    );
+    assert_eq!(registry.describe_call("complete_phase", &json!({})), None);
+    let own = vec![ToolSpec::offered(
+        "complete_phase",
+        "Say the phase is done.",
+        &json!({"type": "object"}),
+        None,
+    )];
+    assert_eq!(
+        own.describe_call("complete_phase", &json!({})),
+        Some("calling complete_phase".to_owned())
+    );
+    assert_eq!(
+        own.reread_hint("complete_phase"),
+        Some("call complete_phase again with the same input.".to_owned())
+    );
+    assert_eq!(own.reread_hint("read_file"), None);
+    let kinds: Vec<_> = registry
+        .iter()
+        .map(|tool| (tool.name(), tool.change_kind()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("read_file", None),
+            ("list_files", None),
+            ("grep", None),
+            ("write_file", Some(ChangeKind::Write)),
+            ("edit_file", Some(ChangeKind::Edit)),
+            ("run_command", Some(ChangeKind::Command)),
+        ]
+    );
+}
+
+/// The non-test code of a source file: up to its `#[cfg(test)] mod … {`.
+fn non_test_code(text: &str) -> &str {
+    let test_module = regex::Regex::new(r"(?m)^#\[cfg\(test\)\]\s*\n(pub(\(\w+\))? )?mod \w+ \{")
+        .expect("a pattern");
+    test_module
+        .find(text)
+        .map_or(text, |found| &text[..found.start()])
+}
+
+/// The files of `src` declared as test modules (`#[cfg(test)] mod name;`).
+fn test_module_files(files: &[(std::path::PathBuf, String)]) -> Vec<std::path::PathBuf> {
+    let declaration =
+        regex::Regex::new(r"(?m)^#\[cfg\(test\)\]\s*\nmod (\w+);").expect("a pattern");
+    let mut found = Vec::new();
+    for (path, text) in files {
+        let parent_dir = match path.file_stem().and_then(|stem| stem.to_str()) {
+            Some("lib" | "main" | "mod") => path.parent().map(std::path::Path::to_path_buf),
+            _ => Some(path.with_extension("")),
+        };
+        let Some(dir) = parent_dir else { continue };
+        for module in declaration.captures_iter(text) {
+            found.push(dir.join(format!("{}.rs", &module[1])));
+            found.push(dir.join(&module[1]).join("mod.rs"));
+        }
+    }
+    found
+}
+
+/// What each built-in tool is (its progress words, how its result is read again, its kind of
+/// change and approval) is answered by the tool itself: no other source file names it as a
+/// string to match on. A test names tools freely.
+#[test]
+fn a_tool_is_named_in_its_own_file_only() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files: Vec<(std::path::PathBuf, String)> = walkdir(&src)
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            (path, text)
+        })
+        .collect();
+    let test_files = test_module_files(&files);
+    let mut problems = Vec::new();
+    for name in ToolRegistry::for_loop(LoopType::Code, true).names() {
+        let quoted = format!("\"{name}\"");
+        let naming: Vec<String> = files
+            .iter()
+            .filter(|(path, _)| !test_files.contains(path))
+            .filter(|(_, text)| non_test_code(text).contains(&quoted))
+            .map(|(path, _)| {
+                path.strip_prefix(&src)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        if naming.len() != 1 {
+            problems.push(format!("{quoted} is named in {naming:?}"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Every file under `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a directory").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}

@@ -80,6 +80,9 @@ impl WebFetchTool {
     }
 }
 
+/// What a fetch is asked about as (per host).
+const CHANGE: ChangeKind = ChangeKind::Fetch;
+
 impl Default for WebFetchTool {
     fn default() -> WebFetchTool {
         WebFetchTool::new()
@@ -103,6 +106,10 @@ impl Tool for WebFetchTool {
 
     fn example(&self) -> Value {
         json!({"url": "https://docs.rs/clap/latest/clap/"})
+    }
+
+    fn change_kind(&self) -> Option<ChangeKind> {
+        Some(CHANGE)
     }
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
@@ -222,8 +229,8 @@ impl WebFetchTool {
                 context
                     .approve(ApprovalRequest {
                         loop_id: String::new(),
-                        kind: ChangeKind::Fetch,
-                        tool: "web_fetch",
+                        kind: CHANGE,
+                        tool: self.name(),
                         subject: host.clone(),
                         detail,
                     })

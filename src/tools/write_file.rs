@@ -18,6 +18,9 @@ pub struct WriteFileInput {
 
 pub struct WriteFileTool;
 
+/// What a write is asked about as.
+const CHANGE: ChangeKind = ChangeKind::Write;
+
 #[async_trait]
 impl Tool for WriteFileTool {
     fn name(&self) -> &'static str {
@@ -36,13 +39,21 @@ impl Tool for WriteFileTool {
         json!({"path": "docs/usage.md", "content": "# Usage\n\nRun `demo --help` to see the options.\n"})
     }
 
+    fn change_kind(&self) -> Option<ChangeKind> {
+        Some(CHANGE)
+    }
+
+    fn use_when(&self) -> Option<&'static str> {
+        Some("new files")
+    }
+
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: WriteFileInput = parse_input(self.name(), input)?;
         let content = input.content;
         let changed = change_file(
             context,
-            ChangeKind::Write,
-            "write_file",
+            CHANGE,
+            self.name(),
             &input.path,
             move |_current, _shown| Ok(content),
         )
