@@ -1,3 +1,7 @@
+//! A loop's settings (`LoopSettings`): every field's default, their checks, and what a loop
+//! runs with from them (provider settings, the model per level, retry policy and timeouts, the
+//! tool policy, prices, review gates). Stored with each loop and inherited by its children.
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

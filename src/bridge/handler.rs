@@ -1,3 +1,6 @@
+//! The msgpack-RPC handler: decodes each request and notification Lua sends, calls the manager and encodes its
+//! reply or error.
+
 use async_trait::async_trait;
 use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim, Value};

@@ -1,3 +1,6 @@
+//! The Anthropic provider: its configuration (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`) and the
+//! HTTP client that sends a turn to the Messages API.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;

@@ -1,3 +1,7 @@
+//! The Ollama provider: its configuration (`OLLAMA_HOST` read as Ollama's own CLI reads it),
+//! the HTTP client that sends a turn to `/api/chat`, and the hint for a server that was never
+//! started.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;

@@ -1,3 +1,7 @@
+//! The OpenAI-compatible provider: its configuration (`OPENAI_API_KEY`, `OPENAI_BASE_URL`), the
+//! HTTP client that sends a turn to `/chat/completions`, and what it learns of the server:
+//! its kind from the base URL, its window by asking a local one.
+
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
