@@ -31,7 +31,7 @@ mod tree_budget;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
-pub use artifact_loop::LoopError;
+pub use context::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use limits::{Limits, Window, fit_limits};

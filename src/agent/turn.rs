@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::artifact_loop::{LoopContext, LoopError};
+use super::context::{LoopContext, LoopError};
 use super::context_budget::{self, ContextBudget, SentView};
 use super::cut_off::CutOff;
 use super::journal::{Entry, Journal, Replayed};
