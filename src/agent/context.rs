@@ -129,7 +129,7 @@ pub struct LoopContext {
     /// Where the loop's transcript goes as it happens.
     pub transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget its plan tree is held to, checked before each turn.
-    pub tree_budget: Arc<super::tree_budget::TreeBudget>,
+    pub tree_budget: Arc<crate::budget::TreeBudget>,
     /// The host's MCP servers, whose tools the loop may be offered.
     pub mcp: Arc<crate::mcp::McpPool>,
 }
