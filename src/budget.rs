@@ -5,7 +5,7 @@
 //! sums a tree's tokens and records grants, pauses and holds (`store::db::budget`); the
 //! manager and the turn ask this module and act on the answer.
 //!
-//! Once a shell sets the user's budget and prices (Neovim passes its `setup()` to the host),
+//! Once a shell sets the user's budget and prices (Neovim passes the user's to the host),
 //! every tree whose loops this host runs or schedules is held to them from its next check on,
 //! whatever its loops started with: raising the budget lets a paused tree go on, lowering it
 //! pauses a running one at its next turn. Until a shell sets one (the CLI never does), a loop

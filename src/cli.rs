@@ -22,6 +22,7 @@ use crate::agent::{
     LoopEvent, LoopManager, LoopSettings, ManagerError, OnOpen, ProviderFactory, ShellServices,
 };
 use crate::mcp::McpSettings;
+use crate::next_step::{self, NextStep};
 use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
@@ -199,6 +200,7 @@ pub async fn run_plan(
         headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     let plan_id = manager
         .start_plan(&options.root, &options.task, options.settings)
+        .map_err(with_next_step)
         .context("starting the plan")?;
     say!("loopr: plan loop {plan_id} started");
     tell_about_loops_left(&manager, &options.root)?;
@@ -421,9 +423,10 @@ fn report(event: &LoopEvent) {
             error,
         } => match error {
             Some(error) => say!(
-                "loopr: {} {id} {}: {error}",
+                "loopr: {} {id} {}: {}",
                 loop_type.as_str(),
-                status.as_str()
+                status.as_str(),
+                hinted(error)
             ),
             None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
         },
@@ -441,7 +444,7 @@ fn report(event: &LoopEvent) {
             loop_id,
             level,
             message,
-        } => say!("loopr: {loop_id}: {}: {message}", level.as_str()),
+        } => say!("loopr: {loop_id}: {}: {}", level.as_str(), hinted(message)),
         LoopEvent::ValidationFinished {
             loop_id,
             iteration,
@@ -471,18 +474,53 @@ fn report(event: &LoopEvent) {
 
 /// The core's error with the command that is the user's next step from the command line.
 fn with_next_step(err: ManagerError) -> anyhow::Error {
-    let next_step = match &err {
-        ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
-            "; `loopr status` lists the project's loops".to_owned()
-        }
-        ManagerError::CodeLoopInterrupted { id } => format!(
+    match err.next_step() {
+        Some(step) => anyhow::anyhow!("{err}{}", clause(&step)),
+        None => err.into(),
+    }
+}
+
+/// Text the core keeps or sends with its next step attached (a loop's error, a notice), the
+/// step worded for the command line.
+fn hinted(text: &str) -> String {
+    next_step::worded(text, clause)
+}
+
+/// `step` as the command line words it: its subcommands, flags and `--settings` keys.
+fn clause(step: &NextStep) -> String {
+    match step {
+        NextStep::Approve { id } => format!(
+            "; the command line cannot let a tree past its budget: approving {id} in the editor \
+             does, or a larger budget in --settings for a new plan"
+        ),
+        NextStep::Retry => "; `loopr plan` or `loopr run <phase>` starts it again".to_owned(),
+        NextStep::RetryOrCancel { id } => format!(
             "; `loopr resume` goes on with it (and with the project's other loops that no host \
              runs), `loopr cancel {id}` cancels it"
         ),
-        ManagerError::NoCodeLoop(phase) => format!("; start one with `loopr run {phase}`"),
-        _ => return err.into(),
-    };
-    anyhow::anyhow!("{err}{next_step}")
+        NextStep::ListLoops => "; `loopr status` lists the project's loops".to_owned(),
+        NextStep::NameTranscript => {
+            "; name one: `loopr transcript <id>` (`loopr status` lists them)".to_owned()
+        }
+        NextStep::StartCodeLoop { phase } => format!("; start one with `loopr run {phase}`"),
+        NextStep::SetOption {
+            key,
+            example: Some(example),
+        } => format!("; e.g. --settings '{}'", settings_json(key, example)),
+        NextStep::SetOption { key, example: None } => format!("; set {key} in --settings"),
+        // The command line keeps no servers' state beyond the run: the notice is all of it.
+        NextStep::ShowMcpServers => String::new(),
+    }
+}
+
+/// `{"a": {"b": "value"}}` for the dotted `key` `a.b`: what `--settings` takes.
+fn settings_json(key: &str, value: &str) -> String {
+    key.rsplit('.')
+        .fold(
+            serde_json::Value::from(value),
+            |inner, part| serde_json::json!({ part: inner }),
+        )
+        .to_string()
 }
 
 /// The plan loop and everything below it, parents first.
@@ -614,7 +652,7 @@ fn write_table(
             tokens_cell(record.tokens_in, estimated),
             tokens_cell(record.tokens_out, estimated),
             cost_cell(&cost),
-            record.error.as_deref().unwrap_or("")
+            record.error.as_deref().map(hinted).unwrap_or_default()
         );
         writeln!(out, "{}", crate::terminal_text::for_terminal(&row))?;
     }

@@ -12,6 +12,7 @@ pub mod llm;
 pub mod logging;
 pub mod markdown;
 pub mod mcp;
+pub mod next_step;
 pub mod pricing;
 pub mod schema;
 pub mod store;

@@ -93,7 +93,7 @@ const DEFAULT_PRICES: &[(&str, Price)] = &[
     ("o4-mini", Price::of(1.1, 4.4, 1.1, 0.275)),
 ];
 
-/// The prices in effect: the user's (`setup({ prices = ... })`) over the defaults.
+/// The prices in effect: the user's (the `prices` setting) over the defaults.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PriceTable {
     user: BTreeMap<String, Price>,

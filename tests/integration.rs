@@ -11,6 +11,7 @@ mod scenario;
 mod integration {
     mod cancel_and_restart;
     mod code;
+    mod commands;
     mod contract;
     mod cost;
     mod editor;

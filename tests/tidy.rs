@@ -113,18 +113,6 @@ fn every_source_file_opens_with_a_module_doc() {
 /// commands; only the shells (`src/bridge/`, `src/cli.rs`, `src/main.rs`) word things for one.
 const SHELL_ONLY: [&str; 4] = ["nvim_rs", "rmpv", "crate::bridge", ":Loopr"];
 
-/// TEMPORARY (issue 23): the core files that name a `:Loopr` command today. i23-errors moves
-/// these words into the shells; the lead deletes this list at merge, and the rule then holds
-/// for every core file. Do not add to it.
-const TEMPORARY_LOOPR_OFFENDERS: [&str; 6] = [
-    "agent/context.rs",
-    "agent/manager/project_registry.rs",
-    "agent/settings.rs",
-    "mcp/server.rs",
-    "store/db/tree.rs",
-    "store/records.rs",
-];
-
 fn is_shell(file: &str) -> bool {
     file == "bridge.rs" || file.starts_with("bridge/") || file == "cli.rs" || file == "main.rs"
 }
@@ -139,9 +127,7 @@ fn the_core_mentions_nothing_of_neovim() {
         }
         for (number, line) in text.lines().enumerate() {
             for word in SHELL_ONLY {
-                let allowed =
-                    word == ":Loopr" && TEMPORARY_LOOPR_OFFENDERS.contains(&file.as_str());
-                if line.contains(word) && !allowed {
+                if line.contains(word) {
                     offending.push(format!(
                         "src/{file}:{}: the core names `{word}`; word it in the shells \
                          (src/bridge/, src/cli.rs): {}",

@@ -11,6 +11,7 @@ use super::limits::Limits;
 use super::settings::LoopSettings;
 use crate::llm::{LlmError, LlmProvider};
 use crate::mcp::{McpTools, Unavailable};
+use crate::next_step::NextStep;
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError};
 use crate::tools::{Approver, OpenBuffers, ProjectRoot, ToolPolicy};
 
@@ -21,8 +22,8 @@ pub enum LoopError {
     #[error("model request failed: {0}")]
     Llm(LlmError),
     #[error(
-        "no valid {tool} call after {max_turns} model turns (the turn limit){}; raise max_turns, \
-         make the task more specific, or :LooprRetry",
+        "no valid {tool} call after {max_turns} model turns (the turn limit){}; raise max_turns \
+         or make the task more specific",
         last_problem_note(.last_problem.as_deref())
     )]
     TurnLimit {
@@ -63,9 +64,10 @@ pub enum LoopError {
         /// What kept going wrong (`repetition::describe`).
         what: String,
     },
-    #[error("the loop's settings: {0}")]
+    /// A settings check's message, its next step attached (`next_step::attach`).
+    #[error("the loop's settings: {}", crate::next_step::split(.0).0)]
     Settings(String),
-    #[error("plan tree {root} reached its budget ({reached}); :LooprApprove {root} to go on")]
+    #[error("plan tree {root} reached its budget ({reached})")]
     BudgetReached {
         root: crate::store::LoopId,
         /// What was reached, e.g. "10250 of 10000 tokens".
@@ -75,6 +77,30 @@ pub enum LoopError {
     Journal(#[from] JournalError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl LoopError {
+    /// What the user can do about it, if a shell can help.
+    pub fn next_step(&self) -> Option<NextStep> {
+        match self {
+            LoopError::TurnLimit { .. } => Some(NextStep::Retry),
+            LoopError::BudgetReached { root, .. } => Some(NextStep::Approve {
+                id: root.to_string(),
+            }),
+            LoopError::Settings(message) => crate::next_step::split(message).1,
+            _ => None,
+        }
+    }
+
+    /// The error as the loop's record keeps it (and events carry it): its text with its
+    /// next step attached, for each shell to word.
+    pub fn for_record(&self) -> String {
+        let text = self.to_string();
+        match self.next_step() {
+            Some(step) => step.attach(&text),
+            None => text,
+        }
+    }
 }
 
 /// Characters of the last problem kept in a failure message; the whole text is in the log.
@@ -191,14 +217,14 @@ pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
         )
         .await;
     for Unavailable { server, error } in unavailable {
+        let (error, fix) = crate::next_step::split(&error);
         tracing::warn!(loop_id = %context.record.id, %server, %error, "MCP server unavailable");
+        // A fix the error names comes first; else where the server's errors are kept.
+        let next_step = fix.unwrap_or(NextStep::ShowMcpServers);
         context.events.emit(LoopEvent::Notice {
             loop_id: context.record.id.to_string(),
             level: NoticeLevel::Warn,
-            message: format!(
-                "{error}; its tools are not offered to this loop (the MCP servers' status keeps \
-                 the error)"
-            ),
+            message: next_step.attach(&format!("{error}; its tools are not offered to this loop")),
         });
     }
     tools

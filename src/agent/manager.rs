@@ -32,6 +32,7 @@ use super::phases::PhaseLookupError;
 use super::settings::LoopSettings;
 use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
+use crate::next_step::NextStep;
 use crate::store::{
     HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
     host_is_alive,
@@ -77,7 +78,8 @@ pub enum ManagerError {
     EmptyTask,
     #[error("the feedback is empty; say what should change")]
     EmptyFeedback,
-    #[error("invalid setting: {0}")]
+    /// A settings check's message, its next step attached (`next_step::attach`).
+    #[error("invalid setting: {}", crate::next_step::split(.0).0)]
     Settings(String),
     #[error(transparent)]
     Provider(#[from] LlmError),
@@ -117,6 +119,26 @@ pub enum ManagerError {
     Baseline(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]
     StoredArtifact { id: String, message: String },
+}
+
+impl ManagerError {
+    /// What the user can do about it, if a shell can help; each shell words it.
+    pub fn next_step(&self) -> Option<NextStep> {
+        match self {
+            ManagerError::NoTranscriptTarget => Some(NextStep::NameTranscript),
+            ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
+                Some(NextStep::ListLoops)
+            }
+            ManagerError::CodeLoopInterrupted { id } => {
+                Some(NextStep::RetryOrCancel { id: id.clone() })
+            }
+            ManagerError::NoCodeLoop(phase) => Some(NextStep::StartCodeLoop {
+                phase: phase.clone(),
+            }),
+            ManagerError::Settings(message) => crate::next_step::split(message).1,
+            _ => None,
+        }
+    }
 }
 
 /// What the shell running the manager lends its loops, and what it wants run.

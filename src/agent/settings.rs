@@ -14,6 +14,7 @@ use crate::llm::{
     ProviderName, ProviderSettings, RetryPolicy, ToolChoice, ToolFormat, ToolProtocol,
 };
 use crate::mcp::McpSettings;
+use crate::next_step::NextStep;
 use crate::pricing::{Price, PriceTable};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
@@ -68,7 +69,7 @@ pub struct LoopSettings {
     pub max_retries: u32,
     pub request_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
-    /// Loop levels whose artifact waits for `:LooprApprove` before children spawn.
+    /// Loop levels whose artifact waits for the user's approval before children spawn.
     pub review_gates: Vec<String>,
     /// Loops this host runs at once.
     pub max_concurrent_loops: u32,
@@ -285,11 +286,15 @@ impl LoopSettings {
             .filter(|model| !model.is_empty())
             .or(self.provider.default_model());
         chosen.map(str::to_owned).ok_or_else(|| {
-            format!(
-                "provider {} needs a model: set model (e.g. setup({{ model = 'qwen3:8b' }}), one \
-                 that `ollama list` shows)",
+            let problem = format!(
+                "provider {} needs a model: set model to one that `ollama list` shows",
                 self.provider.as_str()
-            )
+            );
+            NextStep::SetOption {
+                key: "model".to_owned(),
+                example: Some("qwen3:8b".to_owned()),
+            }
+            .attach(&problem)
         })
     }
 

@@ -589,7 +589,7 @@ impl From<LoopRecord> for LoopRecordReply {
             iteration: record.iteration,
             tokens_in: record.tokens_in,
             tokens_out: record.tokens_out,
-            error: record.error,
+            error: record.error.as_deref().map(super::words::hinted),
             task: record.task,
             name: record.name,
             triggered_by: record.triggered_by,
@@ -667,7 +667,7 @@ impl From<LoopEvent> for EventMessage {
                 id: id.to_string(),
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
-                error,
+                error: error.as_deref().map(super::words::hinted),
             },
             LoopEvent::Progress {
                 loop_id,
@@ -722,7 +722,7 @@ impl From<LoopEvent> for EventMessage {
             } => EventMessage::Notice {
                 loop_id,
                 level: level.as_str(),
-                message,
+                message: super::words::hinted(&message),
             },
         }
     }

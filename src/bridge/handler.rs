@@ -460,7 +460,7 @@ fn provider_reply(settings: &crate::agent::LoopSettings, env: &ProviderEnv) -> P
             Ok(model) => {
                 models.insert(level, model);
             }
-            Err(err) => problem = problem.or(Some(err)),
+            Err(err) => problem = problem.or(Some(super::words::hinted(&err))),
         }
     }
     ProviderReply {

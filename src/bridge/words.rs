@@ -1,23 +1,83 @@
-//! The core's errors in Neovim's words: the core says what went wrong, this adds the
-//! `:Loopr` command that is the user's next step (the CLI adds its own).
+//! The core's errors in Neovim's words: the core says what went wrong and, as a typed
+//! `NextStep`, what the user can do next; this words that step as the `:Loopr` command or the
+//! `setup()` option to use (the CLI words the same steps its own way). A new error needs no
+//! change here, only a new kind of step does.
 
 use crate::agent::ManagerError;
+use crate::next_step::{self, NextStep};
 
 /// `err` as Neovim shows it: `Loopr: ` and the error, then the command to go on with.
 pub fn manager_error(err: ManagerError) -> String {
-    let next_step = match &err {
-        ManagerError::NoTranscriptTarget => {
+    let next_step = err
+        .next_step()
+        .map(|step| clause(&step))
+        .unwrap_or_default();
+    format!("Loopr: {err}{next_step}")
+}
+
+/// Text the core keeps or sends with its next step attached (a loop's error, a notice, a
+/// settings check's message), the step worded for Neovim.
+pub fn hinted(text: &str) -> String {
+    next_step::worded(text, clause)
+}
+
+/// `step` as a clause appended to the message it follows.
+fn clause(step: &NextStep) -> String {
+    match step {
+        NextStep::Approve { id } => format!("; :LooprApprove {id} to go on"),
+        NextStep::Retry => "; :LooprRetry runs it again".to_owned(),
+        NextStep::RetryOrCancel { id } => {
+            format!("; :LooprRetry {id} retries it, :LooprCancel {id} cancels it")
+        }
+        NextStep::ListLoops => "; see :LooprStatus".to_owned(),
+        NextStep::NameTranscript => {
             "; name one: :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
                 .to_owned()
         }
-        ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
-            "; see :LooprStatus".to_owned()
+        NextStep::StartCodeLoop { phase } => format!("; start one with :LooprRun {phase}"),
+        NextStep::SetOption {
+            key,
+            example: Some(example),
+        } => format!("; e.g. setup({})", lua_table(key, example)),
+        NextStep::SetOption { key, example: None } => format!("; set {key} in setup()"),
+        NextStep::ShowMcpServers => "; :LooprMcp shows the servers' state and errors".to_owned(),
+    }
+}
+
+/// `{ a = { b = 'value' } }` for the dotted `key` `a.b`: the table `setup()` takes.
+fn lua_table(key: &str, value: &str) -> String {
+    let quoted = format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"));
+    key.rsplit('.').fold(quoted, |inner, part| {
+        let plain = part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !part.starts_with(|c: char| c.is_ascii_digit());
+        if plain {
+            format!("{{ {part} = {inner} }}")
+        } else {
+            format!("{{ [{part:?}] = {inner} }}")
         }
-        ManagerError::CodeLoopInterrupted { id } => {
-            format!("; :LooprRetry {id} retries it, :LooprCancel {id} cancels it")
-        }
-        ManagerError::NoCodeLoop(phase) => format!("; start one with :LooprRun {phase}"),
-        _ => String::new(),
-    };
-    format!("Loopr: {err}{next_step}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_option_is_named_as_setup_takes_it() {
+        assert_eq!(lua_table("model", "qwen3:8b"), "{ model = 'qwen3:8b' }");
+        assert_eq!(
+            lua_table("mcp.servers.my-git.command", "git"),
+            "{ mcp = { servers = { [\"my-git\"] = { command = 'git' } } } }"
+        );
+    }
+
+    #[test]
+    fn text_without_a_step_is_shown_as_it_is() {
+        assert_eq!(hinted("failed"), "failed");
+        let text = NextStep::Approve { id: "x".to_owned() }.attach("reached its budget");
+        assert_eq!(
+            hinted(&text),
+            "reached its budget; :LooprApprove x to go on"
+        );
+    }
 }

@@ -1,5 +1,4 @@
-//! What the user configures about MCP servers (`setup({ mcp = { servers = ... } })`, the
-//! CLI's `--settings`), and the checks that name the fix when it is wrong.
+//! What the user configures about MCP servers (the `mcp.servers` setting), and the checks that name the fix when it is wrong.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -141,12 +140,16 @@ impl McpSettings {
             }
         }
         if !missing.is_empty() {
-            return Err(format!(
+            let problem = format!(
                 "MCP server {name} needs {} in its env, which the current settings do not \
-                 set (env values are never stored with a loop); set mcp.servers.{name}.env in \
-                 setup() (or --settings) to use it",
+                 set (env values are never stored with a loop)",
                 missing.join(", ")
-            ));
+            );
+            return Err(crate::next_step::NextStep::SetOption {
+                key: format!("mcp.servers.{name}.env"),
+                example: None,
+            }
+            .attach(&problem));
         }
         Ok(McpServerConfig {
             env,

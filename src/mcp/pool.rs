@@ -17,7 +17,7 @@ type ServerKey = (PathBuf, String, McpServerConfig);
 #[derive(Default)]
 pub struct McpPool {
     servers: Mutex<HashMap<ServerKey, Arc<McpServer>>>,
-    /// The latest a shell gave (Neovim's `setup()`, the CLI's `--settings`).
+    /// The latest a shell gave (each shell's settings).
     current: Mutex<McpSettings>,
     stopped: CancellationToken,
 }

@@ -3,7 +3,7 @@
 //! told so at once, with the reason and when it is tried again, and it is restarted in the
 //! background with a delay that doubles with each failure. No caller ever waits on another's
 //! backoff, and at most for one start, which is bounded. Its state, tools and recent errors
-//! are kept for `:LooprMcp` and `:checkhealth`.
+//! are kept for the shells' MCP status and health check.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ pub enum McpError {
     Cancelled,
 }
 
-/// What `:LooprMcp` and `:checkhealth` show of a server.
+/// What the shells' MCP status and health check show of a server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ServerStatus {
     pub name: String,

@@ -123,8 +123,11 @@ impl McpToolsBuilder {
     }
 
     /// `server` offers this loop nothing, for `why`.
+    /// `why` is what the model is told when it calls one of `server`'s tools: worded for
+    /// no shell, since the model runs none of their commands.
     pub(super) fn unavailable(&mut self, server: &str, why: &str) {
-        self.unavailable.push((server.to_owned(), why.to_owned()));
+        self.unavailable
+            .push((server.to_owned(), crate::next_step::neutral(why)));
     }
 
     pub(super) fn build(self) -> McpTools {

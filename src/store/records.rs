@@ -116,7 +116,7 @@ pub enum LoopStatus {
     /// back while its plan tree is at its budget, which its `error` then says.
     Pending,
     Running,
-    /// Its artifact exists and waits for the user's review (`:LooprApprove`).
+    /// Its artifact exists and waits for the user's review and approval.
     AwaitingApproval,
     Complete,
     Failed,
@@ -126,7 +126,7 @@ pub enum LoopStatus {
     /// Its parent was revised; the artifact that triggered it is stale. Kept for reference.
     Invalidated,
     /// Stopped before a turn because its plan tree reached its budget; its journal is whole,
-    /// and `:LooprApprove` lets it go on from there.
+    /// and approving its tree lets it go on from there.
     Paused,
 }
 
@@ -175,7 +175,7 @@ impl FromStr for LoopStatus {
     }
 }
 
-/// One loop as `:LooprStatus` shows it; persisted in `loopr.db`.
+/// One loop as the shells' status shows it; persisted in `loopr.db`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoopRecord {
     pub id: LoopId,
@@ -198,7 +198,7 @@ pub struct LoopRecord {
     pub depends_on: Vec<String>,
     /// Review passes the current artifact went through.
     pub review_passes: u32,
-    /// The user's feedback for the next iteration (`:LooprRevise`), until it is used.
+    /// The user's feedback for the next iteration (a revision's), until it is used.
     pub feedback: Option<String>,
     /// The settings the loop runs with, as JSON; children inherit them.
     pub settings: String,

@@ -15,7 +15,7 @@ use crate::store::{LoopId, LoopRecord, StoreError};
 
 impl LoopManager {
     /// Holds every plan tree to `budget`, its dollars priced by `prices`, from now on (the
-    /// user's `setup()`): running loops check it before their next turn. Cheap; the trees it
+    /// user's settings): running loops check it before their next turn. Cheap; the trees it
     /// lets go on are `resume_within_budget`'s work.
     pub fn set_tree_budget(
         &self,
@@ -103,7 +103,7 @@ impl LoopManager {
                         root: spend.root.clone(),
                         reached,
                     }
-                    .to_string()
+                    .for_record()
                 })
             })
             .clone();
@@ -115,7 +115,7 @@ impl LoopManager {
     pub(super) fn hold(&self, project: &Project, record: &LoopRecord, reason: String) {
         match project.db.hold_pending(&record.id, &reason) {
             Ok(Some(held)) => {
-                tracing::info!(loop_id = %record.id, reason = %reason, "held at the budget");
+                tracing::info!(loop_id = %record.id, reason = %crate::next_step::neutral(&reason), "held at the budget");
                 self.emit_change(held.change);
                 if held.first_in_tree {
                     self.shared.events.emit(LoopEvent::Notice {

@@ -58,7 +58,12 @@ impl LoopManager {
                 note.push_str(&format!("; {} not restored", report.skipped.len()));
             }
             if let Some(ended) = code.error.as_deref().filter(|e| !e.starts_with("undone:")) {
+                // The end's next step stays with the note, for the shells to word.
+                let (ended, next_step) = crate::next_step::split(ended);
                 note.push_str(&format!("; it had ended with: {ended}"));
+                if let Some(step) = next_step {
+                    note = step.attach(&note);
+                }
             }
             let db = project.db.clone();
             let (id, status, stored_note) = (code.id.clone(), code.status, note.clone());

@@ -17,7 +17,7 @@ pub struct ResumeCounts {
     /// Loops that run or will (pending, running).
     pub resuming: usize,
     /// Loops that wait for their plan tree's budget (paused, or held before they started):
-    /// `:LooprApprove` or a larger budget lets them go on.
+    /// approving the tree or a larger budget lets them go on.
     pub waiting_for_budget: usize,
 }
 use crate::tools::{ProjectRoot, project_walker, unfit_root};

@@ -139,11 +139,11 @@ impl LoopManager {
                 self.record_end(project, record, LoopStatus::Cancelled, None);
             }
             Ok(Err(reached @ LoopError::BudgetReached { .. })) => {
-                self.record_pause(project, record, reached.to_string());
+                self.record_pause(project, record, reached.for_record());
             }
             Ok(Err(err)) => {
                 tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
-                self.record_end(project, record, LoopStatus::Failed, Some(err.to_string()));
+                self.record_end(project, record, LoopStatus::Failed, Some(err.for_record()));
             }
             Err(join_error) => {
                 tracing::error!(loop_id = %record.id, error = %join_error, "loop crashed");
@@ -217,7 +217,7 @@ impl LoopManager {
         }
         match project.db.pause_running(&record.id, &reason) {
             Ok(Some(paused)) => {
-                tracing::info!(loop_id = %record.id, root = %paused.root, reason = %reason, "paused at the budget");
+                tracing::info!(loop_id = %record.id, root = %paused.root, reason = %crate::next_step::neutral(&reason), "paused at the budget");
                 self.emit_change(paused.change);
                 if paused.first_in_tree {
                     self.shared.events.emit(LoopEvent::Notice {

@@ -78,7 +78,7 @@ fn revisable(record: &LoopRecord) -> bool {
     ) && (record.iteration > 0 || record.loop_type == LoopType::Code)
 }
 
-/// A loop that ended without success, which `:LooprRetry` can run again.
+/// A loop that ended without success, which a retry can run again.
 pub fn retryable(status: LoopStatus) -> bool {
     matches!(
         status,

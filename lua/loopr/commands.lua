@@ -1,0 +1,121 @@
+-- Every `:Loopr*` command, defined once: plugin/loopr.lua creates the user commands from this
+-- table, and a test checks it against |loopr-commands| in doc/loopr.txt. Adding a command is
+-- one entry here (and its function in init.lua). Loaded at startup: nothing here requires
+-- another module until a command runs or completes.
+
+---@class loopr.Command
+---@field name string The command's name, `Loopr…`.
+---@field nargs 0|'?'|'+' Its arguments, as |:command-nargs| has them.
+---@field bang? boolean Whether it takes a `!`.
+---@field desc string What it does, as `:command` lists it.
+---@field complete? string The completion function of require('loopr') for its argument.
+---@field run fun(args: table) Runs it with |nvim_create_user_command()|'s arguments.
+
+---@param name string A function of require('loopr').
+---@return fun(args: table)
+local function with_argument(name)
+  return function(args)
+    require('loopr')[name](args.args)
+  end
+end
+
+---@param name string A function of require('loopr').
+---@return fun(args: table)
+local function without_argument(name)
+  return function()
+    require('loopr')[name]()
+  end
+end
+
+---@type loopr.Command[]
+return {
+  {
+    name = 'LooprPlan',
+    nargs = '+',
+    desc = 'Loopr: plan a task in this project (writes plan.md)',
+    run = with_argument('plan'),
+  },
+  {
+    name = 'LooprStatus',
+    nargs = 0,
+    desc = "Loopr: list this project's loops",
+    run = without_argument('status'),
+  },
+  {
+    name = 'LooprMcp',
+    nargs = 0,
+    desc = "Loopr: the host's MCP servers, their tools and recent errors",
+    run = without_argument('mcp'),
+  },
+  {
+    name = 'LooprTranscript',
+    nargs = '?',
+    desc = "Loopr: follow a loop's transcript (default: this artifact's loop, else the newest running)",
+    complete = 'complete_all_loop_ids',
+    run = with_argument('transcript'),
+  },
+  {
+    name = 'LooprLog',
+    nargs = 0,
+    desc = "Loopr: open the host's log file",
+    run = without_argument('open_log'),
+  },
+  {
+    name = 'LooprCancel',
+    nargs = '?',
+    desc = 'Loopr: cancel a loop and its descendants (default: the newest running)',
+    complete = 'complete_loop_ids',
+    run = with_argument('cancel'),
+  },
+  {
+    name = 'LooprApprove',
+    nargs = '?',
+    desc = 'Loopr: approve a loop awaiting review (default: this artifact, else the newest)',
+    complete = 'complete_awaiting_ids',
+    run = with_argument('approve'),
+  },
+  {
+    name = 'LooprRevise',
+    nargs = '+',
+    desc = "Loopr: re-run this artifact's loop with feedback",
+    run = with_argument('revise'),
+  },
+  {
+    name = 'LooprTasks',
+    nargs = '?',
+    desc = 'Loopr: quickfix list of phase tasks (default: this phase, else all)',
+    complete = 'complete_phase_names',
+    run = with_argument('tasks'),
+  },
+  {
+    name = 'LooprRun',
+    nargs = '?',
+    desc = 'Loopr: implement a phase with a code loop (default: this phase)',
+    complete = 'complete_phase_names',
+    run = with_argument('run'),
+  },
+  {
+    name = 'LooprChanges',
+    nargs = '?',
+    desc = "Loopr: quickfix list of a code loop's changes, one entry per hunk",
+    complete = 'complete_phase_names',
+    run = with_argument('changes'),
+  },
+  {
+    name = 'LooprUndo',
+    nargs = '?',
+    bang = true,
+    desc = 'Loopr: undo what a code loop changed (! also files changed since)',
+    complete = 'complete_phase_names',
+    run = function(args)
+      require('loopr').undo(args.args, args.bang)
+    end,
+  },
+  {
+    name = 'LooprRetry',
+    nargs = '?',
+    desc = 'Loopr: run a failed, cancelled or interrupted loop again (default: this artifact, else the newest)',
+    complete = 'complete_retryable_ids',
+    run = with_argument('retry'),
+  },
+}

@@ -1,0 +1,122 @@
+//! What the user can do next about an error or a notice, as a typed hint that each shell
+//! words in its own terms (Neovim its commands and setup keys, the command line
+//! its subcommands, flags and `--settings` keys). The core names no shell's commands.
+//!
+//! Errors answer `next_step()`. Text the core keeps or sends as a string (a loop's stored
+//! error, a notice, a settings check's message) carries its hint attached (`attach`): it
+//! lives as long as the text does, through the store and the events, with no change to
+//! either's shape; a shell splits it off (`split`) where it shows the text. Where the text
+//! goes to the model or the log, `neutral` words the hint in no shell's terms.
+
+use serde::{Deserialize, Serialize};
+
+/// The step the user can take next.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum NextStep {
+    /// Approve loop `id` (the root of a plan tree at its budget): its tree goes on.
+    Approve { id: String },
+    /// Run the failed loop again.
+    Retry,
+    /// Go on with interrupted loop `id` from where it stopped, or cancel it.
+    RetryOrCancel { id: String },
+    /// See the project's loops (their ids, phases and states).
+    ListLoops,
+    /// Name the loop whose transcript to show.
+    NameTranscript,
+    /// Start a code loop for `phase`.
+    StartCodeLoop { phase: String },
+    /// Set option `key` (dotted, as the settings nest it), to a string like `example`.
+    SetOption {
+        key: String,
+        example: Option<String>,
+    },
+    /// See the MCP servers' state and recent errors.
+    ShowMcpServers,
+}
+
+/// Parts `attach` puts between a text and its hint: a control character no message
+/// contains, so a text without a hint never splits.
+const SEPARATOR: char = '\u{1f}';
+
+impl NextStep {
+    /// `text` with this hint attached, for a string that goes through the store or an event.
+    pub fn attach(self, text: &str) -> String {
+        let (text, _) = split(text);
+        match serde_json::to_string(&self) {
+            Ok(hint) => format!("{text}{SEPARATOR}{hint}"),
+            // Serialising a plain enum cannot fail; the text alone still says what happened.
+            Err(_) => text.to_owned(),
+        }
+    }
+}
+
+/// The text and its hint, if one was attached.
+pub fn split(text: &str) -> (&str, Option<NextStep>) {
+    match text.split_once(SEPARATOR) {
+        Some((text, hint)) => (text, serde_json::from_str(hint).ok()),
+        None => (text, None),
+    }
+}
+
+/// `text` with its hint worded by `clause` (a shell's words for a step, appended), or as it
+/// is when it has none.
+pub fn worded(text: &str, clause: impl Fn(&NextStep) -> String) -> String {
+    match split(text) {
+        (text, Some(step)) => format!("{text}{}", clause(&step)),
+        (text, None) => text.to_owned(),
+    }
+}
+
+/// `text` with its hint worded in no shell's terms: for the model, which cannot run a
+/// command, and for the log.
+pub fn neutral(text: &str) -> String {
+    worded(text, |step| format!("; {}", step.neutral()))
+}
+
+impl NextStep {
+    /// The step in no shell's terms.
+    pub fn neutral(&self) -> String {
+        match self {
+            NextStep::Approve { id } => format!("approving {id} lets it go on"),
+            NextStep::Retry => "retrying the loop runs it again".to_owned(),
+            NextStep::RetryOrCancel { id } => {
+                format!("retrying {id} goes on with it, cancelling it allows a new one")
+            }
+            NextStep::ListLoops => "the project's loops are listed in its status".to_owned(),
+            NextStep::NameTranscript => "name the loop by its id".to_owned(),
+            NextStep::StartCodeLoop { phase } => format!("start a code loop for {phase}"),
+            NextStep::SetOption { key, example } => match example {
+                Some(example) => format!("set {key} in the user's settings (e.g. {example:?})"),
+                None => format!("set {key} in the user's settings"),
+            },
+            NextStep::ShowMcpServers => "the MCP servers' status keeps the error".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_attached_splits_off_whole_and_text_without_one_stays() {
+        let step = NextStep::Approve {
+            id: "20990101-000000-abcd".to_owned(),
+        };
+        let text = step.clone().attach("plan tree reached its budget");
+        assert_eq!(split(&text), ("plan tree reached its budget", Some(step)));
+        assert_eq!(split("no hint here"), ("no hint here", None));
+        assert_eq!(
+            neutral(&text),
+            "plan tree reached its budget; approving 20990101-000000-abcd lets it go on"
+        );
+    }
+
+    #[test]
+    fn attaching_again_replaces_the_hint() {
+        let once = NextStep::Retry.attach("failed");
+        let twice = NextStep::ListLoops.attach(&once);
+        assert_eq!(split(&twice), ("failed", Some(NextStep::ListLoops)));
+    }
+}
