@@ -27,12 +27,11 @@ mod rules;
 mod settings;
 mod tasks;
 mod transcript;
-mod tree_budget;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
-pub use artifact_loop::LoopError;
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
+pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
@@ -45,4 +44,3 @@ pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
-pub use tree_budget::TreeBudget;

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod artifacts;
 pub mod bridge;
+pub mod budget;
 pub mod cli;
 pub mod llm;
 pub mod logging;

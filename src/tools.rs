@@ -15,6 +15,7 @@ mod project_walk;
 mod read_file;
 mod run_command;
 mod sandbox;
+mod shell;
 mod tree_watch;
 mod unfit_root;
 mod web_fetch;
@@ -39,17 +40,18 @@ pub use credentials_in_text::{redact_credentials, redact_cut_end, redact_cut_sta
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;
-pub use output::CappedOutput;
+pub use output::{CappedOutput, CommandOutput};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use project_file::{ProjectFile, ReadBudget, ReadError, read_regular};
 pub use project_walk::project_walker;
 pub use read_file::ReadFileTool;
-pub use run_command::{CommandOutput, RunCommandTool, run_shell, unsandboxed_note};
+pub use run_command::{RunCommandTool, unsandboxed_note};
 pub use sandbox::{
     ExecRequest, Mechanism, SETUP_FAILED as SANDBOX_SETUP_FAILED, Sandbox, SandboxMode,
     SandboxSettings, SetupError as SandboxSetupError, command_environment, looks_secret,
     sandbox_exec,
 };
+pub use shell::run_shell;
 pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
 pub use unfit_root::{UnfitRoot, unfit_root};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};

@@ -27,7 +27,7 @@ use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::tools::{NoJournal, ToolContext, ToolError, ToolRegistry};
 
-pub use super::context::{LoopContext, LoopError};
+use super::context::{LoopContext, LoopError, offered_mcp_tools};
 
 #[derive(Debug)]
 pub struct ArtifactOutcome {
@@ -97,7 +97,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         !reviews.is_empty(),
     );
     // Only the tools the user marked read-only reach planning levels (`mcp::McpServerConfig`).
-    let mcp_tools = super::code_loop::offered_mcp_tools(context).await;
+    let mcp_tools = offered_mcp_tools(context).await;
     if !mcp_tools.is_empty() {
         let mut specs = tool_specs.to_vec();
         specs.extend(mcp_tools.specs());

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use async_trait::async_trait;
 
-use super::artifact_loop::{LoopContext, LoopError};
 use super::baseline::{Baseline, BaselineError};
+use super::context::{LoopContext, LoopError, offered_mcp_tools};
 use super::context_budget::RereadHints;
-use super::events::{LoopEvent, NoticeLevel};
+use super::events::LoopEvent;
 use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
@@ -21,8 +21,7 @@ use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
-use crate::mcp::{McpTools, Unavailable};
-use crate::next_step::NextStep;
+use crate::mcp::McpTools;
 use crate::schema::input_schema_for;
 use crate::store::write_atomic;
 use crate::tools::{
@@ -282,37 +281,6 @@ impl CallHandler for CodeCalls<'_> {
     fn order(&self, calls: &mut Vec<ToolCall>) {
         calls.sort_by_key(|call| call.name == COMPLETE_PHASE);
     }
-}
-
-/// The MCP tools configured for code loops, their servers started; a server that cannot
-/// start is left out, and the user told.
-pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
-    if context.settings.mcp.servers.is_empty() {
-        return McpTools::default();
-    }
-    context.progress("starting MCP servers");
-    let level = context.record.loop_type.as_str();
-    let (tools, unavailable) = context
-        .mcp
-        .tools_for(
-            context.root.path(),
-            &context.settings.mcp,
-            level,
-            &context.cancel,
-        )
-        .await;
-    for Unavailable { server, error } in unavailable {
-        let (error, fix) = crate::next_step::split(&error);
-        tracing::warn!(loop_id = %context.record.id, %server, %error, "MCP server unavailable");
-        // A fix the error names comes first; else where the server's errors are kept.
-        let next_step = fix.unwrap_or(NextStep::ShowMcpServers);
-        context.events.emit(LoopEvent::Notice {
-            loop_id: context.record.id.to_string(),
-            level: NoticeLevel::Warn,
-            message: next_step.attach(&format!("{error}; its tools are not offered to this loop")),
-        });
-    }
-    tools
 }
 
 /// The project as it is before the loop changes anything; kept across resumes.

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::events::{EventSink, LoopEvent};
+use super::events::{EventSink, LoopEvent, NoticeLevel};
 use super::jobs::JobError;
 use super::journal::JournalError;
 use super::limits::Limits;
 use super::settings::LoopSettings;
 use crate::llm::{LlmError, LlmProvider};
+use crate::mcp::{McpTools, Unavailable};
 use crate::next_step::NextStep;
 use crate::store::{LoopDb, LoopRecord, ProjectLayout, StoreError};
 use crate::tools::{Approver, OpenBuffers, ProjectRoot, ToolPolicy};
@@ -154,7 +155,7 @@ pub struct LoopContext {
     /// Where the loop's transcript goes as it happens.
     pub transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget its plan tree is held to, checked before each turn.
-    pub tree_budget: Arc<super::tree_budget::TreeBudget>,
+    pub tree_budget: Arc<crate::budget::TreeBudget>,
     /// The host's MCP servers, whose tools the loop may be offered.
     pub mcp: Arc<crate::mcp::McpPool>,
 }
@@ -195,4 +196,36 @@ impl LoopContext {
             tokens: Some(report.tokens),
         });
     }
+}
+
+/// The MCP tools configured for the context's loop level (any level: artifact loops are
+/// offered them too), their servers started; a server that cannot start is left out, and
+/// the user told.
+pub(super) async fn offered_mcp_tools(context: &LoopContext) -> McpTools {
+    if context.settings.mcp.servers.is_empty() {
+        return McpTools::default();
+    }
+    context.progress("starting MCP servers");
+    let level = context.record.loop_type.as_str();
+    let (tools, unavailable) = context
+        .mcp
+        .tools_for(
+            context.root.path(),
+            &context.settings.mcp,
+            level,
+            &context.cancel,
+        )
+        .await;
+    for Unavailable { server, error } in unavailable {
+        let (error, fix) = crate::next_step::split(&error);
+        tracing::warn!(loop_id = %context.record.id, %server, %error, "MCP server unavailable");
+        // A fix the error names comes first; else where the server's errors are kept.
+        let next_step = fix.unwrap_or(NextStep::ShowMcpServers);
+        context.events.emit(LoopEvent::Notice {
+            loop_id: context.record.id.to_string(),
+            level: NoticeLevel::Warn,
+            message: next_step.attach(&format!("{error}; its tools are not offered to this loop")),
+        });
+    }
+    tools
 }

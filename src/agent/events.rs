@@ -1,3 +1,6 @@
+//! What the core tells the shells about a loop's life (`LoopEvent`, `NoticeLevel`), and the
+//! `EventSink` each shell implements to hear it.
+
 use std::path::PathBuf;
 
 use crate::artifacts::ArtifactKind;

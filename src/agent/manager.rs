@@ -190,7 +190,7 @@ struct Shared {
     /// Running loops' transcripts, for whoever follows them.
     transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget plan trees are held to (the user's, once a shell sets it).
-    tree_budget: Arc<super::tree_budget::TreeBudget>,
+    tree_budget: Arc<crate::budget::TreeBudget>,
     /// MCP servers, shared by the loops and stopped with the host.
     mcp: Arc<crate::mcp::McpPool>,
     _host_lock: Option<HostLock>,

@@ -10,12 +10,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
+use crate::budget::Budget;
 use crate::llm::{
     ProviderName, ProviderSettings, RetryPolicy, ToolChoice, ToolFormat, ToolProtocol,
 };
 use crate::mcp::McpSettings;
 use crate::next_step::NextStep;
-use crate::pricing::{Budget, Price, PriceTable};
+use crate::pricing::{Price, PriceTable};
 use crate::tools::{
     AcceptAll, DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, Sandbox, SandboxSettings,
     ToolPolicy,

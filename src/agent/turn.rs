@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::artifact_loop::{LoopContext, LoopError};
+use super::context::{LoopContext, LoopError};
 use super::context_budget::{self, ContextBudget, RereadHints, SentView};
 use super::cut_off::CutOff;
 use super::journal::{Entry, Journal, Replayed};
@@ -17,12 +17,12 @@ use super::progress::{AnswerProgress, describe_retry};
 use super::prompts;
 use super::repetition::{self, CallOutcome, GIVE_UP_AT, Repetition, Setback, TELL_AT};
 use super::transcript::{LiveTranscript, emit_batch};
-use super::tree_budget::TreeBudget;
+use crate::budget::{BudgetGuard, TreeBudget};
 use crate::llm::{
     ChatRequest, ContentBlock, LlmError, Message, ProviderEvent, Role, ToolCall, ToolSpec, Turn,
     Usage,
 };
-use crate::pricing::{BudgetGuard, ModelUsage};
+use crate::pricing::ModelUsage;
 use crate::store::{LoopDb, LoopId};
 use crate::tools::redact_credentials;
 

@@ -1,3 +1,6 @@
+//! The phase artifact (`create_phase`): its structure, the tool offered to the model, and its
+//! validation (tasks on files that exist or not as each task says, a validation command).
+
 use std::path::{Component, Path};
 
 use schemars::JsonSchema;

@@ -1,3 +1,7 @@
+//! The plan artifact (`create_plan`): its structure, the tool offered to the model, its
+//! validation (1 to 10 specs, dependencies without cycles), and how its specs' references link
+//! to its sections.
+
 use std::collections::{HashMap, HashSet};
 
 use schemars::JsonSchema;

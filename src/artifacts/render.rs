@@ -1,3 +1,6 @@
+//! Rendering artifacts to markdown (plan.md, spec.md, phase.md), one way, with references as
+//! code or as links, and where each section or task landed.
+
 use std::fmt::Write;
 
 use super::{PhaseArtifact, PlanArtifact, ReferenceLinks, SpecArtifact};

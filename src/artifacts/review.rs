@@ -1,3 +1,6 @@
+//! The review tool an artifact loop answers after each artifact: its input, the verdict that
+//! decides whether the loop moves on, and the focus of each pass.
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

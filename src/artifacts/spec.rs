@@ -1,3 +1,6 @@
+//! The spec artifact (`create_spec`): its structure, the tool offered to the model, its
+//! validation (3 to 7 phases), and how its phases' references link to its sections.
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -1,3 +1,6 @@
+//! What artifact validation shares: the report of everything wrong with one artifact call
+//! (written for the model), schema checking with advice, name and content checks.
+
 use std::collections::HashMap;
 use std::fmt;
 

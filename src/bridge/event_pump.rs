@@ -1,3 +1,6 @@
+//! The one queue of what the host sends Lua unasked (loop events and the answers to
+//! asynchronous requests), delivered in order, one at a time, until Neovim goes away.
+
 use std::time::Duration;
 
 use futures::io::AsyncWrite;

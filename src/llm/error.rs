@@ -1,3 +1,7 @@
+//! How a model request fails (`LlmError`): missing configuration, an HTTP status, a server
+//! out of reach, a stalled or broken stream, an answer ended early or timed out; whether a
+//! server's report means a context overflow, and the words that say what to do next.
+
 use std::time::Duration;
 
 use super::ServerKind;

@@ -1,3 +1,6 @@
+//! The `LlmProvider` trait every language-model backend implements (one whole turn per call,
+//! progress reported as `ProviderEvent`s), and how a provider sends the model's calls.
+
 use std::time::Duration;
 
 use async_trait::async_trait;

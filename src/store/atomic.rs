@@ -1,3 +1,7 @@
+//! Writing files so a crash leaves the old or the whole new content: one file replaced
+//! (synced, or not yet for blobs made durable later), or a new iteration's files written all
+//! at once before anything points at them.
+
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -1,3 +1,7 @@
+//! The SQLite loop database (`LoopDb`): the connection, the schema and its migrations, and
+//! single-row reads and updates. Changes that reach beyond one loop live in `db/tree.rs`, the
+//! budget's in `db/budget.rs`, which host owns a loop in `db/owners.rs`.
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,3 +1,6 @@
+//! Where state lives on disk: `$LOOPR_HOME`, one directory per project (basename and a hash of
+//! its path), and each loop's directories, iterations, artifacts and `current` link in it.
+
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};

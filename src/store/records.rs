@@ -1,3 +1,7 @@
+//! The loop record and its parts (`LoopId`, `LoopType`, `LoopStatus`, `LoopRecord`) as stored
+//! in `loopr.db` and shown to the shells: ids that sort by creation time and never collide,
+//! and the text of each type and status.
+
 use std::fmt;
 use std::str::FromStr;
 

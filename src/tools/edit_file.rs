@@ -1,3 +1,6 @@
+//! The `edit_file` tool: replaces one exact, unique piece of text in a project file (keeping
+//! its line endings), after the user's approval.
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;

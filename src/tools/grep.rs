@@ -1,3 +1,6 @@
+//! The `grep` tool: searches the project's text files (honouring .gitignore) with a regular
+//! expression and returns each match with its place, capped.
+
 use std::path::Path;
 
 use async_trait::async_trait;

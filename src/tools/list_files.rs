@@ -1,3 +1,6 @@
+//! The `list_files` tool: lists the project's files below a directory, honouring .gitignore,
+//! optionally filtered by a glob, capped.
+
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;

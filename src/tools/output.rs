@@ -1,4 +1,5 @@
-//! Capping what a tool returns, so one call cannot flood the model's context.
+//! Capping what a tool returns, so one call cannot flood the model's context, and what a
+//! shell command did (`CommandOutput`), its streams capped.
 
 use std::borrow::Cow;
 
@@ -127,6 +128,32 @@ pub fn clip_line(line: &str, max_chars: usize) -> Cow<'_, str> {
     match line.char_indices().nth(max_chars) {
         Some((cut, _)) => Cow::Owned(format!("{}… [line clipped]", redact_cut_end(&line[..cut]))),
         None => Cow::Borrowed(line),
+    }
+}
+
+/// What a shell command did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommandOutput {
+    /// The exit code; `None` when killed (timeout, signal).
+    pub exit_code: Option<i32>,
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+impl std::fmt::Display for CommandOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
     }
 }
 

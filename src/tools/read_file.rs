@@ -1,3 +1,6 @@
+//! The `read_file` tool: a project text file with numbered lines, a range of them at a time,
+//! refusing binaries and files too large to read.
+
 use std::fmt::Write as _;
 
 use async_trait::async_trait;

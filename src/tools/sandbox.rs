@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 pub use environment::{command_environment, looks_secret};
 pub use exec::{ExecRequest, SETUP_FAILED, SetupError, sandbox_exec};
 
-use super::run_command::CommandOutput;
+use super::output::CommandOutput;
 
 const INSTALL_REMEDY: &str = "install bubblewrap (Debian, Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap) \
      to confine them";

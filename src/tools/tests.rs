@@ -1,3 +1,6 @@
+//! Tests of the tools against real project directories: each tool's results, refusals and
+//! caps, and the schemas they offer.
+
 use std::sync::Arc;
 
 use serde_json::{Value, json};

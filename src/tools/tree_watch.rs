@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::run_command::{CommandOutput, run_shell};
+use super::output::CommandOutput;
+use super::shell::run_shell;
 use super::{ProjectRoot, ReadBudget, ToolContext, ToolError, ToolPolicy, project_walker};
 
 /// What reading the files one command changed (to tell later whether they still hold what it

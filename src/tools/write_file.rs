@@ -1,3 +1,5 @@
+//! The `write_file` tool: creates or replaces a project file whole, after the user's approval.
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;

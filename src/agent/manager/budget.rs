@@ -1,5 +1,7 @@
 //! Plan trees and their budget outside a loop's own check: the user setting another budget
 //! (trees it allows go on), and the scheduler holding back loops of a tree at its budget.
+//! What is decided (reached, may go on, where a tree stands) is `crate::budget`'s; this
+//! module asks it, has the store record the outcome and tells the shells.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +9,8 @@ use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::context::LoopError;
 use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
-use crate::pricing::{Budget, Price, PriceTable};
+use crate::budget::{Budget, may_go_on};
+use crate::pricing::{Price, PriceTable};
 use crate::store::{LoopId, LoopRecord, StoreError};
 
 impl LoopManager {
@@ -48,11 +51,8 @@ impl LoopManager {
             .db
             .resume_trees_within(self.shared.host_pid, |root, usage, grant| {
                 let settings = LoopSettings::from_stored(&root.settings);
-                match tree_budget.guard_for(&settings) {
-                    Some(guard) if guard.reached(usage, grant).is_some() => None,
-                    Some(guard) => Some(guard.standing(usage, grant)),
-                    None => Some("no budget".to_owned()),
-                }
+                let guard = tree_budget.guard_for(settings.budget, settings.price_table());
+                may_go_on(guard.as_ref(), usage, grant)
             });
         let went_on = match went_on {
             Ok(went_on) => went_on,
@@ -87,7 +87,11 @@ impl LoopManager {
         settings: &LoopSettings,
         reached: &mut BTreeMap<LoopId, Option<String>>,
     ) -> Result<Option<String>, StoreError> {
-        let Some(guard) = self.shared.tree_budget.guard_for(settings) else {
+        let Some(guard) = self
+            .shared
+            .tree_budget
+            .guard_for(settings.budget, settings.price_table())
+        else {
             return Ok(None);
         };
         let spend = project.db.tree_spend(&record.id)?;

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
-use crate::pricing::{Grant, all_tokens, total_usage};
+use crate::budget::Grant;
 use crate::store::{
     LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, awaits_approval, retryable,
     waits_for_budget,
@@ -91,12 +91,11 @@ impl LoopManager {
         let prices = self
             .shared
             .tree_budget
-            .prices_for(&LoopSettings::from_stored(&record.settings));
+            .prices_or(|| LoopSettings::from_stored(&record.settings).price_table());
         let resumed = project
             .db
-            .resume_paused_tree(&record.id, self.shared.host_pid, |usage| Grant {
-                tokens: all_tokens(&total_usage(usage)),
-                usd: prices.cost(usage).usd,
+            .resume_paused_tree(&record.id, self.shared.host_pid, |usage| {
+                Grant::of_spend(usage, &prices)
             })?
             .map_err(|refused| ManagerError::WrongState {
                 id: record.id.to_string(),

@@ -168,7 +168,7 @@ impl WireParams for McpParams {
 #[serde(deny_unknown_fields)]
 pub struct BudgetParams {
     #[serde(default)]
-    pub budget: crate::pricing::Budget,
+    pub budget: crate::budget::Budget,
     #[serde(default)]
     pub prices: std::collections::BTreeMap<String, crate::pricing::Price>,
 }

@@ -1,3 +1,6 @@
+//! Tests of the text protocol: answers parse as the rules say, and its messages name the
+//! problem, the text and the fix.
+
 use serde_json::{Value, json};
 
 use super::*;

@@ -8,7 +8,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::tree::{Checked, Refused, StatusChange, descendants_in, loop_in, records_in, root_in};
 use super::{LoopDb, SELECT_RECORD, StoreError, model_usage, sql_count};
-use crate::pricing::{Grant, ModelUsage};
+use crate::budget::Grant;
+use crate::pricing::ModelUsage;
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, now_rfc3339};
 use crate::store::rules::waits_for_budget;
 

@@ -1,3 +1,5 @@
+//! Tests of the sandbox settings and of how a refusal is recognised and described.
+
 use super::*;
 
 #[test]

@@ -1,3 +1,6 @@
+//! Tests of what the sandbox keeps read-only inside writable places (git directories and
+//! what their config runs).
+
 use super::*;
 
 /// A project in a directory of its own, beside which a test may put more.
