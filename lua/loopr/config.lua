@@ -220,7 +220,6 @@ local function record_of(fields)
   end
 end
 
-
 ---A table whose keys are among `keys`, every value accepted by `check`.
 ---@param keys string[]
 ---@param check fun(v: any): boolean
@@ -514,10 +513,7 @@ function M.validate(opts)
     local s = spec[key]
     if not s then
       return false,
-        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(
-          vim.inspect(key),
-          table.concat(M.keys(), ', ')
-        )
+        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(vim.inspect(key), table.concat(M.keys(), ', '))
     end
     local value = opts[key]
     if not validate(key, value, s.check, s.expect) then

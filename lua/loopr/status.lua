@@ -10,8 +10,7 @@ local MIN_HEIGHT = 3
 local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
 ---Statuses of loops a cancel ends: those that still run or wait (the host's
 ---`LoopStatus::is_active`), and interrupted ones, which it ends for good.
-local CANCELLABLE =
-  { pending = true, running = true, awaiting_approval = true, paused = true, interrupted = true }
+local CANCELLABLE = { pending = true, running = true, awaiting_approval = true, paused = true, interrupted = true }
 
 -- Highlight groups, linked by default so that colour schemes can restyle them.
 vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
