@@ -97,7 +97,7 @@ function settle(file, code) {
   for (let pass = 0; pass < 5; pass += 1) {
     let formatted;
     try {
-      formatted = stylua.formatCode(text, newConfig(settings), undefined, stylua.OutputVerification.Full);
+      formatted = stylua.formatCode(text, newConfig(settings), undefined, verification);
     } catch (error) {
       fail(`${file}: StyLua could not format it: ${error}`);
     }
@@ -112,6 +112,9 @@ if (!['--check', '--write'].includes(mode) || paths.length === 0) {
   fail('usage: node stylua.mjs --check|--write PATH...');
 }
 const settings = readSettings();
+// What `--write` leaves must parse to the same program: StyLua checks that on each file it
+// rewrites. `--check` changes nothing, so it skips that second parse.
+const verification = mode === '--write' ? stylua.OutputVerification.Full : stylua.OutputVerification.None;
 const files = paths.flatMap((path) => luaFiles(path, []));
 const unformatted = [];
 for (const file of files) {
