@@ -10,11 +10,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pins="$root/scripts/lua-tools"
 tools="$root/.cache/lua-tools"
+# Another luacheck may warn about other things: to move, change both pins (and the npm one in
+# scripts/lua-tools/package.json and its lock), run scripts/lint-lua.sh, and fix what it reports.
 luacheck_version=1.1.0
 luacheck_deb_version=1.1.0-1
 
 cannot() {
-  echo "could not install $1; $2, then run this again" >&2
+  echo "could not install $1 for the Lua checks; $2, and run again" >&2
   exit 1
 }
 
@@ -42,5 +44,6 @@ if ! luacheck_is_pinned; then
   { apt-get install -y -q "lua-check=$luacheck_deb_version" >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "lua-check=$luacheck_deb_version" >/dev/null 2>&1; }; } ||
     cannot "luacheck $luacheck_version" "$how"
-  luacheck_is_pinned || cannot "luacheck $luacheck_version" "$how (found: $(luacheck --version 2>&1 | head -n 1))"
+  luacheck_is_pinned ||
+    cannot "luacheck $luacheck_version" "$(command -v luacheck) comes first on PATH and says $(luacheck --version 2>&1 | head -n 1): put /usr/bin first or $how"
 fi
