@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check and test: formatting, clippy, unit tests, and the end-to-end tests that
-# drive a real headless Neovim against a fake Anthropic server on loopback.
+# Runs every check and test: formatting (Rust and Lua), clippy, luacheck, unit tests, and the
+# end-to-end tests that drive a real headless Neovim against a fake Anthropic server on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,5 +30,6 @@ export LOOPR_TEST_NVIM
 echo "Neovim: $("$LOOPR_TEST_NVIM" --version | head -n 1) ($LOOPR_TEST_NVIM)"
 
 cargo fmt --check
+scripts/lint-lua.sh
 cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
 cargo test --locked --features test-mcp-server --lib --bins --tests

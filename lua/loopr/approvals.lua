@@ -195,7 +195,8 @@ local function render(req)
   if req.kind == 'command' then
     lines = render_command(req)
   else
-    local header = req.kind == 'mcp' and ('Loopr wants to call the MCP tool %s (loop %s)'):format(req.subject, req.loop_id)
+    local header = req.kind == 'mcp'
+        and ('Loopr wants to call the MCP tool %s (loop %s)'):format(req.subject, req.loop_id)
       or ('Loopr wants to %s %s (loop %s)'):format(req.kind, one_line(req.subject), req.loop_id)
     local detail = vim.split(req.detail, '\n', { trimempty = true })
     if req.kind == 'fetch' then
@@ -206,10 +207,7 @@ local function render(req)
     vim.list_extend(lines, detail)
   end
   table.insert(lines, '')
-  table.insert(
-    lines,
-    ('a accept · A accept all %s · r reject with a reason · q reject'):format(all_of(req))
-  )
+  table.insert(lines, ('a accept · A accept all %s · r reject with a reason · q reject'):format(all_of(req)))
   return lines
 end
 
@@ -297,8 +295,7 @@ local function show(req)
     if fits then
       -- A command may take up to two thirds of the screen; what still does not fit is said
       -- above it, where it cannot scroll away.
-      local most = req.kind == 'command' and math.max(MAX_HEIGHT, math.floor(vim.o.lines * 2 / 3))
-        or MAX_HEIGHT
+      local most = req.kind == 'command' and math.max(MAX_HEIGHT, math.floor(vim.o.lines * 2 / 3)) or MAX_HEIGHT
       vim.api.nvim_win_set_height(win, math.min(text_height.all, most))
       if text_height.all > vim.api.nvim_win_get_height(win) then
         vim.wo[win].winbar = '%#WarningMsg#Taller than this window: scroll to read all of it before you answer'

@@ -81,7 +81,10 @@ function M.show_undo(phase, reply, err)
     return vim.fn.fnamemodify(path, ':.')
   end
   if #skipped == 0 then
-    require('loopr.notify').notify(('Loopr: restored %d file(s) changed by %s'):format(#restored, phase), vim.log.levels.INFO)
+    require('loopr.notify').notify(
+      ('Loopr: restored %d file(s) changed by %s'):format(#restored, phase),
+      vim.log.levels.INFO
+    )
     return reply
   end
   local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
@@ -99,7 +102,10 @@ function M.show_undo(phase, reply, err)
     table.insert(forcible, 'changed during a command')
   end
   if #forcible > 0 then
-    table.insert(lines, ('Review them; :LooprUndo! %s overwrites the files %s.'):format(phase, table.concat(forcible, ' or ')))
+    table.insert(
+      lines,
+      ('Review them; :LooprUndo! %s overwrites the files %s.'):format(phase, table.concat(forcible, ' or '))
+    )
   end
   require('loopr.notify').notify(table.concat(lines, '\n'), vim.log.levels.WARN)
   return reply

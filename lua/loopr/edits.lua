@@ -109,7 +109,10 @@ end
 ---@return "applied"|"not_loaded"|"modified"|"stale"|"late" # `stale`: the buffer could not be brought up to date with the file; `late`: past the deadline. Either way nothing was done.
 function M.apply(path, edit, old, deadline)
   if type(path) ~= 'string' or type(edit) ~= 'table' or type(old) ~= 'string' or type(deadline) ~= 'number' then
-    error('Loopr: edits.apply(path, edit, old, deadline) takes a path, a WorkspaceEdit, the file text and a deadline', 0)
+    error(
+      'Loopr: edits.apply(path, edit, old, deadline) takes a path, a WorkspaceEdit, the file text and a deadline',
+      0
+    )
   end
   local seconds, microseconds = vim.uv.gettimeofday()
   if seconds * 1000 + math.floor(microseconds / 1000) > deadline then

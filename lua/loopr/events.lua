@@ -55,10 +55,7 @@ function handlers.loop_updated(ev)
   end
   if ev.status == 'awaiting_approval' then
     notify.notify(
-      ('Loopr: %s %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(
-        ev.type or 'loop',
-        name_of(ev)
-      ),
+      ('Loopr: %s %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(ev.type or 'loop', name_of(ev)),
       vim.log.levels.INFO
     )
   end

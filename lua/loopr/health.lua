@@ -112,7 +112,7 @@ local function check_limits(provider, limits)
   end
   if provider == 'ollama' and window and window.from == 'model' then
     health.warn(
-      "Ollama runs the model with its own default window (OLLAMA_CONTEXT_LENGTH, 4096 tokens on most machines), which it does not tell",
+      'Ollama runs the model with its own default window (OLLAMA_CONTEXT_LENGTH, 4096 tokens on most machines), which it does not tell',
       { 'set num_ctx (see :help loopr-option-num_ctx)' }
     )
   end
@@ -128,13 +128,11 @@ local function check_provider()
     return
   end
   health.info(('provider: %s'):format(info.provider))
-  health.info(
-    ('base URL: %s (%s)'):format(
-      info.base_url,
-      ({ setting = 'base_url option', variable = '$' .. info.base_url_variable, default = 'default; $' .. info.base_url_variable .. ' is not set' })[info.base_url_source]
-        or info.base_url_source
-    )
-  )
+  health.info(('base URL: %s (%s)'):format(info.base_url, ({
+    setting = 'base_url option',
+    variable = '$' .. info.base_url_variable,
+    default = 'default; $' .. info.base_url_variable .. ' is not set',
+  })[info.base_url_source] or info.base_url_source))
   local models = {}
   for _, level in ipairs({ 'plan', 'spec', 'phase', 'review', 'code' }) do
     if info.models[level] then
@@ -163,7 +161,11 @@ local function check_provider()
   else
     health.info(('%s is not set (fine for a local server that takes no key)'):format(key))
   end
-  if info.problem ~= vim.NIL and info.problem ~= nil and not (key and info.key_need == 'required' and not info.key_set) then
+  if
+    info.problem ~= vim.NIL
+    and info.problem ~= nil
+    and not (key and info.key_need == 'required' and not info.key_set)
+  then
     health.error(info.problem)
   end
   if info.limits ~= vim.NIL and info.limits ~= nil then
@@ -180,7 +182,7 @@ local function check_rules()
     return
   end
   if #reply.used == 0 then
-    health.info('no rules files in this project (looked for the rules_files option\'s list)')
+    health.info("no rules files in this project (looked for the rules_files option's list)")
   end
   for _, used in ipairs(reply.used) do
     health.ok('rules file: ' .. used)

@@ -36,7 +36,12 @@ local function fingerprint(text)
   local function step(hash, byte)
     hash = bit.bxor(hash, byte)
     return bit.tobit(
-      hash + bit.lshift(hash, 1) + bit.lshift(hash, 4) + bit.lshift(hash, 7) + bit.lshift(hash, 8) + bit.lshift(hash, 24)
+      hash
+        + bit.lshift(hash, 1)
+        + bit.lshift(hash, 4)
+        + bit.lshift(hash, 7)
+        + bit.lshift(hash, 8)
+        + bit.lshift(hash, 24)
     )
   end
   local first, second = 0x811c9dc5, 0x01000193
@@ -303,8 +308,7 @@ function M.resolve_bin()
   if on_path ~= '' then
     return on_path
   end
-  return nil,
-    ('loopr: host binary not found; run `cargo build --release` in %s (or set the `bin` option)'):format(root)
+  return nil, ('loopr: host binary not found; run `cargo build --release` in %s (or set the `bin` option)'):format(root)
 end
 
 ---@param data string[]

@@ -161,10 +161,10 @@ function M.open(id, opts, on_done)
       by_loop[reply.loop_id] = buf
       vim.api.nvim_buf_set_name(buf, 'loopr://transcript/' .. reply.loop_id)
       -- Markdown text with its own light highlighting (`:setfiletype markdown` for the full one).
-    vim.bo[buf].filetype = 'loopr-transcript'
-    vim.api.nvim_buf_call(buf, function()
-      vim.cmd(SYNTAX)
-    end)
+      vim.bo[buf].filetype = 'loopr-transcript'
+      vim.api.nvim_buf_call(buf, function()
+        vim.cmd(SYNTAX)
+      end)
       vim.b[buf].loopr_loop_id = reply.loop_id
       vim.b[buf].loopr_transcript_token = token
       vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
