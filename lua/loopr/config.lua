@@ -199,10 +199,7 @@ function M.validate(opts)
     local option = options[key]
     if not option then
       return false,
-        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(
-          vim.inspect(key),
-          table.concat(M.keys(), ', ')
-        )
+        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(vim.inspect(key), table.concat(M.keys(), ', '))
     end
     local value = opts[key]
     if not accepts(option.check, value) then

@@ -16,7 +16,7 @@ return {
   },
   api_key_env = {
     check = { kind = 'string', pattern = '^[A-Za-z0-9_]+_API_KEY$' },
-    description = 'The variable that holds the API key, when not the provider\'s usual one.',
+    description = "The variable that holds the API key, when not the provider's usual one.",
     expect = 'the name of an environment variable ending in _API_KEY',
     host = true,
   },
@@ -39,7 +39,7 @@ return {
   },
   base_url = {
     check = { kind = 'string', nonempty = true },
-    description = 'Overrides the provider\'s base URL variable.',
+    description = "Overrides the provider's base URL variable.",
     expect = 'a URL',
     host = true,
   },
@@ -75,7 +75,7 @@ return {
   },
   context_budget = {
     check = { kind = 'integer', min = 1024 },
-    description = 'Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server\'s context window where it says one, else 100,000.',
+    description = "Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server's context window where it says one, else 100,000.",
     expect = 'an integer >= 1024 (tokens)',
     host = true,
   },
@@ -106,13 +106,13 @@ return {
   log_file = {
     check = { kind = 'string', nonempty = true },
     default_stdpath = { 'log', 'loopr.log' },
-    description = 'The host\'s log file.',
+    description = "The host's log file.",
     expect = 'a non-empty string',
   },
   log_level = {
     check = { kind = 'one_of', values = { 'error', 'warn', 'info', 'debug', 'trace' } },
     default = 'info',
-    description = 'Verbosity of the host\'s log file.',
+    description = "Verbosity of the host's log file.",
     expect = 'one of "error", "warn", "info", "debug", "trace"',
   },
   max_concurrent_loops = {
@@ -144,7 +144,7 @@ return {
   },
   max_tokens = {
     check = { kind = 'integer', min = 1 },
-    description = 'The longest answer, in tokens; unset: fitted to the server\'s context window where it says one, else 8192.',
+    description = "The longest answer, in tokens; unset: fitted to the server's context window where it says one, else 8192.",
     expect = 'an integer >= 1',
     host = true,
   },
@@ -189,7 +189,7 @@ return {
   },
   model = {
     check = { kind = 'string', nonempty = true },
-    description = 'The model; empty means the provider\'s default.',
+    description = "The model; empty means the provider's default.",
     expect = 'a non-empty string',
     host = true,
   },
@@ -212,7 +212,7 @@ return {
   },
   num_ctx = {
     check = { kind = 'integer', min = 1 },
-    description = 'Ollama\'s context window; its small default silently truncates long prompts.',
+    description = "Ollama's context window; its small default silently truncates long prompts.",
     expect = 'an integer >= 1',
     host = true,
   },
@@ -272,7 +272,7 @@ return {
   review_gates = {
     check = { item = { kind = 'one_of', values = { 'plan', 'spec', 'phase' } }, kind = 'list' },
     default = { 'plan' },
-    description = 'Loop levels whose artifact waits for the user\'s approval before children spawn.',
+    description = "Loop levels whose artifact waits for the user's approval before children spawn.",
     expect = 'a list of "plan", "spec", "phase"',
     host = true,
   },
@@ -285,7 +285,7 @@ return {
   rules_files = {
     check = { item = { kind = 'string', nonempty = true }, kind = 'list' },
     default = { 'AGENTS.md', 'CLAUDE.md', '.github/copilot-instructions.md', '.loopr/rules.md' },
-    description = 'The project\'s rules files, relative to its root, read into every loop\'s system prompt (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).',
+    description = "The project's rules files, relative to its root, read into every loop's system prompt (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).",
     expect = 'a list of paths relative to the project root',
     host = true,
   },
@@ -371,14 +371,14 @@ return {
   tool_protocol = {
     check = { kind = 'one_of', values = { 'native', 'xml', 'markdown', 'tool_calls' } },
     default = 'native',
-    description = 'How the model calls tools: its provider\'s tool calling, or a text protocol.',
+    description = "How the model calls tools: its provider's tool calling, or a text protocol.",
     expect = 'one of "native", "xml", "markdown", "tool_calls"',
     host = true,
   },
   validation_timeout_secs = {
     check = { kind = 'integer', min = 1 },
     default = 600,
-    description = 'How long a phase\'s validation command may run.',
+    description = "How long a phase's validation command may run.",
     expect = 'an integer >= 1',
     host = true,
   },

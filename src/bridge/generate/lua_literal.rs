@@ -65,9 +65,11 @@ pub fn inline(value: &Value, quote: Quote) -> String {
     }
 }
 
-/// A Lua string literal.
+/// A Lua string literal. Single quotes give way to double ones for a text holding only the
+/// first, as StyLua's `AutoPreferSingle` writes it (`scripts/fmt.sh` then changes nothing).
 pub fn string(text: &str, quote: Quote) -> String {
     let mark = match quote {
+        Quote::Single if text.contains('\'') && !text.contains('"') => '"',
         Quote::Single => '\'',
         Quote::Double => '"',
     };
@@ -107,7 +109,7 @@ mod tests {
                 &json!({ "a-b": [1, "it's"], "c": null, "d": {} }),
                 Quote::Single
             ),
-            "{ ['a-b'] = { 1, 'it\\'s' }, d = {} }"
+            "{ ['a-b'] = { 1, \"it's\" }, d = {} }"
         );
         assert_eq!(
             inline(&json!("say \"hi\""), Quote::Double),
