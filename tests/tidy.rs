@@ -1,6 +1,7 @@
 //! Rules of the source tree that no compiler checks: what writes to stdout, that every file
 //! says what it owns, that the core knows nothing of Neovim, that files stay small, and that
-//! the files of one folder do not import each other in a circle.
+//! the files of one folder do not import each other in a circle, and that ARCHITECTURE.md
+//! is a short map naming every module and no path that is gone.
 //!
 //! The tree checked is `$CARGO_MANIFEST_DIR/src` as cargo sets it when the tests run, so the
 //! built test binary can be pointed at a copy of the tree with a fault planted in it.
@@ -550,4 +551,70 @@ fn import_cycles_are_found_through_re_exports_and_inline_paths() {
         ),
     ];
     assert!(import_cycles(&layered).is_empty());
+}
+
+/// `ARCHITECTURE.md` is a map a newcomer reads in five minutes, and a true one: short, every
+/// path it names exists, and every module of `src/` and every Lua module has its place in it.
+#[test]
+fn the_architecture_map_is_short_and_true() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
+    let lines = map.lines().count();
+    assert!(
+        lines <= 200,
+        "ARCHITECTURE.md has {lines} lines; keep it a map of at most 200"
+    );
+
+    let named: Vec<&str> = map
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| {
+            [
+                "src/", "lua/", "plugin/", "tests/", "scripts/", "benches/", "doc/",
+            ]
+            .iter()
+            .any(|top| span.starts_with(top))
+        })
+        .collect();
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|path| !root.join(path.trim_end_matches('/')).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names paths that do not exist: {missing:?}"
+    );
+
+    let mut modules = Vec::new();
+    for entry in std::fs::read_dir(root.join("src")).expect("read src") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if path.is_dir() {
+            modules.push(format!("src/{name}"));
+        } else if name.ends_with(".rs") && !["lib.rs", "test_support.rs"].contains(&name.as_str()) {
+            let directory = root.join("src").join(name.trim_end_matches(".rs"));
+            if !directory.is_dir() {
+                modules.push(format!("src/{name}"));
+            }
+        }
+    }
+    for entry in std::fs::read_dir(root.join("lua/loopr")).expect("read lua/loopr") {
+        let path = entry.expect("entry").path();
+        if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+            modules.push(name.to_owned());
+        }
+    }
+    let unmapped: Vec<&String> = modules
+        .iter()
+        .filter(|module| !map.contains(&format!("`{module}")))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "ARCHITECTURE.md does not place these modules: {unmapped:?}"
+    );
 }
