@@ -314,7 +314,8 @@ impl Approver for InteractiveApprover {
         self.events.emit(LoopEvent::Notice {
             loop_id: request.loop_id.clone(),
             level: NoticeLevel::Warn,
-            message: message.to_owned(),
+            // It names a path the model chose.
+            message: crate::next_step::plain(message),
         });
     }
 }

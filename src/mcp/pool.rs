@@ -107,7 +107,11 @@ impl McpPool {
             .unwrap_or_else(PoisonError::into_inner)
             .with_current_env(name, config)?;
         let server = self.server(root, name, &config);
-        let listed = server.tools(cancel).await.map_err(|err| err.to_string())?;
+        // The server's own words are in the error: never a next step of theirs.
+        let listed = server
+            .tools(cancel)
+            .await
+            .map_err(|err| crate::next_step::plain(&err.to_string()))?;
         Ok((server, listed))
     }
 
