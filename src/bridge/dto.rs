@@ -6,13 +6,11 @@ mod events;
 mod msgpack;
 mod replies;
 mod requests;
-mod schemas;
 
 pub use events::*;
 pub use msgpack::*;
 pub use replies::*;
 pub use requests::*;
-pub use schemas::wire_schemas;
 
 /// A Lua table as msgpack sends it, for the tests.
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! The JSON schemas of the replies and events, named as the Lua side names their classes,
 //! from which the LuaCATS annotations are generated. The replies are those of the request
-//! table, so a new request's reply is here without a line more.
+//! table, so a new request's reply is here without a line more. It stands beside
+//! `dto/` (the shapes) and the table rather than in either, since it reads both.
 
 use schemars::{Schema, SchemaGenerator};
 
-use super::events::EventMessage;
+use super::dto::EventMessage;
 
 /// Core types a reply holds, by the name schemars gives them, and their LuaCATS class.
 const CORE_CLASSES: &[(&str, &str)] = &[
@@ -17,7 +18,7 @@ const CORE_CLASSES: &[(&str, &str)] = &[
 /// `lsp.*` ones, which are Neovim's own.
 pub fn wire_schemas() -> Vec<(&'static str, Schema)> {
     let mut generator = SchemaGenerator::default();
-    crate::bridge::request_table::reply_schemas(&mut generator);
+    super::request_table::reply_schemas(&mut generator);
     let event = generator.subschema_for::<EventMessage>();
     let mut schemas = Vec::new();
     for (name, schema) in generator.take_definitions(true) {
