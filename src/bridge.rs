@@ -8,17 +8,19 @@ mod editor_options;
 mod event_pump;
 pub mod generate;
 mod handler;
+mod host_state;
 mod lua_call;
 mod request_table;
 mod transcript_pump;
+mod wire_schemas;
 mod words;
 
 // For the contract tests, which call Lua exactly as the host does.
 pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
-pub use dto::wire_schemas;
 pub use event_pump::{Delivery, deliver_event, deliver_reply};
 pub use request_table::documented_requests;
 pub use transcript_pump::deliver_transcript;
+pub use wire_schemas::wire_schemas;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,14 +59,14 @@ pub async fn serve_neovim(options: HostOptions) -> anyhow::Result<()> {
             on_open: OnOpen::ResumeInterrupted,
         },
     );
-    let handler = handler::RpcHandler::new(
+    let handler = handler::RpcHandler::new(host_state::HostState::new(
         manager.clone(),
         approvals,
         options.credentials,
         transcript_sender,
         outgoing,
         options.test_hooks,
-    );
+    ));
     let (neovim, io_handle) = nvim_rs::create::tokio::new_parent(handler)
         .await
         .context("connecting to Neovim over stdio")?;

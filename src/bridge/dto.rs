@@ -1,18 +1,18 @@
 //! The shapes that cross the RPC boundary, and their conversion to and from msgpack values:
 //! request parameters, replies and events, each in its own file.
-//! Core types are not serialised directly, so the wire format changes only here.
+//! A few core types go on the wire as they serialise (`LoopSettings` in the parameters,
+//! `Standing`, MCP servers' status and the provider variables in replies), so a change to
+//! their serde form is a change of the wire: the generated Lua types follow it.
 
 mod events;
 mod msgpack;
 mod replies;
 mod requests;
-mod schemas;
 
 pub use events::*;
 pub use msgpack::*;
 pub use replies::*;
 pub use requests::*;
-pub use schemas::wire_schemas;
 
 /// A Lua table as msgpack sends it, for the tests.
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Every request and notification Lua sends the host, each in one row: its name, its
 //! parameters, the call that answers it, its reply, whether it runs on the blocking pool and
-//! whether it may come as a `request` notification. The handler's dispatch, its "unknown
+//! whether it may come as a `request` notification. The dispatch, its "unknown
 //! request" error and the documented list all come from these rows, so a request's name is
-//! written once in Rust.
+//! written once in Rust. Answering a request (in its own task, so a panic becomes an error
+//! reply) is here too, since a `request` notification is one of the rows.
 
 use nvim_rs::Value;
 
@@ -14,7 +15,7 @@ use super::dto::{
     TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, WireParams,
     to_value,
 };
-use super::handler::RpcHandler;
+use super::host_state::HostState;
 use super::words::manager_error;
 
 /// Where a request's call runs.
@@ -70,7 +71,7 @@ macro_rules! request_table {
     ($(
         $(#[doc = $doc:literal])+
         $name:ident($params:ty) -> $reply:ty, $runs:ident, notification: $notification:literal,
-        sender: $sender:ident => |$handler:ident, $bound:ident| $body:expr;
+        sender: $sender:ident => |$host:ident, $bound:ident| $body:expr;
     )*) => {
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
@@ -95,7 +96,7 @@ macro_rules! request_table {
 
         /// Answers request `spec` with `args`, its single parameter table.
         pub(super) async fn run(
-            handler: &RpcHandler,
+            host: &HostState,
             spec: &'static RequestSpec,
             args: Vec<Value>,
         ) -> Result<Value, String> {
@@ -103,7 +104,7 @@ macro_rules! request_table {
                 $(RequestId::$name => {
                     let parsed = <$params as WireParams>::from_args(spec.name, args)?;
                     let reply: $reply =
-                        request_table!(@call $runs, handler, parsed, |$handler, $bound| $body)?;
+                        request_table!(@call $runs, host, parsed, |$host, $bound| $body)?;
                     to_value(&reply)
                 })*
             }
@@ -130,7 +131,7 @@ macro_rules! request_table {
 macro_rules! notification_table {
     ($(
         $(#[doc = $doc:literal])+
-        $name:ident($params:ty) => $method:ident;
+        $name:ident($params:ty) => $apply:path;
     )*) => {
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
@@ -144,11 +145,11 @@ macro_rules! notification_table {
 
         /// Applies notification `spec`; nothing waits on it and nothing answers it, so
         /// parameters it cannot read are logged and dropped.
-        pub(super) fn notify(handler: &RpcHandler, spec: &NotificationSpec, args: Vec<Value>) {
+        pub(super) fn notify(state: &HostState, spec: &NotificationSpec, args: Vec<Value>) {
             match spec.id {
                 $(NotificationId::$name => {
                     match <$params as WireParams>::from_args(spec.name, args) {
-                        Ok(parsed) => handler.$method(parsed),
+                        Ok(parsed) => $apply(state, parsed),
                         Err(message) => tracing::error!(
                             notification = spec.name,
                             error = %message,
@@ -164,10 +165,10 @@ macro_rules! notification_table {
 request_table! {
     /// Starts planning a task: a plan loop, named in the reply.
     plan(PlanParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| {
+        => |host, params| {
             // Tests hold the request here to show the editor does not wait for it.
             crate::test_hooks::hold_point("plan_request");
-            handler
+            host
                 .manager
                 .start_plan(&params.root, &params.task, params.settings)
                 .map(LoopIdReply::new)
@@ -175,18 +176,18 @@ request_table! {
         };
     /// Starts a code loop for a phase (by name or loop id).
     run(RunParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .start_code(&params.root, &params.phase, params.settings)
             .map(LoopIdReply::new)
             .map_err(manager_error);
     /// Answers an approval a loop waits on; false when it was no longer waited on.
     approval(ApprovalParams) -> bool, Blocking, notification: true, sender: Lua
-        => |handler, params| Ok(handler.approvals.resolve(params.id, params.decision()?));
+        => |host, params| Ok(host.approvals.resolve(params.id, params.decision()?));
     /// What a phase's newest code loop changed, one LSP location per hunk.
     changes(PhaseParams) -> ChangesReply, Blocking, notification: false, sender: Lua
-        => |handler, params| {
-            let (loop_id, hunks) = handler
+        => |host, params| {
+            let (loop_id, hunks) = host
                 .manager
                 .changes(&params.root, &params.phase)
                 .map_err(manager_error)?;
@@ -194,7 +195,7 @@ request_table! {
         };
     /// Restores what a phase's newest code loop changed.
     undo(UndoParams) -> UndoReply, Async, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .undo(&params.root, &params.phase, params.force)
             .await
@@ -202,7 +203,7 @@ request_table! {
             .map_err(manager_error);
     /// The project's loops, newest first, with what they spent at these prices.
     status(StatusParams) -> Vec<LoopRecordReply>, Blocking, notification: true, sender: Lua
-        => |handler, params| Ok(handler
+        => |host, params| Ok(host
             .manager
             .status_with_spend(&params.root, &params.price_table()?)
             .map_err(manager_error)?
@@ -211,56 +212,56 @@ request_table! {
             .collect());
     /// Follows a loop's transcript: its text comes with the token given.
     transcript(TranscriptParams) -> TranscriptReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler.follow_transcript(params);
+        => |host, params| host.follow_transcript(params);
     /// Stops following a transcript; false when it was not followed.
     transcript_close(TranscriptCloseParams) -> bool, Blocking, notification: true, sender: Lua
-        => |handler, params| Ok(handler.manager.unfollow_transcript(params.token));
+        => |host, params| Ok(host.manager.unfollow_transcript(params.token));
     /// Cancels a loop (by default the newest running one).
     cancel(CancelParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .cancel(&params.root, params.id.as_deref())
             .map(|record| LoopIdReply::new(record.id))
             .map_err(manager_error);
     /// Approves a loop's artifact, or lets a paused loop go on.
     approve(CancelParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .approve(&params.root, params.id.as_deref())
             .map(LoopIdReply::new)
             .map_err(manager_error);
     /// Revises an artifact with the user's feedback.
     revise(ReviseParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .revise(&params.root, &params.id, &params.feedback)
             .map(LoopIdReply::new)
             .map_err(manager_error);
     /// Starts a failed or interrupted loop again.
     retry(CancelParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .retry(&params.root, params.id.as_deref())
             .map(LoopIdReply::new)
             .map_err(manager_error);
     /// Opens a project and resumes the loops a host that is gone left.
     resume(RootParams) -> ResumeReply, Blocking, notification: true, sender: Lua
-        => |handler, params| handler
+        => |host, params| host
             .manager
             .resume(&params.root)
             .map(ResumeReply::from)
             .map_err(manager_error);
     /// The phases' tasks, one LSP location per task.
     tasks(TasksParams) -> TasksReply, Blocking, notification: false, sender: Lua
-        => |handler, params| TasksReply::new(
-            handler
+        => |host, params| TasksReply::new(
+            host
                 .manager
                 .tasks(&params.root, &params.selector())
                 .map_err(manager_error)?,
         );
     /// Loop ids for completion, optionally only those a command takes.
     loop_ids(LoopIdsParams) -> Vec<String>, Blocking, notification: false, sender: Lua
-        => |handler, params| Ok(handler
+        => |host, params| Ok(host
             .manager
             .loop_ids(&params.root, params.purpose)
             .map_err(manager_error)?
@@ -269,34 +270,34 @@ request_table! {
             .collect());
     /// Phase names and loop ids for completion.
     phase_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
-        => |handler, params| handler.manager.phase_selectors(&params.root).map_err(manager_error);
+        => |host, params| host.manager.phase_selectors(&params.root).map_err(manager_error);
     /// Replaces the provider variables (a notification since; see `credentials` below).
     credentials(CredentialsParams) -> (), Blocking, notification: false, sender: OlderPlugin
-        => |handler, params| {
-            handler.replace_credentials(params);
+        => |host, params| {
+            host.replace_credentials(params);
             Ok(())
         };
     /// The provider the settings lead to, never a key, and the server's limits.
     provider(ProviderParams) -> ProviderReply, Async, notification: false, sender: Lua
-        => |handler, params| Ok(handler.provider(params).await);
+        => |host, params| Ok(host.provider(params).await);
     /// The project's rules files under these settings: those used and those refused.
     rules(RulesParams) -> RulesReply, Blocking, notification: false, sender: Lua
-        => |_handler, params| RulesReply::new(&params.root, &params.settings);
+        => |_host, params| RulesReply::new(&params.root, &params.settings);
     /// Which environment variables the providers read, for Neovim to pass on.
     provider_variables(NoParams) -> crate::llm::ProviderVariables, Blocking, notification: false,
-        sender: Lua => |_handler, _params| Ok(crate::llm::provider_variables());
+        sender: Lua => |_host, _params| Ok(crate::llm::provider_variables());
     /// The host's MCP servers and their state.
     mcp_status(NoParams) -> Vec<crate::mcp::ServerStatus>, Async, notification: false,
-        sender: Lua => |handler, _params| Ok(handler.manager.mcp().status());
+        sender: Lua => |host, _params| Ok(host.manager.mcp().status());
     /// Starts the configured MCP servers of a project and lists their tools.
     mcp_probe(McpProbeParams) -> Vec<McpProbeReply>, Async, notification: false, sender: Lua
-        => |handler, params| handler.mcp_probe(params).await;
+        => |host, params| host.mcp_probe(params).await;
     /// The host's version (tests send it both ways, as the simplest request).
     version(NoParams) -> &'static str, Blocking, notification: true, sender: Lua
-        => |_handler, _params| Ok(env!("CARGO_PKG_VERSION"));
+        => |_host, _params| Ok(env!("CARGO_PKG_VERSION"));
     /// Panics, to show a panic becomes an error reply.
     __panic(NoParams) -> (), Blocking, notification: true, sender: Tests
-        => |_handler, _params| panic!("panic requested through the __panic test hook");
+        => |_host, _params| panic!("panic requested through the __panic test hook");
 }
 
 notification_table! {
@@ -304,11 +305,11 @@ notification_table! {
     /// as `require('loopr.host').reply(token, err, result)`, behind the events it caused.
     request(RawArgs) => start_request;
     /// The provider variables (keys, base URLs) as Neovim's environment has them now.
-    credentials(CredentialsParams) => replace_credentials;
+    credentials(CredentialsParams) => HostState::replace_credentials;
     /// The budget and prices of the user's `setup()`, which every plan tree is held to.
-    budget(BudgetParams) => set_budget;
+    budget(BudgetParams) => HostState::set_budget;
     /// The MCP servers of the user's `setup()`.
-    mcp(McpParams) => set_mcp;
+    mcp(McpParams) => HostState::set_mcp;
 }
 
 /// The request named `method`, if the host answers it (test-only requests with `test_hooks`).
@@ -338,6 +339,86 @@ pub fn unknown_request(method: &str) -> String {
         "Loopr: unknown request {method:?}; the host understands {listed} \
          (is the plugin newer than the binary? rebuild it)"
     )
+}
+
+/// Answers request `method` in its own task, so that a panic becomes an error reply instead
+/// of an answer Neovim waits for forever.
+pub(super) async fn answer(
+    state: &HostState,
+    method: String,
+    args: Vec<Value>,
+) -> Result<Value, String> {
+    tracing::debug!(%method, "request");
+    let owned = state.clone();
+    let name = method.clone();
+    let outcome = tokio::spawn(async move {
+        let spec = find_request(&name, owned.test_hooks).ok_or_else(|| unknown_request(&name))?;
+        run(&owned, spec, args).await
+    })
+    .await;
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(message)) => {
+            tracing::info!(%method, error = %message, "request failed");
+            Err(message)
+        }
+        Err(join_error) => {
+            tracing::error!(%method, error = %join_error, "request handler panicked");
+            Err(format!(
+                "Loopr: internal error while handling {method}; details are in the log (:LooprLog)"
+            ))
+        }
+    }
+}
+
+/// `request` notification `[token, method, params]`: the editor goes on at once; the
+/// answer comes as `require('loopr.host').reply(token, err, result)`, queued behind the
+/// events the request caused.
+fn start_request(state: &HostState, RawArgs(args): RawArgs) {
+    let mut args = args.into_iter();
+    let token = args.next().and_then(|token| token.as_i64());
+    let method = args
+        .next()
+        .and_then(|method| method.as_str().map(str::to_owned));
+    let Some(token) = token else {
+        // Without a token there is no one to answer; only a mismatched plugin sends this.
+        tracing::error!("request notification without [token, method, params]; ignored");
+        return;
+    };
+    let Some(method) = method else {
+        state.outgoing.reply(
+            token,
+            Err(
+                "Loopr: a request notification needs [token, method, params] (is the plugin \
+                 newer than the binary? rebuild it)"
+                    .to_owned(),
+            ),
+        );
+        return;
+    };
+    if let Some(spec) = find_request(&method, state.test_hooks)
+        && !spec.notification
+    {
+        state.outgoing.reply(
+            token,
+            Err(format!(
+                "Loopr: {method} is answered only as a request Neovim waits for, not as a \
+                 request notification (is the plugin newer than the binary? rebuild it)"
+            )),
+        );
+        return;
+    }
+    let owned = state.clone();
+    tokio::spawn(async move {
+        let outcome = answer(&owned, method, args.collect()).await;
+        if owned.test_hooks {
+            // Tests kill the host here: the work is done, the answer not yet sent.
+            let _ =
+                tokio::task::spawn_blocking(|| crate::test_hooks::hold_point("request_answered"))
+                    .await;
+        }
+        owned.outgoing.reply(token, outcome);
+    });
 }
 
 /// The list of requests and notifications, for `doc/loopr.txt` or `ARCHITECTURE.md`: one
@@ -370,7 +451,7 @@ fn one_line(doc: &str) -> String {
     doc.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Runs `call` on the blocking pool; its panic goes on as this task's panic (the handler
+/// Runs `call` on the blocking pool; its panic goes on as this task's panic (`answer`
 /// turns it into an error reply).
 async fn on_blocking_pool<R: Send + 'static>(
     call: impl FnOnce() -> Result<R, String> + Send + 'static,

@@ -2,6 +2,7 @@
 //! language server's view of what the host defines in Rust. General: any schemars schema
 //! (settings, the wire's replies and events) and a class name give the lines.
 
+use heck::ToUpperCamelCase;
 use serde_json::Value;
 
 use super::shape::{alternatives, choices, nullable, type_name};
@@ -157,16 +158,7 @@ fn variant_name(variant: &Value, index: usize) -> String {
                 .find_map(|p| p.get("const").and_then(Value::as_str))
         });
     match tag {
-        Some(tag) => tag
-            .split(['_', '-'])
-            .map(|word| {
-                let mut chars = word.chars();
-                chars
-                    .next()
-                    .map(|first| first.to_uppercase().chain(chars).collect::<String>())
-                    .unwrap_or_default()
-            })
-            .collect(),
+        Some(tag) => tag.to_upper_camel_case(),
         None => format!("Variant{index}"),
     }
 }

@@ -1,5 +1,5 @@
 //! The LuaCATS classes of the replies and events the host sends Lua, from their schemas
-//! (`dto::wire_schemas`), so the Lua side's view of the wire is the host's; and the list
+//! (`bridge::wire_schemas`), so the Lua side's view of the wire is the host's; and the list
 //! of requests, from the request table.
 
 use super::luacats::{Optional, class_lines};
@@ -14,7 +14,7 @@ pub fn wire_lua(_current: Option<&str>) -> anyhow::Result<String> {
         "---@meta".to_owned(),
         String::new(),
     ];
-    for (class, schema) in crate::bridge::dto::wire_schemas() {
+    for (class, schema) in crate::bridge::wire_schemas() {
         lines.extend(class_lines(
             schema.as_value(),
             class,

@@ -1,10 +1,12 @@
 //! The JSON schemas of the replies and events, named as the Lua side names their classes,
 //! from which the LuaCATS annotations are generated. The replies are those of the request
-//! table, so a new request's reply is here without a line more.
+//! table, so a new request's reply is here without a line more. It stands beside
+//! `dto/` (the shapes) and the table rather than in either, since it reads both.
 
+use heck::ToUpperCamelCase;
 use schemars::{Schema, SchemaGenerator};
 
-use super::events::EventMessage;
+use super::dto::EventMessage;
 
 /// Core types a reply holds, by the name schemars gives them, and their LuaCATS class.
 const CORE_CLASSES: &[(&str, &str)] = &[
@@ -17,7 +19,7 @@ const CORE_CLASSES: &[(&str, &str)] = &[
 /// `lsp.*` ones, which are Neovim's own.
 pub fn wire_schemas() -> Vec<(&'static str, Schema)> {
     let mut generator = SchemaGenerator::default();
-    crate::bridge::request_table::reply_schemas(&mut generator);
+    super::request_table::reply_schemas(&mut generator);
     let event = generator.subschema_for::<EventMessage>();
     let mut schemas = Vec::new();
     for (name, schema) in generator.take_definitions(true) {
@@ -64,7 +66,7 @@ fn event_schemas() -> Vec<(&'static str, Schema)> {
             continue;
         };
         tags.push(tag.to_owned());
-        let name = interned(&format!("loopr.{}Event", camel_case(tag)));
+        let name = interned(&format!("loopr.{}Event", tag.to_upper_camel_case()));
         if let Ok(schema) = Schema::try_from(variant) {
             schemas.push((name, schema));
         }
@@ -93,19 +95,6 @@ fn interned(name: &str) -> &'static str {
     let made: &'static str = Box::leak(name.to_owned().into_boxed_str());
     names.push(made);
     made
-}
-
-fn camel_case(snake: &str) -> String {
-    snake
-        .split('_')
-        .map(|word| {
-            let mut chars = word.chars();
-            chars
-                .next()
-                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 #[cfg(test)]
