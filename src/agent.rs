@@ -6,6 +6,7 @@
 mod approvals;
 mod artifact_loop;
 mod artifact_store;
+mod ask_limits;
 mod baseline;
 mod code_loop;
 mod context;
@@ -25,6 +26,7 @@ mod prompts;
 mod repetition;
 mod rules;
 mod settings;
+mod short_text;
 mod tasks;
 mod transcript;
 mod turn;

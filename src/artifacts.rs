@@ -8,15 +8,12 @@ mod plan;
 mod references;
 mod render;
 mod review;
+mod shapes;
 mod spec;
 mod validation;
 
-pub use phase::{
-    CREATE_PHASE, FileState, PhaseArtifact, TaskAction, TaskItem, create_phase_spec, validate_phase,
-};
-pub use plan::{
-    CREATE_PLAN, PlanArtifact, SpecReference, create_plan_spec, linked_plan_document, validate_plan,
-};
+pub use phase::{CREATE_PHASE, FileState, create_phase_spec, validate_phase};
+pub use plan::{CREATE_PLAN, create_plan_spec, linked_plan_document, validate_plan};
 pub use references::{
     ACCEPTED_FORMS, LinkedDocument, ReferenceLinks, ReferenceScope, github_slug, heading_slugs,
 };
@@ -28,10 +25,10 @@ pub use review::{
     REVIEW_FOCI, ReviewInput, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
-pub use spec::{
-    CREATE_SPEC, PhaseReference, SpecArtifact, create_spec_spec, linked_spec_document,
-    validate_spec,
+pub use shapes::{
+    PhaseArtifact, PhaseReference, PlanArtifact, SpecArtifact, SpecReference, TaskAction, TaskItem,
 };
+pub use spec::{CREATE_SPEC, create_spec_spec, linked_spec_document, validate_spec};
 pub use validation::{Checked, ValidationReport};
 
 /// The kinds of artifact a loop can produce.

@@ -16,12 +16,14 @@ mod per_message;
 mod provider;
 #[cfg(test)]
 mod provider_checks;
+mod provider_event;
 pub mod provider_spec;
 pub mod providers;
 mod retry;
 mod server_text;
 pub mod server_window;
 mod sse;
+mod stream_failure;
 pub mod text_protocol;
 mod text_provider;
 mod text_results;
@@ -30,11 +32,12 @@ mod types;
 pub mod wire_cache;
 
 pub use answer_body::AnswerLimits;
-pub use attempt::{AttemptFailure, RetryPolicy, StreamFailure, with_retries};
+pub use attempt::{AttemptFailure, RetryPolicy, with_retries};
 pub use credentials::ApiKey;
 pub use endpoint::{Endpoint, ServerKind, url_to_show};
 pub use error::{LlmError, is_overflow_report};
-pub use provider::{CallsSent, LlmProvider, ProviderEvent};
+pub use provider::{CallsSent, LlmProvider};
+pub use provider_event::ProviderEvent;
 pub use provider_spec::{Connection, KeyNeed, ProviderSpec};
 pub use providers::{
     ProviderEnv, ProviderInfo, ProviderName, ProviderSettings, ProviderVariables, SharedEnv,
@@ -43,6 +46,7 @@ pub use providers::{
 pub use retry::{backoff_delay, is_retryable_status, server_requested_delay};
 pub use server_text::{server_message, server_word};
 pub use server_window::{ServerReport, ServerWindow};
+pub use stream_failure::StreamFailure;
 pub use text_provider::{TextProtocolProvider, with_tool_protocol};
 pub use tool_protocol::{ToolChoice, ToolFormat, ToolProtocol};
 pub use types::{

@@ -466,46 +466,12 @@ fn import_cycles(files: &[(PathBuf, String)]) -> Vec<Vec<String>> {
     cycles
 }
 
-/// TEMPORARY (issue 23): the cycles among files found when this test was written, beyond the
-/// two the issue names (which are broken). A cycle whose files are all in one group is
-/// tolerated until someone breaks it; then the group must go. Do not add to it.
-const TEMPORARY_CYCLE_GROUPS: [&[&str]; 3] = [
-    &[
-        "agent/context",
-        "agent/jobs",
-        "agent/limits",
-        "agent/prompts",
-        "agent/repetition",
-    ],
-    &[
-        "artifacts/phase",
-        "artifacts/plan",
-        "artifacts/render",
-        "artifacts/spec",
-    ],
-    &[
-        "llm/answer_body",
-        "llm/attempt",
-        "llm/http",
-        "llm/provider",
-        "llm/server_window",
-    ],
-];
-
 /// The files of one folder form layers: none imports, through any chain, one that imports it
 /// back. (A cycle makes neither understandable, nor testable, without the other.)
 #[test]
 fn the_files_of_a_folder_import_each_other_without_cycles() {
-    let cycles = import_cycles(&sources());
-    let within =
-        |group: &[&str], cycle: &[String]| cycle.iter().all(|file| group.contains(&file.as_str()));
-    let mut problems: Vec<String> = cycles
+    let problems: Vec<String> = import_cycles(&sources())
         .iter()
-        .filter(|cycle| {
-            !TEMPORARY_CYCLE_GROUPS
-                .iter()
-                .any(|group| within(group, cycle))
-        })
         .map(|cycle| {
             format!(
                 "import cycle: {}; move what both need into a module of its own that they \
@@ -514,13 +480,6 @@ fn the_files_of_a_folder_import_each_other_without_cycles() {
             )
         })
         .collect();
-    for group in TEMPORARY_CYCLE_GROUPS {
-        if !cycles.iter().any(|cycle| within(group, cycle)) {
-            problems.push(format!(
-                "no cycle is left among {group:?}: delete it from TEMPORARY_CYCLE_GROUPS"
-            ));
-        }
-    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

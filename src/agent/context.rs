@@ -9,6 +9,7 @@ use super::jobs::JobError;
 use super::journal::JournalError;
 use super::limits::Limits;
 use super::settings::LoopSettings;
+use super::short_text::one_line;
 use crate::llm::{LlmError, LlmProvider};
 use crate::mcp::{McpTools, Unavailable};
 use crate::next_step::NextStep;
@@ -115,16 +116,6 @@ fn last_problem_note(problem: Option<&str>) -> String {
         "; the last problem the model was told: {}",
         one_line(problem, LAST_PROBLEM_CHARS)
     )
-}
-
-/// `text` on one line (runs of white space as one space), cut to `chars` characters with `…`.
-pub(super) fn one_line(text: &str, chars: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown: String = flat.chars().take(chars).collect();
-    if shown.len() < flat.len() {
-        shown.push('…');
-    }
-    shown
 }
 
 impl From<LlmError> for LoopError {

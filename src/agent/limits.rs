@@ -2,12 +2,10 @@
 //! the conversation is sent (the context budget). Each is the user's setting, else fitted to
 //! the context window the server reported, else the default; a known window also bounds a
 //! budget the user set, since a request past it fails. Fitting is pure (`fit_limits`); asking the
-//! server happens once when a loop starts (`ask_server`), off Neovim's path, and a server that
-//! cannot be asked leaves the settings' values, with a warning in the log.
+//! server is `ask_limits`'s.
 
 use serde::Serialize;
 
-use super::context::LoopContext;
 use super::context_budget::ContextBudget;
 use super::settings::LoopSettings;
 use crate::llm::ServerWindow;
@@ -97,57 +95,6 @@ fn answer_share(window: u32) -> u32 {
         .clamp(MIN_FITTED_ANSWER, DEFAULT_MAX_TOKENS)
         .min(window / 2)
         .max(1)
-}
-
-/// Asks the loop's server about its window (for the model of the loop's level) and fits the
-/// limits to it. A cancel stops the asking; the settings' values then hold.
-pub async fn ask_server(context: &LoopContext) -> Limits {
-    let settings = &context.settings;
-    let unasked = fit_limits(settings, &ServerWindow::NotAsked);
-    if settings.max_tokens.is_some()
-        && settings.context_budget.is_some()
-        && !settings.provider.sends_num_ctx()
-    {
-        // Nothing to fit; the window `num_ctx` sets still bounds the budget.
-        return unasked;
-    }
-    let Ok(model) = settings.model_for(context.record.loop_type.as_str()) else {
-        return unasked;
-    };
-    let server = tokio::select! {
-        biased;
-        _ = context.cancel.cancelled() => return unasked,
-        server = context.provider.server_window(&model) => server,
-    };
-    let limits = fit_limits(settings, &server);
-    let id = context.record.id.as_str();
-    match (&server, limits.window) {
-        (ServerWindow::Unavailable(why), None) => tracing::warn!(
-            loop_id = id,
-            %why,
-            max_tokens = limits.max_tokens,
-            context_budget = limits.context_budget.tokens,
-            "the server could not be asked for its context window; the limits are the \
-             settings' (set max_tokens and context_budget to fit the server)"
-        ),
-        (ServerWindow::Reported(_), None) => tracing::warn!(
-            loop_id = id,
-            max_tokens = limits.max_tokens,
-            context_budget = limits.context_budget.tokens,
-            "the server does not say its context window; the limits are the settings' (set \
-             max_tokens and context_budget to fit the server)"
-        ),
-        (_, Some(window)) => tracing::info!(
-            loop_id = id,
-            window = window.tokens,
-            window_from = window.from,
-            max_tokens = limits.max_tokens,
-            context_budget = limits.context_budget.tokens,
-            "limits fitted to the context window"
-        ),
-        (ServerWindow::NotAsked, None) => {}
-    }
-    limits
 }
 
 #[cfg(test)]

@@ -126,20 +126,20 @@ pub fn describe(setback: &Setback, times: u32) -> String {
     if let Some((tool, input, error)) = setback.first_failure() {
         return format!(
             "the same {tool} call ({}) failed with the same error {times} times in a row: {}",
-            super::context::one_line(&input.to_string(), INPUT_CHARS),
-            super::context::one_line(error, ERROR_CHARS)
+            super::short_text::one_line(&input.to_string(), INPUT_CHARS),
+            super::short_text::one_line(error, ERROR_CHARS)
         );
     }
     match setback {
         Setback::Unreadable(feedback) => format!(
             "the model's answer could not be read for the same reason {times} times in a row: \
              {}",
-            super::context::one_line(feedback, ERROR_CHARS)
+            super::short_text::one_line(feedback, ERROR_CHARS)
         ),
         _ => format!(
             "the model answered {times} times in a row without a call that ran; it was told \
              each time: {}",
-            super::context::one_line(setback_note(setback), ERROR_CHARS)
+            super::short_text::one_line(setback_note(setback), ERROR_CHARS)
         ),
     }
 }

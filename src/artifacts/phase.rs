@@ -3,12 +3,11 @@
 
 use std::path::{Component, Path};
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{render_phase, render_phase_with};
+use super::shapes::{PhaseArtifact, TaskAction, TaskItem};
 use super::validation::{Checked, ValidationReport, parse_against_schema, sparseness_issue};
 use crate::llm::ToolSpec;
 use crate::schema::{InputIssue, input_schema_for};
@@ -16,67 +15,6 @@ use crate::schema::{InputIssue, input_schema_for};
 pub const CREATE_PHASE: &str = "create_phase";
 /// The seed's minimum content for a phase, in characters outside headings.
 const MIN_PHASE_CONTENT: usize = 100;
-
-/// A phase: concrete tasks for the code loop, and the command that proves them done.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PhaseArtifact {
-    /// Exactly the name the spec gave the phase.
-    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
-    pub name: String,
-    #[schemars(length(min = 1, max = 200))]
-    pub title: String,
-    /// What the phase accomplishes, in a sentence or two.
-    #[schemars(length(min = 1))]
-    pub objective: String,
-    /// Specific tasks for the code loop, in order.
-    #[schemars(length(min = 1))]
-    pub tasks: Vec<TaskItem>,
-    /// Shell command, run in the project root, that passes once the phase is done.
-    #[schemars(length(min = 1))]
-    pub validation_command: String,
-    /// How to know the phase is complete.
-    #[serde(default)]
-    pub success_criteria: Vec<String>,
-}
-
-/// One task of a phase.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TaskItem {
-    /// What needs to be done.
-    #[schemars(length(min = 1))]
-    pub description: String,
-    /// The file it creates, modifies or deletes, relative to the project root.
-    #[serde(default)]
-    pub file: Option<String>,
-    /// What happens to `file`.
-    #[serde(default)]
-    pub action: Option<TaskAction>,
-    /// What it builds on: "#slug" of a heading of phase.md or spec.md ("### Phase 2: Print
-    /// it" is "#phase-2-print-it"), "output:" and a phase's name, a URL, or an absolute path.
-    /// Rendered as links in phase.md.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub references: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskAction {
-    Create,
-    Modify,
-    Delete,
-}
-
-impl TaskAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskAction::Create => "create",
-            TaskAction::Modify => "modify",
-            TaskAction::Delete => "delete",
-        }
-    }
-}
 
 /// What the project holds at a relative path; answered by the caller, so validation stays free
 /// of I/O.

@@ -4,12 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{RenderedSections, render_plan};
+use super::shapes::PlanArtifact;
 use super::validation::{
     Checked, ValidationReport, name_issues, parse_against_schema, sparseness_issue,
 };
@@ -20,48 +19,6 @@ pub const CREATE_PLAN: &str = "create_plan";
 const MAX_SPECS: usize = 10;
 /// The seed's minimum content for a plan, in characters outside headings.
 const MIN_PLAN_CONTENT: usize = 200;
-
-/// A plan: what will be built, and the specs that will build it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PlanArtifact {
-    #[schemars(length(min = 1, max = 200))]
-    pub title: String,
-    /// What will be built, why, and the approach.
-    #[schemars(length(min = 1))]
-    pub overview: String,
-    /// The specs, each a coherent piece of work.
-    #[schemars(length(min = 1, max = 10))]
-    pub specs: Vec<SpecReference>,
-    /// What is out of scope.
-    #[serde(default)]
-    pub non_goals: Vec<String>,
-    /// Risks and their mitigations.
-    #[serde(default)]
-    pub risks: Vec<String>,
-}
-
-/// One spec of a plan.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SpecReference {
-    /// Unique kebab-case name.
-    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
-    pub name: String,
-    #[schemars(length(min = 1, max = 200))]
-    pub title: String,
-    /// What this spec accomplishes.
-    #[schemars(length(min = 1))]
-    pub description: String,
-    /// Names of the specs that must be complete before this one starts.
-    #[serde(default)]
-    pub dependencies: Vec<String>,
-    /// What it builds on: "#slug" of a heading of plan.md ("### Spec 2: JWT auth & keys" is
-    /// "#spec-2-jwt-auth--keys"), "output:" and another spec's name, a URL, or an absolute
-    /// path. Rendered as links in plan.md.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub references: Vec<String>,
-}
 
 /// The `create_plan` tool as offered to the model.
 pub fn create_plan_spec() -> ToolSpec {

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{PhaseArtifact, PlanArtifact, ReferenceLinks, SpecArtifact};
+use super::references::ReferenceLinks;
+use super::shapes::{PhaseArtifact, PlanArtifact, SpecArtifact};
 
 /// A plan's or spec's markdown and the heading line of each spec's or phase's section, so a
 /// reference can link to the section that describes an output.

@@ -1,12 +1,11 @@
 //! The spec artifact (`create_spec`): its structure, the tool offered to the model, its
 //! validation (3 to 7 phases), and how its phases' references link to its sections.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{RenderedSections, render_spec};
+use super::shapes::SpecArtifact;
 use super::validation::{
     Checked, ValidationReport, name_issues, parse_against_schema, sparseness_issue,
 };
@@ -18,54 +17,6 @@ const MIN_PHASES: usize = 3;
 const MAX_PHASES: usize = 7;
 /// The seed's minimum content for a spec, in characters outside headings.
 const MIN_SPEC_CONTENT: usize = 300;
-
-/// A spec: one part of a plan, detailed enough to split into 3 to 7 phases.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SpecArtifact {
-    /// Exactly the name the plan gave the spec.
-    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
-    pub name: String,
-    #[schemars(length(min = 1, max = 200))]
-    pub title: String,
-    /// What the spec accomplishes and how: requirements, design, constraints.
-    #[schemars(length(min = 1))]
-    pub overview: String,
-    /// The phases that implement it, in order.
-    #[schemars(length(min = 3, max = 7))]
-    pub phases: Vec<PhaseReference>,
-    /// Verifiable conditions that hold when it is complete.
-    #[serde(default)]
-    pub acceptance_criteria: Vec<String>,
-    /// How it will be tested.
-    #[serde(default)]
-    pub test_strategy: Option<String>,
-}
-
-/// One phase of a spec.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PhaseReference {
-    /// Unique kebab-case name.
-    #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
-    pub name: String,
-    #[schemars(length(min = 1, max = 200))]
-    pub title: String,
-    /// What this phase accomplishes.
-    #[schemars(length(min = 1))]
-    pub description: String,
-    /// Files it creates or modifies, relative to the project root.
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// How to verify it is complete, e.g. a test command.
-    #[serde(default)]
-    pub validation: Option<String>,
-    /// What it builds on: "#slug" of a heading of spec.md or plan.md ("## Test Strategy" is
-    /// "#test-strategy"), "output:" and the name of a phase or of a spec of the plan, a URL,
-    /// or an absolute path. Rendered as links in spec.md.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub references: Vec<String>,
-}
 
 pub fn create_spec_spec() -> ToolSpec {
     ToolSpec::offered(

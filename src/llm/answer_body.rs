@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::StreamFailure;
+use super::stream_failure::StreamFailure;
 
 /// Bytes an answer may take on the wire for each token it may have; every wire wraps a token in
 /// a chunk of JSON (llama-cpp-python's are about 230 bytes, its tool-call fragments 450).

@@ -12,36 +12,10 @@ use tokio_util::sync::CancellationToken;
 use super::answer_body::AnswerLimits;
 use super::credentials::ApiKey;
 use super::error::{interruption_hint, is_overflow_report, seconds};
+use super::provider_event::ProviderEvent;
 use super::retry::backoff_delay;
-use super::{Endpoint, LlmError, ProviderEvent, ServerKind, Turn};
-
-/// Why a stream did not produce a turn.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StreamFailure {
-    /// No bytes arrived for the idle timeout.
-    Stalled(Duration),
-    /// Nothing of the answer (or nothing more of it) came within the request timeout, though
-    /// keep-alives may have.
-    NoProgress { waited: Duration, started: bool },
-    /// The connection broke in the middle of the answer.
-    Transport(String),
-    /// The connection broke after the server accepted the request, before any of the answer.
-    DroppedBeforeAnswer(String),
-    /// The body ended, or the server said it was done, before the answer was complete (no
-    /// finish reason): what llama.cpp's server sends when another request interrupts it.
-    EndedEarly(String),
-    /// The answer passed the cap on its size.
-    TooLong { limit: u64 },
-    /// The server reported an error in the middle of the stream.
-    ApiError {
-        error_type: String,
-        message: String,
-        /// The error object's `code`, if it had one (an HTTP status, or a word).
-        code: Option<String>,
-    },
-    /// The server sent something that is not its protocol.
-    Protocol(String),
-}
+use super::stream_failure::StreamFailure;
+use super::{Endpoint, LlmError, ServerKind, Turn};
 
 /// Why one attempt failed.
 #[derive(Debug)]

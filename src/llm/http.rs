@@ -6,9 +6,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::answer_body::{AnswerBody, AnswerLimits};
-use super::attempt::{AttemptFailure, StreamFailure};
+use super::attempt::AttemptFailure;
 use super::retry::{is_retryable_status, server_requested_delay};
 use super::server_text::{server_message, server_word};
+use super::stream_failure::StreamFailure;
 
 /// Bytes of an error answer read; an error body is a few hundred bytes, and the rest of a
 /// larger one is not read.

@@ -1,33 +1,11 @@
 //! The `LlmProvider` trait every language-model backend implements (one whole turn per call,
 //! progress reported as `ProviderEvent`s), and how a provider sends the model's calls.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::provider_event::ProviderEvent;
 use super::{ChatRequest, LlmError, ServerWindow, Turn};
-
-/// What a provider reports while a turn is under way, for progress display and the
-/// transcript.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ProviderEvent {
-    /// Text of the answer as it streams in (never a call's input, never the model's
-    /// reasoning). A failed attempt's text is followed by `Retrying`.
-    TextDelta { text: String },
-    /// The model started writing a tool call.
-    ToolCallStarted { name: String },
-    /// A piece of a tool call's input streamed in: its length in bytes only (the input is
-    /// read whole, once the call is), for showing the answer grow.
-    ToolInputDelta { bytes: usize },
-    /// The attempt failed in a way worth retrying; the next one starts after `delay`.
-    Retrying {
-        attempt: u32,
-        max_retries: u32,
-        delay: Duration,
-        reason: String,
-    },
-}
 
 /// A language-model backend. Implementations own transport, streaming and retries; callers see
 /// only whole turns.

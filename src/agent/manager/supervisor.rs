@@ -13,8 +13,8 @@ use crate::agent::artifact_loop::{ArtifactOutcome, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
-use crate::agent::limits;
 use crate::agent::settings::LoopSettings;
+use crate::agent::{ask_limits, limits};
 use crate::llm::ServerWindow;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
 use crate::tools::Approver;
@@ -88,7 +88,7 @@ impl LoopManager {
             let mut context = context;
             // Asked here, in the loop's own task: never on a shell's path, and a server that
             // answers slowly holds back only this loop's first turn.
-            context.limits = limits::ask_server(&context).await;
+            context.limits = ask_limits::ask_server(&context).await;
             match context.record.loop_type {
                 LoopType::Code => run_code_loop(&context).await.map(LoopOutcome::Code),
                 _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),
