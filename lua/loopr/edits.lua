@@ -138,7 +138,15 @@ function M.apply(path, edit, old, deadline)
     vim.list_extend(text_edits, edits)
   end
   -- Into this buffer, not one `apply_workspace_edit` might open for another spelling of the path.
-  vim.lsp.util.apply_text_edits(text_edits, buf, 'utf-8')
+  -- Each edit is its own undo step: Neovim closes an undo step only when a window's buffer
+  -- changes hands or input arrives, so the changes made to a buffer no window shows would join
+  -- into one (`u` after `:LooprUndo` would take the edit and the restore back together).
+  -- Setting 'undolevels' to itself, in the buffer's context, is the documented way to close the
+  -- open step before the edit.
+  vim.api.nvim_buf_call(buf, function()
+    vim.cmd('let &l:undolevels = &l:undolevels')
+    vim.lsp.util.apply_text_edits(text_edits, buf, 'utf-8')
+  end)
   -- Saved without autocommands, so what lands on disk is exactly the model's change.
   local ok, err = pcall(vim.api.nvim_buf_call, buf, function()
     vim.cmd('silent keepalt noautocmd write')

@@ -278,6 +278,65 @@ async fn an_edit_to_an_open_file_lands_in_its_buffer_and_u_undoes_it() {
     editor.quit().await;
 }
 
+/// Runs `code` with `buf` as the current buffer and returns what it returns.
+async fn in_buffer<T: serde::de::DeserializeOwned>(editor: &TestNvim, buf: i64, code: &str) -> T {
+    editor
+        .lua(&format!(
+            "return vim.api.nvim_buf_call({buf}, function() {code} end)"
+        ))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_loaded_hidden_buffer_u_after_undo_brings_back_the_loops_edit_then_the_original() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
+    let main = editor.dirs.project.join("src/main.rs");
+    // Loaded, but shown in no window.
+    let buf: i64 = editor
+        .lua(&format!(
+            "local buf = vim.fn.bufadd({:?}) vim.fn.bufload(buf) return buf",
+            main.display().to_string()
+        ))
+        .await;
+    let shown: i64 = editor
+        .lua(&format!("return #vim.fn.win_findbuf({buf})"))
+        .await;
+    assert_eq!(shown, 0, "the buffer is hidden");
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    let greeting = "return vim.api.nvim_buf_get_lines(0, 1, 2, false)[1]";
+    let line: String = in_buffer(&editor, buf, greeting).await;
+    assert_eq!(
+        line, "    println!(\"bye\");",
+        "the hidden buffer took the edit"
+    );
+
+    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    let line: String = in_buffer(&editor, buf, greeting).await;
+    assert_eq!(
+        line, "    println!(\"hello\");",
+        "the restore went into the buffer"
+    );
+    let undo_steps: i64 = editor
+        .lua(&format!("return #vim.fn.undotree({buf}).entries"))
+        .await;
+    assert_eq!(
+        undo_steps, 2,
+        "the edit and the restore are separate undo steps"
+    );
+
+    let line: String = in_buffer(&editor, buf, &format!("vim.cmd('silent undo') {greeting}")).await;
+    assert_eq!(line, "    println!(\"bye\");", "u takes the restore back");
+    let line: String = in_buffer(&editor, buf, &format!("vim.cmd('silent undo') {greeting}")).await;
+    assert_eq!(
+        line, "    println!(\"hello\");",
+        "another u takes the loop's edit back"
+    );
+    editor.quit().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
     let fake = FakeLlm::start().await;
