@@ -67,7 +67,7 @@ end
 function M.plan(task, on_done)
   task = vim.trim(task or '')
   if task == '' then
-    notify('LooprPlan needs a task, e.g. :LooprPlan Add a --version flag')
+    notify('usage: :LooprPlan {task}, e.g. :LooprPlan Add a --version flag')
     return false
   end
   send_for_loop_id('plan', {
