@@ -17,14 +17,18 @@ struct Shape {
     bang: bool,
 }
 
+/// The text of the section of `doc/loopr.txt` tagged `*tag*`, up to the next section.
+fn help_section<'doc>(doc: &'doc str, tag: &str) -> &'doc str {
+    doc.split_once(&format!("*{tag}*"))
+        .map(|(_, rest)| rest)
+        .and_then(|rest| rest.split("\n=====").next())
+        .unwrap_or_else(|| panic!("doc/loopr.txt has a *{tag}* section"))
+}
+
 /// The commands `doc/loopr.txt` documents in its commands section, from the line each
 /// starts with: `:LooprUndo[!] [phase]` is `LooprUndo` with an optional argument and a `!`.
 fn documented_commands(doc: &str) -> BTreeMap<String, Shape> {
-    let section = doc
-        .split_once("*loopr-commands*")
-        .map(|(_, rest)| rest)
-        .and_then(|rest| rest.split("\n=====").next())
-        .expect("doc/loopr.txt has a *loopr-commands* section");
+    let section = help_section(doc, "loopr-commands");
     let mut documented = BTreeMap::new();
     for line in section.lines().filter(|line| line.starts_with(":Loopr")) {
         let (head, arguments) = line[1..].split_once(' ').unwrap_or((&line[1..], ""));
@@ -130,11 +134,7 @@ async fn the_installation_examples_agree_and_lazy_load_on_every_command() {
         .expect("doc/loopr.txt");
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
-    let installation = doc
-        .split_once("*loopr-installation*")
-        .map(|(_, rest)| rest)
-        .and_then(|rest| rest.split("\n=====").next())
-        .expect("doc/loopr.txt has a *loopr-installation* section");
+    let installation = help_section(&doc, "loopr-installation");
     assert!(readme.contains("lazy = false,"), "the README's example");
     let example = installation.split("\n<").next().unwrap_or_default();
     assert!(
