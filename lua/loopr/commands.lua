@@ -31,7 +31,8 @@ end
 return {
   {
     name = 'LooprPlan',
-    nargs = '+',
+    -- Without a task it says the usage rather than Neovim's bare E471.
+    nargs = '?',
     desc = 'Loopr: plan a task in this project (writes plan.md)',
     run = with_argument('plan'),
   },

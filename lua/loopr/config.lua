@@ -179,11 +179,90 @@ function M.keys()
   return keys
 end
 
+---Edits (insertions, deletions, substitutions) that turn `a` into `b`.
+---@param a string
+---@param b string
+---@return integer
+local function edit_distance(a, b)
+  local previous = {}
+  for j = 0, #b do
+    previous[j] = j
+  end
+  for i = 1, #a do
+    local current = { [0] = i }
+    for j = 1, #b do
+      local substitution = previous[j - 1] + (a:byte(i) == b:byte(j) and 0 or 1)
+      current[j] = math.min(previous[j] + 1, current[j - 1] + 1, substitution)
+    end
+    previous = current
+  end
+  return previous[#b]
+end
+
+---The option name closest to `name` when it is close enough to be a typo of it.
+---@param name string
+---@return string|nil
+local function closest_option(name)
+  local best, best_distance = nil, math.huge
+  for _, key in ipairs(M.keys()) do
+    local distance = edit_distance(name, key)
+    if distance < best_distance then
+      best, best_distance = key, distance
+    end
+  end
+  -- Close enough: a slip of a key or two, or of a third of a long name.
+  if best_distance <= math.max(2, math.floor(#name / 3)) then
+    return best
+  end
+end
+
+---@class loopr.OptionProblem
+---@field message string What is wrong, "Loopr: " first; the part that matters comes first.
+---@field details string[] More for |:messages|, shown before `message`.
+
+---The options of `opts` that are valid and what is wrong with each of the others.
+---@param opts table
+---@return table<string, any> valid
+---@return loopr.OptionProblem[] problems In the order of the option names.
+local function sort_out(opts)
+  local keys = vim.tbl_keys(opts)
+  table.sort(keys, function(a, b)
+    return tostring(a) < tostring(b)
+  end)
+  local valid, problems = {}, {}
+  for _, key in ipairs(keys) do
+    local option = options[key]
+    local value = opts[key]
+    if not option then
+      local list = ('Loopr: setup(): unknown option %s (valid options: %s)'):format(
+        vim.inspect(key),
+        table.concat(M.keys(), ', ')
+      )
+      local closest = type(key) == 'string' and closest_option(key) or nil
+      local message = closest
+          and ('Loopr: setup(): unknown option %s; did you mean %s?'):format(vim.inspect(key), vim.inspect(closest))
+        or ('Loopr: setup(): unknown option %s ignored; see :help loopr-options'):format(vim.inspect(key))
+      table.insert(problems, { message = message, details = { list } })
+    elseif not accepts(option.check, value) then
+      local message = ('Loopr: setup(): option %s expects %s, got %s (%s)'):format(
+        key,
+        option.expect,
+        vim.inspect(value),
+        type(value)
+      )
+      table.insert(problems, { message = message, details = {} })
+    else
+      valid[key] = value
+    end
+  end
+  return valid, problems
+end
+
 ---Check user options without storing them.
 ---@param opts any
 ---@return boolean ok
----@return string|nil err Message naming the offending option and what it expects, prefixed
----"Loopr: ".
+---@return string|nil err Message naming the first offending option and what it expects,
+---prefixed "Loopr: ".
 function M.validate(opts)
   if opts == nil then
     return true
@@ -191,40 +270,31 @@ function M.validate(opts)
   if type(opts) ~= 'table' then
     return false, ('Loopr: setup() expects a table or nil, got %s'):format(vim.inspect(opts))
   end
-  local keys = vim.tbl_keys(opts)
-  table.sort(keys, function(a, b)
-    return tostring(a) < tostring(b)
-  end)
-  for _, key in ipairs(keys) do
-    local option = options[key]
-    if not option then
-      return false,
-        ('Loopr: setup(): unknown option %s (valid options: %s)'):format(vim.inspect(key), table.concat(M.keys(), ', '))
-    end
-    local value = opts[key]
-    if not accepts(option.check, value) then
-      return false,
-        ('Loopr: setup(): option %s expects %s, got %s (%s)'):format(
-          key,
-          option.expect,
-          vim.inspect(value),
-          type(value)
-        )
-    end
+  local _, problems = sort_out(opts)
+  if #problems > 0 then
+    return false, problems[1].message
   end
   return true
 end
 
----Validate and store options; the latest call replaces earlier ones.
+---Store options; the latest call replaces earlier ones. A call with mistakes changes only
+---what it names correctly: its valid options apply over those in effect, and an unknown or
+---ill-typed one leaves things as they were (at the first call, the defaults).
 ---@param opts loopr.Opts|nil
----@return boolean ok
----@return string|nil err
+---@return boolean ok Whether every option was valid.
+---@return string|nil err The mistakes, one a line.
+---@return string[] report What to tell the user, in order: details, then each mistake.
 function M.setup(opts)
-  local ok, err = M.validate(opts)
-  if not ok then
-    return false, err
+  if opts ~= nil and type(opts) ~= 'table' then
+    local _, err = M.validate(opts)
+    return false, err, { err }
   end
-  user_opts = vim.deepcopy(opts or {})
+  local valid, problems = sort_out(opts or {})
+  if #problems == 0 then
+    user_opts = vim.deepcopy(valid)
+  else
+    user_opts = vim.tbl_extend('force', user_opts, vim.deepcopy(valid))
+  end
   resolved, host_settings = nil, nil
   configured = true
   local callbacks = waiting
@@ -232,7 +302,17 @@ function M.setup(opts)
   for _, callback in ipairs(callbacks) do
     vim.schedule(callback)
   end
-  return true
+  if #problems == 0 then
+    return true, nil, {}
+  end
+  local report, messages = {}, {}
+  for _, problem in ipairs(problems) do
+    vim.list_extend(report, problem.details)
+    table.insert(messages, problem.message)
+  end
+  -- The short messages last: the command line shows the last one.
+  vim.list_extend(report, messages)
+  return false, table.concat(messages, '\n'), report
 end
 
 ---Whether setup() has stored options.

@@ -33,8 +33,9 @@ local function send_for_loop_id(method, params, on_loop_id, on_done)
   end)
 end
 
----Configure Loopr. Invalid options are reported as an error notification naming the option
----and what it expects (no Lua error); the options stored before stay in effect.
+---Configure Loopr. The valid options apply; each invalid one is reported as an error
+---notification naming it and what it expects, or the closest valid name (no Lua error), and
+---leaves what was in effect.
 ---@param opts loopr.Opts|nil
 ---@return boolean ok
 function M.setup(opts)
@@ -42,9 +43,11 @@ function M.setup(opts)
     vim.notify('Loopr: Neovim >= 0.10 is required', vim.log.levels.ERROR)
     return false
   end
-  local ok, err = config.setup(opts)
-  if not ok then
-    notify(err or 'Loopr: invalid options')
+  local ok, _, report = config.setup(opts)
+  for _, message in ipairs(report) do
+    notify(message)
+  end
+  if not ok and type(opts) ~= 'table' then
     return false
   end
   -- A running host holds plan trees to the new budget at once (paused trees it allows go
@@ -53,7 +56,7 @@ function M.setup(opts)
   if host then
     host.budget_changed()
   end
-  return true
+  return ok
 end
 
 ---Start a plan loop for `task` in the current project. Returns at once; the loop's id is
@@ -64,7 +67,7 @@ end
 function M.plan(task, on_done)
   task = vim.trim(task or '')
   if task == '' then
-    notify('LooprPlan needs a task, e.g. :LooprPlan Add a --version flag')
+    notify('usage: :LooprPlan {task}, e.g. :LooprPlan Add a --version flag')
     return false
   end
   send_for_loop_id('plan', {

@@ -92,6 +92,67 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
     editor.quit().await;
 }
 
+/// A typo in one option of `setup()` costs only that option: the others apply, an ill-typed
+/// value keeps what was in effect, and each mistake is reported with what matters first (the
+/// closest valid name), the full list of options only in `:messages`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_applies_the_valid_options_and_names_the_closest_for_a_typo() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let outcome: Value = editor
+        .lua(
+            "vim.cmd('messages clear')
+             local ok, err = require('loopr').setup({ bin = require('loopr.config').get().bin,
+               max_turn = 3, layout = 'tab', stream = 'no', max_tokens = 512 })
+             local config = require('loopr.config').get()
+             return { ok = ok, layout = config.layout, stream = config.stream,
+                      max_tokens = config.max_tokens, max_turns = config.max_turns }",
+        )
+        .await;
+    assert_eq!(
+        outcome["ok"], false,
+        "setup() still says it had errors: {outcome}"
+    );
+    assert_eq!(outcome["layout"], "tab", "valid options apply: {outcome}");
+    assert_eq!(outcome["max_tokens"], 512, "valid options apply: {outcome}");
+    assert_eq!(
+        outcome["stream"], true,
+        "an ill-typed value keeps its default: {outcome}"
+    );
+    assert_eq!(
+        outcome["max_turns"], 25,
+        "a misspelt option changes nothing: {outcome}"
+    );
+    let shown: String = editor.lua("return vim.fn.execute('messages')").await;
+    let lines: Vec<&str> = shown.lines().filter(|line| !line.is_empty()).collect();
+    assert!(
+        lines.iter().any(|line| line.starts_with(
+            "Loopr: setup(): unknown option \"max_turn\"; did you mean \"max_turns\"?"
+        )),
+        "the closest name comes first: {shown}"
+    );
+    assert!(
+        lines.iter().any(|line| line
+            .starts_with("Loopr: setup(): option stream expects a boolean, got \"no\" (string)")),
+        "each mistake is reported: {shown}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("valid options:") && line.contains("max_turns")),
+        "the whole list is in :messages: {shown}"
+    );
+    // The command line shows the last message: the short one with the suggestion, which
+    // fits an 80-column screen whole.
+    let last = lines.last().copied().unwrap_or_default();
+    assert!(
+        last.contains("did you mean") || last.starts_with("Loopr: setup(): option stream"),
+        "a short message shows last: {shown}"
+    );
+    assert!(last.chars().count() < 80, "the shown message fits: {last}");
+    editor.quit().await;
+}
+
 /// The option table is generated from the host's definitions: what setup() accepts and
 /// says it expects is what the host accepts (the sandbox's "landlock" included), and the host
 /// gets each option unless its default applies.
