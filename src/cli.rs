@@ -241,14 +241,9 @@ pub async fn resume(
             counts.waiting_for_budget
         );
     }
-    // This run's loops: those unfinished now and what they spawn. Loops that ended before
-    // (an old one the user cancelled) neither fail the run nor fill its table.
-    let resumed: Vec<LoopId> = manager
-        .status(&root)?
-        .into_iter()
-        .filter(|record| record.status.is_active())
-        .map(|record| record.id)
-        .collect();
+    // This run's loops: the trees of those unfinished now, whole. Trees that ended before
+    // (an old plan the user cancelled) neither fail the run nor fill its table.
+    let resumed = roots_of_unfinished(&manager.status(&root)?);
     if resumed.is_empty() {
         say!("loopr: nothing to resume; the project's loops:");
         let all: Vec<LoopRecord> = manager.status(&root)?.into_iter().rev().collect();
@@ -544,6 +539,30 @@ fn tree_records(
     trees_of(manager, root, std::slice::from_ref(plan_id))
 }
 
+/// The top loops (plans, or loops started on their own) of the trees that hold an unfinished
+/// loop of `records`, each once.
+fn roots_of_unfinished(records: &[LoopRecord]) -> Vec<LoopId> {
+    let parents: HashMap<&LoopId, &LoopId> = records
+        .iter()
+        .filter_map(|record| record.parent.as_ref().map(|parent| (&record.id, parent)))
+        .collect();
+    let mut roots: Vec<LoopId> = Vec::new();
+    for record in records.iter().filter(|record| record.status.is_active()) {
+        let mut top = &record.id;
+        // Bounded by the number of loops: a broken store cannot make it climb forever.
+        for _ in 0..records.len() {
+            match parents.get(top) {
+                Some(parent) => top = parent,
+                None => break,
+            }
+        }
+        if !roots.contains(top) {
+            roots.push(top.clone());
+        }
+    }
+    roots
+}
+
 /// The loops `tops` and everything below them, parents first.
 fn trees_of(
     manager: &LoopManager,
@@ -727,27 +746,22 @@ fn write_table(
 /// How long a plan's task may be in the NAME column before it is cut.
 const TASK_NAME_CHARS: usize = 24;
 
-/// A loop's name; a plan, which has none, is named by its task, shortened, in the words of a
-/// name (lower case, hyphens, no spaces: scripts split the table at whitespace).
+/// A loop's name; a plan, which has none, is named by its task, shortened, its words joined
+/// by `_`: scripts split the table at whitespace, and a hyphen would make it read like the
+/// name of one of its specs or phases.
 fn name_cell(record: &LoopRecord) -> String {
-    if let Some(name) = &record.name {
-        return name.clone();
-    }
-    let words: Vec<String> = record
-        .task
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    let slug = words.join("-");
-    if slug.is_empty() {
-        return "-".to_owned();
-    }
-    if slug.chars().count() <= TASK_NAME_CHARS {
-        return slug;
-    }
-    let cut: String = slug.chars().take(TASK_NAME_CHARS - 1).collect();
-    format!("{}…", cut.trim_end_matches('-'))
+    let Some(name) = &record.name else {
+        let task = record.task.split_whitespace().collect::<Vec<_>>().join("_");
+        return match task.chars().count() {
+            0 => "-".to_owned(),
+            count if count <= TASK_NAME_CHARS => task,
+            _ => {
+                let cut: String = task.chars().take(TASK_NAME_CHARS - 1).collect();
+                format!("{}…", cut.trim_end_matches('_'))
+            }
+        };
+    };
+    name.clone()
 }
 
 /// A token count, `~1.2k` when Loopr estimated (some of) it.

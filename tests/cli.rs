@@ -2037,7 +2037,7 @@ async fn status_columns_line_up_and_a_plan_is_named_by_its_task() {
     assert_eq!(starts(row), starts(header), "columns:\n{table}");
     assert_eq!(
         row.split_whitespace().nth(2),
-        Some("add-a-version-flag"),
+        Some("Add_a_--version_flag"),
         "{table}"
     );
 }
