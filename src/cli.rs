@@ -219,7 +219,7 @@ pub async fn run_plan(
 
 /// Resumes the project's unfinished loops (left behind by a host that died) and, with
 /// `approve_all`, everything they spawn, until nothing can move. Returns whether every loop
-/// of the project completed. `mcp` is the user's current MCP settings, where the loops' servers get their `env` values
+/// it resumed, and what they spawned, completed; loops that had ended before do not count. `mcp` is the user's current MCP settings, where the loops' servers get their `env` values
 /// (a loop's stored settings name the variables only).
 pub async fn resume(
     loopr_home: PathBuf,
@@ -241,9 +241,16 @@ pub async fn resume(
             counts.waiting_for_budget
         );
     }
-    let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
-        Ok(manager.status(&root)?.into_iter().rev().collect())
-    };
+    // This run's loops: the trees of those unfinished now, whole. Trees that ended before
+    // (an old plan the user cancelled) neither fail the run nor fill its table.
+    let resumed = roots_of_unfinished(&manager.status(&root)?);
+    if resumed.is_empty() {
+        say!("loopr: nothing to resume; the project's loops:");
+        let all: Vec<LoopRecord> = manager.status(&root)?.into_iter().rev().collect();
+        summarize(&manager, &root, &all)?;
+        return Ok(true);
+    }
+    let select = |manager: &LoopManager| trees_of(manager, &root, &resumed);
     settle(
         &manager,
         &root,
@@ -529,12 +536,45 @@ fn tree_records(
     root: &Path,
     plan_id: &LoopId,
 ) -> anyhow::Result<Vec<LoopRecord>> {
+    trees_of(manager, root, std::slice::from_ref(plan_id))
+}
+
+/// The top loops (plans, or loops started on their own) of the trees that hold an unfinished
+/// loop of `records`, each once.
+fn roots_of_unfinished(records: &[LoopRecord]) -> Vec<LoopId> {
+    let parents: HashMap<&LoopId, &LoopId> = records
+        .iter()
+        .filter_map(|record| record.parent.as_ref().map(|parent| (&record.id, parent)))
+        .collect();
+    let mut roots: Vec<LoopId> = Vec::new();
+    for record in records.iter().filter(|record| record.status.is_active()) {
+        let mut top = &record.id;
+        // Bounded by the number of loops: a broken store cannot make it climb forever.
+        for _ in 0..records.len() {
+            match parents.get(top) {
+                Some(parent) => top = parent,
+                None => break,
+            }
+        }
+        if !roots.contains(top) {
+            roots.push(top.clone());
+        }
+    }
+    roots
+}
+
+/// The loops `tops` and everything below them, parents first.
+fn trees_of(
+    manager: &LoopManager,
+    root: &Path,
+    tops: &[LoopId],
+) -> anyhow::Result<Vec<LoopRecord>> {
     let mut all = manager.status(root)?;
     all.reverse();
-    let mut members: HashSet<LoopId> = HashSet::from([plan_id.clone()]);
+    let mut members: HashSet<LoopId> = tops.iter().cloned().collect();
     let mut tree = Vec::new();
     for record in all {
-        let belongs = record.id == *plan_id
+        let belongs = members.contains(&record.id)
             || record
                 .parent
                 .as_ref()
@@ -545,6 +585,20 @@ fn tree_records(
         }
     }
     Ok(tree)
+}
+
+/// What a command whose reader closed its stdout exits with: 128 and SIGPIPE's number, as a
+/// shell reports a command the closed pipe ended (and as `rg` exits).
+pub const CLOSED_STDOUT_STATUS: u8 = 141;
+
+/// Whether `err` comes from writing to a stdout whose reader is gone (`loopr status | head`):
+/// the command ends quietly then, as other command-line tools do.
+pub fn stdout_was_closed(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Whether the project at `root` has Loopr state: its database under `loopr_home`, at the
@@ -619,18 +673,20 @@ pub fn print_transcript(loopr_home: &Path, root: &Path, id: &str) -> anyhow::Res
 }
 
 /// The summary table: one row per loop, with its tokens and their estimated cost, priced by
-/// `prices` or, without, by the prices the loop started with (its `--settings`).
+/// `prices` or, without, by the prices the loop started with (its `--settings`). Each column
+/// is as wide as its widest cell, so the rows line up under the heads.
 fn write_table(
     out: &mut impl Write,
     records: &[LoopRecord],
     usage: &HashMap<LoopId, Vec<ModelUsage>>,
     prices: Option<&PriceTable>,
 ) -> anyhow::Result<()> {
-    writeln!(
-        out,
-        "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  ERROR",
-        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT", "COST"
-    )?;
+    const HEADS: [&str; 9] = [
+        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT", "COST",
+    ];
+    // Counts and money read best aligned right.
+    const RIGHT_FROM: usize = 4;
+    let mut rows: Vec<([String; 9], String)> = Vec::with_capacity(records.len());
     for record in records {
         let spent = usage.get(&record.id).map_or(&[][..], Vec::as_slice);
         let cost = match prices {
@@ -641,22 +697,71 @@ fn write_table(
         };
         // Estimated when the server reported no usage for some turn.
         let estimated = spent.iter().any(|entry| entry.usage.estimated);
-        let row = format!(
-            "{:<22} {:<6} {:<18} {:<18} {:>4} {:>6} {:>9} {:>9} {:>9}  {}",
-            record.id.as_str(),
-            record.loop_type.as_str(),
-            record.name.as_deref().unwrap_or("-"),
-            record.status.as_str(),
-            record.iteration,
-            record.review_passes,
+        let cells = [
+            record.id.as_str().to_owned(),
+            record.loop_type.as_str().to_owned(),
+            name_cell(record),
+            record.status.as_str().to_owned(),
+            record.iteration.to_string(),
+            record.review_passes.to_string(),
             tokens_cell(record.tokens_in, estimated),
             tokens_cell(record.tokens_out, estimated),
             cost_cell(&cost),
-            record.error.as_deref().map(hinted).unwrap_or_default()
-        );
-        writeln!(out, "{}", crate::terminal_text::for_terminal(&row))?;
+        ];
+        let error = record.error.as_deref().map(hinted).unwrap_or_default();
+        rows.push((
+            cells.map(|cell| crate::terminal_text::for_terminal(&cell).into_owned()),
+            error,
+        ));
+    }
+    let mut widths = HEADS.map(str::len);
+    for (cells, _) in &rows {
+        for (width, cell) in widths.iter_mut().zip(cells) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[&str], error: &str| -> String {
+        let mut line = String::new();
+        for (column, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if column > 0 {
+                line.push(' ');
+            }
+            if column >= RIGHT_FROM {
+                line.push_str(&format!("{cell:>width$}"));
+            } else {
+                line.push_str(&format!("{cell:<width$}"));
+            }
+        }
+        format!("{line}  {error}")
+    };
+    writeln!(out, "{}", line(&HEADS, "ERROR").trim_end())?;
+    for (cells, error) in &rows {
+        let cells: Vec<&str> = cells.iter().map(String::as_str).collect();
+        let row = line(&cells, &crate::terminal_text::for_terminal(error));
+        writeln!(out, "{row}")?;
     }
     Ok(())
+}
+
+/// How long a plan's task may be in the NAME column before it is cut.
+const TASK_NAME_CHARS: usize = 24;
+
+/// A loop's name; a plan, which has none, is named by its task, shortened, its words joined
+/// by `_`: scripts split the table at whitespace, and a hyphen would make it read like the
+/// name of one of its specs or phases.
+fn name_cell(record: &LoopRecord) -> String {
+    let Some(name) = &record.name else {
+        let task = record.task.split_whitespace().collect::<Vec<_>>().join("_");
+        return match task.chars().count() {
+            0 => "-".to_owned(),
+            count if count <= TASK_NAME_CHARS => task,
+            _ => {
+                let cut: String = task.chars().take(TASK_NAME_CHARS - 1).collect();
+                format!("{}…", cut.trim_end_matches('_'))
+            }
+        };
+    };
+    name.clone()
 }
 
 /// A token count, `~1.2k` when Loopr estimated (some of) it.

@@ -64,7 +64,7 @@ enum Command {
         settings: String,
     },
     /// Resume the unfinished loops of a project (after a crash) without Neovim, until nothing
-    /// can move. Exits 0 when every loop of the project completed.
+    /// can move. Exits 0 when every loop it resumed (and what they started) completed.
     Resume {
         /// Approve every artifact that waits for review.
         #[arg(long)]
@@ -316,6 +316,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            if loopr::cli::stdout_was_closed(&err) {
+                // The reader stopped early (`loopr transcript ID | head`): nothing to tell.
+                return ExitCode::from(loopr::cli::CLOSED_STDOUT_STATUS);
+            }
             if let Some(signal) = err.downcast_ref::<loopr::cli::Interrupted>() {
                 eprintln!("loopr: {signal}");
                 tracing::info!(signal = signal.name(), "headless run stopped by a signal");

@@ -317,12 +317,8 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
     assert!(stderr.contains("not every loop completed"), "{stderr}");
 
     // The plan's transcript, as its journal holds it.
-    let id = stdout
-        .lines()
-        .find(|line| line.contains("awaiting_approval"))
-        .and_then(|line| line.split_whitespace().next())
-        .expect("the plan's id");
-    let transcript = run_loopr(&dirs, &fake, &["transcript", id]).await;
+    let id = awaiting_plan_id(&stdout);
+    let transcript = run_loopr(&dirs, &fake, &["transcript", &id]).await;
     assert!(transcript.status.success(), "{transcript:?}");
     let text = String::from_utf8_lossy(&transcript.stdout);
     assert!(text.starts_with(&format!("# plan loop {id}\n")), "{text}");
@@ -340,6 +336,16 @@ async fn plan_without_approval_stops_at_the_gate_and_fails_the_exit_code() {
         error.contains("`loopr status` lists the project's loops"),
         "{error}"
     );
+}
+
+/// The id of the plan that awaits approval in a summary table.
+fn awaiting_plan_id(table: &str) -> String {
+    table
+        .lines()
+        .find(|line| line.contains("awaiting_approval"))
+        .and_then(|line| line.split_whitespace().next())
+        .expect("the plan's id")
+        .to_owned()
 }
 
 /// Text from outside (a project file a tool read, the model's words, a command's output)
@@ -2003,5 +2009,114 @@ async fn cancel_ends_an_interrupted_loop_at_once_and_a_running_one_through_its_h
         "cancelled",
         "{table}\n{}",
         String::from_utf8_lossy(&live.stderr)
+    );
+}
+
+/// `loopr status` lines its columns up under their heads whatever their width (a loop id is
+/// longer than its column was), and a plan's NAME is its task, shortened, not `-`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_columns_line_up_and_a_plan_is_named_by_its_task() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
+    run_loopr_plan(&dirs, &fake).await;
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    let starts = |line: &str| -> Vec<usize> {
+        line.char_indices()
+            .filter(|&(at, c)| c != ' ' && (at == 0 || line.as_bytes()[at - 1] == b' '))
+            .map(|(at, _)| at)
+            .take(4)
+            .collect()
+    };
+    let row = table
+        .lines()
+        .find(|line| line.contains(" plan "))
+        .unwrap_or_else(|| panic!("no plan row:\n{table}"));
+    assert_eq!(starts(row), starts(header), "columns:\n{table}");
+    assert_eq!(
+        row.split_whitespace().nth(2),
+        Some("Add_a_--version_flag"),
+        "{table}"
+    );
+}
+
+/// `loopr transcript ID | head`: a reader that stops early ends the command quietly, as it
+/// ends `rg` or `cat`, with no "Broken pipe" on the terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_piped_into_a_reader_that_stops_early_ends_quietly() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(tool_turn("toolu_plan", "create_plan", valid_plan()));
+    let planned = run_loopr_plan(&dirs, &fake).await;
+    let id = awaiting_plan_id(&String::from_utf8_lossy(&planned.stdout));
+    for args in [vec!["transcript", id.as_str()], vec!["status"]] {
+        // The reader is gone before the command writes: as `head` is after its lines.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let output = scenario::loopr_command(&dirs, &fake, &args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            // Not `output()`: tokio's would replace the closed pipe with its own.
+            .spawn()
+            .expect("start loopr")
+            .wait_with_output()
+            .await
+            .expect("run loopr");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            matches!(output.status.code(), Some(0 | 141))
+                && !stderr.to_lowercase().contains("broken pipe"),
+            "loopr {args:?}: {:?}\n{stderr}",
+            output.status
+        );
+    }
+}
+
+/// `loopr resume` judges and lists the loops it resumed: an old loop the user cancelled
+/// does not fail it, and a project with nothing unfinished lists what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_judges_the_loops_it_resumed_not_an_old_cancelled_one() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let cancelled = plan_killed_mid_turn(&dirs, &fake).await;
+    assert!(
+        run_loopr(&dirs, &fake, &["cancel", &cancelled])
+            .await
+            .status
+            .success()
+    );
+    let killed = {
+        fake.push_routed(
+            "Add a --version flag",
+            scenario::stalled_turn("Let me look."),
+        );
+        scenario::plan_killed_at_request(
+            &dirs,
+            &fake,
+            "Add a --version flag",
+            r#"{"plan_review_passes": 0, "spec_review": false}"#,
+            2,
+        )
+        .await;
+        let status = run_loopr(&dirs, &fake, &["status"]).await;
+        let table = String::from_utf8_lossy(&status.stdout).into_owned();
+        table
+            .lines()
+            .find(|row| row.split_whitespace().nth(3) == Some("interrupted"))
+            .and_then(|row| row.split_whitespace().next())
+            .unwrap_or_else(|| panic!("the killed plan:\n{table}"))
+            .to_owned()
+    };
+    scenario::push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    let resumed = run_loopr(&dirs, &fake, &["resume", "--approve-all"]).await;
+    let table = String::from_utf8_lossy(&resumed.stdout);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}\n{table}");
+    assert!(table.lines().any(|row| row.starts_with(&killed)), "{table}");
+    assert!(
+        !table.lines().any(|row| row.starts_with(&cancelled)),
+        "{table}"
     );
 }
