@@ -17,21 +17,18 @@ local function str(v)
   return type(v) == 'string' and v ~= '' and v or nil
 end
 
----Name of a spec or phase loop, else its id.
+---How the host names a loop (`plan "{task}"`, `spec "{name}"`), else its type and id.
 ---@param ev loopr.LoopUpdatedEvent
 ---@return string
 local function name_of(ev)
   local id = ev.id
-  if ev.type == 'plan' then
-    return id
-  end
   local rows = require('loopr.host').request('status', { root = require('loopr.config').root() })
   for _, r in ipairs(type(rows) == 'table' and rows or {}) do
     if r.id == id then
-      return str(r.name) or id
+      return str(r.label) or (ev.type or 'loop') .. ' ' .. id
     end
   end
-  return id
+  return (ev.type or 'loop') .. ' ' .. id
 end
 
 ---@type table<string, fun(ev: table)>
@@ -55,7 +52,7 @@ function handlers.loop_updated(ev)
   end
   if ev.status == 'awaiting_approval' then
     notify.notify(
-      ('Loopr: %s %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(ev.type or 'loop', name_of(ev)),
+      ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev)),
       vim.log.levels.INFO
     )
   end

@@ -14,7 +14,7 @@ end
 ---gets the id; an error is notified. `on_done` (the caller's) gets the id, nil on error, last.
 ---@param method string
 ---@param params table
----@param on_loop_id fun(loop_id: string)
+---@param on_loop_id fun(loop_id: string, label: string) `label` names the loop: `plan "{task}"`.
 ---@param on_done? fun(loop_id: string|nil)
 local function send_for_loop_id(method, params, on_loop_id, on_done)
   on_done = on_done or function() end
@@ -28,7 +28,8 @@ local function send_for_loop_id(method, params, on_loop_id, on_done)
       notify(('Loopr: unexpected reply to %s: %s'):format(method, vim.inspect(result)))
       return on_done(nil)
     end
-    on_loop_id(id)
+    -- The host names the loop (its task or name); the id stays for the callers.
+    on_loop_id(id, type(result.label) == 'string' and result.label or ('loop ' .. id))
     on_done(id)
   end)
 end
@@ -196,8 +197,8 @@ function M.cancel(id, opts, on_done)
   send_for_loop_id('cancel', {
     root = (opts and opts.root) or config.root(),
     id = trimmed(id),
-  }, function(cancelled)
-    notify(('Loopr: cancelling loop %s'):format(cancelled), vim.log.levels.INFO)
+  }, function(_, label)
+    notify(('Loopr: cancelling %s'):format(label), vim.log.levels.INFO)
   end, on_done)
 end
 
@@ -211,15 +212,9 @@ function M.approve(id, opts, on_done)
   on_done = on_done or function() end
   local root = (opts and opts.root) or config.root()
   local function approve(target)
-    send_for_loop_id('approve', { root = root, id = target }, function() end, function(approved)
-      if not approved then
-        return on_done(nil)
-      end
-      with_record_of(root, approved, function(r)
-        notify(('Loopr: approved %s %s'):format(r and r.type or 'loop', approved), vim.log.levels.INFO)
-        on_done(approved)
-      end)
-    end)
+    send_for_loop_id('approve', { root = root, id = target }, function(_, label)
+      notify(('Loopr: approved %s'):format(label), vim.log.levels.INFO)
+    end, on_done)
   end
   id = trimmed(id)
   local here = not id and require('loopr.paths').buf_artifact()
@@ -258,8 +253,8 @@ function M.revise(feedback, opts, on_done)
     root = opts.root or config.root(),
     id = id,
     feedback = feedback,
-  }, function(revised)
-    notify(('Loopr: revising loop %s'):format(revised), vim.log.levels.INFO)
+  }, function(_, label)
+    notify(('Loopr: revising %s'):format(label), vim.log.levels.INFO)
   end, on_done)
   return true
 end
@@ -276,8 +271,8 @@ function M.retry(id, opts, on_done)
     local here = require('loopr.paths').buf_artifact()
     id = here and here.loop_id or nil
   end
-  send_for_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id }, function(retried)
-    notify(('Loopr: retrying loop %s'):format(retried), vim.log.levels.INFO)
+  send_for_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id }, function(_, label)
+    notify(('Loopr: retrying %s'):format(label), vim.log.levels.INFO)
   end, on_done)
 end
 

@@ -162,6 +162,16 @@ macro_rules! notification_table {
     };
 }
 
+/// The reply naming loop `id` of the project at `root` as messages word it.
+fn named_reply(
+    host: &HostState,
+    root: &std::path::Path,
+    id: crate::store::LoopId,
+) -> Result<LoopIdReply, String> {
+    let records = host.manager.status(root).map_err(manager_error)?;
+    Ok(LoopIdReply::named(&records, id))
+}
+
 request_table! {
     /// Starts planning a task: a plan loop, named in the reply.
     plan(PlanParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
@@ -221,29 +231,29 @@ request_table! {
         => |host, params| host
             .manager
             .cancel(&params.root, params.id.as_deref())
-            .map(|record| LoopIdReply::new(record.id))
-            .map_err(manager_error);
+            .map_err(manager_error)
+            .and_then(|cancelled| named_reply(host, &params.root, cancelled.id));
     /// Approves a loop's artifact, or lets a paused loop go on.
     approve(CancelParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
         => |host, params| host
             .manager
             .approve(&params.root, params.id.as_deref())
-            .map(LoopIdReply::new)
-            .map_err(manager_error);
+            .map_err(manager_error)
+            .and_then(|approved| named_reply(host, &params.root, approved));
     /// Revises an artifact with the user's feedback.
     revise(ReviseParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
         => |host, params| host
             .manager
             .revise(&params.root, &params.id, &params.feedback)
-            .map(LoopIdReply::new)
-            .map_err(manager_error);
+            .map_err(manager_error)
+            .and_then(|id| named_reply(host, &params.root, id));
     /// Starts a failed or interrupted loop again.
     retry(CancelParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
         => |host, params| host
             .manager
             .retry(&params.root, params.id.as_deref())
-            .map(LoopIdReply::new)
-            .map_err(manager_error);
+            .map_err(manager_error)
+            .and_then(|id| named_reply(host, &params.root, id));
     /// Opens a project and resumes the loops a host that is gone left.
     resume(RootParams) -> ResumeReply, Blocking, notification: true, sender: Lua
         => |host, params| host

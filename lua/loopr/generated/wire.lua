@@ -30,6 +30,7 @@
 ---@field server_error? string Why the server could not be asked.
 ---@field window? table `{ tokens, from }`.
 ---@class loopr.LoopIdReply
+---@field label string How messages name the loop: `plan "Add a --version flag"`, `spec "cli"`; the id only when the host no longer finds the loop. Left out when empty.
 ---@field loop_id string
 ---@class loopr.LoopRecord Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
 ---@field active boolean Not finished (`LoopStatus::is_active`).
@@ -42,6 +43,7 @@
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field iteration integer
+---@field label string How messages name the loop (`LoopIdReply::label`).
 ---@field name? string
 ---@field parent? string
 ---@field retryable boolean A retry runs it again (`retryable`).

@@ -66,6 +66,11 @@ impl LoopManager {
                 message: format!("{} is missing or invalid", path.display()),
             })?;
         let children = spawned_children(&record, record.iteration, &spawned)?;
+        // The children start at once with the settings they inherit: fail here, before the
+        // approval, when they could not reach the model (no API key), as `start_plan` does.
+        if !children.is_empty() {
+            (self.shared.provider_factory)(&LoopSettings::from_stored(&record.settings))?;
+        }
         if let Err(refused) = project.db.approve(
             &record.id,
             record.iteration,

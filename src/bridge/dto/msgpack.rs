@@ -96,6 +96,7 @@ mod tests {
     fn replies_encode_structs_as_maps() {
         let value = to_value(&LoopIdReply {
             loop_id: "abc".to_owned(),
+            label: String::new(),
         })
         .expect("encode");
         assert_eq!(value, map(vec![("loop_id", Value::from("abc"))]));

@@ -331,14 +331,52 @@ pub struct TranscriptReply {
 #[schemars(rename = "loopr.LoopIdReply")]
 pub struct LoopIdReply {
     pub loop_id: String,
+    /// How messages name the loop: `plan "Add a --version flag"`, `spec "cli"`; the id
+    /// only when the host no longer finds the loop. Left out when empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub label: String,
 }
+
+/// A plan's task is cut to this many characters in a label, so a message stays one line.
+const LABEL_TASK_CHARS: usize = 60;
 
 impl LoopIdReply {
     pub fn new(loop_id: impl std::fmt::Display) -> LoopIdReply {
+        let loop_id = loop_id.to_string();
         LoopIdReply {
-            loop_id: loop_id.to_string(),
+            label: format!("loop {loop_id}"),
+            loop_id,
         }
     }
+
+    /// The reply for `loop_id`, labelled from its record among `records`.
+    pub fn named(records: &[LoopRecord], loop_id: impl std::fmt::Display) -> LoopIdReply {
+        let loop_id = loop_id.to_string();
+        match records.iter().find(|record| record.id.as_str() == loop_id) {
+            Some(record) => LoopIdReply {
+                label: loop_label(record),
+                loop_id,
+            },
+            None => LoopIdReply::new(loop_id),
+        }
+    }
+}
+
+/// A loop as a person calls it: its type, then a plan's task or another loop's name.
+pub fn loop_label(record: &LoopRecord) -> String {
+    let loop_type = record.loop_type.as_str();
+    let named = match (&record.name, record.loop_type) {
+        (Some(name), _) if !name.trim().is_empty() => name.trim().to_owned(),
+        _ => {
+            let task = record.task.trim();
+            let mut cut: String = task.chars().take(LABEL_TASK_CHARS).collect();
+            if cut.len() < task.len() {
+                cut.push('…');
+            }
+            cut
+        }
+    };
+    format!("{loop_type} {named:?}")
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -355,6 +393,8 @@ pub struct LoopRecordReply {
     pub error: Option<String>,
     pub task: String,
     pub name: Option<String>,
+    /// How messages name the loop (`LoopIdReply::label`).
+    pub label: String,
     pub triggered_by: Option<String>,
     pub depends_on: Vec<String>,
     pub review_passes: u32,
@@ -417,6 +457,7 @@ impl From<LoopRecord> for LoopRecordReply {
     fn from(record: LoopRecord) -> LoopRecordReply {
         LoopRecordReply {
             standing: Standing::of_record(&record),
+            label: loop_label(&record),
             artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),
