@@ -173,20 +173,9 @@ async fn plan_approve_all_runs_the_whole_hierarchy_and_each_rule_break_is_correc
     )
     .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstderr:\n{stderr}\nstdout:\n{stdout}",
-        output.status
-    );
-
     // Every loop of the tree is in the summary, complete: 1 plan, 2 specs, 7 phases.
-    let rows: Vec<&str> = stdout.lines().skip(1).collect();
-    assert_eq!(rows.len(), 10, "{stdout}");
-    assert!(
-        rows.iter().all(|row| row.contains(" complete ")),
-        "{stdout}"
-    );
+    let rows = scenario::all_complete_rows(&output);
+    assert_eq!(rows.len(), 10, "{rows:#?}");
     assert!(
         stderr.contains("approved plan"),
         "progress goes to stderr: {stderr}"

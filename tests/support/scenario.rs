@@ -390,6 +390,24 @@ pub async fn run_loopr(
         .expect("run loopr")
 }
 
+/// The rows of a run's summary table after checking the run exited 0 and every row is
+/// `complete` (its exit, stderr and stdout shown if not).
+pub fn all_complete_rows(output: &std::process::Output) -> Vec<String> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstderr:\n{stderr}\nstdout:\n{stdout}",
+        output.status
+    );
+    let rows: Vec<String> = stdout.lines().skip(1).map(str::to_owned).collect();
+    assert!(
+        rows.iter().all(|row| row.contains(" complete ")),
+        "{stdout}"
+    );
+    rows
+}
+
 /// The arguments of `loopr plan "Add a --version flag"` without review passes.
 pub const PLAN_ARGS: [&str; 4] = [
     "plan",
