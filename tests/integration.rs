@@ -39,4 +39,5 @@ mod integration {
     mod transcript;
     mod trust;
     mod web;
+    mod windows;
 }

@@ -148,14 +148,12 @@ function M.mcp()
     vim.bo[buf].buftype = 'nofile'
     vim.bo[buf].bufhidden = 'wipe'
     vim.bo[buf].swapfile = false
+    require('loopr.ui').map_close(buf, 'MCP servers')
   end
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
-  if vim.fn.bufwinid(buf) == -1 then
-    vim.cmd('botright split')
-    vim.api.nvim_win_set_buf(0, buf)
-  end
+  require('loopr.ui').open(buf, { name = 'Loopr MCP servers' })
   return buf
 end
 
@@ -418,7 +416,7 @@ function M.resume_if_needed(on_done)
   end
 end
 
----Open the host's log file in a split.
+---Open the host's log file per the `layout` option, at its end.
 ---@return integer|nil buf
 function M.open_log()
   local file = require('loopr.host').log_file()
@@ -426,10 +424,18 @@ function M.open_log()
     notify(('Loopr: no log file yet at %s'):format(file), vim.log.levels.WARN)
     return nil
   end
-  vim.cmd(('split %s'):format(vim.fn.fnameescape(file)))
-  vim.bo.autoread = true
-  vim.cmd('normal! G')
-  return vim.api.nvim_get_current_buf()
+  local buf = vim.fn.bufadd(file)
+  vim.fn.bufload(buf)
+  vim.bo[buf].buflisted = true
+  vim.bo[buf].autoread = true
+  -- Open already: what the host wrote since.
+  vim.cmd.checktime(buf)
+  require('loopr.ui').map_close(buf, 'log')
+  local win = require('loopr.ui').open(buf, { name = 'Loopr log' })
+  if win then
+    vim.api.nvim_win_set_cursor(win, { vim.api.nvim_buf_line_count(buf), 0 })
+  end
+  return buf
 end
 
 ---Statusline component: latest progress message, "" when nothing runs.
