@@ -399,6 +399,32 @@ async fn at_100_columns_the_table_fits_the_keys_are_on_top_and_the_cursor_on_the
         "the cursor stayed on its loop: {cursor:?}\n{view}"
     );
 
+    // A narrower screen: the table fits again, and the winbar points to the keys left out.
+    editor.nvim.ui_try_resize(60, 40).await.expect("resize");
+    let narrow = drawn_status(&editor).await;
+    let narrow_width = narrow["text_width"].as_u64().expect("width");
+    assert_eq!(narrow_width, 60, "{narrow}");
+    for (line, width) in narrow["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .zip(narrow["widths"].as_array().expect("widths"))
+    {
+        assert!(
+            width.as_u64().expect("width") <= narrow_width,
+            "wider than the window: {line}\n{narrow}"
+        );
+    }
+    let winbar = narrow["winbar"].as_str().expect("winbar");
+    assert!(
+        winbar.contains("<CR> open") && winbar.ends_with("g? all keys"),
+        "{winbar:?}"
+    );
+    assert!(
+        narrow["keys"]["g?"].as_str().is_some(),
+        "g? is mapped: {narrow}"
+    );
+
     // On a phase's line, T lists its tasks and i runs it.
     let phase_line = lines
         .iter()
