@@ -182,22 +182,26 @@ end
 ---@return string[] lines
 ---@return (loopr.LoopRecord|false)[] records The record of each line, false for others.
 function M.format(rows)
-  local cells = { { 'LOOP', 'NAME', 'ID', 'STATUS', 'ITER', 'REVIEWS', 'TOKENS', 'COST', 'TREE TOTAL', 'ERROR' } }
+  local cells =
+    { { 'LOOP', 'NAME', 'ID', 'STATUS', 'ITER', 'REVIEWS', 'TOKENS', 'COST', 'TREE TOTAL', 'ERROR', 'NOTE' } }
   local records = { false }
   for _, node in ipairs(M.tree(rows)) do
     local r = node.record
     local name = r.type == 'plan' and text(r.task) or text(r.name)
+    -- The host tells a note (what an undo restored) from an error, and what to call the state.
+    local note = text(r.note)
     table.insert(cells, {
       INDENT:rep(node.depth) .. text(r.type),
       truncate(name, NAME_WIDTH),
       text(r.id),
-      text(r.status),
+      text(r.shown_status),
       text(r.iteration),
       text(r.review_passes),
       M.tokens(r.spend),
       M.cost(r.spend),
       M.tree_spend(r.tree),
-      truncate(text(r.error), ERROR_WIDTH),
+      truncate(note == '' and text(r.error) or '', ERROR_WIDTH),
+      truncate(note, ERROR_WIDTH),
     })
     table.insert(records, r)
   end
