@@ -147,7 +147,6 @@ impl LoopManager {
         let project = self.project(root)?;
         let records = project.db.list()?;
         let trees = PlanTrees::of(&records);
-        // Newest first, as `records` are.
         let mut plans_with_phases: Vec<LoopId> = Vec::new();
         for record in records.iter().filter(|record| listed_phase(record)) {
             let plan = trees.root(&record.id);
@@ -166,9 +165,13 @@ impl LoopManager {
                 }
                 _ => selector.clone(),
             },
-            PhaseSelector::CurrentPlan => plans_with_phases
-                .first()
-                .map_or(PhaseSelector::All, |plan| PhaseSelector::Plan(plan.clone())),
+            // The newest plan, not the plan of the newest phase (a revision renews phases).
+            PhaseSelector::CurrentPlan => records
+                .iter()
+                .find(|record| plans_with_phases.contains(&record.id))
+                .map_or(PhaseSelector::All, |plan| {
+                    PhaseSelector::Plan(plan.id.clone())
+                }),
             other => other.clone(),
         };
         let plan = match &selector {
