@@ -275,7 +275,8 @@ function M.retry(id, opts, on_done)
 end
 
 ---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),
----else of the current buffer's phase artifact, else of every current phase.
+---else of the current buffer's phase artifact, else of the current plan's phases (the plan of
+---the current artifact buffer, else the newest plan with phases).
 ---@param phase string|nil
 ---@return integer|nil qf_id The quickfix list's id, nil on error or without tasks (notified).
 function M.tasks(phase)
@@ -317,7 +318,25 @@ function M.run(phase, on_done)
   return true
 end
 
----The phase a command is about: the argument, else the phase.md in the current buffer.
+---The phase the quickfix list in the current window is about: the one its Loopr list was
+---made for (its `context`), else the phase of the entry under the cursor (a task's).
+---@return string|nil
+local function quickfix_phase()
+  if vim.fn.win_gettype() ~= 'quickfix' then
+    return nil
+  end
+  local context = vim.fn.getqflist({ context = 0 }).context
+  local list = type(context) == 'table' and context.loopr or nil
+  if type(list) == 'table' and type(list.phase) == 'string' then
+    return list.phase
+  end
+  local entry = vim.fn.getqflist()[vim.fn.line('.')]
+  local data = entry and entry.user_data
+  return type(data) == 'table' and type(data.loop_id) == 'string' and data.loop_id or nil
+end
+
+---The phase a command is about: the argument, else the phase.md in the current buffer, else
+---the phase of the Loopr list in the quickfix window.
 ---@param phase string|nil
 ---@param command string For the error message.
 ---@return string|nil phase
@@ -329,6 +348,7 @@ local function phase_argument(phase, command)
       target = here.loop_id
     end
   end
+  target = target or quickfix_phase()
   if not target then
     notify(('%s needs a phase: :%s {phase} (see :LooprStatus)'):format(command, command))
   end

@@ -190,7 +190,8 @@ local COLUMNS = {
     end,
   },
   { title = 'ID', cell = field('id') },
-  { title = 'STATUS', cell = field('status') },
+  -- The host names the state as the user sees it (`undone` for an undone code loop).
+  { title = 'STATUS', cell = field('shown_status') },
   { title = 'ITER', cell = field('iteration') },
   { title = 'REVIEWS', cell = field('review_passes') },
   {
@@ -211,7 +212,15 @@ local COLUMNS = {
       return M.tree_spend(r.tree)
     end,
   },
-  { title = 'ERROR', cap = ERROR_WIDTH, cell = field('error') },
+  {
+    title = 'ERROR',
+    cap = ERROR_WIDTH,
+    -- The host tells a note (what an undo restored) from an error: a note has its own column.
+    cell = function(r)
+      return M.text(r.note) == '' and M.text(r.error) or ''
+    end,
+  },
+  { title = 'NOTE', cap = ERROR_WIDTH, cell = field('note') },
 }
 
 ---How the table fits a window too narrow for it, one step at a time until it fits: the
@@ -224,6 +233,7 @@ local NARROWING = {
   { column = 'REVIEWS' },
   { column = 'ITER' },
   { column = 'COST' },
+  { column = 'NOTE' },
   { column = 'ERROR', to = 30 },
   { column = 'ID' },
   { column = 'ERROR', to = 12 },
