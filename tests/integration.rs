@@ -38,5 +38,6 @@ mod integration {
     mod text_protocols;
     mod transcript;
     mod trust;
+    mod validation;
     mod web;
 }

@@ -13,6 +13,7 @@ use super::baseline::{Baseline, BaselineError};
 use super::context::{LoopContext, LoopError, offered_mcp_tools};
 use super::context_budget::RereadHints;
 use super::events::LoopEvent;
+use super::failure_locations::{self, FailureLocation};
 use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
@@ -377,6 +378,7 @@ async fn validate(
             Ok(db.set_iteration(&id, iteration)?)
         })
         .await?;
+    let locations = failure_places(context, format!("{}{}", output.stdout, output.stderr)).await;
     context.events.emit(LoopEvent::ValidationFinished {
         loop_id: context.record.id.clone(),
         phase: phase.name.clone(),
@@ -384,6 +386,8 @@ async fn validate(
         passed,
         command: command.clone(),
         output: format!("{}{}", output.stdout, output.stderr),
+        locations,
+        root: context.root.path().to_path_buf(),
     });
     context.progress(format!(
         "iteration {iteration}: validation {}",
@@ -409,6 +413,17 @@ async fn validate(
         )
     };
     Ok((passed, text))
+}
+
+/// The places in the project's files that a validation's `output` names (a walk of the
+/// project may look for a bare file name: on the blocking pool).
+async fn failure_places(context: &LoopContext, output: String) -> Vec<FailureLocation> {
+    let root = context.root.clone();
+    tokio::task::spawn_blocking(move || {
+        failure_locations::in_project(&root, failure_locations::runner_locations(&output))
+    })
+    .await
+    .unwrap_or_default()
 }
 
 fn tail(text: &str, max_bytes: usize) -> String {

@@ -10,7 +10,7 @@ use crate::scenario::{
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
-async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
+pub(super) async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
     crate::scenario::push_one_spec_hierarchy(
         fake,
         |phase| (phase == "print-version").then(|| validation.to_owned()),
