@@ -328,25 +328,33 @@ async fn validate(
             "`{command}` matches the deny-list pattern {pattern:?}; revise the phase's validation command"
         )));
     }
-    // The model wrote this command (in the phase), so it is approved like any other.
-    let request = ApprovalRequest {
-        loop_id: context.record.id.to_string(),
-        kind: ChangeKind::Command,
-        tool: "validation",
-        subject: command.clone(),
-        detail: format!(
-            "$ {command}\n(the phase's validation command, in the project root){}",
-            unsandboxed_note(&context.policy.sandbox)
-        ),
-    };
-    match context.approver.decide(request, &context.cancel).await {
-        Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
-        Some(Decision::Reject(reason)) => {
-            return Err(LoopError::Validation(format!(
-                "the user rejected the validation command `{command}`: {reason}"
-            )));
+    // The model wrote this command (in the phase). Inside the sandbox it runs like the
+    // phase's own check it is, unless the user wants to approve it; without a sandbox it
+    // is asked about like any other command.
+    let sandboxed = context.policy.sandbox.is_confined();
+    if context.settings.approve_validation || !sandboxed {
+        let request = ApprovalRequest {
+            loop_id: context.record.id.to_string(),
+            kind: ChangeKind::Command,
+            tool: "validation",
+            subject: command.clone(),
+            detail: format!(
+                "$ {command}\n(the phase's validation command, in the project root){}",
+                unsandboxed_note(&context.policy.sandbox)
+            ),
+        };
+        match context.approver.decide(request, &context.cancel).await {
+            Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
+            Some(Decision::Reject(reason)) => {
+                return Err(LoopError::ValidationRejected {
+                    loop_id: context.record.id.clone(),
+                    phase: phase.name.clone(),
+                    command: command.clone(),
+                    reason,
+                });
+            }
+            None => return Err(LoopError::Cancelled),
         }
-        None => return Err(LoopError::Cancelled),
     }
     context.progress(format!("iteration {iteration}: running {command}"));
     // Recorded like a tool's changes: a formatter in the validation changes files too.
