@@ -13,6 +13,7 @@ mod context;
 mod context_budget;
 mod cut_off;
 mod events;
+mod failure_locations;
 #[cfg(test)]
 mod first_requests;
 mod jobs;
@@ -36,6 +37,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,

@@ -38,6 +38,7 @@ mod integration {
     mod text_protocols;
     mod transcript;
     mod trust;
+    mod validation;
     mod web;
     mod windows;
 }

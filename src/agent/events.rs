@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::failure_locations::FailureLocation;
 use crate::artifacts::ArtifactKind;
 use crate::store::{LoopId, LoopStatus, LoopType};
 use crate::tools::ApprovalRequest;
@@ -49,6 +50,12 @@ pub enum LoopEvent {
         command: String,
         /// stdout then stderr, for parsing with an errorformat.
         output: String,
+        /// The places in the project's files the output names as the common runners write
+        /// them, for a shell whose own reading of the output finds none; their paths are
+        /// relative to `root`.
+        locations: Vec<FailureLocation>,
+        /// The project root the command ran in.
+        root: PathBuf,
     },
     /// Something the user should know that no other event says, e.g. an accepted change
     /// that could not be made.

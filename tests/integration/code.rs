@@ -10,7 +10,7 @@ use crate::scenario::{
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
-async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
+pub(super) async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
     crate::scenario::push_one_spec_hierarchy(
         fake,
         |phase| (phase == "print-version").then(|| validation.to_owned()),
@@ -81,7 +81,7 @@ fn assert_refused_for_unsaved_changes(result: &Value) {
 }
 
 /// Accepts the change or command the approval request `asked` is about.
-async fn accept(editor: &TestNvim, asked: &Value) {
+pub(super) async fn accept(editor: &TestNvim, asked: &Value) {
     editor
         .exec(&format!(
             "require('loopr.approvals').answer({}, 'accept')",
@@ -185,7 +185,7 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, "{}", "true").await;
+    let mut editor = planned_editor(&fake, "{ approve_validation = true }", "true").await;
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
@@ -229,7 +229,7 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
             asked["id"]
         ))
         .await;
-    // The validation command the model wrote is approved like any command.
+    // The validation command the model wrote, asked about as approve_validation wants.
     let validation = editor
         .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
         .await;
@@ -608,7 +608,7 @@ async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_withou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_after() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, "{}", "true").await;
+    let mut editor = planned_editor(&fake, "{ approve_validation = true }", "true").await;
     let project = editor.dirs.project.clone();
     for file in ["README.md", "src/main.rs"] {
         edit(&editor, &project.join(file)).await;

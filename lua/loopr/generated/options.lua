@@ -37,6 +37,13 @@ return {
     host = true,
     merge = true,
   },
+  approve_validation = {
+    check = { kind = 'boolean' },
+    default = false,
+    description = "Whether a phase's validation command waits for approval although it runs in the sandbox (without a sandbox it is always asked about).",
+    expect = 'a boolean',
+    host = true,
+  },
   base_url = {
     check = { kind = 'string', nonempty = true },
     description = "Overrides the provider's base URL variable.",

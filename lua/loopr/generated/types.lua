@@ -51,6 +51,7 @@
 ---@field allow_commands? string[] Regular expressions; a matching command runs without asking.
 ---@field api_key_env? string The variable that holds the API key, when not the provider's usual one.
 ---@field approvals? loopr.ApprovalSettings Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept ("auto").
+---@field approve_validation? boolean Whether a phase's validation command waits for approval although it runs in the sandbox (without a sandbox it is always asked about).
 ---@field base_url? string Overrides the provider's base URL variable.
 ---@field bin? string Path to the host binary; nil means auto-detect.
 ---@field budget? loopr.Budget The spend of each plan tree after which its loops pause until approved.
@@ -98,6 +99,7 @@
 ---@field allow_commands string[]
 ---@field api_key_env? string
 ---@field approvals loopr.ApprovalSettings
+---@field approve_validation boolean
 ---@field base_url? string
 ---@field bin? string
 ---@field budget loopr.Budget

@@ -118,6 +118,11 @@
 ---@field message string
 ---@field path string
 ---@field reason string "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
+---@class loopr.ValidationLocation A place a validation's output names, as a quickfix entry takes it.
+---@field col integer 1-based; 0 when only the line is known.
+---@field filename string The file's absolute path; it exists, inside the project.
+---@field lnum integer
+---@field text string
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
 ---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
@@ -161,6 +166,7 @@
 ---@field command string
 ---@field event "validation"
 ---@field iteration integer
+---@field locations loopr.ValidationLocation[] Places in the project's files the output names, as the common test runners and compilers write them: the quickfix entries when 'errorformat' finds none.
 ---@field loop_id string
 ---@field output string
 ---@field passed boolean
