@@ -24,9 +24,27 @@ local function current(state)
   return state.newer == nil and state.record.status ~= 'invalidated'
 end
 
+---Offered on the current iteration when the loop's record says `field` (a host rule).
+---@param field string
+---@return fun(state: loopr.ReviewState): boolean
+local function current_and(field)
+  return function(state)
+    return current(state) and state.record[field] == true
+  end
+end
+
 ---@return boolean
 local function always()
   return true
+end
+
+---Runs `require('loopr')[command]` on the artifact's loop.
+---@param command string
+---@return fun(ref: loopr.ArtifactRef)
+local function on_loop(command)
+  return function(ref)
+    require('loopr')[command](ref.loop_id)
+  end
 end
 
 ---Where each attached buffer's artifact stands, as the host last said.
@@ -39,21 +57,15 @@ M.keys = {
     lhs = 'a',
     name = 'approve',
     desc = 'Loopr: approve this artifact (:LooprApprove)',
-    offered = function(state)
-      return current(state) and state.record.awaits_approval
-    end,
-    run = function(ref)
-      require('loopr').approve(ref.loop_id)
-    end,
+    offered = current_and('awaits_approval'),
+    run = on_loop('approve'),
   },
   {
     lhs = 'r',
     name = 'revise',
     desc = 'Loopr: revise this artifact; asks for the feedback (:LooprRevise)',
-    offered = function(state)
-      local status = state.record.status
-      return current(state) and (status == 'awaiting_approval' or status == 'complete')
-    end,
+    -- The host's rule (`revisable`) for a loop that wrote its artifact.
+    offered = current_and('idle'),
     run = function(ref, buf)
       local state = states[buf]
       local label = state and state.record.label or ref.kind
@@ -68,21 +80,15 @@ M.keys = {
     lhs = 'R',
     name = 'retry',
     desc = "Loopr: retry this artifact's loop (:LooprRetry)",
-    offered = function(state)
-      return current(state) and state.record.retryable
-    end,
-    run = function(ref)
-      require('loopr').retry(ref.loop_id)
-    end,
+    offered = current_and('retryable'),
+    run = on_loop('retry'),
   },
   {
     lhs = 't',
     name = 'transcript',
     desc = "Loopr: follow the transcript of this artifact's loop (:LooprTranscript)",
     offered = always,
-    run = function(ref)
-      require('loopr').transcript(ref.loop_id)
-    end,
+    run = on_loop('transcript'),
   },
   {
     lhs = 'q',
@@ -194,6 +200,14 @@ function M.refresh()
   end)
 end
 
+-- Loaded when the first artifact is read: from then on a loop's change updates the hints.
+vim.api.nvim_create_autocmd('User', {
+  group = GROUP,
+  pattern = 'LooprLoopUpdated',
+  desc = 'Loopr: update the review hints',
+  callback = M.refresh,
+})
+
 ---Makes buffer `buf` a review buffer if it holds an artifact: not modifiable, the keys of
 ---`M.keys`, and a winbar that follows its loop. Called each time the buffer is read.
 ---@param buf integer
@@ -232,16 +246,6 @@ function M.attach(buf)
       attached[buf], states[buf] = nil, nil
     end,
   })
-  if #vim.api.nvim_get_autocmds({ group = GROUP, event = 'User', pattern = 'LooprLoopUpdated' }) == 0 then
-    vim.api.nvim_create_autocmd('User', {
-      group = GROUP,
-      pattern = 'LooprLoopUpdated',
-      desc = 'Loopr: update the review hints',
-      callback = function()
-        M.refresh()
-      end,
-    })
-  end
   M.refresh()
 end
 

@@ -13,11 +13,13 @@ use crate::scenario::{
 
 const AWAITING: &str = "Awaiting review · a approve · r revise · t transcript · q close";
 
-/// What window `win` (0: the current one) shows: its buffer's name, its winbar as drawn,
-/// whether the buffer can be changed, and its buffer-local normal-mode keys.
+/// What window `win` (0: the current one) shows once the host has answered what Loopr asked:
+/// its buffer's name, its winbar as drawn, whether the buffer can be changed, and its
+/// buffer-local normal-mode keys.
 async fn review_window(editor: &TestNvim, win: i64) -> Value {
+    let _: Option<bool> = editor.lua_answered("").await;
     editor
-        .lua_answered(&format!(
+        .lua(&format!(
             "local win = {win} == 0 and vim.api.nvim_get_current_win() or {win}
              local buf = vim.api.nvim_win_get_buf(win)
              local winbar = vim.wo[win].winbar
@@ -25,7 +27,7 @@ async fn review_window(editor: &TestNvim, win: i64) -> Value {
              for _, map in ipairs(vim.api.nvim_buf_get_keymap(buf, 'n')) do
                keys[map.lhs] = map.desc
              end
-             result = {{
+             return {{
                name = vim.api.nvim_buf_get_name(buf),
                winbar = winbar ~= '' and vim.api.nvim_eval_statusline(winbar, {{ winid = win, use_winbar = true }}).str or '',
                modifiable = vim.bo[buf].modifiable,
@@ -34,6 +36,16 @@ async fn review_window(editor: &TestNvim, win: i64) -> Value {
              }}"
         ))
         .await
+}
+
+/// Asserts that the window `window` describes shows a file whose path ends with `suffix`.
+fn assert_shows(window: &Value, suffix: &str) {
+    assert!(
+        window["name"]
+            .as_str()
+            .is_some_and(|name| name.ends_with(suffix)),
+        "{suffix}: {window}"
+    );
 }
 
 async fn messages(editor: &TestNvim) -> String {
@@ -76,11 +88,8 @@ async fn an_artifact_awaiting_review_names_its_keys_and_they_approve_revise_and_
     // plan.md: the winbar names the state and the keys, the keys are the buffer's, and the
     // buffer cannot be changed.
     let plan = review_window(&editor, 0).await;
+    assert_shows(&plan, "/iterations/001/artifacts/plan.md");
     let first_name = plan["name"].as_str().expect("name").to_owned();
-    assert!(
-        first_name.ends_with("/iterations/001/artifacts/plan.md"),
-        "{plan}"
-    );
     assert_eq!(plan["winbar"], AWAITING, "{plan}");
     assert_eq!(plan["modifiable"], false, "{plan}");
     for key in ["a", "r", "t", "q"] {
@@ -123,12 +132,7 @@ async fn an_artifact_awaiting_review_names_its_keys_and_they_approve_revise_and_
         .await;
     editor.wait_status(&plan_id, "awaiting_approval").await;
     let revised = review_window(&editor, plan_win).await;
-    assert!(
-        revised["name"]
-            .as_str()
-            .is_some_and(|name| name.ends_with("/iterations/002/artifacts/plan.md")),
-        "{revised}"
-    );
+    assert_shows(&revised, "/iterations/002/artifacts/plan.md");
     assert_eq!(revised["winbar"], AWAITING, "{revised}");
     let feedback_sent = fake.requests().last().is_some_and(|request| {
         request
@@ -170,12 +174,7 @@ async fn an_artifact_awaiting_review_names_its_keys_and_they_approve_revise_and_
     let spec_id = spec_event["loop_id"].as_str().expect("loop id").to_owned();
     editor.wait_status(&spec_id, "awaiting_approval").await;
     let spec = review_window(&editor, 0).await;
-    assert!(
-        spec["name"]
-            .as_str()
-            .is_some_and(|name| name.ends_with("/artifacts/spec.md")),
-        "{spec}"
-    );
+    assert_shows(&spec, "/artifacts/spec.md");
     assert_eq!(spec["winbar"], AWAITING, "{spec}");
     assert_eq!(spec["modifiable"], false, "{spec}");
     editor.quit().await;

@@ -1,7 +1,10 @@
 //! `:LooprTranscript`: a loop's transcript followed live in a buffer, and read back from the
 //! journal after a restart.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::TestNvim;
@@ -130,27 +133,38 @@ async fn a_plan_loops_transcript_follows_it_live_and_reads_back_after_a_restart(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
-    let fake = FakeLlm::start().await;
-    let (first, release_first) = TurnBuilder::new()
-        .text_deltas(["alpha", " beta\n\nmore"])
-        .tool_use("toolu_list", "list_files", json!({}))
-        .paused_after("alpha");
-    fake.push(first);
-    let (second, release_second) = TurnBuilder::new()
-        .text_deltas(["gamma", " delta"])
-        .tool_use("toolu_plan", "create_plan", valid_plan())
-        .paused_after("gamma");
-    fake.push(second);
-    let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
-    // Short windows, so following the end scrolls.
-    editor.attach_ui(120, 8).await;
+/// Queues a turn that streams `words`, pauses after the first until the returned `Notify`
+/// lets it go on, then calls `tool` with `input`.
+fn push_paused(fake: &FakeLlm, words: [&str; 2], tool: &str, input: Value) -> Arc<Notify> {
+    let (turn, release) = TurnBuilder::new()
+        .text_deltas(words)
+        .tool_use(&format!("toolu_{tool}"), tool, input)
+        .paused_after(words[0]);
+    fake.push(turn);
+    release
+}
+
+/// An editor (`layout = 'vsplit'`, a UI `height` lines high) that plans, opens the plan
+/// loop's transcript and waits until it shows "alpha"; with the loop's id and the
+/// transcript's buffer.
+async fn following_a_plan(fake: &FakeLlm, height: i64) -> (TestNvim, String, i64) {
+    let mut editor = start_editor(fake, "{ layout = 'vsplit' }").await;
+    editor.attach_ui(120, height).await;
     watch_transcripts(&editor).await;
     let loop_id = editor.plan("Add a --version flag").await;
     fake.wait_for_requests(1).await;
     let buf = open_transcript(&editor, Some(&loop_id)).await;
     transcript_with(&mut editor, buf, "alpha").await;
+    (editor, loop_id, buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
+    let fake = FakeLlm::start().await;
+    let release_first = push_paused(&fake, ["alpha", " beta\n\nmore"], "list_files", json!({}));
+    let release_second = push_paused(&fake, ["gamma", " delta"], "create_plan", valid_plan());
+    // Short windows, so following the end scrolls.
+    let (mut editor, loop_id, buf) = following_a_plan(&fake, 8).await;
 
     // The cursor in the transcript, on its last line (where new text lands).
     let before: Value = editor
@@ -411,30 +425,13 @@ async fn cursor_and_count(editor: &TestNvim, win: i64) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transcript_opens_at_its_end_and_follows_while_the_cursor_stays_there() {
     let fake = FakeLlm::start().await;
-    let (first, release_first) = TurnBuilder::new()
-        .text_deltas(["alpha", " beta\n\nmore"])
-        .tool_use("toolu_list", "list_files", json!({}))
-        .paused_after("alpha");
-    fake.push(first);
-    let (second, release_second) = TurnBuilder::new()
-        .text_deltas(["gamma", " delta"])
-        .tool_use("toolu_read", "read_file", json!({"path": "src/main.rs"}))
-        .paused_after("gamma");
-    fake.push(second);
-    let (third, release_third) = TurnBuilder::new()
-        .text_deltas(["epsilon", " zeta"])
-        .tool_use("toolu_plan", "create_plan", valid_plan())
-        .paused_after("epsilon");
-    fake.push(third);
-    let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
-    editor.attach_ui(120, 12).await;
-    watch_transcripts(&editor).await;
-    let loop_id = editor.plan("Add a --version flag").await;
-    fake.wait_for_requests(1).await;
+    let release_first = push_paused(&fake, ["alpha", " beta\n\nmore"], "list_files", json!({}));
+    let read = json!({"path": "src/main.rs"});
+    let release_second = push_paused(&fake, ["gamma", " delta"], "read_file", read);
+    let release_third = push_paused(&fake, ["epsilon", " zeta"], "create_plan", valid_plan());
+    let (mut editor, loop_id, buf) = following_a_plan(&fake, 12).await;
 
     // Opened: the transcript's window is the current one, its cursor on the last line.
-    let buf = open_transcript(&editor, Some(&loop_id)).await;
-    transcript_with(&mut editor, buf, "alpha").await;
     let name: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
     assert!(
         name.ends_with(&format!("loopr://transcript/{loop_id}")),
