@@ -40,4 +40,5 @@ mod integration {
     mod transcript;
     mod trust;
     mod web;
+    mod windows;
 }

@@ -168,7 +168,8 @@ function M.open(id, opts, on_done)
       end)
       vim.b[buf].loopr_loop_id = reply.loop_id
       vim.b[buf].loopr_transcript_token = token
-      vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
+      vim.b[buf].loopr_name = ('Loopr transcript: %s %s'):format(reply.loop_type, reply.loop_id)
+      require('loopr.ui').map_close(buf, 'transcript')
     end
     local win = require('loopr.ui').show(buf)
     if win then

@@ -100,7 +100,7 @@ return {
   layout = {
     check = { kind = 'one_of', values = { 'vsplit', 'split', 'tab' } },
     default = 'vsplit',
-    description = 'Where artifacts open: a split to the right, a split below, or a new tab page.',
+    description = "Where Loopr's windows open: a split to the right, a split below, or a new tab page.",
     expect = 'one of "vsplit", "split", "tab"',
   },
   log_file = {

@@ -59,7 +59,7 @@
 ---@field context_budget? integer Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server's context window where it says one, else 100,000.
 ---@field context_keep_turns? integer The latest turns whose tool results are always sent whole.
 ---@field deny_commands? string[] Regular expressions; a matching command never runs, whatever is approved.
----@field layout? loopr.Layout Where artifacts open: a split to the right, a split below, or a new tab page.
+---@field layout? loopr.Layout Where Loopr's windows open: a split to the right, a split below, or a new tab page.
 ---@field log_file? string The host's log file.
 ---@field log_level? loopr.LogLevel Verbosity of the host's log file.
 ---@field max_concurrent_loops? integer Loops this host runs at once.

@@ -39,15 +39,17 @@
 ---@field cancellable boolean A cancel ends it (`LoopStatus::is_cancellable`).
 ---@field created_at string
 ---@field depends_on string[]
----@field error? string
+---@field error? string The loop's error text as stored, an undone loop's note included.
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field iteration integer
 ---@field label string How messages name the loop (`LoopIdReply::label`).
 ---@field name? string
+---@field note? string What of `error` is a note, not an error (`store::note`): what an undo restored. A status list shows it apart from errors.
 ---@field parent? string
 ---@field retryable boolean A retry runs it again (`retryable`).
 ---@field review_passes integer
+---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field spend loopr.Spend What the loop spent.
 ---@field status string
 ---@field task string
@@ -103,6 +105,7 @@
 ---@field task_index integer
 ---@class loopr.TasksReply `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into quickfix entries.
 ---@field phases loopr.TaskPhase[]
+---@field plan? string The plan the phases were picked from (its `label`), when the project has other plans with phases too.
 ---@class loopr.TranscriptReply
 ---@field loop_id string
 ---@field loop_type string
@@ -126,6 +129,7 @@
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field retryable boolean A retry runs it again (`retryable`).
+---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field status string
 ---@field type string
 ---@field undone boolean Its changes were undone; it keeps its status (`undone`).
