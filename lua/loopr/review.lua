@@ -13,7 +13,7 @@ local M = {}
 
 ---@class loopr.ReviewKey
 ---@field lhs string
----@field name string What it does, in the winbar.
+---@field hint string Its word in the winbar (as the status window's keys have it).
 ---@field desc string What it does, as `:map` lists it.
 ---@field offered fun(state: loopr.ReviewState): boolean Whether the winbar lists it now.
 ---@field run fun(ref: loopr.ArtifactRef, buf: integer)
@@ -55,14 +55,14 @@ local states = {}
 M.keys = {
   {
     lhs = 'a',
-    name = 'approve',
+    hint = 'approve',
     desc = 'Loopr: approve this artifact (:LooprApprove)',
     offered = current_and('awaits_approval'),
     run = on_loop('approve'),
   },
   {
     lhs = 'r',
-    name = 'revise',
+    hint = 'revise',
     desc = 'Loopr: revise this artifact; asks for the feedback (:LooprRevise)',
     -- The host's rule (`revisable`) for a loop that wrote its artifact.
     offered = current_and('idle'),
@@ -78,27 +78,25 @@ M.keys = {
   },
   {
     lhs = 'R',
-    name = 'retry',
+    hint = 'retry',
     desc = "Loopr: retry this artifact's loop (:LooprRetry)",
     offered = current_and('retryable'),
     run = on_loop('retry'),
   },
   {
     lhs = 't',
-    name = 'transcript',
+    hint = 'transcript',
     desc = "Loopr: follow the transcript of this artifact's loop (:LooprTranscript)",
     offered = always,
     run = on_loop('transcript'),
   },
   {
     lhs = 'q',
-    name = 'close',
+    hint = 'close',
     desc = 'Loopr: close this window',
     offered = always,
     run = function(_, buf)
-      if not pcall(vim.api.nvim_win_close, 0, false) then
-        vim.api.nvim_buf_delete(buf, {})
-      end
+      require('loopr.ui').close(buf)
     end,
   },
 }
@@ -129,7 +127,7 @@ function M.hint(state)
   }
   for _, key in ipairs(M.keys) do
     if key.offered(state) then
-      table.insert(parts, ('%s %s'):format(key.lhs, key.name))
+      table.insert(parts, ('%s %s'):format(key.lhs, key.hint))
     end
   end
   return table.concat(parts, ' · ')

@@ -188,7 +188,7 @@ async fn every_review_key_is_mapped_and_listed_in_the_help() {
     let editor = start_editor(&fake, "{}").await;
     let keys: Vec<(String, String)> = editor
         .lua(
-            "return vim.tbl_map(function(key) return { key.lhs, key.name } end, require('loopr.review').keys)",
+            "return vim.tbl_map(function(key) return { key.lhs, key.hint } end, require('loopr.review').keys)",
         )
         .await;
     editor.quit().await;
