@@ -33,6 +33,7 @@ mod integration {
     mod requests;
     mod resume;
     mod retries;
+    mod review;
     mod rules;
     mod status_window;
     mod text_protocols;
