@@ -18,6 +18,7 @@ mod first_requests;
 mod jobs;
 mod journal;
 mod limits;
+mod loop_names;
 mod manager;
 mod phases;
 mod policy_cache;
@@ -36,6 +37,7 @@ pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use limits::{Limits, Window, fit_limits};
+pub use loop_names::plan_name;
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
     Spend, StatusRow, provider_factory,

@@ -34,6 +34,21 @@ local function send_for_loop_id(method, params, on_loop_id, on_done)
   end)
 end
 
+---A function that asks the host to `method` a loop (its id, or nil for the host's default) in
+---project `root` and notifies `done` (a format for the loop's label) on its reply.
+---@param method string
+---@param root string
+---@param done string e.g. 'Loopr: cancelling %s'
+---@param on_done fun(loop_id: string|nil)
+---@return fun(target: string|nil)
+local function loop_request(method, root, done, on_done)
+  return function(target)
+    send_for_loop_id(method, { root = root, id = target }, function(_, label)
+      notify(done:format(label), vim.log.levels.INFO)
+    end, on_done)
+  end
+end
+
 ---Configure Loopr. The valid options apply; each invalid one is reported as an error
 ---notification naming it and what it expects, or the closest valid name (no Lua error), and
 ---leaves what was in effect.
@@ -211,11 +226,7 @@ end
 function M.approve(id, opts, on_done)
   on_done = on_done or function() end
   local root = (opts and opts.root) or config.root()
-  local function approve(target)
-    send_for_loop_id('approve', { root = root, id = target }, function(_, label)
-      notify(('Loopr: approved %s'):format(label), vim.log.levels.INFO)
-    end, on_done)
-  end
+  local approve = loop_request('approve', root, 'Loopr: approved %s', on_done)
   id = trimmed(id)
   local here = not id and require('loopr.paths').buf_artifact()
   if not here then
@@ -449,6 +460,24 @@ end
 
 ---@alias loopr.Purpose "approve"|"cancel"|"retry"|"run"
 
+---What <Tab> offers for a command's argument (`complete` of its row in
+---lua/loopr/commands.lua): the host's names, each the shortest that picks its loop
+---(|loopr-phase-names|), of every loop ("loops"), of the current phases ("phases"), or of the
+---loops an action takes (a purpose); those starting with `arglead`.
+---@param what loopr.Completion
+---@param arglead string|nil
+---@return string[]
+function M.complete(what, arglead)
+  local host = require('loopr.host')
+  local names
+  if what == 'phases' then
+    names = host.request('phase_names', { root = config.root() })
+  else
+    names = host.request('loop_names', { root = config.root(), purpose = what ~= 'loops' and what or nil })
+  end
+  return starting_with(type(names) == 'table' and names or {}, arglead)
+end
+
 ---The ids of the project's loops that the host says `purpose` takes (every loop without one)
 ---and that start with `arglead`.
 ---@param arglead string|nil
@@ -488,8 +517,7 @@ end
 ---@param arglead string
 ---@return string[]
 function M.complete_phase_names(arglead)
-  local names = require('loopr.host').request('phase_names', { root = config.root() })
-  return starting_with(type(names) == 'table' and names or {}, arglead)
+  return M.complete('phases', arglead)
 end
 
 ---Complete ids of loops that can be retried (for `:LooprRetry`).

@@ -1,0 +1,173 @@
+//! Picking the loop a command means (issue 24, item 10): a phase name planned twice means the
+//! newest plan's phase unless the plan is named, and completion offers those names.
+
+use crate::fake_llm::FakeLlm;
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    AUTO_APPROVE, phase_loop_id, plan_of_specs, plan_route, script_spec, start_editor, tool_turn,
+    wait_all_complete,
+};
+
+const FIRST_TASK: &str = "Add a --version flag";
+const SECOND_TASK: &str = "Print the version in --help and in the README";
+
+/// Scripts a plan of `specs` whose phases are routed by their position in their spec (a
+/// phase name alone is not unique).
+fn script_plan(fake: &FakeLlm, specs: &[(&str, [&str; 3])]) {
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", plan_of_specs(specs)),
+    );
+    for (spec, phases) in specs {
+        script_spec(fake, spec, spec, phases, "true");
+    }
+}
+
+/// Plans `task` (scripted by `script_plan`), approves the plan and waits until the project's `total` loops
+/// are complete.
+async fn plan_tree(editor: &mut TestNvim, task: &str, total: usize) -> String {
+    // Not `editor.plan`: the running events of the older tree's loops are still unread.
+    assert_eq!(editor.command(&format!("LooprPlan {task}")).await, None);
+    let awaiting = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "plan" && data["status"] == "awaiting_approval"
+        })
+        .await;
+    let plan_id = awaiting["id"].as_str().expect("plan id").to_owned();
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    wait_all_complete(editor, total).await;
+    plan_id
+}
+
+/// The loop ids of the current quickfix list's entries, each once.
+async fn quickfix_loops(editor: &TestNvim) -> Vec<String> {
+    let mut ids: Vec<String> = editor
+        .lua(
+            "local ids = {}
+             for _, item in ipairs(vim.fn.getqflist()) do
+               table.insert(ids, (item.user_data or {}).loop_id)
+             end
+             return ids",
+        )
+        .await;
+    ids.dedup();
+    ids
+}
+
+async fn messages(editor: &TestNvim) -> String {
+    editor
+        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
+        .await
+}
+
+async fn completions(editor: &TestNvim, line: &str) -> Vec<String> {
+    editor
+        .lua(&format!("return vim.fn.getcompletion({line:?}, 'cmdline')"))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phase_planned_twice_means_the_newest_plans_unless_the_plan_is_named() {
+    let fake = FakeLlm::start().await;
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    script_plan(&fake, &[("cli", ["setup", "parse", "print-version"])]);
+    let first = plan_tree(&mut editor, FIRST_TASK, 5).await;
+    let newer = [
+        ("cli", ["setup", "help-text", "exit-code"]),
+        ("docs", ["setup", "readme", "changelog"]),
+    ];
+    script_plan(&fake, &newer);
+    let second = plan_tree(&mut editor, SECOND_TASK, 5 + 9).await;
+    let records = editor.status_records().await;
+    let old_setup = phase_loop_id(&records, Some(&first), "cli", "setup");
+    let new_setup = phase_loop_id(&records, Some(&second), "cli", "setup");
+
+    // spec/phase means the newest plan's phase; naming the plan reaches the older one.
+    assert_eq!(editor.command("LooprTasks cli/setup").await, None);
+    assert_eq!(quickfix_loops(&editor).await, [new_setup.as_str()]);
+    assert_eq!(
+        editor
+            .command("LooprTasks Add_a_--version_flag/setup")
+            .await,
+        None
+    );
+    assert_eq!(quickfix_loops(&editor).await, [old_setup.as_str()]);
+    assert_eq!(
+        editor
+            .command("LooprTasks Print_the_version_in/cli/setup")
+            .await,
+        None
+    );
+    assert_eq!(quickfix_loops(&editor).await, [new_setup.as_str()]);
+    // A name only the older plan has needs no plan.
+    assert_eq!(editor.command("LooprTasks parse").await, None);
+    assert_eq!(
+        quickfix_loops(&editor).await,
+        [phase_loop_id(&records, Some(&first), "cli", "parse")]
+    );
+
+    // The newest plan has two: the message lists them by path before any id, and says
+    // the names that pick one.
+    editor.exec("vim.cmd('messages clear')").await;
+    let error = editor
+        .command("LooprRun setup")
+        .await
+        .expect("an ambiguous name runs nothing");
+    let shown = messages(&editor).await;
+    assert!(shown.contains(&error), "{shown}");
+    let paths = "\"setup\" names 2 phases: Print_the_version_in/cli/setup, \
+                 Print_the_version_in/docs/setup; say which: cli/setup or docs/setup";
+    assert!(error.starts_with(&format!("Loopr: {paths}")), "{error}");
+    assert!(
+        error.contains(&format!(
+            "Print_the_version_in/cli/setup (loop {new_setup}, complete)"
+        )),
+        "{error}"
+    );
+
+    // <Tab> offers the names that work.
+    assert_eq!(completions(&editor, "LooprRun cli/").await, ["cli/setup"]);
+    assert_eq!(
+        completions(&editor, "LooprTasks Add").await,
+        ["Add_a_--version_flag/setup"]
+    );
+    assert_eq!(
+        completions(&editor, "LooprChanges ").await,
+        [
+            "Add_a_--version_flag/setup",
+            "changelog",
+            "cli/setup",
+            "docs/setup",
+            "exit-code",
+            "help-text",
+            "parse",
+            "print-version",
+            "readme"
+        ]
+    );
+    // Commands that take any loop take these names too.
+    assert_eq!(
+        completions(&editor, "LooprTranscript Add").await,
+        [
+            "Add_a_--version_flag",
+            "Add_a_--version_flag/cli",
+            "Add_a_--version_flag/setup"
+        ]
+    );
+    assert_eq!(
+        editor
+            .command("LooprTranscript Add_a_--version_flag/setup")
+            .await,
+        None
+    );
+    let opened: i64 = editor
+        .lua(&format!(
+            "return vim.fn.bufnr('loopr://transcript/{old_setup}')"
+        ))
+        .await;
+    assert!(opened > 0, "the older plan's setup transcript is open");
+    editor.quit().await;
+}
