@@ -69,7 +69,7 @@ return {
   {
     name = 'LooprCancel',
     nargs = '?',
-    desc = 'Loopr: cancel a loop and its descendants (default: the newest running)',
+    desc = "Loopr: cancel a loop and its descendants (default: this artifact's, else the running plan, else ask)",
     complete = 'cancel',
     run = with_argument('cancel'),
   },

@@ -203,18 +203,95 @@ local function with_record_of(root, id, callback)
   end)
 end
 
----Cancel loop `id` and its descendants, or the newest running loop when `id` is nil or empty.
+---The loop the current buffer shows: its artifact's (plan.md, spec.md, phase.md) or its
+---transcript's.
+---@return string|nil loop_id
+local function buffer_loop_id()
+  local here = require('loopr.paths').buf_artifact()
+  if here then
+    return here.loop_id
+  end
+  local transcript = vim.b.loopr_loop_id
+  return type(transcript) == 'string' and transcript or nil
+end
+
+---What `:LooprCancel` without an id cancels, from the host's rows (newest first): the loop
+---of the current buffer when it or a loop below it is active; else the top loop of the one
+---plan tree with an active loop; else, when several trees have one, the ones to choose from.
+---@param rows loopr.LoopRecord[]
+---@param here string|nil The current buffer's loop.
+---@return string|nil target
+---@return loopr.LoopRecord[] choices The tops of the trees that run, when there is no target.
+local function cancel_target(rows, here)
+  local by_id = {}
+  for _, r in ipairs(rows) do
+    by_id[r.id] = r
+  end
+  ---The loops from `r` up to its tree's top; bounded, so a broken parent chain cannot hang.
+  local function lineage(r)
+    local chain = { r }
+    while #chain <= #rows and r.parent and by_id[r.parent] do
+      r = by_id[r.parent]
+      chain[#chain + 1] = r
+    end
+    return chain
+  end
+  local tops, seen = {}, {}
+  for _, r in ipairs(rows) do
+    if r.active then
+      local chain = lineage(r)
+      for _, above in ipairs(chain) do
+        if above.id == here then
+          return here, {}
+        end
+      end
+      local top = chain[#chain]
+      if not seen[top.id] then
+        seen[top.id] = true
+        tops[#tops + 1] = top
+      end
+    end
+  end
+  if #tops == 1 then
+    return tops[1].id, {}
+  end
+  return nil, tops
+end
+
+---Cancel loop `id` and its descendants. Without `id`: the loop of the current artifact or
+---transcript buffer if it or a loop below it is active, else the plan tree that runs, else
+---(several run) the one the user picks with |vim.ui.select()|.
 ---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
 ---@param on_done? fun(loop_id: string|nil) Called with the cancelled loop, nil on error (already notified).
 function M.cancel(id, opts, on_done)
-  send_for_loop_id('cancel', {
-    root = (opts and opts.root) or config.root(),
-    id = trimmed(id),
-  }, function(_, label)
-    notify(('Loopr: cancelling %s'):format(label), vim.log.levels.INFO)
-  end, on_done)
+  on_done = on_done or function() end
+  local root = (opts and opts.root) or config.root()
+  local cancel = loop_request('cancel', root, 'Loopr: cancelling %s', on_done)
+  id = trimmed(id)
+  if id then
+    return cancel(id)
+  end
+  local here = buffer_loop_id()
+  require('loopr.host').send('status', { root = root }, function(rows)
+    local target, choices = cancel_target(type(rows) == 'table' and rows or {}, here)
+    if target or #choices == 0 then
+      -- With nothing active the host says so.
+      return cancel(target)
+    end
+    vim.ui.select(choices, {
+      prompt = 'Loopr: cancel which running plan?',
+      format_item = function(r)
+        return r.label
+      end,
+    }, function(choice)
+      if not choice then
+        return on_done(nil)
+      end
+      cancel(choice.id)
+    end)
+  end)
 end
 
 ---Approve loop `id` so its children start. Without `id`: the loop of the current artifact

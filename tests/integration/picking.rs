@@ -1,11 +1,16 @@
-//! Picking the loop a command means (issue 24, item 10): a phase name planned twice means the
-//! newest plan's phase unless the plan is named, and completion offers those names.
+//! Picking the loop a command means (issue 24, items 10 and 11): a phase name planned twice
+//! means the newest plan's phase unless the plan is named, and completion offers those names;
+//! `:LooprCancel` without an id cancels the current artifact's tree, else the one plan tree
+//! that runs, else asks which.
+
+use serde_json::{Value, json};
 
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, phase_loop_id, plan_of_specs, plan_route, script_spec, start_editor, tool_turn,
-    wait_all_complete,
+    AUTO_APPROVE, create_plan_turn, phase_loop_id, phase_route_by_position, plan_and_approve,
+    plan_of_specs, plan_route, script_spec, spec_input, spec_route, stalled_turn, start_editor,
+    tool_turn, valid_plan, wait_all_complete,
 };
 
 const FIRST_TASK: &str = "Add a --version flag";
@@ -169,5 +174,138 @@ async fn a_phase_planned_twice_means_the_newest_plans_unless_the_plan_is_named()
         ))
         .await;
     assert!(opened > 0, "the older plan's setup transcript is open");
+    editor.quit().await;
+}
+
+/// Overrides vim.ui.select in the child Neovim: it records each question's prompt and items
+/// (by their shown text) in `_G.asked` and picks the item shown as `pick`.
+async fn answer_select_with(editor: &TestNvim, pick: &str) {
+    editor
+        .exec(&format!(
+            "_G.asked = {{}}
+             vim.ui.select = function(items, opts, on_choice)
+               local shown = vim.tbl_map(opts.format_item or tostring, items)
+               table.insert(_G.asked, {{ prompt = opts.prompt, items = shown }})
+               for index, text in ipairs(shown) do
+                 if text == {pick:?} then return on_choice(items[index], index) end
+               end
+               on_choice(nil, nil)
+             end"
+        ))
+        .await;
+}
+
+async fn status_of(editor: &TestNvim, id: &str) -> String {
+    editor
+        .status_records()
+        .await
+        .iter()
+        .find(|r| r["id"] == id)
+        .and_then(|r| r["status"].as_str())
+        .expect("the loop")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_without_an_id_takes_this_artifacts_tree_else_the_running_one_else_asks() {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(FIRST_TASK, create_plan_turn("plan", valid_plan()));
+    fake.push_routed(SECOND_TASK, stalled_turn("Reading the help text"));
+    fake.push_routed("Document the flag", stalled_turn("Reading the README"));
+    let mut editor = start_editor(&fake, "{}").await;
+    let reviewed = editor.plan(FIRST_TASK).await;
+    let record = editor.wait_status(&reviewed, "awaiting_approval").await;
+    let second = editor.plan(SECOND_TASK).await;
+    let third = editor.plan("Document the flag").await;
+    fake.wait_for_requests(3).await;
+    answer_select_with(
+        &editor,
+        "plan \"Print the version in --help and in the README\"",
+    )
+    .await;
+
+    // In the plan.md of the plan awaiting review, that plan is cancelled, not the newest.
+    let plan_md = editor
+        .status_records()
+        .await
+        .iter()
+        .find(|r| r["id"] == reviewed.as_str())
+        .and_then(|r| r["artifact_path"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("plan.md: {record}"));
+    editor
+        .exec(&format!("vim.cmd.edit(vim.fn.fnameescape({plan_md:?}))"))
+        .await;
+    assert_eq!(editor.command("LooprCancel").await, None);
+    editor.wait_status(&reviewed, "cancelled").await;
+    assert_eq!(status_of(&editor, &second).await, "running");
+    assert_eq!(status_of(&editor, &third).await, "running");
+    assert_eq!(
+        completions(&editor, "LooprCancel ").await,
+        ["Document_the_flag", "Print_the_version_in"],
+        "<Tab> offers the running plans by name"
+    );
+
+    // Elsewhere, with two plans running, the user is asked which.
+    editor.exec("vim.cmd.enew()").await;
+    assert_eq!(editor.command("LooprCancel").await, None);
+    editor.wait_status(&second, "cancelled").await;
+    assert_eq!(status_of(&editor, &third).await, "running");
+    let asked: Value = editor.lua("return _G.asked").await;
+    assert_eq!(
+        asked,
+        json!([{
+            "prompt": "Loopr: cancel which running plan?",
+            "items": ["plan \"Document the flag\"", "plan \"Print the version in --help and in the README\""],
+        }])
+    );
+
+    // With one plan running, it is cancelled without a question.
+    assert_eq!(editor.command("LooprCancel").await, None);
+    editor.wait_status(&third, "cancelled").await;
+    let asked: Value = editor.lua("return #_G.asked").await;
+    assert_eq!(asked, 1, "asked only once");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_without_an_id_stops_every_running_phase_of_the_one_running_plan() {
+    let fake = FakeLlm::start().await;
+    let mut editor = start_editor(&fake, "{}").await;
+    let phases = ["setup", "parse", "print-version"];
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", plan_of_specs(&[("cli", phases)])),
+    );
+    fake.push_routed(
+        &spec_route("cli"),
+        tool_turn("cli", "create_spec", spec_input("cli", &phases)),
+    );
+    for index in 1..=3 {
+        fake.push_routed(
+            &phase_route_by_position("cli", index),
+            stalled_turn("Working out the phase"),
+        );
+    }
+    let plan_id = plan_and_approve(&mut editor).await;
+    // The plan, its spec, then its three phases at once (specs are not reviewed here).
+    fake.wait_for_requests(5).await;
+    editor.exec("vim.cmd.enew()").await;
+
+    assert_eq!(editor.command("LooprCancel").await, None);
+    for record in editor.status_records().await {
+        if record["type"] == "phase" {
+            let id = record["id"].as_str().expect("id").to_owned();
+            editor.wait_status(&id, "cancelled").await;
+        }
+    }
+    let records = editor.status_records().await;
+    let running: Vec<&Value> = records.iter().filter(|r| r["active"] == true).collect();
+    assert!(running.is_empty(), "{running:#?}");
+    assert!(
+        messages(&editor)
+            .await
+            .contains("Loopr: cancelling plan \"Add a --version flag\""),
+        "the plan {plan_id} is cancelled as a whole"
+    );
     editor.quit().await;
 }
