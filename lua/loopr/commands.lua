@@ -28,9 +28,10 @@ local function without_argument(name)
 end
 
 ---@alias loopr.Completion
----| "loops" # the names of every loop of the project
+---| "loops" # the ids of every loop of the project
 ---| "phases" # the names of the current phases
----| loopr.Purpose # the names of the loops the host says that action takes
+---| "run" # the names of the phases that may run
+---| loopr.Purpose # the ids of the loops the host says that action takes
 
 ---@type loopr.Command[]
 return {

@@ -537,24 +537,6 @@ end
 
 ---@alias loopr.Purpose "approve"|"cancel"|"retry"|"run"
 
----What <Tab> offers for a command's argument (`complete` of its row in
----lua/loopr/commands.lua): the host's names, each the shortest that picks its loop
----(|loopr-phase-names|), of every loop ("loops"), of the current phases ("phases"), or of the
----loops an action takes (a purpose); those starting with `arglead`.
----@param what loopr.Completion
----@param arglead string|nil
----@return string[]
-function M.complete(what, arglead)
-  local host = require('loopr.host')
-  local names
-  if what == 'phases' then
-    names = host.request('phase_names', { root = config.root() })
-  else
-    names = host.request('loop_names', { root = config.root(), purpose = what ~= 'loops' and what or nil })
-  end
-  return starting_with(type(names) == 'table' and names or {}, arglead)
-end
-
 ---The ids of the project's loops that the host says `purpose` takes (every loop without one)
 ---and that start with `arglead`.
 ---@param arglead string|nil
@@ -563,6 +545,27 @@ end
 local function loop_ids_for(arglead, purpose)
   local ids = require('loopr.host').request('loop_ids', { root = config.root(), purpose = purpose })
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
+end
+
+---What <Tab> offers for a command's argument (`complete` of its row in
+---lua/loopr/commands.lua), starting with `arglead`: the host's names of the current phases
+---("phases") or of the phases that may run ("run"), each the shortest that picks its phase
+---(|loopr-phase-names|); else the ids of every loop ("loops") or of the loops an action takes
+---(a purpose), which take loop names too.
+---@param what loopr.Completion
+---@param arglead string|nil
+---@return string[]
+function M.complete(what, arglead)
+  local host = require('loopr.host')
+  local names
+  if what == 'phases' then
+    names = host.request('phase_names', { root = config.root() })
+  elseif what == 'run' then
+    names = host.request('loop_names', { root = config.root(), purpose = 'run' })
+  else
+    return loop_ids_for(arglead, what ~= 'loops' and what or nil)
+  end
+  return starting_with(type(names) == 'table' and names or {}, arglead)
 end
 
 ---Complete ids of loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
