@@ -19,7 +19,7 @@ for _, spec in ipairs(require('loopr.commands')) do
     bang = spec.bang,
     desc = spec.desc,
     complete = complete and function(arglead)
-      return require('loopr')[complete](arglead)
+      return require('loopr').complete(complete, arglead)
     end,
   })
 end

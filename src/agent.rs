@@ -19,6 +19,7 @@ mod first_requests;
 mod jobs;
 mod journal;
 mod limits;
+mod loop_names;
 mod manager;
 mod phases;
 mod plan_tree;
@@ -39,6 +40,7 @@ pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
+pub use loop_names::plan_name;
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
     Spend, StatusRow, provider_factory,

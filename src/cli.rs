@@ -748,25 +748,16 @@ fn write_table(
     Ok(())
 }
 
-/// How long a plan's task may be in the NAME column before it is cut.
-const TASK_NAME_CHARS: usize = 24;
-
-/// A loop's name; a plan, which has none, is named by its task, shortened, its words joined
-/// by `_`: scripts split the table at whitespace, and a hyphen would make it read like the
-/// name of one of its specs or phases.
+/// A loop's name; a plan, which has none, by the name a command takes for it (its task's
+/// first words joined by `_`, |loopr-loop-names|): scripts split the table at whitespace,
+/// and a hyphen would make it read like the name of one of its specs or phases.
 fn name_cell(record: &LoopRecord) -> String {
-    let Some(name) = &record.name else {
-        let task = record.task.split_whitespace().collect::<Vec<_>>().join("_");
-        return match task.chars().count() {
-            0 => "-".to_owned(),
-            count if count <= TASK_NAME_CHARS => task,
-            _ => {
-                let cut: String = task.chars().take(TASK_NAME_CHARS - 1).collect();
-                format!("{}…", cut.trim_end_matches('_'))
-            }
-        };
-    };
-    name.clone()
+    match &record.name {
+        Some(name) => name.clone(),
+        None => Some(crate::agent::plan_name(&record.task))
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "-".to_owned()),
+    }
 }
 
 /// A token count, `~1.2k` when Loopr estimated (some of) it.

@@ -25,6 +25,7 @@ mod integration {
     mod messages;
     mod model_api;
     mod phases;
+    mod picking;
     mod plan_flow;
     mod progress;
     mod providers_llamacpp;

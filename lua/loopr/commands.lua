@@ -8,7 +8,7 @@
 ---@field nargs 0|'?'|'+' Its arguments, as |:command-nargs| has them.
 ---@field bang? boolean Whether it takes a `!`.
 ---@field desc string What it does, as `:command` lists it.
----@field complete? string The completion function of require('loopr') for its argument.
+---@field complete? loopr.Completion What <Tab> offers for its argument.
 ---@field run fun(args: table) Runs it with |nvim_create_user_command()|'s arguments.
 
 ---@param name string A function of require('loopr').
@@ -26,6 +26,12 @@ local function without_argument(name)
     require('loopr')[name]()
   end
 end
+
+---@alias loopr.Completion
+---| "loops" # the ids of every loop of the project
+---| "phases" # the names of the current phases
+---| "run" # the names of the phases that may run
+---| loopr.Purpose # the ids of the loops the host says that action takes
 
 ---@type loopr.Command[]
 return {
@@ -52,7 +58,7 @@ return {
     name = 'LooprTranscript',
     nargs = '?',
     desc = "Loopr: follow a loop's transcript (default: this artifact's loop, else the newest running)",
-    complete = 'complete_all_loop_ids',
+    complete = 'loops',
     run = with_argument('transcript'),
   },
   {
@@ -64,15 +70,15 @@ return {
   {
     name = 'LooprCancel',
     nargs = '?',
-    desc = 'Loopr: cancel a loop and its descendants (default: the newest running)',
-    complete = 'complete_loop_ids',
+    desc = "Loopr: cancel a loop and its descendants (default: this artifact's, else the running plan, else ask)",
+    complete = 'cancel',
     run = with_argument('cancel'),
   },
   {
     name = 'LooprApprove',
     nargs = '?',
     desc = 'Loopr: approve a loop awaiting review (default: this artifact, else the newest)',
-    complete = 'complete_awaiting_ids',
+    complete = 'approve',
     run = with_argument('approve'),
   },
   {
@@ -85,21 +91,21 @@ return {
     name = 'LooprTasks',
     nargs = '?',
     desc = 'Loopr: quickfix list of phase tasks (default: this phase, else all)',
-    complete = 'complete_phase_names',
+    complete = 'phases',
     run = with_argument('tasks'),
   },
   {
     name = 'LooprRun',
     nargs = '?',
     desc = 'Loopr: implement a phase with a code loop (default: this phase)',
-    complete = 'complete_phase_names',
+    complete = 'run',
     run = with_argument('run'),
   },
   {
     name = 'LooprChanges',
     nargs = '?',
     desc = "Loopr: quickfix list of a code loop's changes, one entry per hunk",
-    complete = 'complete_phase_names',
+    complete = 'phases',
     run = with_argument('changes'),
   },
   {
@@ -107,7 +113,7 @@ return {
     nargs = '?',
     bang = true,
     desc = 'Loopr: undo what a code loop changed (! also files changed since)',
-    complete = 'complete_phase_names',
+    complete = 'phases',
     run = function(args)
       require('loopr').undo(args.args, args.bang)
     end,
@@ -116,7 +122,7 @@ return {
     name = 'LooprRetry',
     nargs = '?',
     desc = 'Loopr: run a failed, cancelled or interrupted loop again (default: this artifact, else the newest)',
-    complete = 'complete_retryable_ids',
+    complete = 'retry',
     run = with_argument('retry'),
   },
 }

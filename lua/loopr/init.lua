@@ -34,6 +34,21 @@ local function send_for_loop_id(method, params, on_loop_id, on_done)
   end)
 end
 
+---A function that asks the host to `method` a loop (its id, or nil for the host's default) in
+---project `root` and notifies `done` (a format for the loop's label) on its reply.
+---@param method string
+---@param root string
+---@param done string e.g. 'Loopr: cancelling %s'
+---@param on_done fun(loop_id: string|nil)
+---@return fun(target: string|nil)
+local function loop_request(method, root, done, on_done)
+  return function(target)
+    send_for_loop_id(method, { root = root, id = target }, function(_, label)
+      notify(done:format(label), vim.log.levels.INFO)
+    end, on_done)
+  end
+end
+
 ---Configure Loopr. The valid options apply; each invalid one is reported as an error
 ---notification naming it and what it expects, or the closest valid name (no Lua error), and
 ---leaves what was in effect.
@@ -186,18 +201,95 @@ local function with_record_of(root, id, callback)
   end)
 end
 
----Cancel loop `id` and its descendants, or the newest running loop when `id` is nil or empty.
+---The loop the current buffer shows: its artifact's (plan.md, spec.md, phase.md) or its
+---transcript's.
+---@return string|nil loop_id
+local function buffer_loop_id()
+  local here = require('loopr.paths').buf_artifact()
+  if here then
+    return here.loop_id
+  end
+  local transcript = vim.b.loopr_loop_id
+  return type(transcript) == 'string' and transcript or nil
+end
+
+---What `:LooprCancel` without an id cancels, from the host's rows (newest first): the loop
+---of the current buffer when it or a loop below it is active; else the top loop of the one
+---plan tree with an active loop; else, when several trees have one, the ones to choose from.
+---@param rows loopr.LoopRecord[]
+---@param here string|nil The current buffer's loop.
+---@return string|nil target
+---@return loopr.LoopRecord[] choices The tops of the trees that run, when there is no target.
+local function cancel_target(rows, here)
+  local by_id = {}
+  for _, r in ipairs(rows) do
+    by_id[r.id] = r
+  end
+  ---The loops from `r` up to its tree's top; bounded, so a broken parent chain cannot hang.
+  local function lineage(r)
+    local chain = { r }
+    while #chain <= #rows and r.parent and by_id[r.parent] do
+      r = by_id[r.parent]
+      chain[#chain + 1] = r
+    end
+    return chain
+  end
+  local tops, seen = {}, {}
+  for _, r in ipairs(rows) do
+    if r.active then
+      local chain = lineage(r)
+      for _, above in ipairs(chain) do
+        if above.id == here then
+          return here, {}
+        end
+      end
+      local top = chain[#chain]
+      if not seen[top.id] then
+        seen[top.id] = true
+        tops[#tops + 1] = top
+      end
+    end
+  end
+  if #tops == 1 then
+    return tops[1].id, {}
+  end
+  return nil, tops
+end
+
+---Cancel loop `id` and its descendants. Without `id`: the loop of the current artifact or
+---transcript buffer if it or a loop below it is active, else the plan tree that runs, else
+---(several run) the one the user picks with |vim.ui.select()|.
 ---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
 ---@param on_done? fun(loop_id: string|nil) Called with the cancelled loop, nil on error (already notified).
 function M.cancel(id, opts, on_done)
-  send_for_loop_id('cancel', {
-    root = (opts and opts.root) or config.root(),
-    id = trimmed(id),
-  }, function(_, label)
-    notify(('Loopr: cancelling %s'):format(label), vim.log.levels.INFO)
-  end, on_done)
+  on_done = on_done or function() end
+  local root = (opts and opts.root) or config.root()
+  local cancel = loop_request('cancel', root, 'Loopr: cancelling %s', on_done)
+  id = trimmed(id)
+  if id then
+    return cancel(id)
+  end
+  local here = buffer_loop_id()
+  require('loopr.host').send('status', { root = root }, function(rows)
+    local target, choices = cancel_target(type(rows) == 'table' and rows or {}, here)
+    if target or #choices == 0 then
+      -- With nothing active the host says so.
+      return cancel(target)
+    end
+    vim.ui.select(choices, {
+      prompt = 'Loopr: cancel which running plan?',
+      format_item = function(r)
+        return r.label
+      end,
+    }, function(choice)
+      if not choice then
+        return on_done(nil)
+      end
+      cancel(choice.id)
+    end)
+  end)
 end
 
 ---Approve loop `id` so its children start. Without `id`: the loop of the current artifact
@@ -209,11 +301,7 @@ end
 function M.approve(id, opts, on_done)
   on_done = on_done or function() end
   local root = (opts and opts.root) or config.root()
-  local function approve(target)
-    send_for_loop_id('approve', { root = root, id = target }, function(_, label)
-      notify(('Loopr: approved %s'):format(label), vim.log.levels.INFO)
-    end, on_done)
-  end
+  local approve = loop_request('approve', root, 'Loopr: approved %s', on_done)
   id = trimmed(id)
   local here = not id and require('loopr.paths').buf_artifact()
   if not here then
@@ -485,6 +573,27 @@ local function loop_ids_for(arglead, purpose)
   return starting_with(type(ids) == 'table' and ids or {}, arglead)
 end
 
+---What <Tab> offers for a command's argument (`complete` of its row in
+---lua/loopr/commands.lua), starting with `arglead`: the host's names of the current phases
+---("phases") or of the phases that may run ("run"), each the shortest that picks its phase
+---(|loopr-phase-names|); else the ids of every loop ("loops") or of the loops an action takes
+---(a purpose), which take loop names too.
+---@param what loopr.Completion
+---@param arglead string|nil
+---@return string[]
+function M.complete(what, arglead)
+  local host = require('loopr.host')
+  local names
+  if what == 'phases' then
+    names = host.request('phase_names', { root = config.root() })
+  elseif what == 'run' then
+    names = host.request('loop_names', { root = config.root(), purpose = 'run' })
+  else
+    return loop_ids_for(arglead, what ~= 'loops' and what or nil)
+  end
+  return starting_with(type(names) == 'table' and names or {}, arglead)
+end
+
 ---Complete ids of loops `:LooprCancel` stops: pending, running, awaiting approval, paused or
 ---interrupted.
 ---@param arglead string
@@ -514,8 +623,7 @@ end
 ---@param arglead string
 ---@return string[]
 function M.complete_phase_names(arglead)
-  local names = require('loopr.host').request('phase_names', { root = config.root() })
-  return starting_with(type(names) == 'table' and names or {}, arglead)
+  return M.complete('phases', arglead)
 end
 
 ---Complete ids of loops that can be retried (for `:LooprRetry`).

@@ -114,7 +114,8 @@ pub enum ManagerError {
     #[error("no code loop has run for phase {0:?}")]
     NoCodeLoop(String),
     #[error(transparent)]
-    Phase(#[from] PhaseLookupError),
+    /// A name that means no loop, or several.
+    Name(#[from] PhaseLookupError),
     #[error("{0}")]
     Baseline(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]

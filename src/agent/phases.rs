@@ -1,146 +1,54 @@
-//! Which phase a user means. Phase names are unique only within their spec, so a phase is
-//! named by its loop id, by `spec/phase`, or by its bare name when only one phase has it.
+//! Which phase a user means. Phase names are unique only within their spec, and a name may
+//! be planned twice: a phase is named as `loop_names` says (`phase`, `spec/phase`,
+//! `plan/phase`, `plan/spec/phase`, its loop id), the newest plan's phase winning.
 
-use std::collections::HashMap;
+use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted};
+use crate::store::{LoopRecord, LoopStatus, LoopType};
 
-use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType};
+pub type PhaseLookupError = LoopNameError;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PhaseLookupError {
-    #[error("no phase {0:?}")]
-    NotFound(String),
-    #[error(
-        "{selector:?} names {} phases: {}; say which with spec/phase (or the loop id)",
-        .candidates.len(),
-        .candidates.join(", ")
-    )]
-    Ambiguous {
-        selector: String,
-        candidates: Vec<String>,
-    },
+fn is_phase(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Phase
 }
 
-/// The phase loops of `records` that `selector` names and `eligible` accepts: one, or an
+/// The phase loop of `records` that `selector` names and `eligible` accepts: one, or an
 /// error that lists the candidates.
 pub fn resolve_phase<'a>(
     records: &'a [LoopRecord],
     selector: &str,
     eligible: impl Fn(&LoopRecord) -> bool,
 ) -> Result<&'a LoopRecord, PhaseLookupError> {
-    let selector = selector.trim();
-    let specs = spec_names(records);
-    let matches: Vec<&LoopRecord> = records
-        .iter()
-        .filter(|record| record.loop_type == LoopType::Phase && eligible(record))
-        .filter(|record| names(record, &specs, selector))
-        .collect();
-    // A revision leaves the phases it replaced behind, invalidated, under the same
-    // `spec/phase`: a name means the current phase, and reaches a replaced one only when no
-    // current phase qualifies (then its loop id tells replaced ones apart).
-    let current: Vec<&LoopRecord> = matches
-        .iter()
-        .copied()
-        .filter(|record| record.status != LoopStatus::Invalidated)
-        .collect();
-    let matches = if current.is_empty() { matches } else { current };
-    match matches.as_slice() {
-        [only] => Ok(only),
-        [] => Err(PhaseLookupError::NotFound(selector.to_owned())),
-        several => Err(PhaseLookupError::Ambiguous {
-            selector: selector.to_owned(),
-            candidates: several
-                .iter()
-                .map(|record| {
-                    format!(
-                        "{} (loop {}, {})",
-                        qualified_name(record, &specs),
-                        record.id,
-                        record.status.as_str()
-                    )
-                })
-                .collect(),
-        }),
-    }
+    LoopNames::new(records).resolve(
+        selector,
+        &Wanted {
+            noun: "phase",
+            kind: &is_phase,
+            eligible: &eligible,
+        },
+    )
 }
 
-/// What to complete a phase argument with: every current phase by its bare name where that
-/// is unique, else as `spec/phase`, else by loop id. Sorted.
+/// What to complete a phase argument with: the shortest name of every current phase (its
+/// bare name where that names it, else with its spec, then its plan; else its loop id).
+/// Sorted.
 pub fn phase_selectors(records: &[LoopRecord]) -> Vec<String> {
-    let specs = spec_names(records);
-    let current: Vec<&LoopRecord> = records
-        .iter()
-        .filter(|record| {
-            record.loop_type == LoopType::Phase
-                && record.status != LoopStatus::Invalidated
-                && record.iteration > 0
-        })
-        .collect();
-    let count = |key: &dyn Fn(&LoopRecord) -> String, wanted: &str| {
-        current
-            .iter()
-            .filter(|record| key(record) == wanted)
-            .count()
-    };
-    let bare = |record: &LoopRecord| record.name.clone().unwrap_or_default();
-    let qualified = |record: &LoopRecord| qualified_name(record, &specs);
-    let mut selectors: Vec<String> = current
-        .iter()
-        .map(|record| {
-            if count(&bare, &bare(record)) == 1 {
-                bare(record)
-            } else if count(&qualified, &qualified(record)) == 1 {
-                qualified(record)
-            } else {
-                record.id.to_string()
-            }
-        })
-        .collect();
-    selectors.sort();
-    selectors.dedup();
-    selectors
-}
-
-fn spec_names(records: &[LoopRecord]) -> HashMap<&LoopId, &str> {
-    records
-        .iter()
-        .filter(|record| record.loop_type == LoopType::Spec)
-        .filter_map(|record| Some((&record.id, record.name.as_deref()?)))
-        .collect()
-}
-
-fn qualified_name(record: &LoopRecord, specs: &HashMap<&LoopId, &str>) -> String {
-    let spec = record
-        .parent
-        .as_ref()
-        .and_then(|parent| specs.get(parent).copied())
-        .unwrap_or("?");
-    format!("{spec}/{}", record.name.as_deref().unwrap_or("?"))
-}
-
-fn names(record: &LoopRecord, specs: &HashMap<&LoopId, &str>, selector: &str) -> bool {
-    if record.id.as_str() == selector {
-        return true;
-    }
-    match selector.split_once('/') {
-        Some(_) => qualified_name(record, specs) == selector,
-        None => record.name.as_deref() == Some(selector),
-    }
+    let current =
+        |record: &LoopRecord| record.status != LoopStatus::Invalidated && record.iteration > 0;
+    LoopNames::new(records).selectors(
+        &Wanted {
+            noun: "phase",
+            kind: &is_phase,
+            eligible: &current,
+        },
+        &current,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(id: &str, loop_type: LoopType, parent: Option<&str>, name: &str) -> LoopRecord {
-        LoopRecord {
-            id: LoopId::parse(id).expect("id"),
-            parent: parent.and_then(LoopId::parse),
-            name: Some(name.to_owned()),
-            status: LoopStatus::Complete,
-            iteration: 1,
-            ..LoopRecord::new_pending(loop_type, "task", "{}".to_owned())
-        }
-    }
+    use crate::agent::loop_names::tests::record;
+    use crate::store::LoopId;
 
     fn project() -> Vec<LoopRecord> {
         vec![

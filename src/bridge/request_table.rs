@@ -278,6 +278,13 @@ request_table! {
             .iter()
             .map(ToString::to_string)
             .collect());
+    /// Loop names for completion (the shortest that picks each loop), optionally only of
+    /// the loops a command takes.
+    loop_names(LoopIdsParams) -> Vec<String>, Blocking, notification: false, sender: Lua
+        => |host, params| host
+            .manager
+            .loop_selectors(&params.root, params.purpose)
+            .map_err(manager_error);
     /// Phase names and loop ids for completion.
     phase_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
         => |host, params| host.manager.phase_selectors(&params.root).map_err(manager_error);

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, complete_phase_turn, phase_input, plan_and_approve, plan_route, requests_routed,
-    run_code_loop, spec_input, spec_route, start_editor, tool_turn, valid_plan, wait_all_complete,
+    AUTO_APPROVE, complete_phase_turn, plan_and_approve, plan_of_specs, plan_route,
+    requests_routed, run_code_loop, script_spec, start_editor, tool_turn, wait_all_complete,
     wait_settled,
 };
 
@@ -20,11 +20,6 @@ const ONE_SPEC: [(&str, [&str; 3]); 1] = [(
     "version-flag",
     ["print-version", "document-flag", "exit-code"],
 )];
-
-/// Routes a phase loop by its position in its spec: the phase name alone is not unique.
-fn phase_route(spec: &str, position: usize) -> String {
-    format!("Write phase {position} of 3 of the spec \"{spec}\"")
-}
 
 /// Routes the code loops of `spec`'s phases (only phase loops' messages name the spec
 /// otherwise).
@@ -40,14 +35,10 @@ async fn approved_hierarchy(
     specs: &[(&str, [&str; 3])],
     validation: &str,
 ) -> TestNvim {
-    let mut plan = valid_plan();
-    plan["specs"] = specs
-        .iter()
-        .map(|(spec, _)| {
-            json!({"name": spec, "title": format!("The {spec} part"), "description": format!("The {spec} part: print the version from src/main.rs when asked, then exit 0."), "dependencies": []})
-        })
-        .collect();
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", plan_of_specs(specs)),
+    );
     for (spec, phases) in specs {
         script_spec(fake, spec, spec, phases, validation);
     }
@@ -61,23 +52,6 @@ async fn approved_hierarchy(
     editor
 }
 
-/// Scripts the model's answer `id` to the spec loop of `spec`, and those to its phase loops
-/// (each validated by `validation`).
-fn script_spec(fake: &FakeLlm, id: &str, spec: &str, phases: &[&str; 3], validation: &str) {
-    fake.push_routed(
-        &spec_route(spec),
-        tool_turn(id, "create_spec", spec_input(spec, phases)),
-    );
-    for (index, phase) in phases.iter().enumerate() {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!(validation);
-        fake.push_routed(
-            &phase_route(spec, index + 1),
-            tool_turn(phase, "create_phase", input),
-        );
-    }
-}
-
 /// What Loopr notified since the last call.
 async fn notes(editor: &TestNvim) -> Vec<String> {
     editor
@@ -87,17 +61,7 @@ async fn notes(editor: &TestNvim) -> Vec<String> {
 
 /// The id of the phase loop `spec/phase`.
 fn phase_id(records: &[Value], spec: &str, phase: &str) -> String {
-    let spec_id = records
-        .iter()
-        .find(|r| r["type"] == "spec" && r["name"] == spec)
-        .map(|r| r["id"].clone())
-        .expect("spec loop");
-    records
-        .iter()
-        .find(|r| r["type"] == "phase" && r["name"] == phase && r["parent"] == spec_id)
-        .and_then(|r| r["id"].as_str())
-        .expect("phase loop")
-        .to_owned()
+    crate::scenario::phase_loop_id(records, None, spec, phase)
 }
 
 /// The quickfix list's title and its entries' files (relative), texts and loop ids.

@@ -696,3 +696,55 @@ pub fn push_one_spec_hierarchy(
         fake.push_routed(&phase_route(phase), turn(phase, "create_phase", input));
     }
 }
+
+/// The id of the phase loop `spec/phase` among `records` (status rows); with `plan`, of the
+/// spec that plan loop spawned.
+pub fn phase_loop_id(records: &[Value], plan: Option<&str>, spec: &str, phase: &str) -> String {
+    let spec_id = records
+        .iter()
+        .find(|r| {
+            r["type"] == "spec" && r["name"] == spec && plan.is_none_or(|plan| r["parent"] == plan)
+        })
+        .map(|r| r["id"].clone())
+        .expect("spec loop");
+    records
+        .iter()
+        .find(|r| r["type"] == "phase" && r["name"] == phase && r["parent"] == spec_id)
+        .and_then(|r| r["id"].as_str())
+        .expect("phase loop")
+        .to_owned()
+}
+
+/// A plan of `specs` (each a name and its three phases), none depending on another.
+pub fn plan_of_specs(specs: &[(&str, [&str; 3])]) -> Value {
+    let mut plan = valid_plan();
+    plan["specs"] = specs
+        .iter()
+        .map(|(spec, _)| {
+            json!({"name": spec, "title": format!("The {spec} part"), "description": format!("The {spec} part: print the version from src/main.rs when asked, then exit 0."), "dependencies": []})
+        })
+        .collect();
+    plan
+}
+
+/// Routes a phase loop by its position in its spec: the phase name alone is not unique.
+pub fn phase_route_by_position(spec: &str, position: usize) -> String {
+    format!("Write phase {position} of 3 of the spec \"{spec}\"")
+}
+
+/// Scripts the model's answer `id` to the spec loop of `spec`, and those to its phase loops
+/// (routed by position, each validated by `validation`).
+pub fn script_spec(fake: &FakeLlm, id: &str, spec: &str, phases: &[&str; 3], validation: &str) {
+    fake.push_routed(
+        &spec_route(spec),
+        tool_turn(id, "create_spec", spec_input(spec, phases)),
+    );
+    for (index, phase) in phases.iter().enumerate() {
+        let mut input = phase_input(phase);
+        input["validation_command"] = json!(validation);
+        fake.push_routed(
+            &phase_route_by_position(spec, index + 1),
+            tool_turn(phase, "create_phase", input),
+        );
+    }
+}

@@ -113,7 +113,7 @@ fn newest_code_loop(project: &Project, phase: &str) -> Result<LoopRecord, Manage
     })
     .map_err(|err| match err {
         PhaseLookupError::NotFound(_) => ManagerError::NoCodeLoop(phase.to_owned()),
-        ambiguous => ManagerError::Phase(ambiguous),
+        ambiguous => ManagerError::Name(ambiguous),
     })?;
     newest_code_loop_of(&phase_record.id).ok_or_else(|| ManagerError::NoCodeLoop(phase.to_owned()))
 }

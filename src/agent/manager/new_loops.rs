@@ -53,7 +53,7 @@ impl LoopManager {
         let phase_record =
             resolve_phase(&records, phase, runnable_phase).map_err(|err| match err {
                 PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
-                ambiguous => ManagerError::Phase(ambiguous),
+                ambiguous => ManagerError::Name(ambiguous),
             })?;
         let record = LoopRecord {
             parent: Some(phase_record.id.clone()),

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::jobs;
+use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted};
 use crate::agent::phases::{phase_selectors, resolve_phase};
 use crate::agent::plan_tree::PlanTrees;
 use crate::agent::tasks::{PhaseSelector, TaskList, listed_phase, phase_tasks};
@@ -191,11 +192,36 @@ impl LoopManager {
         Ok(phase_selectors(&self.project(root)?.db.list()?))
     }
 
-    pub(super) fn record(&self, project: &Project, id: &str) -> Result<LoopRecord, ManagerError> {
-        let loop_id = LoopId::parse(id).ok_or_else(|| ManagerError::UnknownLoop(id.to_owned()))?;
-        project
-            .db
-            .get(&loop_id)?
-            .ok_or_else(|| ManagerError::UnknownLoop(id.to_owned()))
+    /// The names to complete a loop argument with: the shortest name, as `record` reads
+    /// it, of each loop (as `status` gives them) that `purpose` takes (every loop without
+    /// one), sorted.
+    pub fn loop_selectors(
+        &self,
+        root: &Path,
+        purpose: Option<Purpose>,
+    ) -> Result<Vec<String>, ManagerError> {
+        let records = self.status(root)?;
+        let taken = |record: &LoopRecord| purpose.is_none_or(|purpose| purpose.admits(record));
+        Ok(LoopNames::new(&records).selectors(&Wanted::ANY_LOOP, &taken))
+    }
+
+    /// The loop `selector` names: its id, else a name as `loop_names` reads it.
+    pub(super) fn record(
+        &self,
+        project: &Project,
+        selector: &str,
+    ) -> Result<LoopRecord, ManagerError> {
+        let unknown = || ManagerError::UnknownLoop(selector.trim().to_owned());
+        if let Some(loop_id) = LoopId::parse(selector.trim())
+            && let Some(record) = project.db.get(&loop_id)?
+        {
+            return Ok(record);
+        }
+        let records = self.seen(project)?;
+        match LoopNames::new(&records).resolve(selector, &Wanted::ANY_LOOP) {
+            Ok(record) => Ok(record.clone()),
+            Err(LoopNameError::NotFound(_)) => Err(unknown()),
+            Err(ambiguous) => Err(ManagerError::Name(ambiguous)),
+        }
     }
 }
