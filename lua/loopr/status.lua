@@ -197,7 +197,8 @@ function M.format(rows)
       M.tokens(r.spend),
       M.cost(r.spend),
       M.tree_spend(r.tree),
-      truncate(text(r.error), ERROR_WIDTH),
+      -- A pending loop has no error; what it waits for shows there.
+      truncate(text(r.error) ~= '' and text(r.error) or text(r.waits_for), ERROR_WIDTH),
     })
     table.insert(records, r)
   end
