@@ -1,5 +1,6 @@
-//! What a user sees when loops fail or wait: the failure's line names the loop, the reason's
-//! head and the way on; a retry takes the failed loop others wait on.
+//! What a user sees when loops fail, wait or are left running: the failure's line names the
+//! loop, the reason's head and the way on; a retry takes the failed loop others wait on; and
+//! quitting with loops under way says so once.
 
 use serde_json::{Value, json};
 
@@ -154,4 +155,41 @@ async fn retry_without_an_id_takes_the_failed_root_and_a_waiting_loop_says_what_
     editor.wait_status(&docs_id, "pending").await;
     wait_all_complete(&mut editor, 1 + 2 + 6).await;
     editor.quit().await;
+}
+
+/// `:qa` while one plan runs and another awaits review: one message says so and that they go
+/// on next time (read from 'verbosefile', where Neovim writes every message it shows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quitting_with_loops_under_way_says_so_once() {
+    let fake = FakeLlm::start().await;
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let (held, _release) = create_plan_turn("toolu_plan_2", valid_plan()).held();
+    fake.push(held);
+    let mut editor = start_editor(&fake, "{}").await;
+    let first = editor.plan("Add a --version flag").await;
+    editor.wait_status(&first, "awaiting_approval").await;
+    let _second = editor.plan("Add a --help flag").await;
+    fake.wait_for_requests(2).await;
+    let said = editor.dirs.home.join("said-on-quit.txt");
+    editor
+        .exec(&format!(
+            "vim.o.verbosefile = {:?}",
+            said.display().to_string()
+        ))
+        .await;
+
+    let _dirs = editor.quit().await;
+    let text = std::fs::read_to_string(&said).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("open this project again"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "Loopr: 1 loop running and 1 awaiting approval; they go on when you open this \
+             project again (:LooprStatus)"
+        ],
+        "{text}"
+    );
 }
