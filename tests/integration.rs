@@ -16,6 +16,7 @@ mod integration {
     mod contract;
     mod cost;
     mod editor;
+    mod failures;
     mod hierarchy;
     mod lifecycle;
     mod loop_rules;

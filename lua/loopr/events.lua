@@ -17,18 +17,24 @@ local function str(v)
   return type(v) == 'string' and v ~= '' and v or nil
 end
 
----How the host names a loop (`plan "{task}"`, `spec "{name}"`), else its type and id.
+---The status row of the event's loop, nil when the host does not find it.
 ---@param ev loopr.LoopUpdatedEvent
----@return string
-local function name_of(ev)
-  local id = ev.id
+---@return loopr.LoopRecord|nil
+local function row_of(ev)
   local rows = require('loopr.host').request('status', { root = require('loopr.config').root() })
   for _, r in ipairs(type(rows) == 'table' and rows or {}) do
-    if r.id == id then
-      return str(r.label) or (ev.type or 'loop') .. ' ' .. id
+    if r.id == ev.id then
+      return r
     end
   end
-  return (ev.type or 'loop') .. ' ' .. id
+end
+
+---How the host names a loop (`plan "{task}"`, `spec "{name}"`), else its type and id.
+---@param ev loopr.LoopUpdatedEvent
+---@param row loopr.LoopRecord|nil
+---@return string
+local function name_of(ev, row)
+  return row and str(row.label) or (ev.type or 'loop') .. ' ' .. ev.id
 end
 
 ---@type table<string, fun(ev: table)>
@@ -45,14 +51,18 @@ function handlers.loop_updated(ev)
   end
   -- An undone loop keeps its status; its note says so, and `:LooprUndo` reported it already.
   if ev.status == 'failed' and not ev.undone then
+    -- The loop by name, why, and (kept whole on the command line) what to do next.
+    local row = row_of(ev)
+    local way_on = row and str(row.way_on)
     notify.notify(
-      ('Loopr: %s loop %s failed: %s'):format(ev.type or '?', ev.id, str(ev.error) or 'unknown error'),
-      vim.log.levels.ERROR
+      ('Loopr: %s failed: %s'):format(name_of(ev, row), str(ev.error) or 'unknown error'),
+      vim.log.levels.ERROR,
+      { keep = way_on and ('; ' .. way_on) }
     )
   end
   if ev.status == 'awaiting_approval' then
     notify.notify(
-      ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev)),
+      ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev, row_of(ev))),
       vim.log.levels.INFO
     )
   end

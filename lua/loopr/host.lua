@@ -351,15 +351,6 @@ local function on_exit(job, code)
   end)
 end
 
-local augroup = vim.api.nvim_create_augroup('loopr_host', { clear = true })
-vim.api.nvim_create_autocmd('VimLeavePre', {
-  group = augroup,
-  desc = 'Stop the Loopr host',
-  callback = function()
-    M.stop()
-  end,
-})
-
 ---@return string|nil err
 local function start()
   local bin, err = M.resolve_bin()
@@ -600,5 +591,66 @@ function M.stop()
     vim.fn.jobstop(state.chan)
   end
 end
+
+---`count` things as words: `1 loop running`, `2 loops running`.
+---@param count integer
+---@param one string
+---@param many string
+---@return string
+local function counted(count, one, many)
+  return ('%d %s'):format(count, count == 1 and one or many)
+end
+
+---What quitting leaves under way in the current project, as one line, nil when nothing: its
+---loops running or waiting to, those awaiting approval, and the tool approvals unanswered.
+---@return string|nil
+local function left_under_way()
+  local ok, rows = pcall(M.request, 'status', { root = config.root() })
+  local running, awaiting = 0, 0
+  for _, r in ipairs(ok and type(rows) == 'table' and rows or {}) do
+    if r.awaits_approval then
+      awaiting = awaiting + 1
+    elseif r.active then
+      running = running + 1
+    end
+  end
+  local approvals = package.loaded['loopr.approvals']
+  local unanswered = approvals and #approvals.pending() or 0
+  local parts = {}
+  if running > 0 then
+    parts[#parts + 1] = counted(running, 'loop running', 'loops running')
+  end
+  if awaiting > 0 then
+    parts[#parts + 1] = ('%d awaiting approval'):format(awaiting)
+  end
+  if unanswered > 0 then
+    parts[#parts + 1] = counted(unanswered, 'tool approval unanswered', 'tool approvals unanswered')
+  end
+  if #parts == 0 then
+    return nil
+  end
+  local listed = #parts == 1 and parts[1]
+    or table.concat(vim.list_slice(parts, 1, #parts - 1), ', ') .. ' and ' .. parts[#parts]
+  local next_time = config.get().resume and 'they go on when you open this project again (:LooprStatus)'
+    or 'they wait for you in :LooprStatus (resume is off: :LooprRetry runs the interrupted ones)'
+  return ('Loopr: %s; %s'):format(listed, next_time)
+end
+
+local augroup = vim.api.nvim_create_augroup('loopr_host', { clear = true })
+vim.api.nvim_create_autocmd('VimLeavePre', {
+  group = augroup,
+  desc = 'Say what Loopr leaves under way, once, and stop the Loopr host',
+  callback = function()
+    if alive() then
+      local message = left_under_way()
+      if message then
+        -- Echoed at once: nothing scheduled runs any more. It stays in :messages and goes to
+        -- 'verbosefile' if one is set.
+        vim.api.nvim_echo({ { message, 'WarningMsg' } }, true, {})
+      end
+    end
+    M.stop()
+  end,
+})
 
 return M

@@ -256,6 +256,24 @@ local function cancel_target(rows, here)
   return nil, tops
 end
 
+---Calls `send(target)` with loop `id`; without one, with the loop of the current artifact
+---buffer when the host says `admits` of it (a standing: `awaits_approval`, `retryable`),
+---else with nil (the host chooses).
+---@param id string|nil
+---@param root string
+---@param admits string
+---@param send fun(target: string|nil)
+local function for_loop_here(id, root, admits, send)
+  id = trimmed(id)
+  local here = not id and require('loopr.paths').buf_artifact()
+  if not here then
+    return send(id)
+  end
+  with_record_of(root, here.loop_id, function(r)
+    send((r and r[admits]) and r.id or nil)
+  end)
+end
+
 ---Cancel loop `id` and its descendants. Without `id`: the loop of the current artifact or
 ---transcript buffer if it or a loop below it is active, else the plan tree that runs, else
 ---(several run) the one the user picks with |vim.ui.select()|.
@@ -299,17 +317,8 @@ end
 ---@param opts? loopr.TargetOpts
 ---@param on_done? fun(loop_id: string|nil) Called with the approved loop, nil on error (already notified).
 function M.approve(id, opts, on_done)
-  on_done = on_done or function() end
   local root = (opts and opts.root) or config.root()
-  local approve = loop_request('approve', root, 'Loopr: approved %s', on_done)
-  id = trimmed(id)
-  local here = not id and require('loopr.paths').buf_artifact()
-  if not here then
-    return approve(id)
-  end
-  with_record_of(root, here.loop_id, function(r)
-    approve((r and r.awaits_approval) and r.id or nil)
-  end)
+  for_loop_here(id, root, 'awaits_approval', loop_request('approve', root, 'Loopr: approved %s', on_done))
 end
 
 ---Re-run a loop with `feedback`; its descendants become invalidated. The loop is `opts.id`,
@@ -346,20 +355,15 @@ function M.revise(feedback, opts, on_done)
 end
 
 ---Run a loop that failed, was cancelled or was interrupted again (|:LooprRetry|): loop `id`,
----else the loop of the current artifact buffer, else the newest such loop.
+---else the loop of the current artifact buffer if it can be retried, else the one the host
+---chooses (the newest such loop, or the failed loop it waits for).
 ---Returns at once; the host's answer is notified.
 ---@param id string|nil
 ---@param opts? loopr.TargetOpts
 ---@param on_done? fun(loop_id: string|nil) Called with the loop retried, nil on error (already notified).
 function M.retry(id, opts, on_done)
-  id = trimmed(id)
-  if not id then
-    local here = require('loopr.paths').buf_artifact()
-    id = here and here.loop_id or nil
-  end
-  send_for_loop_id('retry', { root = (opts and opts.root) or config.root(), id = id }, function(_, label)
-    notify(('Loopr: retrying %s'):format(label), vim.log.levels.INFO)
-  end, on_done)
+  local root = (opts and opts.root) or config.root()
+  for_loop_here(id, root, 'retryable', loop_request('retry', root, 'Loopr: retrying %s', on_done))
 end
 
 ---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),

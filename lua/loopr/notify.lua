@@ -15,6 +15,11 @@ local IMPORTANT_HOLD_MS = 4000
 ---@field text string
 ---@field level integer
 ---@field history boolean Whether it goes to :messages (progress does not).
+---@field keep? string How `text` ends: kept whole when the line is cut to fit.
+
+---@class loopr.NotifyOpts
+---@field keep? string Appended to the message and kept whole on the command line, where the
+---message before it is cut instead: what to do next.
 
 ---@type loopr.Message[]
 local pending = {}
@@ -69,6 +74,24 @@ local function fit(text, width)
     end
   end
   return vim.fn.strcharpart(text, 0, low) .. '…'
+end
+
+---`message`'s text cut to fit `width` display cells, keeping its `keep` ending whole while
+---that leaves room for at least as much of what comes before.
+---@param message loopr.Message
+---@param width integer
+---@return string
+local function fit_message(message, width)
+  local keep = message.keep
+  local text = message.text
+  if not keep or vim.fn.strdisplaywidth(text) <= width then
+    return fit(text, width)
+  end
+  local room = width - vim.fn.strdisplaywidth(keep)
+  if room < vim.fn.strdisplaywidth(keep) then
+    return fit(text, width)
+  end
+  return fit(text:sub(1, #text - #keep), room) .. keep
 end
 
 ---@param level integer
@@ -129,7 +152,7 @@ local function flush()
     important_shown_at = now
   end
   -- One line that fits before 'showcmd' and 'ruler', never into a hit-enter prompt.
-  vim.api.nvim_echo({ { fit(top.text, vim.v.echospace - 1), highlight(top.level) } }, false, {})
+  vim.api.nvim_echo({ { fit_message(top, vim.v.echospace - 1), highlight(top.level) } }, false, {})
 end
 
 ---@param message loopr.Message
@@ -144,17 +167,20 @@ end
 
 ---Tell the user something: `msg` gets the "Loopr: " prefix. With Neovim's own vim.notify it
 ---shows as one fitted line (messages arriving together are coalesced, the most severe
----shown) and its whole text goes to :messages; a replaced vim.notify gets the whole text.
+---shown; `opts.keep`, appended, stays whole where the line is cut) and its whole text goes
+---to :messages; a replaced vim.notify gets the whole text.
 ---@param msg string
 ---@param level? integer A |vim.log.levels| value; default INFO.
-function M.notify(msg, level)
+---@param opts? loopr.NotifyOpts
+function M.notify(msg, level, opts)
   level = level or levels.INFO
-  local text = M.prefixed(msg)
+  local keep = opts and opts.keep and one_line(opts.keep) or nil
+  local text = M.prefixed(msg) .. (keep or '')
   if not stock_notify() then
     vim.notify(text, level, { title = 'Loopr' })
     return
   end
-  enqueue({ text = one_line(text), level = level, history = true })
+  enqueue({ text = one_line(text), level = level, history = true, keep = keep })
 end
 
 ---Show a progress message on the command line (not in :messages), unless a recent warning

@@ -216,8 +216,12 @@ local COLUMNS = {
     title = 'ERROR',
     cap = ERROR_WIDTH,
     -- The host tells a note (what an undo restored) from an error: a note has its own column.
+    -- A pending loop has no error; what it waits for shows here.
     cell = function(r)
-      return M.text(r.note) == '' and M.text(r.error) or ''
+      if M.text(r.note) ~= '' then
+        return ''
+      end
+      return M.text(r.error) ~= '' and M.text(r.error) or M.text(r.waits_for)
     end,
   },
   { title = 'NOTE', cap = ERROR_WIDTH, cell = field('note') },

@@ -213,13 +213,11 @@ request_table! {
             .map_err(manager_error);
     /// The project's loops, newest first, with what they spent at these prices.
     status(StatusParams) -> Vec<LoopRecordReply>, Blocking, notification: true, sender: Lua
-        => |host, params| Ok(host
+        => |host, params| host
             .manager
             .status_with_spend(&params.root, &params.price_table()?)
-            .map_err(manager_error)?
-            .into_iter()
-            .map(LoopRecordReply::new)
-            .collect());
+            .map_err(manager_error)
+            .map(LoopRecordReply::rows);
     /// Follows a loop's transcript: its text comes with the token given.
     transcript(TranscriptParams) -> TranscriptReply, Blocking, notification: true, sender: Lua
         => |host, params| host.follow_transcript(params);

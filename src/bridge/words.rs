@@ -5,6 +5,7 @@
 
 use crate::agent::ManagerError;
 use crate::next_step::{self, NextStep};
+use crate::store::{LoopRecord, retryable};
 
 /// `err` as Neovim shows it: `Loopr: ` and the error, then the command to go on with.
 pub fn manager_error(err: ManagerError) -> String {
@@ -23,28 +24,56 @@ pub fn hinted(text: &str) -> String {
 
 /// `step` as a clause appended to the message it follows.
 fn clause(step: &NextStep) -> String {
+    format!("; {}", step_words(step))
+}
+
+/// `step` in Neovim's words.
+fn step_words(step: &NextStep) -> String {
     match step {
-        NextStep::Approve { id } => format!("; :LooprApprove {id} to go on"),
-        NextStep::Retry => "; :LooprRetry runs it again".to_owned(),
+        NextStep::Approve { id } => format!(":LooprApprove {id} to go on"),
+        NextStep::Retry => ":LooprRetry runs it again".to_owned(),
         NextStep::RetryOrCancel { id } => {
-            format!("; :LooprRetry {id} retries it, :LooprCancel {id} cancels it")
+            format!(":LooprRetry {id} retries it, :LooprCancel {id} cancels it")
         }
         NextStep::RetryOrRevisePhase { id } => format!(
-            "; :LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
+            ":LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
              in the phase's phase.md"
         ),
-        NextStep::ListLoops => "; see :LooprStatus".to_owned(),
+        NextStep::ListLoops => "see :LooprStatus".to_owned(),
         NextStep::NameTranscript => {
-            "; name one: :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
+            "name one: :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"
                 .to_owned()
         }
-        NextStep::StartCodeLoop { phase } => format!("; start one with :LooprRun {phase}"),
+        NextStep::StartCodeLoop { phase } => format!("start one with :LooprRun {phase}"),
         NextStep::SetOption {
             key,
             example: Some(example),
-        } => format!("; e.g. setup({})", lua_table(key, example)),
-        NextStep::SetOption { key, example: None } => format!("; set {key} in setup()"),
-        NextStep::ShowMcpServers => "; :LooprMcp shows the servers' state and errors".to_owned(),
+        } => format!("e.g. setup({})", lua_table(key, example)),
+        NextStep::SetOption { key, example: None } => format!("set {key} in setup()"),
+        NextStep::ShowMcpServers => ":LooprMcp shows the servers' state and errors".to_owned(),
+    }
+}
+
+/// What the user can do next about `record`, short enough to stay on the line of a failure:
+/// the step its error names, else, for a loop that ended without success, a retry (named
+/// when `:LooprRetry` alone would not take it, `plain_retry_takes_it`).
+pub fn way_on(record: &LoopRecord, plain_retry_takes_it: bool) -> Option<String> {
+    let step = record
+        .error
+        .as_deref()
+        .and_then(|error| next_step::split(error).1);
+    let retry = if plain_retry_takes_it {
+        ":LooprRetry or R in :LooprStatus".to_owned()
+    } else {
+        format!(":LooprRetry {} or R in :LooprStatus", record.id)
+    };
+    match step {
+        Some(step @ NextStep::SetOption { .. }) if retryable(record.status) => {
+            Some(format!("{}, then {retry}", step_words(&step)))
+        }
+        Some(NextStep::Retry) | None if retryable(record.status) => Some(retry),
+        Some(NextStep::Retry) | None => None,
+        Some(step) => Some(step_words(&step)),
     }
 }
 
@@ -65,6 +94,7 @@ fn lua_table(key: &str, value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::LoopStatus;
 
     #[test]
     fn an_option_is_named_as_setup_takes_it() {
@@ -73,6 +103,41 @@ mod tests {
             lua_table("mcp.servers.my-git.command", "git"),
             "{ mcp = { servers = { [\"my-git\"] = { command = 'git' } } } }"
         );
+    }
+
+    #[test]
+    fn a_failed_loop_names_its_way_on_and_the_loop_only_when_needed() {
+        let failed = |error: &str| LoopRecord {
+            status: LoopStatus::Failed,
+            error: Some(error.to_owned()),
+            ..LoopRecord::new_pending(crate::store::LoopType::Plan, "task", "{}".to_owned())
+        };
+        let overloaded = failed("overloaded");
+        assert_eq!(
+            way_on(&overloaded, true).as_deref(),
+            Some(":LooprRetry or R in :LooprStatus")
+        );
+        assert_eq!(
+            way_on(&overloaded, false),
+            Some(format!(
+                ":LooprRetry {} or R in :LooprStatus",
+                overloaded.id
+            ))
+        );
+        let option = NextStep::SetOption {
+            key: "model".to_owned(),
+            example: Some("m".to_owned()),
+        }
+        .attach("no such model");
+        assert_eq!(
+            way_on(&failed(&option), true).as_deref(),
+            Some("e.g. setup({ model = 'm' }), then :LooprRetry or R in :LooprStatus")
+        );
+        let complete = LoopRecord {
+            status: LoopStatus::Complete,
+            ..overloaded
+        };
+        assert_eq!(way_on(&complete, true), None);
     }
 
     #[test]

@@ -49,6 +49,102 @@ pub fn retryable(status: LoopStatus) -> bool {
     )
 }
 
+/// How the note of a loop that failed because a loop it depends on ended begins.
+pub const DEPENDENCY_ENDED_PREFIX: &str = "its dependency ";
+
+/// The note of a loop that failed because its dependency `name` ended `status`.
+pub fn dependency_ended_note(name: &str, status: LoopStatus) -> String {
+    format!("{DEPENDENCY_ENDED_PREFIX}{name} ended {}", status.as_str())
+}
+
+/// A dependency of a loop that is not complete yet: its name, and the sibling of that name
+/// (spawned by the same parent artifact) if there is one.
+#[derive(Debug)]
+pub struct Awaited<'a> {
+    pub name: &'a str,
+    pub sibling: Option<&'a LoopRecord>,
+}
+
+/// The dependencies of `record` that are not complete, among `records` (its siblings: the
+/// loops of the same parent artifact count; others are ignored). A loop starts only when
+/// none is left.
+pub fn awaited<'a>(record: &'a LoopRecord, records: &'a [LoopRecord]) -> Vec<Awaited<'a>> {
+    let Some(parent) = &record.parent else {
+        return Vec::new();
+    };
+    record
+        .depends_on
+        .iter()
+        .map(|name| Awaited {
+            name: name.as_str(),
+            sibling: records.iter().find(|sibling| {
+                sibling.parent.as_ref() == Some(parent)
+                    && sibling.triggered_by == record.triggered_by
+                    && sibling.name.as_deref() == Some(name.as_str())
+            }),
+        })
+        .filter(|awaited| {
+            awaited
+                .sibling
+                .is_none_or(|sibling| sibling.status != LoopStatus::Complete)
+        })
+        .collect()
+}
+
+/// What a retry of `target` runs again, `target` first: it, the loops it waits for that
+/// ended without success (a loop cannot start before them), and the loops that failed
+/// because one of these ended (they wait for it again), among `records`.
+pub fn retried_with<'a>(target: &'a LoopRecord, records: &'a [LoopRecord]) -> Vec<&'a LoopRecord> {
+    let mut retried = vec![target];
+    let mut index = 0;
+    while index < retried.len() {
+        let current = retried[index];
+        index += 1;
+        let dependencies = awaited(current, records)
+            .into_iter()
+            .filter_map(|awaited| awaited.sibling)
+            .filter(|sibling| retryable(sibling.status));
+        let dependents = records.iter().filter(|other| {
+            other.status == LoopStatus::Failed
+                && other.parent == current.parent
+                && other.triggered_by == current.triggered_by
+                && other
+                    .error
+                    .as_deref()
+                    .is_some_and(|note| note.starts_with(DEPENDENCY_ENDED_PREFIX))
+                && current
+                    .name
+                    .as_ref()
+                    .is_some_and(|name| other.depends_on.contains(name))
+        });
+        for record in dependencies.chain(dependents).collect::<Vec<_>>() {
+            if !retried.iter().any(|known| known.id == record.id) {
+                retried.push(record);
+            }
+        }
+    }
+    retried
+}
+
+/// The loop a retry without a loop named takes, among `records` (newest first): the newest
+/// loop that ended without success, or, when it waits for a loop that did too, the loop at
+/// the root of that wait (retrying a loop whose dependency failed would leave it waiting).
+pub fn default_retry(records: &[LoopRecord]) -> Option<&LoopRecord> {
+    let mut current = records.iter().find(|record| retryable(record.status))?;
+    // At most one step per loop, so a dependency cycle cannot hang it.
+    for _ in 0..records.len() {
+        let failed_dependency = awaited(current, records)
+            .into_iter()
+            .filter_map(|awaited| awaited.sibling)
+            .find(|sibling| retryable(sibling.status));
+        match failed_dependency {
+            Some(dependency) => current = dependency,
+            None => break,
+        }
+    }
+    Some(current)
+}
+
 /// A pending loop the scheduler holds back because its plan tree reached its budget: its
 /// `error` says so (a pending loop has no other error), until an approval or a budget that
 /// allows more clears it, or the scheduler starts it.
@@ -271,6 +367,71 @@ mod tests {
     fn only_pending_and_running_loops_are_under_way() {
         let under_way: Vec<LoopStatus> = STATUSES.into_iter().filter(|s| !s.is_idle()).collect();
         assert_eq!(under_way, [LoopStatus::Pending, LoopStatus::Running]);
+    }
+
+    /// A plan's two specs, `b` depending on `a`, with the statuses and notes given.
+    fn siblings(a: LoopStatus, b: (LoopStatus, Option<&str>)) -> Vec<LoopRecord> {
+        let plan = record(LoopStatus::Complete, None);
+        let spec = |name: &str, status, error: Option<&str>, depends_on: &[&str]| LoopRecord {
+            parent: Some(plan.id.clone()),
+            name: Some(name.to_owned()),
+            triggered_by: Some("iterations/001/artifacts/plan.json".to_owned()),
+            depends_on: depends_on.iter().map(|name| (*name).to_owned()).collect(),
+            status,
+            error: error.map(str::to_owned),
+            ..LoopRecord::new_pending(LoopType::Spec, "task", "{}".to_owned())
+        };
+        let failed_note = dependency_ended_note("a", LoopStatus::Failed);
+        let b_error = b.1.map(|note| {
+            if note == "dependency" {
+                failed_note.as_str()
+            } else {
+                note
+            }
+        });
+        // Newest first, as the store lists them: b after a.
+        vec![
+            spec("b", b.0, b_error, &["a"]),
+            spec("a", a, None, &[]),
+            plan,
+        ]
+    }
+
+    #[test]
+    fn a_retry_without_a_loop_takes_the_failed_loop_others_wait_on() {
+        let records = siblings(LoopStatus::Failed, (LoopStatus::Failed, Some("dependency")));
+        let chosen = default_retry(&records).expect("a loop to retry");
+        assert_eq!(chosen.name.as_deref(), Some("a"));
+        let retried: Vec<_> = retried_with(chosen, &records)
+            .iter()
+            .map(|record| record.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(retried, ["a", "b"], "the dependent waits for it again");
+        let dependent = &records[0];
+        let retried: Vec<_> = retried_with(dependent, &records)
+            .iter()
+            .map(|record| record.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            retried,
+            ["b", "a"],
+            "a dependent named takes its failed root along"
+        );
+    }
+
+    #[test]
+    fn a_loop_that_failed_for_itself_is_retried_alone_and_waits_for_what_is_not_complete() {
+        let records = siblings(
+            LoopStatus::Running,
+            (LoopStatus::Failed, Some("overloaded")),
+        );
+        let chosen = default_retry(&records).expect("a loop to retry");
+        assert_eq!(chosen.name.as_deref(), Some("b"));
+        assert_eq!(retried_with(chosen, &records).len(), 1);
+        let waits: Vec<_> = awaited(chosen, &records).iter().map(|a| a.name).collect();
+        assert_eq!(waits, ["a"]);
+        let done = siblings(LoopStatus::Complete, (LoopStatus::Pending, None));
+        assert!(awaited(&done[0], &done).is_empty());
     }
 
     #[test]

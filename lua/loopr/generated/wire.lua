@@ -60,6 +60,8 @@
 ---@field type string
 ---@field undone boolean Its changes were undone; it keeps its status (`undone`).
 ---@field updated_at string
+---@field waits_for? string What a pending loop waits for, worded: `waits for spec "cli"`.
+---@field way_on? string What the user can do next about a loop that ended without success (or whose error names a step), worded: `:LooprRetry or R in :LooprStatus`.
 ---@class loopr.McpProbeReply One server probed: its tools, or why it could not start.
 ---@field error? string
 ---@field name string
@@ -129,7 +131,7 @@
 ---@field active boolean Not finished (`LoopStatus::is_active`).
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
 ---@field cancellable boolean A cancel ends it (`LoopStatus::is_cancellable`).
----@field error? string
+---@field error? string Why it failed (or its note), without the way on: the loop's status row words that (`way_on`).
 ---@field event "loop_updated"
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).

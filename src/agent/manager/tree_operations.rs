@@ -9,7 +9,7 @@ use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
 use crate::budget::Grant;
 use crate::store::{
-    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, awaits_approval, retryable,
+    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, awaits_approval, default_retry,
     waits_for_budget,
 };
 
@@ -154,15 +154,14 @@ impl LoopManager {
 
     /// Runs a loop that failed, was cancelled or was interrupted again, from where it stood:
     /// an artifact loop resumes its stored conversation (or starts over if it had none), a
-    /// code loop gets a fresh allowance of iterations.
+    /// code loop gets a fresh allowance of iterations. Without `id`, the loop `default_retry`
+    /// takes; the loops `retried_with` it run again too.
     pub fn retry(&self, root: &Path, id: Option<&str>) -> Result<LoopId, ManagerError> {
         let project = self.project(root)?;
         let record = match id.map(str::trim).filter(|id| !id.is_empty()) {
             Some(id) => self.record(&project, id)?,
-            None => self
-                .seen(&project)?
-                .into_iter()
-                .find(|record| retryable(record.status))
+            None => default_retry(&self.seen(&project)?)
+                .cloned()
                 .ok_or(ManagerError::NothingTo("failed, cancelled or interrupted"))?,
         };
         let retried = project
@@ -170,15 +169,16 @@ impl LoopManager {
             .retry(&record.id, self.shared.host_pid, |owner| {
                 self.host_is_gone(owner)
             })?;
-        if let Err(refused) = retried {
-            return Err(ManagerError::WrongState {
-                id: record.id.to_string(),
-                status: refused.status.as_str(),
-                hint: "only a loop that failed, was cancelled or was interrupted can be retried",
-            });
-        }
-        tracing::info!(loop_id = %record.id, "retrying");
+        let also = retried.map_err(|refused| ManagerError::WrongState {
+            id: record.id.to_string(),
+            status: refused.status.as_str(),
+            hint: "only a loop that failed, was cancelled or was interrupted can be retried",
+        })?;
+        tracing::info!(loop_id = %record.id, also = also.len(), "retrying");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
+        for change in also {
+            self.emit_change(change);
+        }
         self.schedule(&project);
         Ok(record.id)
     }

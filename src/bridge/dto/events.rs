@@ -16,6 +16,8 @@ pub enum EventMessage {
         #[serde(rename = "type")]
         loop_type: &'static str,
         status: &'static str,
+        /// Why it failed (or its note), without the way on: the loop's status row words that
+        /// (`way_on`).
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         /// What the host's loop rules answer for the loop: the plugin keeps no copy of a rule.
@@ -80,7 +82,9 @@ impl From<LoopEvent> for EventMessage {
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
                 standing: Standing::of(status, error.as_deref()),
-                error: error.as_deref().map(crate::bridge::words::hinted),
+                error: error
+                    .as_deref()
+                    .map(|error| crate::next_step::split(error).0.to_owned()),
             },
             LoopEvent::Progress {
                 loop_id,

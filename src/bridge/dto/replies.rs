@@ -4,7 +4,11 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::agent::{ChangedHunk, LoopSettings, TaskList, UndoReport};
-use crate::store::{LoopRecord, Standing};
+use crate::bridge::words;
+use crate::store::{
+    LoopRecord, LoopStatus, Standing, awaited, default_retry, held_at_budget, retried_with,
+    retryable,
+};
 
 /// What opening a project for `resume` found.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -384,6 +388,34 @@ pub fn loop_label(record: &LoopRecord) -> String {
     format!("{loop_type} {named:?}")
 }
 
+/// What a pending loop waits for among `records`, when that is another loop (a loop held at
+/// its budget says so in its error): `waits for spec "cli", which failed`.
+pub fn waits_for(record: &LoopRecord, records: &[LoopRecord]) -> Option<String> {
+    if record.status != LoopStatus::Pending || held_at_budget(record) {
+        return None;
+    }
+    let awaited: Vec<String> = awaited(record, records)
+        .into_iter()
+        .map(|awaited| match awaited.sibling {
+            Some(sibling) if retryable(sibling.status) => {
+                format!("{}, which {}", loop_label(sibling), ended(sibling.status))
+            }
+            Some(sibling) => loop_label(sibling),
+            None => awaited.name.to_owned(),
+        })
+        .collect();
+    (!awaited.is_empty()).then(|| format!("waits for {}", awaited.join(" and ")))
+}
+
+/// How a loop that ended without success ended, as a verb.
+fn ended(status: LoopStatus) -> &'static str {
+    match status {
+        LoopStatus::Cancelled => "was cancelled",
+        LoopStatus::Interrupted => "was interrupted",
+        _ => "failed",
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "loopr.LoopRecord")]
 pub struct LoopRecordReply {
@@ -404,6 +436,11 @@ pub struct LoopRecordReply {
     pub name: Option<String>,
     /// How messages name the loop (`LoopIdReply::label`).
     pub label: String,
+    /// What a pending loop waits for, worded: `waits for spec "cli"`.
+    pub waits_for: Option<String>,
+    /// What the user can do next about a loop that ended without success (or whose error
+    /// names a step), worded: `:LooprRetry or R in :LooprStatus`.
+    pub way_on: Option<String>,
     pub triggered_by: Option<String>,
     pub depends_on: Vec<String>,
     pub review_passes: u32,
@@ -452,6 +489,26 @@ impl From<&crate::agent::Spend> for SpendReply {
 }
 
 impl LoopRecordReply {
+    /// The status rows, each with what it waits for and its way on, which the other loops
+    /// decide (a retry without a loop named takes one of them).
+    pub fn rows(rows: Vec<crate::agent::StatusRow>) -> Vec<LoopRecordReply> {
+        let records: Vec<LoopRecord> = rows.iter().map(|row| row.record.clone()).collect();
+        let plain_retry: Vec<&LoopRecord> = default_retry(&records)
+            .map(|target| retried_with(target, &records))
+            .unwrap_or_default();
+        rows.into_iter()
+            .zip(&records)
+            .map(|(row, record)| {
+                let taken = plain_retry.iter().any(|retried| retried.id == record.id);
+                LoopRecordReply {
+                    waits_for: waits_for(record, &records),
+                    way_on: words::way_on(record, taken),
+                    ..LoopRecordReply::new(row)
+                }
+            })
+            .collect()
+    }
+
     pub fn new(row: crate::agent::StatusRow) -> LoopRecordReply {
         LoopRecordReply {
             artifact_path: row.artifact.map(|path| path.to_string_lossy().into_owned()),
@@ -467,6 +524,8 @@ impl From<LoopRecord> for LoopRecordReply {
         LoopRecordReply {
             standing: Standing::of_record(&record),
             label: loop_label(&record),
+            waits_for: None,
+            way_on: None,
             artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),

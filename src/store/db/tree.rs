@@ -8,7 +8,9 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::{LoopDb, RawRecord, SELECT_RECORD, StoreError, insert_row, store_to_sqlite};
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
-use crate::store::rules::{approvable, retryable, revisable};
+use crate::store::rules::{
+    approvable, awaited, dependency_ended_note, retried_with, retryable, revisable,
+};
 
 /// Why the store refused to change a loop: the state it found, read in the same transaction
 /// as the refused change.
@@ -228,13 +230,14 @@ impl LoopDb {
 
     /// Makes a loop that ended without success (`retryable`, as the user sees it: one running
     /// in the store for a host that is gone, `host_is_gone(owner)`, is interrupted) pending
-    /// again, owned by `host_pid`. Refused in any other state.
+    /// again, owned by `host_pid`, with the others `retried_with` it: what it changed besides
+    /// the loop itself. Refused in any other state.
     pub fn retry(
         &self,
         id: &LoopId,
         host_pid: u32,
         host_is_gone: impl FnOnce(u32) -> bool,
-    ) -> Result<Result<(), Refused>, StoreError> {
+    ) -> Result<Result<Vec<StatusChange>, Refused>, StoreError> {
         let path = self.path.clone();
         self.checked_transaction(id, |transaction| {
             let Some((record, cancel_requested)) = loop_in(transaction, id, &path)? else {
@@ -253,12 +256,35 @@ impl LoopDb {
                     cancel_requested,
                 }));
             }
+            let now = now_rfc3339();
             transaction.execute(
                 "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2, updated_at = ?3
                  WHERE id = ?1",
-                params![id.as_str(), host_pid, now_rfc3339()],
+                params![id.as_str(), host_pid, now],
             )?;
-            Ok(Checked::Done(()))
+            // The loops it waits for that ended without success, and those that failed
+            // waiting for them, run (and wait) again with it.
+            let siblings = match &record.parent {
+                Some(parent) => children_in(transaction, parent, &path)?,
+                None => Vec::new(),
+            };
+            let target = siblings
+                .iter()
+                .find(|sibling| sibling.id == record.id)
+                .unwrap_or(&record);
+            let mut changes = Vec::new();
+            for other in retried_with(target, &siblings).into_iter().skip(1) {
+                let changed = transaction.execute(
+                    "UPDATE loops SET status = 'pending', error = NULL, host_pid = ?2,
+                     updated_at = ?3
+                     WHERE id = ?1 AND status IN ('failed', 'cancelled')",
+                    params![other.id.as_str(), host_pid, now],
+                )?;
+                if changed == 1 {
+                    changes.push(StatusChange::of(other, LoopStatus::Pending, None));
+                }
+            }
+            Ok(Checked::Done(changes))
         })
     }
 
@@ -472,7 +498,7 @@ fn fail_waiting_dependents(
         if !waits_for_it {
             continue;
         }
-        let reason = format!("its dependency {name} ended {}", ended_status.as_str());
+        let reason = dependency_ended_note(name, ended_status);
         let changed = connection.execute(
             "UPDATE loops SET status = 'failed', error = ?2, updated_at = ?3
              WHERE id = ?1 AND status = 'pending'",
@@ -500,13 +526,7 @@ fn dependencies_complete(
         return Ok(true);
     };
     let siblings = children_in(connection, parent, path)?;
-    Ok(record.depends_on.iter().all(|dependency| {
-        siblings.iter().any(|sibling| {
-            sibling.name.as_deref() == Some(dependency.as_str())
-                && sibling.triggered_by == record.triggered_by
-                && sibling.status == LoopStatus::Complete
-        })
-    }))
+    Ok(awaited(record, &siblings).is_empty())
 }
 
 /// The root of loop `id`'s plan tree (`id` itself for a root, or an unknown loop).
@@ -1002,7 +1022,10 @@ pub(super) mod tests {
         let now = db.get(&plan).expect("get").expect("exists");
         assert_eq!(now.status, LoopStatus::Cancelled);
         // A retry is a new run: the old request is gone once it is claimed.
-        assert_eq!(db.retry(&plan, 1, |_| false).expect("retry"), Ok(()));
+        assert_eq!(
+            db.retry(&plan, 1, |_| false).expect("retry"),
+            Ok(Vec::new())
+        );
         assert!(db.claim(&plan, 1).expect("claim"));
         assert!(db.still_wanted(&plan).expect("wanted"));
     }
@@ -1354,7 +1377,7 @@ pub(super) mod tests {
         for loop_id in ["plan-f", "plan-x", "plan-i", "plan-g"] {
             assert_eq!(
                 db.retry(&id(loop_id), 4, gone).expect("retry"),
-                Ok(()),
+                Ok(Vec::new()),
                 "{loop_id}"
             );
         }

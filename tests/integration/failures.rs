@@ -1,0 +1,195 @@
+//! What a user sees when loops fail, wait or are left running: the failure's line names the
+//! loop, the reason's head and the way on; a retry takes the failed loop others wait on; and
+//! quitting with loops under way says so once.
+
+use serde_json::{Value, json};
+
+use crate::fake_llm::{FakeLlm, error_reply};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    create_plan_turn, plan_route, push_specs_and_phases, spec_route, start_editor, start_editor_at,
+    valid_plan, wait_all_complete,
+};
+
+/// The command line as the screen shows it (the last screen row), trailing blanks cut,
+/// waiting (and handling events meanwhile) until it contains `needle`.
+async fn command_line_with(editor: &TestNvim, needle: &str) -> String {
+    editor
+        .lua(&format!(
+            "local function row()
+               local cells = {{}}
+               for col = 1, vim.o.columns do
+                 cells[col] = vim.fn.screenstring(vim.o.lines, col)
+               end
+               return (table.concat(cells):gsub('%s+$', ''))
+             end
+             vim.wait(10000, function() return row():find({needle:?}, 1, true) ~= nil end, 10)
+             return row()"
+        ))
+        .await
+}
+
+/// :messages once it holds `needle` (waiting, and handling events meanwhile).
+async fn messages_with(editor: &TestNvim, needle: &str) -> String {
+    editor
+        .lua(&format!(
+            "local function said()
+               return vim.api.nvim_exec2('messages', {{ output = true }}).output
+             end
+             vim.wait(10000, function() return said():find({needle:?}, 1, true) ~= nil end, 10)
+             return said()"
+        ))
+        .await
+}
+
+async fn messages(editor: &TestNvim) -> String {
+    editor
+        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
+        .await
+}
+
+/// A model API nobody listens on: every request is refused.
+fn refusing_base_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+    format!("http://{address}")
+}
+
+/// A failure's one line (100 columns, as a split terminal has) names the loop by its task,
+/// keeps the reason's head and ends with the way on, never the loop's id; the whole text,
+/// what the line leaves out included, is in :messages, and no prompt waits for a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_line_names_the_loop_its_reason_and_the_way_on() {
+    let mut editor = start_editor_at(refusing_base_url(), "{ max_retries = 1 }", Vec::new()).await;
+    editor.attach_ui(100, 24).await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "failed").await;
+
+    let line = command_line_with(&editor, ":LooprRetry").await;
+    assert!(
+        line.starts_with("Loopr: plan \"Add a --version flag\" failed: model re"),
+        "the loop by its task, then the reason's head: {line:?}"
+    );
+    assert!(
+        line.ends_with(":LooprRetry or R in :LooprStatus"),
+        "the way on stays in the part that shows: {line:?}"
+    );
+    assert!(!line.contains(&loop_id), "no id: {line:?}");
+    assert!(line.chars().count() < 100, "{line:?}");
+    let (_, blocking) = editor.mode().await;
+    assert!(!blocking, "no hit-enter prompt");
+    let history = messages(&editor).await;
+    let whole = history
+        .lines()
+        .find(|message| message.contains("failed: model request failed"))
+        .unwrap_or_else(|| panic!("the failure is in :messages: {history}"));
+    assert!(
+        whole.contains("cannot reach the model API")
+            && whole.contains("(after 2 attempts)")
+            && whole.ends_with(":LooprRetry or R in :LooprStatus"),
+        "the whole message, with the way on: {whole}"
+    );
+    editor.quit().await;
+}
+
+fn status_row<'a>(records: &'a [Value], name: &str) -> &'a Value {
+    records
+        .iter()
+        .find(|record| record["name"] == name)
+        .unwrap_or_else(|| panic!("no loop {name}: {records:#?}"))
+}
+
+/// While a spec runs, the spec that depends on it waits, and its row says for what. The spec
+/// fails and the dependent fails for it; `:LooprRetry` without an id retries the spec the
+/// other waits on (not the dependent, which would wait forever behind it), the dependent
+/// waits again, and both complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_without_an_id_takes_the_failed_root_and_a_waiting_loop_says_what_it_waits_for() {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(plan_route(), create_plan_turn("toolu_plan", valid_plan()));
+    let (refusal, release) =
+        error_reply(400, "invalid_request_error", "the spec request was refused").held();
+    fake.push_routed(&spec_route("version-flag"), refusal);
+    push_specs_and_phases(
+        &fake,
+        &[
+            ("version-flag", ["parse-flag", "print-version", "exit-code"]),
+            ("version-docs", ["readme", "changelog", "help-text"]),
+        ],
+    );
+    let mut editor = start_editor(&fake, "{}").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    assert_eq!(editor.command("LooprApprove").await, None);
+    fake.wait_for_requests(2).await;
+
+    let records = editor.status_records().await;
+    let docs = status_row(&records, "version-docs");
+    assert_eq!(
+        (&docs["status"], &docs["waits_for"]),
+        (&json!("pending"), &json!("waits for spec \"version-flag\"")),
+        "{docs:#}"
+    );
+    let docs_id = docs["id"].as_str().expect("id").to_owned();
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let shown: Vec<String> = editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+        .await;
+    assert!(
+        shown.iter().any(|line| line.contains("version-docs")
+            && line.contains("waits for spec \"version-flag\"")),
+        "the status window says what the spec waits for: {shown:#?}"
+    );
+
+    release.notify_one();
+    editor.wait_status(&docs_id, "failed").await;
+    // Both failures were told (before the retry, which reports only its own errors).
+    messages_with(&editor, "its dependency version-flag ended failed").await;
+    assert_eq!(editor.command("LooprRetry").await, None);
+    let history = messages(&editor).await;
+    assert!(
+        history.contains("Loopr: retrying spec \"version-flag\""),
+        "the failed root is retried: {history}"
+    );
+    editor.wait_status(&docs_id, "pending").await;
+    wait_all_complete(&mut editor, 1 + 2 + 6).await;
+    editor.quit().await;
+}
+
+/// `:qa` while one plan runs and another awaits review: one message says so and that they go
+/// on next time (read from 'verbosefile', where Neovim writes every message it shows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quitting_with_loops_under_way_says_so_once() {
+    let fake = FakeLlm::start().await;
+    fake.push(create_plan_turn("toolu_plan", valid_plan()));
+    let (held, _release) = create_plan_turn("toolu_plan_2", valid_plan()).held();
+    fake.push(held);
+    let mut editor = start_editor(&fake, "{}").await;
+    let first = editor.plan("Add a --version flag").await;
+    editor.wait_status(&first, "awaiting_approval").await;
+    let _second = editor.plan("Add a --help flag").await;
+    fake.wait_for_requests(2).await;
+    let said = editor.dirs.home.join("said-on-quit.txt");
+    editor
+        .exec(&format!(
+            "vim.o.verbosefile = {:?}",
+            said.display().to_string()
+        ))
+        .await;
+
+    let _dirs = editor.quit().await;
+    let text = std::fs::read_to_string(&said).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("open this project again"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "Loopr: 1 loop running and 1 awaiting approval; they go on when you open this \
+             project again (:LooprStatus)"
+        ],
+        "{text}"
+    );
+}
