@@ -501,6 +501,7 @@ mod tests {
         ("request(", Way::Waited),
         ("send(", Way::Sent),
         ("send_for_loop_id(", Way::Sent),
+        ("loop_request(", Way::Sent),
         ("vim.rpcnotify, chan, ", Way::Notified),
         ("vim.rpcrequest, chan, ", Way::Waited),
         ("notify_changed(chan, ", Way::Notified),
