@@ -29,6 +29,7 @@ mod settings;
 mod short_text;
 mod tasks;
 mod transcript;
+mod tree_ready;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
@@ -46,3 +47,4 @@ pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
+pub use tree_ready::TreeReady;

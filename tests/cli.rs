@@ -2109,3 +2109,44 @@ async fn resume_judges_the_loops_it_resumed_not_an_old_cancelled_one() {
         "{table}"
     );
 }
+
+/// `loopr run`'s progress lines name the loop as a person calls it (its level and phase),
+/// never by its id, and a call by its name with the article it takes ("an edit_file call").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_name_the_loop_and_the_call_in_plain_english() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    let route = scenario::code_route("print-version");
+    fake.push_routed(
+        &route,
+        TurnBuilder::new()
+            .tool_use(
+                "toolu_edit",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .usage(300, 40)
+            .reply(),
+    );
+    fake.push_routed(&route, scenario::complete_phase_turn("says bye"));
+    let output = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|line| line == "loopr: code \"print-version\": model is writing an edit_file call"),
+        "{stderr}"
+    );
+    let code_id = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("loopr: code loop "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the run names its loop once");
+    let by_id: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with(&format!("loopr: {code_id}: ")))
+        .collect();
+    assert!(by_id.is_empty(), "progress named by id: {by_id:#?}");
+}

@@ -337,9 +337,6 @@ pub struct LoopIdReply {
     pub label: String,
 }
 
-/// A plan's task is cut to this many characters in a label, so a message stays one line.
-const LABEL_TASK_CHARS: usize = 60;
-
 impl LoopIdReply {
     pub fn new(loop_id: impl std::fmt::Display) -> LoopIdReply {
         let loop_id = loop_id.to_string();
@@ -354,29 +351,12 @@ impl LoopIdReply {
         let loop_id = loop_id.to_string();
         match records.iter().find(|record| record.id.as_str() == loop_id) {
             Some(record) => LoopIdReply {
-                label: loop_label(record),
+                label: record.label(),
                 loop_id,
             },
             None => LoopIdReply::new(loop_id),
         }
     }
-}
-
-/// A loop as a person calls it: its type, then a plan's task or another loop's name.
-pub fn loop_label(record: &LoopRecord) -> String {
-    let loop_type = record.loop_type.as_str();
-    let named = match (&record.name, record.loop_type) {
-        (Some(name), _) if !name.trim().is_empty() => name.trim().to_owned(),
-        _ => {
-            let task = record.task.trim();
-            let mut cut: String = task.chars().take(LABEL_TASK_CHARS).collect();
-            if cut.len() < task.len() {
-                cut.push('…');
-            }
-            cut
-        }
-    };
-    format!("{loop_type} {named:?}")
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -457,7 +437,7 @@ impl From<LoopRecord> for LoopRecordReply {
     fn from(record: LoopRecord) -> LoopRecordReply {
         LoopRecordReply {
             standing: Standing::of_record(&record),
-            label: loop_label(&record),
+            label: record.label(),
             artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),
