@@ -20,7 +20,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::{LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices};
+use crate::agent::{
+    LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, TreeReady,
+};
 use crate::mcp::McpSettings;
 use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
@@ -463,6 +465,11 @@ impl Reporter {
                 self.labels.insert(loop_id.to_string(), label.clone());
                 say!("loopr: {label}: {message}");
             }
+            // The warning as the tree paused said it, with the same next step.
+            LoopEvent::TreeReady {
+                ready: TreeReady::AtBudget { .. },
+                ..
+            } => {}
             LoopEvent::TreeReady { ready, .. } => {
                 let step = ready.next_step().map(|step| clause(&step));
                 say!("loopr: {ready}{}", step.unwrap_or_default());
