@@ -2150,3 +2150,44 @@ async fn progress_lines_name_the_loop_and_the_call_in_plain_english() {
         .collect();
     assert!(by_id.is_empty(), "progress named by id: {by_id:#?}");
 }
+
+/// A plan's review passes name every line of their turns on stderr, as in Neovim; when the
+/// run's tree stops, a line says what is ready and the command to go on with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(scenario::create_plan_turn("toolu_plan", valid_plan()));
+    fake.push(tool_turn(
+        "review",
+        "review_plan",
+        json!({"verdict": "approve", "issues": []}),
+    ));
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 1}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.contains(
+            &"loopr: plan \"Add a --version flag\": review pass 1/1 (completeness): waiting for \
+              the model (turn 2/25)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(
+            &"loopr: plan ready for review; `loopr resume --approve-all` approves it and goes \
+              on; the editor can ask for a revision instead"
+        ),
+        "{stderr}"
+    );
+}
