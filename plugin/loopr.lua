@@ -39,3 +39,14 @@ vim.api.nvim_create_autocmd('VimEnter', {
     end)
   end,
 })
+
+-- An artifact (plan.md, spec.md, phase.md or its .json) read from $LOOPR_HOME, by Loopr or by
+-- you, is a review buffer: read-only, its state and keys in the winbar.
+vim.api.nvim_create_autocmd('BufReadPost', {
+  group = vim.api.nvim_create_augroup('loopr_artifacts', { clear = true }),
+  pattern = '*/artifacts/{plan,spec,phase}.{md,json}',
+  desc = 'Loopr: an artifact is a review buffer',
+  callback = function(args)
+    require('loopr.review').attach(args.buf)
+  end,
+})

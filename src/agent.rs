@@ -13,6 +13,7 @@ mod context;
 mod context_budget;
 mod cut_off;
 mod events;
+mod failure_locations;
 #[cfg(test)]
 mod first_requests;
 mod jobs;
@@ -20,6 +21,7 @@ mod journal;
 mod limits;
 mod manager;
 mod phases;
+mod plan_tree;
 mod policy_cache;
 mod progress;
 mod prompts;
@@ -36,6 +38,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
@@ -45,6 +48,6 @@ pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;
 pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
-pub use tasks::{PhaseSelector, PhaseTasks, TaskPlace};
+pub use tasks::{PhaseSelector, PhaseTasks, TaskList, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
 pub use tree_ready::TreeReady;

@@ -694,7 +694,7 @@ fn write_table(
             record.id.as_str().to_owned(),
             record.loop_type.as_str().to_owned(),
             name_cell(record),
-            record.status.as_str().to_owned(),
+            crate::store::shown_status(record.status, record.error.as_deref()).to_owned(),
             record.iteration.to_string(),
             record.review_passes.to_string(),
             tokens_cell(record.tokens_in, estimated),

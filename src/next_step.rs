@@ -20,6 +20,9 @@ pub enum NextStep {
     Retry,
     /// Go on with interrupted loop `id` from where it stopped, or cancel it.
     RetryOrCancel { id: String },
+    /// Run paused code loop `id` again, or revise its phase to change what stopped it (its
+    /// validation command).
+    RetryOrRevisePhase { id: String },
     /// See the project's loops (their ids, phases and states).
     ListLoops,
     /// Name the loop whose transcript to show.
@@ -96,6 +99,9 @@ impl NextStep {
             NextStep::RetryOrCancel { id } => {
                 format!("retrying {id} goes on with it, cancelling it allows a new one")
             }
+            NextStep::RetryOrRevisePhase { id } => format!(
+                "retrying {id} runs it again; revising its phase changes the validation command"
+            ),
             NextStep::ListLoops => "the project's loops are listed in its status".to_owned(),
             NextStep::NameTranscript => "name the loop by its id".to_owned(),
             NextStep::StartCodeLoop { phase } => format!("start a code loop for {phase}"),

@@ -25,6 +25,6 @@ pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 pub use rules::{
-    Purpose, Standing, UNDONE_NOTE_PREFIX, approvable, awaits_approval, held_at_budget, retryable,
-    runnable_phase, undone, waits_for_budget,
+    Purpose, Standing, UNDONE_NOTE_PREFIX, approvable, awaits_approval, held_at_budget, note,
+    retryable, runnable_phase, shown_status, undone, waits_for_budget,
 };

@@ -33,10 +33,13 @@ mod integration {
     mod requests;
     mod resume;
     mod retries;
+    mod review;
     mod rules;
     mod status_window;
     mod text_protocols;
     mod transcript;
     mod trust;
+    mod validation;
     mod web;
+    mod windows;
 }

@@ -25,24 +25,80 @@ function M.items(reply)
   return items
 end
 
----Show the changes of `phase`'s newest code loop in the quickfix list.
----@param phase string Phase name or phase loop id.
----@param root string Project root.
----@return integer|nil qf_id
-function M.open(phase, root)
+---The title of the changes list of `phase` (as the user named it).
+---@param phase string
+---@return string
+local function title(phase)
+  return ('Loopr: %s changes'):format(phase)
+end
+
+---The quickfix items for the changes of `phase`'s newest code loop (a phase name, a phase
+---loop id or a code loop id), and that code loop's id.
+---@param phase string
+---@param root string
+---@return vim.quickfix.entry[]|nil items nil on error (notified).
+---@return string|nil loop_id
+local function fetch(phase, root)
   local reply, err = require('loopr.host').request('changes', { root = root, phase = phase })
   if err then
     require('loopr.notify').notify(err, vim.log.levels.ERROR)
     return nil
   end
-  local items = M.items(reply)
+  return M.items(reply), type(reply) == 'table' and reply.loop_id or nil
+end
+
+---Fill the changes list of `phase`, in place where it exists. The list knows its phase and
+---code loop (its `context`), so commands run from it need no argument and an undo can
+---refresh it.
+---@param phase string
+---@param loop_id string|nil
+---@param items vim.quickfix.entry[]
+---@return integer qf_id
+local function fill(phase, loop_id, items)
+  return require('loopr.qf').set({
+    title = title(phase),
+    items = items,
+    context = { loopr = { kind = 'changes', phase = phase, loop_id = loop_id } },
+  })
+end
+
+---Show the changes of `phase`'s newest code loop in the quickfix list.
+---@param phase string Phase name or phase loop id.
+---@param root string Project root.
+---@return integer|nil qf_id
+function M.open(phase, root)
+  local items, loop_id = fetch(phase, root)
+  if not items then
+    return nil
+  end
   if #items == 0 then
+    -- A list already open for the phase no longer shows what is gone.
+    if require('loopr.qf').find(title(phase)) then
+      fill(phase, loop_id, items)
+    end
     require('loopr.notify').notify(('Loopr: %s changed nothing'):format(phase), vim.log.levels.INFO)
     return nil
   end
-  local id = require('loopr.tasks').apply(items, ('Loopr: %s changes'):format(phase))
+  local id = fill(phase, loop_id, items)
   vim.cmd('botright copen')
   return id
+end
+
+---Re-list, in place, every changes list of code loop `loop_id`: what an undo restored leaves
+---it, what it left stays.
+---@param loop_id string
+---@param root string
+function M.refresh(loop_id, root)
+  for nr = 1, vim.fn.getqflist({ nr = '$' }).nr do
+    local context = vim.fn.getqflist({ nr = nr, context = 0 }).context
+    local list = type(context) == 'table' and context.loopr or nil
+    if type(list) == 'table' and list.kind == 'changes' and list.loop_id == loop_id then
+      local items = fetch(loop_id, root)
+      if items then
+        fill(list.phase, loop_id, items)
+      end
+    end
+  end
 end
 
 ---Undo what `phase`'s newest code loop changed: only the files its tools and commands
@@ -58,6 +114,9 @@ function M.undo(phase, root, force, on_done)
   local params = { root = root, phase = phase, force = force == true }
   require('loopr.host').send('undo', params, function(reply, err)
     local shown = M.show_undo(phase, reply, err)
+    if shown and type(shown.loop_id) == 'string' then
+      M.refresh(shown.loop_id, root)
+    end
     if on_done then
       on_done(shown)
     end

@@ -115,11 +115,11 @@ end
 function handlers.validation(ev)
   local phase = str(ev.phase) or ev.loop_id
   -- Parsed like `:make` output; the list is not opened, so nothing takes focus.
-  require('loopr.qf').set({
-    title = ('Loopr: %s validation'):format(phase),
-    lines = vim.split(type(ev.output) == 'string' and ev.output or '', '\n', { trimempty = true }),
-    efm = vim.o.errorformat,
-  })
+  require('loopr.qf').set_validation(
+    ('Loopr: %s validation'):format(phase),
+    type(ev.output) == 'string' and ev.output or '',
+    ev.locations
+  )
   if ev.passed == true then
     notify.notify(('Loopr: %s validation passed (iteration %s)'):format(phase, ev.iteration), vim.log.levels.INFO)
   else

@@ -148,14 +148,12 @@ function M.mcp()
     vim.bo[buf].buftype = 'nofile'
     vim.bo[buf].bufhidden = 'wipe'
     vim.bo[buf].swapfile = false
+    require('loopr.ui').map_close(buf, 'MCP servers')
   end
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
-  if vim.fn.bufwinid(buf) == -1 then
-    vim.cmd('botright split')
-    vim.api.nvim_win_set_buf(0, buf)
-  end
+  require('loopr.ui').open(buf, { name = 'Loopr MCP servers' })
   return buf
 end
 
@@ -277,7 +275,8 @@ function M.retry(id, opts, on_done)
 end
 
 ---Put the tasks of phases in a quickfix list (|:LooprTasks|): of phase `phase` (a name),
----else of the current buffer's phase artifact, else of every current phase.
+---else of the current buffer's phase artifact, else of the current plan's phases (the plan of
+---the current artifact buffer, else the newest plan with phases).
 ---@param phase string|nil
 ---@return integer|nil qf_id The quickfix list's id, nil on error or without tasks (notified).
 function M.tasks(phase)
@@ -319,7 +318,25 @@ function M.run(phase, on_done)
   return true
 end
 
----The phase a command is about: the argument, else the phase.md in the current buffer.
+---The phase the quickfix list in the current window is about: the one its Loopr list was
+---made for (its `context`), else the phase of the entry under the cursor (a task's).
+---@return string|nil
+local function quickfix_phase()
+  if vim.fn.win_gettype() ~= 'quickfix' then
+    return nil
+  end
+  local context = vim.fn.getqflist({ context = 0 }).context
+  local list = type(context) == 'table' and context.loopr or nil
+  if type(list) == 'table' and type(list.phase) == 'string' then
+    return list.phase
+  end
+  local entry = vim.fn.getqflist()[vim.fn.line('.')]
+  local data = entry and entry.user_data
+  return type(data) == 'table' and type(data.loop_id) == 'string' and data.loop_id or nil
+end
+
+---The phase a command is about: the argument, else the phase.md in the current buffer, else
+---the phase of the Loopr list in the quickfix window.
 ---@param phase string|nil
 ---@param command string For the error message.
 ---@return string|nil phase
@@ -331,6 +348,7 @@ local function phase_argument(phase, command)
       target = here.loop_id
     end
   end
+  target = target or quickfix_phase()
   if not target then
     notify(('%s needs a phase: :%s {phase} (see :LooprStatus)'):format(command, command))
   end
@@ -418,7 +436,7 @@ function M.resume_if_needed(on_done)
   end
 end
 
----Open the host's log file in a split.
+---Open the host's log file per the `layout` option, at its end.
 ---@return integer|nil buf
 function M.open_log()
   local file = require('loopr.host').log_file()
@@ -426,10 +444,18 @@ function M.open_log()
     notify(('Loopr: no log file yet at %s'):format(file), vim.log.levels.WARN)
     return nil
   end
-  vim.cmd(('split %s'):format(vim.fn.fnameescape(file)))
-  vim.bo.autoread = true
-  vim.cmd('normal! G')
-  return vim.api.nvim_get_current_buf()
+  local buf = vim.fn.bufadd(file)
+  vim.fn.bufload(buf)
+  vim.bo[buf].buflisted = true
+  vim.bo[buf].autoread = true
+  -- Open already: what the host wrote since.
+  vim.cmd.checktime(buf)
+  require('loopr.ui').map_close(buf, 'log')
+  local win = require('loopr.ui').open(buf, { name = 'Loopr log' })
+  if win then
+    vim.api.nvim_win_set_cursor(win, { vim.api.nvim_buf_line_count(buf), 0 })
+  end
+  return buf
 end
 
 ---Statusline component: latest progress message, "" when nothing runs.

@@ -29,4 +29,42 @@ function M.set(what)
   return vim.fn.getqflist({ id = 0 }).id
 end
 
+---Whether 'errorformat' finds a place in a file that exists in the quickfix list `items`.
+---@param items vim.quickfix.entry[]
+---@return boolean
+local function names_a_file(items)
+  for _, item in ipairs(items) do
+    if item.valid == 1 and (item.bufnr or 0) > 0 then
+      if vim.fn.filereadable(vim.api.nvim_buf_get_name(item.bufnr)) == 1 then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+---Sets the list titled `title` to a validation run's `output`, parsed with 'errorformat'
+---like the output of `:make`. Where that finds no file to jump to (a runner it does not
+---know), the `locations` the host read from the output as the common runners write them
+---come first, each in a file of the project that exists, and the output follows as text.
+---@param title string
+---@param output string
+---@param locations loopr.ValidationLocation[]|nil
+---@return integer qf_id
+function M.set_validation(title, output, locations)
+  local lines = vim.split(output, '\n', { trimempty = true })
+  local efm = vim.o.errorformat
+  if #(locations or {}) == 0 or names_a_file(vim.fn.getqflist({ lines = lines, efm = efm }).items) then
+    return M.set({ title = title, lines = lines, efm = efm })
+  end
+  local items = {}
+  for _, place in ipairs(locations) do
+    items[#items + 1] = { filename = place.filename, lnum = place.lnum, col = place.col, text = place.text }
+  end
+  for _, line in ipairs(lines) do
+    items[#items + 1] = { text = line, valid = 0 }
+  end
+  return M.set({ title = title, items = items })
+end
+
 return M

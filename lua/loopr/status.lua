@@ -3,9 +3,6 @@
 local M = {}
 
 local NAME = 'loopr://status'
-local ERROR_WIDTH = 60
-local NAME_WIDTH = 40
-local INDENT = '  '
 local MIN_HEIGHT = 3
 local NAMESPACE = vim.api.nvim_create_namespace('loopr_status')
 
@@ -14,215 +11,8 @@ vim.api.nvim_set_hl(0, 'LooprStatusHeader', { link = 'Title', default = true })
 vim.api.nvim_set_hl(0, 'LooprStatusInvalidated', { link = 'Comment', default = true })
 vim.api.nvim_set_hl(0, 'LooprStatusHint', { link = 'Comment', default = true })
 
----@param s string
----@param width integer
----@return string
-local function truncate(s, width)
-  s = s:gsub('%s+', ' ')
-  if vim.fn.strchars(s) <= width then
-    return s
-  end
-  return vim.fn.strcharpart(s, 0, width - 1) .. '…'
-end
-
----@param v any
----@return string
-local function text(v)
-  if v == nil or v == vim.NIL then
-    return ''
-  end
-  return tostring(v)
-end
-
----@param r loopr.LoopRecord
----@return string|nil
-local function parent_of(r)
-  return type(r.parent) == 'string' and r.parent or nil
-end
-
----Records in tree order with their depth: roots (no known parent) newest first, each
----followed by its children (current ones, then invalidated ones, each in creation order),
----depth first.
----@param rows loopr.LoopRecord[] Newest first, as the host sends them.
----@return {record: loopr.LoopRecord, depth: integer}[]
-function M.tree(rows)
-  local known, children = {}, {}
-  for _, r in ipairs(rows) do
-    known[r.id] = true
-  end
-  -- Under each parent, current loops first and those a revision invalidated after them, each
-  -- in creation order, so replacements and what they replaced stay apart.
-  for _, invalidated in ipairs({ false, true }) do
-    for i = #rows, 1, -1 do
-      local parent = parent_of(rows[i])
-      if parent and known[parent] and (rows[i].status == 'invalidated') == invalidated then
-        children[parent] = children[parent] or {}
-        table.insert(children[parent], rows[i])
-      end
-    end
-  end
-  local ordered, seen = {}, {}
-  local function walk(r, depth)
-    if seen[r.id] then
-      return
-    end
-    seen[r.id] = true
-    table.insert(ordered, { record = r, depth = depth })
-    for _, child in ipairs(children[r.id] or {}) do
-      walk(child, depth + 1)
-    end
-  end
-  for _, r in ipairs(rows) do
-    local parent = parent_of(r)
-    if not (parent and known[parent]) then
-      walk(r, 0)
-    end
-  end
-  return ordered
-end
-
----A count Loopr estimated, with the digits that mean something: `~350`, `~1.2k`, `~48k`,
----`~1.3M` (as the host's CLI shows it).
----@param count integer
----@return string
-function M.approximate(count)
-  if count < 1000 then
-    return ('~%d'):format(count)
-  end
-  local tenths_of_thousands = math.floor((count + 50) / 100)
-  if tenths_of_thousands < 100 then
-    return ('~%d.%dk'):format(math.floor(tenths_of_thousands / 10), tenths_of_thousands % 10)
-  end
-  local thousands = math.floor((count + 500) / 1000)
-  if thousands < 1000 then
-    return ('~%dk'):format(thousands)
-  end
-  local tenths_of_millions = math.floor((count + 50000) / 100000)
-  return ('~%d.%dM'):format(math.floor(tenths_of_millions / 10), tenths_of_millions % 10)
-end
-
----Tokens as `1200 in (900 cached, 300 cache write) · 80 out`: in counts every input
----token, the parentheses what of it the provider's cache served or stored. Estimated
----counts (the server reported no usage) read `~1.7k in · ~25 out`.
----@param spend loopr.Spend|nil
----@return string
-function M.tokens(spend)
-  if type(spend) ~= 'table' then
-    return ''
-  end
-  local count = function(n)
-    return spend.estimated == true and M.approximate(n) or ('%d'):format(n)
-  end
-  local cache_read, cache_write = spend.cache_read or 0, spend.cache_write or 0
-  local input = (spend.input or 0) + cache_read + cache_write
-  local cached = {}
-  if cache_read > 0 then
-    table.insert(cached, ('%d cached'):format(cache_read))
-  end
-  if cache_write > 0 then
-    table.insert(cached, ('%d cache write'):format(cache_write))
-  end
-  local note = #cached > 0 and (' (%s)'):format(table.concat(cached, ', ')) or ''
-  return ('%s in%s · %s out'):format(count(input), note, count(spend.output or 0))
-end
-
----Dollars with precision where they are small: `$0.0123`, `$0.456`, `$12.35`.
----@param usd number
----@return string
-function M.dollars(usd)
-  if usd < 0.1 then
-    return ('$%.4f'):format(usd)
-  elseif usd < 10 then
-    return ('$%.3f'):format(usd)
-  end
-  return ('$%.2f'):format(usd)
-end
-
----The estimated cost: `?` when no model is priced, `+?` after a partial estimate.
----@param spend loopr.Spend|nil
----@return string
-function M.cost(spend)
-  if type(spend) ~= 'table' then
-    return ''
-  end
-  local unknown = type(spend.cost_unknown) == 'table' and #spend.cost_unknown > 0
-  if type(spend.cost_usd) ~= 'number' then
-    return '?'
-  end
-  return M.dollars(spend.cost_usd) .. (unknown and '+?' or '')
-end
-
----A plan tree's spend in one cell, naming the models without a price.
----@param spend loopr.Spend|vim.NIL|nil
----@return string
-function M.tree_spend(spend)
-  if type(spend) ~= 'table' then
-    return ''
-  end
-  local cell = M.tokens(spend) .. ' · ' .. M.cost(spend)
-  local unknown = {}
-  for _, model in ipairs(type(spend.cost_unknown) == 'table' and spend.cost_unknown or {}) do
-    table.insert(unknown, model ~= '' and model or 'turns of an earlier version')
-  end
-  if #unknown > 0 then
-    cell = cell .. (' (cost unknown for %s)'):format(table.concat(unknown, ', '))
-  end
-  return cell
-end
-
----The key-hint line at the bottom of the buffer.
----@return string
-function M.hint()
-  local retry = require('loopr').retry and '  R retry' or ''
-  return ('keys: <CR> open  t transcript  a approve  r revise  x cancel%s  K error  q close'):format(retry)
-end
-
----Format loop records as an aligned tree with a header line first and the key hints last.
----@param rows loopr.LoopRecord[] Newest first.
----@return string[] lines
----@return (loopr.LoopRecord|false)[] records The record of each line, false for others.
-function M.format(rows)
-  local cells = { { 'LOOP', 'NAME', 'ID', 'STATUS', 'ITER', 'REVIEWS', 'TOKENS', 'COST', 'TREE TOTAL', 'ERROR' } }
-  local records = { false }
-  for _, node in ipairs(M.tree(rows)) do
-    local r = node.record
-    local name = r.type == 'plan' and text(r.task) or text(r.name)
-    table.insert(cells, {
-      INDENT:rep(node.depth) .. text(r.type),
-      truncate(name, NAME_WIDTH),
-      text(r.id),
-      text(r.status),
-      text(r.iteration),
-      text(r.review_passes),
-      M.tokens(r.spend),
-      M.cost(r.spend),
-      M.tree_spend(r.tree),
-      truncate(text(r.error), ERROR_WIDTH),
-    })
-    table.insert(records, r)
-  end
-  local widths = {}
-  for _, row in ipairs(cells) do
-    for i, cell in ipairs(row) do
-      widths[i] = math.max(widths[i] or 0, vim.fn.strdisplaywidth(cell))
-    end
-  end
-  local lines = {}
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for i, cell in ipairs(row) do
-      parts[i] = cell .. string.rep(' ', widths[i] - vim.fn.strdisplaywidth(cell))
-    end
-    table.insert(lines, (table.concat(parts, '  '):gsub('%s+$', '')))
-  end
-  if #rows == 0 then
-    table.insert(lines, '(no loops yet; start one with :LooprPlan {task})')
-    table.insert(records, false)
-  end
-  table.insert(lines, M.hint())
-  table.insert(records, false)
-  return lines, records
-end
+local status_table = require('loopr.status_table')
+local text, parent_of = status_table.text, status_table.parent_of
 
 ---@return integer|nil buf The status buffer if it exists.
 local function find()
@@ -232,6 +22,10 @@ local function find()
     end
   end
 end
+
+---What the status buffer shows: the host's rows (newest first), or why there are none.
+---@type {rows: loopr.LoopRecord[]|nil, err: string|nil}
+local shown = { rows = {} }
 
 ---The record on the cursor line of `win`, if any.
 ---@param buf integer
@@ -243,13 +37,13 @@ local function record_at(buf, win)
   return type(r) == 'table' and r or nil
 end
 
----Make window `win` as high as `count` lines, within limits: at least MIN_HEIGHT, at most
----half the editor.
+---Make window `win` as high as `count` lines and its winbar, within limits: at least
+---MIN_HEIGHT, at most half the editor.
 ---@param win integer
 ---@param count integer
 local function fit_height(win, count)
   local max = math.max(MIN_HEIGHT, math.floor((vim.o.lines - vim.o.cmdheight) / 2))
-  local height = math.max(MIN_HEIGHT, math.min(count, max))
+  local height = math.max(MIN_HEIGHT, math.min(count + 1, max))
   local cmdheight = vim.o.cmdheight
   pcall(vim.api.nvim_win_set_height, win, height)
   if vim.o.cmdheight ~= cmdheight then
@@ -259,27 +53,50 @@ local function fit_height(win, count)
   vim.w[win].loopr_height = vim.api.nvim_win_get_height(win)
 end
 
----Replace the buffer's lines. Every window's cursor stays on the loop it was on, else on
----the same line.
+---The display cells the table may take: the narrowest text area of the windows showing
+---`buf` (else the editor's width, where it opens). Without a screen (a headless editor)
+---there is no width to fit: nil, nothing is cut.
 ---@param buf integer
----@param lines string[]
----@param records (loopr.LoopRecord|false)[]
-local function render(buf, lines, records)
+---@return integer|nil
+local function text_width(buf)
+  if #vim.api.nvim_list_uis() == 0 then
+    return nil
+  end
+  local width = nil
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    local info = vim.fn.getwininfo(win)[1]
+    width = math.min(width or math.huge, info.width - info.textoff)
+  end
+  return width or vim.o.columns
+end
+
+---Draw what `shown` holds into the buffer, fitted to its windows. Every window's cursor
+---stays on the loop it was on; one on no loop (a new window, the header) goes to the
+---newest loop; else it stays on the same line.
+---@param buf integer
+local function render(buf)
+  local lines, records
+  if shown.rows then
+    lines, records = status_table.format(shown.rows, text_width(buf))
+  else
+    lines, records = { 'Loopr: status unavailable: ' .. (shown.err or '?'):gsub('\n', ' ') }, { false }
+  end
+  local newest = shown.rows and shown.rows[1] and shown.rows[1].id
   local cursors = {}
   for _, win in ipairs(vim.fn.win_findbuf(buf)) do
     local r = record_at(buf, win)
-    cursors[win] = { pos = vim.api.nvim_win_get_cursor(win), id = r and r.id }
+    cursors[win] = { pos = vim.api.nvim_win_get_cursor(win), id = r and r.id or newest }
   end
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
   vim.bo[buf].modified = false
   vim.b[buf].loopr_records = records
+  vim.b[buf].loopr_width = text_width(buf)
   vim.api.nvim_buf_clear_namespace(buf, NAMESPACE, 0, -1)
   for lnum, line in ipairs(lines) do
     local r = records[lnum]
     local group = (lnum == 1 and 'LooprStatusHeader')
-      or (lnum == #lines and 'LooprStatusHint')
       or (r and r.status == 'invalidated' and 'LooprStatusInvalidated')
       or nil
     if group then
@@ -319,19 +136,6 @@ function M.rows(root)
   return type(rows) == 'table' and rows or {}
 end
 
----@param root string
----@return string[]|nil lines
----@return (loopr.LoopRecord|false)[] records
----@return string|nil err
-local function fetch(root)
-  local rows, err = M.rows(root)
-  if not rows then
-    return nil, {}, err
-  end
-  local lines, records = M.format(rows)
-  return lines, records
-end
-
 ---The loop's current .md, as the host reports it.
 ---@param r loopr.LoopRecord
 ---@return string|nil
@@ -365,101 +169,229 @@ local function cancellable_descendants(records, id)
   return cancellable
 end
 
----Buffer-local keymaps acting on the loop under the cursor.
+---The phase loop of a row: the phase itself, or the phase a code loop implements.
+---@param r loopr.LoopRecord
+---@return string|nil
+local function phase_of(r)
+  if r.type == 'phase' then
+    return r.id
+  elseif r.type == 'code' then
+    return parent_of(r)
+  end
+end
+
+---Show the whole error of `r` in a floating window.
+---@param r loopr.LoopRecord
+local function show_error(r)
+  local error_text = text(r.error)
+  if error_text == '' then
+    require('loopr.notify').notify(('Loopr: %s has no error'):format(label(r)), vim.log.levels.INFO)
+    return
+  end
+  local lines = vim.split(('%s (%s): %s'):format(label(r), r.status, error_text), '\n')
+  vim.lsp.util.open_floating_preview(lines, 'text', {
+    border = 'rounded',
+    focus_id = 'loopr_status_error',
+    max_width = math.max(40, math.floor(vim.o.columns * 0.8)),
+    wrap = true,
+  })
+end
+
+---A key's action on the phase of the loop under the cursor (see `phase_of`).
+---@param lhs string The key, for the message on a line that is no phase.
+---@param action fun(phase: string)
+---@return fun(r: loopr.LoopRecord)
+local function on_phase(lhs, action)
+  return function(r)
+    local phase = phase_of(r)
+    if not phase then
+      local message = 'Loopr: %s is no phase; %s acts on the phase (or code loop) under the cursor'
+      require('loopr.notify').notify(message:format(label(r), lhs), vim.log.levels.WARN)
+      return
+    end
+    action(phase)
+  end
+end
+
+---Refresh the status buffer once the host has answered a key's request.
+local function refreshed()
+  M.refresh()
+end
+
+---A key's action: the function `name` of require('loopr') on the loop under the cursor.
+---@param name "approve"|"retry"
+---@return fun(r: loopr.LoopRecord, root: string)
+local function by_id(name)
+  return function(r, root)
+    require('loopr')[name](r.id, { root = root }, refreshed)
+  end
+end
+
+---@class loopr.StatusKey
+---@field lhs string
+---@field hint string Its word in the winbar.
+---@field desc string What it does, as the mapping's description and `g?` say.
+---@field loop? fun(r: loopr.LoopRecord, root: string, buf: integer) An action on the loop under the cursor.
+---@field run? fun(buf: integer) An action on the window.
+---@field more? boolean Shown only when the winbar cannot show every key.
+
+---The status window's keys, once: the winbar's hint is made of them and they are mapped
+---from them. In the order the hint keeps them when the window is too narrow for all.
+---@type loopr.StatusKey[]
+local KEYS
+KEYS = {
+  {
+    lhs = '<CR>',
+    hint = 'open',
+    desc = "Loopr: open the loop's artifact",
+    loop = function(r)
+      local path = artifact_of(r)
+      if not path then
+        require('loopr.notify').notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
+        return
+      end
+      local win = require('loopr.ui').open_artifact(path)
+      if win then
+        vim.api.nvim_set_current_win(win)
+      end
+    end,
+  },
+  {
+    lhs = 'a',
+    hint = 'approve',
+    desc = 'Loopr: approve this loop (:LooprApprove)',
+    loop = by_id('approve'),
+  },
+  {
+    lhs = 'r',
+    hint = 'revise',
+    desc = 'Loopr: revise this loop with feedback (:LooprRevise)',
+    loop = function(r, root)
+      vim.ui.input({ prompt = ('Revise %s: '):format(label(r)) }, function(feedback)
+        if feedback and vim.trim(feedback) ~= '' then
+          require('loopr').revise(feedback, { id = r.id, root = root }, refreshed)
+        end
+      end)
+    end,
+  },
+  {
+    lhs = 'i',
+    hint = 'run',
+    desc = "Loopr: implement this phase (a code loop's phase) with a code loop (:LooprRun)",
+    loop = on_phase('i', function(phase)
+      require('loopr').run(phase, refreshed)
+    end),
+  },
+  {
+    lhs = 'T',
+    hint = 'tasks',
+    desc = "Loopr: this phase's tasks in the quickfix list (:LooprTasks)",
+    loop = on_phase('T', function(phase)
+      require('loopr').tasks(phase)
+    end),
+  },
+  {
+    lhs = 't',
+    hint = 'transcript',
+    desc = "Loopr: follow this loop's transcript (:LooprTranscript)",
+    loop = function(r, root)
+      require('loopr').transcript(r.id, { root = root })
+    end,
+  },
+  {
+    lhs = 'R',
+    hint = 'retry',
+    desc = 'Loopr: retry this loop (:LooprRetry)',
+    loop = by_id('retry'),
+  },
+  {
+    lhs = 'x',
+    hint = 'cancel',
+    desc = 'Loopr: cancel this loop and its descendants (:LooprCancel)',
+    loop = function(r, root, buf)
+      local below = cancellable_descendants(vim.b[buf].loopr_records or {}, r.id)
+      if #below > 0 then
+        local question = ('Cancel %s and its %d unfinished descendant loop(s)?'):format(label(r), #below)
+        if vim.fn.confirm(question, '&Yes\n&No', 2) ~= 1 then
+          return
+        end
+      end
+      require('loopr').cancel(r.id, { root = root }, refreshed)
+    end,
+  },
+  { lhs = 'K', hint = 'error', desc = "Loopr: show this loop's error in full", loop = show_error },
+  {
+    lhs = 'q',
+    hint = 'close',
+    desc = 'Loopr: close the status window',
+    run = function(buf)
+      require('loopr.ui').close(buf)
+    end,
+  },
+  {
+    lhs = 'g?',
+    hint = 'all keys',
+    desc = "Loopr: list the status window's keys",
+    more = true,
+    run = function()
+      local lines = {}
+      for _, key in ipairs(KEYS) do
+        table.insert(lines, ('%-5s %s'):format(key.lhs, (key.desc:gsub('^Loopr: ', ''))))
+      end
+      require('loopr.notify').notify('Loopr status keys:\n' .. table.concat(lines, '\n'), vim.log.levels.INFO)
+    end,
+  },
+}
+
+---The keys as the winbar shows them, fitted to `width` display cells: as many as fit, in
+---KEYS' order, then `g? all keys` when some did not.
+---@param width? number Default: no limit.
+---@return string
+function M.hint(width)
+  width = width or math.huge
+  local all, more = {}, {}
+  for _, key in ipairs(KEYS) do
+    table.insert(key.more and more or all, key.lhs .. ' ' .. key.hint)
+  end
+  if vim.fn.strdisplaywidth(table.concat(all, '  ')) <= width then
+    return table.concat(all, '  ')
+  end
+  local fitting = {}
+  for _, entry in ipairs(all) do
+    local candidate = vim.list_extend(vim.list_extend(vim.list_slice(fitting), { entry }), more)
+    if vim.fn.strdisplaywidth(table.concat(candidate, '  ')) > width then
+      break
+    end
+    table.insert(fitting, entry)
+  end
+  return table.concat(vim.list_extend(fitting, more), '  ')
+end
+
+---The status window's winbar (`%{%…%}`): the keys that fit the window (all of them
+---without a screen).
+---@return string
+function M.winbar()
+  local win = vim.g.statusline_winid or 0
+  local width = #vim.api.nvim_list_uis() > 0 and vim.api.nvim_win_get_width(win) or nil
+  return '%#LooprStatusHint#' .. M.hint(width)
+end
+
+---Buffer-local keymaps, from KEYS.
 ---@param buf integer
 local function keymaps(buf)
-  ---@param desc string
-  ---@param lhs string
-  ---@param action fun(r: loopr.LoopRecord, root: string)
-  local function on_loop(lhs, desc, action)
-    vim.keymap.set('n', lhs, function()
+  for _, key in ipairs(KEYS) do
+    vim.keymap.set('n', key.lhs, function()
+      if key.run then
+        return key.run(buf)
+      end
       local r = record_at(buf, vim.api.nvim_get_current_win())
       if not r then
         require('loopr.notify').notify('Loopr: no loop on this line', vim.log.levels.WARN)
         return
       end
-      action(r, vim.b[buf].loopr_root or require('loopr.config').root())
-    end, { buffer = buf, nowait = true, desc = desc })
+      key.loop(r, vim.b[buf].loopr_root or require('loopr.config').root(), buf)
+    end, { buffer = buf, nowait = true, desc = key.desc })
   end
-  on_loop('<CR>', "Loopr: open the loop's artifact", function(r)
-    local path = artifact_of(r)
-    if not path then
-      require('loopr.notify').notify(('Loopr: %s has no artifact yet'):format(label(r)), vim.log.levels.INFO)
-      return
-    end
-    -- Split the window the user came from rather than the short status window.
-    local prev = vim.fn.win_getid(vim.fn.winnr('#'))
-    if prev ~= 0 and vim.api.nvim_win_get_buf(prev) ~= buf and vim.api.nvim_win_get_config(prev).relative == '' then
-      vim.api.nvim_set_current_win(prev)
-    end
-    local win = require('loopr.ui').open_artifact(path)
-    if win then
-      vim.api.nvim_set_current_win(win)
-    end
-  end)
-  on_loop('t', "Loopr: follow this loop's transcript", function(r, root)
-    -- Split the window the user came from rather than the short status window.
-    local prev = vim.fn.win_getid(vim.fn.winnr('#'))
-    if prev ~= 0 and vim.api.nvim_win_get_buf(prev) ~= buf and vim.api.nvim_win_get_config(prev).relative == '' then
-      vim.api.nvim_set_current_win(prev)
-    end
-    require('loopr').transcript(r.id, { root = root })
-  end)
-  on_loop('a', 'Loopr: approve this loop', function(r, root)
-    require('loopr').approve(r.id, { root = root }, function()
-      M.refresh()
-    end)
-  end)
-  on_loop('r', 'Loopr: revise this loop with feedback', function(r, root)
-    vim.ui.input({ prompt = ('Revise %s: '):format(label(r)) }, function(feedback)
-      if feedback and vim.trim(feedback) ~= '' then
-        require('loopr').revise(feedback, { id = r.id, root = root }, function()
-          M.refresh()
-        end)
-      end
-    end)
-  end)
-  on_loop('x', 'Loopr: cancel this loop and its descendants', function(r, root)
-    local below = cancellable_descendants(vim.b[buf].loopr_records or {}, r.id)
-    if #below > 0 then
-      local question = ('Cancel %s and its %d unfinished descendant loop(s)?'):format(label(r), #below)
-      if vim.fn.confirm(question, '&Yes\n&No', 2) ~= 1 then
-        return
-      end
-    end
-    require('loopr').cancel(r.id, { root = root }, function()
-      M.refresh()
-    end)
-  end)
-  on_loop('R', 'Loopr: retry this loop', function(r, root)
-    local loopr = require('loopr')
-    if not loopr.retry then
-      require('loopr.notify').notify('Loopr: this version cannot retry loops', vim.log.levels.WARN)
-      return
-    end
-    loopr.retry(r.id, { root = root }, function()
-      M.refresh()
-    end)
-  end)
-  on_loop('K', "Loopr: show this loop's error in full", function(r)
-    local error_text = text(r.error)
-    if error_text == '' then
-      require('loopr.notify').notify(('Loopr: %s has no error'):format(label(r)), vim.log.levels.INFO)
-      return
-    end
-    local lines = vim.split(('%s (%s): %s'):format(label(r), r.status, error_text), '\n')
-    vim.lsp.util.open_floating_preview(lines, 'text', {
-      border = 'rounded',
-      focus_id = 'loopr_status_error',
-      max_width = math.max(40, math.floor(vim.o.columns * 0.8)),
-      wrap = true,
-    })
-  end)
-  vim.keymap.set('n', 'q', function()
-    if not pcall(vim.api.nvim_win_close, 0, false) then
-      vim.api.nvim_buf_delete(buf, { force = true })
-    end
-  end, { buffer = buf, nowait = true, desc = 'Loopr: close the status window' })
 end
 
 ---@param root string
@@ -478,6 +410,7 @@ local function create(root)
   vim.bo[buf].modifiable = false
   vim.bo[buf].filetype = 'loopr-status'
   vim.b[buf].loopr_root = root
+  vim.b[buf].loopr_name = 'Loopr status'
   keymaps(buf)
   local group = vim.api.nvim_create_augroup('loopr_status', { clear = true })
   vim.api.nvim_create_autocmd('User', {
@@ -486,6 +419,24 @@ local function create(root)
     desc = 'Refresh the Loopr status buffer',
     callback = function()
       M.refresh()
+    end,
+  })
+  vim.api.nvim_create_autocmd('BufWinEnter', {
+    group = group,
+    buffer = buf,
+    desc = "Loopr: the status window's keys in its winbar",
+    callback = function()
+      -- Run in the window the buffer enters, focused or not; local to the buffer there.
+      vim.wo[vim.api.nvim_get_current_win()][0].winbar = "%{%v:lua.require'loopr.status'.winbar()%}"
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'WinResized', 'VimResized' }, {
+    group = group,
+    desc = 'Loopr: fit the status table to its window again',
+    callback = function()
+      if vim.api.nvim_buf_is_valid(buf) and vim.b[buf].loopr_width ~= text_width(buf) then
+        render(buf)
+      end
     end,
   })
   vim.api.nvim_create_autocmd('BufWipeout', {
@@ -502,42 +453,42 @@ local function create(root)
   return buf
 end
 
----Refresh the status buffer if it is open; never moves the cursor or focus.
+---Refresh the status buffer if it is open; never moves focus.
 ---@return boolean refreshed
 function M.refresh()
   local buf = find()
   if not buf then
     return false
   end
-  local lines, records, err = fetch(vim.b[buf].loopr_root or require('loopr.config').root())
-  if not lines then
-    lines, records = { 'Loopr: status unavailable: ' .. (err or '?'):gsub('\n', ' ') }, { false }
-  end
-  render(buf, lines, records)
+  shown.rows, shown.err = M.rows(vim.b[buf].loopr_root or require('loopr.config').root())
+  render(buf)
   return true
 end
 
----Open (or focus and refresh) the status buffer for the current project.
+---Open (or focus and refresh) the status buffer for the current project, per the `layout`
+---option: below, across the editor, in the split layouts; a tab page with `tab`.
 ---@return integer|nil buf nil when the host could not answer (error notified).
 function M.open()
   local root = require('loopr.config').root()
-  local lines, records, err = fetch(root)
-  if not lines then
+  local rows, err = M.rows(root)
+  if not rows then
     require('loopr.notify').notify(err or 'Loopr: status unavailable', vim.log.levels.ERROR)
     return nil
   end
+  shown.rows, shown.err = rows, nil
   local buf = find() or create(root)
   vim.b[buf].loopr_root = root
-  render(buf, lines, records)
-  local win = vim.fn.win_findbuf(buf)[1]
-  local here = win and vim.api.nvim_win_get_tabpage(win) == vim.api.nvim_get_current_tabpage()
-  if here then
-    vim.api.nvim_set_current_win(win)
-  else
-    win = vim.api.nvim_open_win(buf, true, { split = 'below', win = -1, height = MIN_HEIGHT })
+  render(buf)
+  local win = require('loopr.ui').open(buf, { panel = MIN_HEIGHT })
+  if win then
+    vim.wo[win].wrap = false
+    -- Fitted to the window it opened in; its cursor on the newest loop.
+    render(buf)
+    -- A window alone in its tab page keeps its height.
+    if #vim.api.nvim_tabpage_list_wins(vim.api.nvim_win_get_tabpage(win)) > 1 then
+      fit_height(win, vim.api.nvim_buf_line_count(buf))
+    end
   end
-  fit_height(win, #lines)
-  vim.wo[win].wrap = false
   return buf
 end
 

@@ -1,7 +1,8 @@
 -- `loopr://transcript/<id>` buffers: a loop's transcript as the host renders it, followed
 -- live. The host sends text (`append`), batched; it only ever goes at the end of the buffer,
--- so an update costs the same at the 10,000th line as at the first and never moves a cursor
--- the user is using. Wiping the buffer stops the host sending.
+-- so an update costs the same at the 10,000th line as at the first. Like `tail -f`, a window
+-- whose cursor is on the last line keeps it there; a cursor the user moved up stays where it
+-- is. Wiping the buffer stops the host sending.
 
 local M = {}
 
@@ -167,11 +168,24 @@ function M.open(id, opts, on_done)
       end)
       vim.b[buf].loopr_loop_id = reply.loop_id
       vim.b[buf].loopr_transcript_token = token
-      vim.keymap.set('n', 'q', '<Cmd>close<CR>', { buffer = buf, nowait = true, desc = 'Loopr: close the transcript' })
+      vim.b[buf].loopr_name = ('Loopr transcript: %s %s'):format(reply.loop_type, reply.loop_id)
+      require('loopr.ui').map_close(buf, 'transcript')
     end
-    require('loopr.ui').show(buf)
+    local win = require('loopr.ui').show(buf)
+    if win then
+      -- At the end, so that it follows (`append_text`).
+      vim.api.nvim_win_set_cursor(win, { vim.api.nvim_buf_line_count(buf), 0 })
+    end
     on_done(buf)
   end)
+end
+
+---Whether the current window's cursor may follow new text: not while the user selects text
+---(Visual or Select mode) or types an operator's motion.
+---@return boolean
+local function current_may_follow()
+  local mode = vim.api.nvim_get_mode().mode
+  return not (mode:find('^[vVsS\22\19]') or mode:find('^no'))
 end
 
 ---@param buf integer
@@ -203,10 +217,10 @@ local function append_text(buf, text)
       end)
     end
   end
+  local current_follows = current_may_follow()
   for win, cursor in pairs(cursors) do
-    if win ~= current and cursor[1] == count then
-      -- A window the user is not in, at the end: it follows the end (already there when
-      -- the text went on the last line).
+    if cursor[1] == count and (win ~= current or current_follows) then
+      -- At the end: it follows the end (already there when the text went on the last line).
       if new_count > count then
         vim.api.nvim_win_set_cursor(win, { new_count, 0 })
       end

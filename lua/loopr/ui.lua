@@ -64,20 +64,172 @@ local function predecessor(path, busy)
   end
 end
 
+---A window of any tab page showing `buf`, for the tab layout: a tab already open is reused.
 ---@param buf integer
----@param dir "right"|"below"
----@param enter boolean
----@return integer win
-local function split(buf, dir, enter)
-  local floating = vim.api.nvim_win_get_config(0).relative ~= ''
-  return vim.api.nvim_open_win(buf, enter, { split = dir, win = floating and -1 or 0 })
+---@return integer|nil win
+local function in_any_tab(buf)
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    if vim.api.nvim_win_get_config(win).relative == '' then
+      return win
+    end
+  end
 end
 
----@param buf integer
+---The window a new split opens beside: the current one, unless it is a float or a panel
+---(the status list, the quickfix window), where the window the user came from is meant; 0
+---when none fits (the split then spans the editor).
 ---@return integer win
-local function tab(buf)
+local function origin()
+  local function fits(win)
+    return win ~= 0
+      and vim.api.nvim_win_is_valid(win)
+      and vim.api.nvim_win_get_config(win).relative == ''
+      and not vim.b[vim.api.nvim_win_get_buf(win)].loopr_panel
+      and vim.bo[vim.api.nvim_win_get_buf(win)].buftype ~= 'quickfix'
+  end
+  local current = vim.api.nvim_get_current_win()
+  if fits(current) then
+    return current
+  end
+  local previous = vim.fn.win_getid(vim.fn.winnr('#'))
+  return fits(previous) and previous or 0
+end
+
+---The label of tab page `tab` in Loopr's tabline: the name of the Loopr view its current
+---window shows, else what Neovim's own tabline shows (the buffer's name, its directories
+---shortened).
+---@param tab integer
+---@return string
+local function tab_label(tab)
+  local buf = vim.api.nvim_win_get_buf(vim.api.nvim_tabpage_get_win(tab))
+  local name = vim.b[buf].loopr_name
+  if type(name) == 'string' and name ~= '' then
+    return name
+  end
+  if vim.bo[buf].buftype == 'quickfix' then
+    return '[Quickfix List]'
+  end
+  local file = vim.api.nvim_buf_get_name(buf)
+  return file == '' and '[No Name]' or vim.fn.pathshorten(vim.fn.fnamemodify(file, ':~:.'))
+end
+
+---Neovim's tabline as it draws it by default (window count, `+` when modified, the label,
+---the close mark), but with Loopr's views named as `t:loopr_name` names them.
+---@return string
+function M.tabline()
+  local parts = {}
+  local tabs = vim.api.nvim_list_tabpages()
+  for number, tab in ipairs(tabs) do
+    local windows, modified = 0, false
+    for _, win in ipairs(vim.api.nvim_tabpage_list_wins(tab)) do
+      if vim.api.nvim_win_get_config(win).relative == '' then
+        windows = windows + 1
+        modified = modified or vim.bo[vim.api.nvim_win_get_buf(win)].modified
+      end
+    end
+    local selected = tab == vim.api.nvim_get_current_tabpage()
+    local marks = (windows > 1 and tostring(windows) or '') .. (modified and '+' or '')
+    table.insert(
+      parts,
+      ('%%#%s#%%%dT %s%s'):format(selected and 'TabLineSel' or 'TabLine', number, marks, marks ~= '' and ' ' or '')
+    )
+    table.insert(parts, tab_label(tab):gsub('%%', '%%%%') .. ' ')
+  end
+  local close = #tabs > 1 and '%=%#TabLine#%999XX' or ''
+  return table.concat(parts) .. '%#TabLineFill#%T' .. close
+end
+
+---Open `buf` in a new tab page named `name`. Neovim's own tabline names a tab by the
+---shortened path of its buffer (`l//status`, `~/.l/s/l/p/…/plan.md`): without a 'tabline'
+---of the user's, Loopr draws the same one with its views' names.
+---@param buf integer
+---@param name string
+---@return integer win
+local function tab(buf, name)
   vim.cmd(('tab sbuffer %d'):format(buf))
+  vim.t.loopr_name = name
+  if vim.o.tabline == '' then
+    vim.o.tabline = "%!v:lua.require'loopr.ui'.tabline()"
+  end
   return vim.api.nvim_get_current_win()
+end
+
+---@class loopr.ViewOpts
+---@field name? string What a tab page showing it is called (`t:loopr_name`); default: `b:loopr_name`, else the buffer's name.
+---@field panel? integer A list that fits its content (the status window): in the split layouts it opens below, across the editor, this many lines high.
+---@field layout? loopr.Layout Default: the `layout` option.
+
+---Show `buf` (a Loopr view: status, transcript, MCP servers, log, artifact), the one way
+---every Loopr window opens: in the window already showing it (in the current tab page; in
+---any, with the tab layout), else per `layout` (a split to the right or below the window
+---the user works in, or a tab page named after the view). The window is entered unless the
+---user is typing; a tab page then waits until they are back in Normal mode.
+---@param buf integer
+---@param opts? loopr.ViewOpts
+---@return integer|nil win nil if a tab waits for Normal mode.
+function M.open(buf, opts)
+  opts = opts or {}
+  local layout = opts.layout or require('loopr.config').get().layout
+  local name = opts.name or vim.b[buf].loopr_name or vim.api.nvim_buf_get_name(buf)
+  vim.b[buf].loopr_name = name
+  local busy = M.typing()
+  local win = visible(buf) or (layout == 'tab' and in_any_tab(buf)) or nil
+  if win then
+    if not busy then
+      vim.api.nvim_set_current_win(win)
+    end
+    return win
+  end
+  if layout == 'tab' then
+    if not busy then
+      return tab(buf, name)
+    end
+    vim.api.nvim_create_autocmd('ModeChanged', {
+      desc = 'Loopr: open a deferred tab page',
+      callback = function()
+        local mode = vim.v.event.new_mode
+        -- Wait for real normal mode ("n", "nt"), not insert-normal ("niI").
+        if not mode:find('^n') or mode:find('^ni') then
+          return false
+        end
+        vim.schedule(function()
+          if vim.api.nvim_buf_is_valid(buf) and not in_any_tab(buf) then
+            tab(buf, name)
+          end
+        end)
+        return true
+      end,
+    })
+    return nil
+  end
+  if opts.panel then
+    vim.b[buf].loopr_panel = true
+    return vim.api.nvim_open_win(buf, not busy, { split = 'below', win = -1, height = opts.panel })
+  end
+  local beside = origin()
+  return vim.api.nvim_open_win(
+    buf,
+    not busy,
+    { split = layout == 'split' and 'below' or 'right', win = beside == 0 and -1 or beside }
+  )
+end
+
+---Close the current window, which shows Loopr view `buf` (with the tab layout, its tab page
+---goes with it); in the last window the buffer goes instead.
+---@param buf integer
+function M.close(buf)
+  if not pcall(vim.api.nvim_win_close, 0, false) then
+    vim.api.nvim_buf_delete(buf, { force = vim.bo[buf].buftype ~= '' })
+  end
+end
+
+---Map `q` in `buf` to `M.close`.
+---@param buf integer
+---@param what string What the buffer shows, for the mapping's description.
+function M.map_close(buf, what)
+  vim.keymap.set('n', 'q', function()
+    M.close(buf)
+  end, { buffer = buf, nowait = true, desc = 'Loopr: close the ' .. what })
 end
 
 ---Show `path` in the window of the current tab that shows an older, unmodified artifact of
@@ -95,23 +247,21 @@ function M.replace_older(path)
   return older
 end
 
----Show `buf` (a Loopr scratch buffer): in the window of the current tab already showing it,
----else in a split (or tab) per the `layout` option, entered unless the user is typing.
+---Show `buf` (a Loopr scratch buffer) as `M.open` does.
 ---@param buf integer
 ---@return integer|nil win nil if a tab waits for normal mode.
 function M.show(buf)
-  local win = visible(buf)
-  if win then
-    if not M.typing() then
-      vim.api.nvim_set_current_win(win)
-    end
-    return win
-  end
-  local layout = require('loopr.config').get().layout
-  if layout == 'tab' then
-    return tab(buf)
-  end
-  return split(buf, layout == 'split' and 'below' or 'right', not M.typing())
+  return M.open(buf)
+end
+
+---What an artifact is called where a tab shows it: its title line (`Plan: Add a --version
+---flag`), else its file name.
+---@param buf integer
+---@param path string
+---@return string
+local function artifact_name(buf, path)
+  local title = (vim.api.nvim_buf_get_lines(buf, 0, 1, false)[1] or ''):match('^#%s+(.-)%s*$')
+  return (title and title ~= '') and title or vim.fs.basename(path)
 end
 
 ---Open an artifact for review in a split (or tab) per `layout`; a window of the current tab
@@ -135,29 +285,7 @@ function M.open_artifact(path, layout)
     vim.api.nvim_win_set_buf(older, buf)
     return older
   end
-  if layout == 'tab' then
-    if busy then
-      vim.api.nvim_create_autocmd('ModeChanged', {
-        desc = 'Loopr: open deferred artifact tab',
-        callback = function()
-          local mode = vim.v.event.new_mode
-          -- Wait for real normal mode ("n", "nt"), not insert-normal ("niI").
-          if not mode:find('^n') or mode:find('^ni') then
-            return false
-          end
-          vim.schedule(function()
-            if vim.api.nvim_buf_is_valid(buf) and not visible(buf) then
-              tab(buf)
-            end
-          end)
-          return true
-        end,
-      })
-      return nil
-    end
-    return tab(buf)
-  end
-  return split(buf, layout == 'split' and 'below' or 'right', not busy)
+  return M.open(buf, { layout = layout, name = artifact_name(buf, path) })
 end
 
 return M

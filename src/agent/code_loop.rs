@@ -13,6 +13,7 @@ use super::baseline::{Baseline, BaselineError};
 use super::context::{LoopContext, LoopError, offered_mcp_tools};
 use super::context_budget::RereadHints;
 use super::events::LoopEvent;
+use super::failure_locations::{self, FailureLocation};
 use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
@@ -327,25 +328,33 @@ async fn validate(
             "`{command}` matches the deny-list pattern {pattern:?}; revise the phase's validation command"
         )));
     }
-    // The model wrote this command (in the phase), so it is approved like any other.
-    let request = ApprovalRequest {
-        loop_id: context.record.id.to_string(),
-        kind: ChangeKind::Command,
-        tool: "validation",
-        subject: command.clone(),
-        detail: format!(
-            "$ {command}\n(the phase's validation command, in the project root){}",
-            unsandboxed_note(&context.policy.sandbox)
-        ),
-    };
-    match context.approver.decide(request, &context.cancel).await {
-        Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
-        Some(Decision::Reject(reason)) => {
-            return Err(LoopError::Validation(format!(
-                "the user rejected the validation command `{command}`: {reason}"
-            )));
+    // The model wrote this command (in the phase). Inside the sandbox it runs like the
+    // phase's own check it is, unless the user wants to approve it; without a sandbox it
+    // is asked about like any other command.
+    let sandboxed = context.policy.sandbox.is_confined();
+    if context.settings.approve_validation || !sandboxed {
+        let request = ApprovalRequest {
+            loop_id: context.record.id.to_string(),
+            kind: ChangeKind::Command,
+            tool: "validation",
+            subject: command.clone(),
+            detail: format!(
+                "$ {command}\n(the phase's validation command, in the project root){}",
+                unsandboxed_note(&context.policy.sandbox)
+            ),
+        };
+        match context.approver.decide(request, &context.cancel).await {
+            Some(Decision::Accept | Decision::AcceptAllOfKind) => {}
+            Some(Decision::Reject(reason)) => {
+                return Err(LoopError::ValidationRejected {
+                    loop_id: context.record.id.clone(),
+                    phase: phase.name.clone(),
+                    command: command.clone(),
+                    reason,
+                });
+            }
+            None => return Err(LoopError::Cancelled),
         }
-        None => return Err(LoopError::Cancelled),
     }
     context.progress(format!("iteration {iteration}: running {command}"));
     // Recorded like a tool's changes: a formatter in the validation changes files too.
@@ -377,6 +386,7 @@ async fn validate(
             Ok(db.set_iteration(&id, iteration)?)
         })
         .await?;
+    let locations = failure_places(context, format!("{}{}", output.stdout, output.stderr)).await;
     context.events.emit(LoopEvent::ValidationFinished {
         loop_id: context.record.id.clone(),
         phase: phase.name.clone(),
@@ -384,6 +394,8 @@ async fn validate(
         passed,
         command: command.clone(),
         output: format!("{}{}", output.stdout, output.stderr),
+        locations,
+        root: context.root.path().to_path_buf(),
     });
     context.progress(format!(
         "iteration {iteration}: validation {}",
@@ -409,6 +421,17 @@ async fn validate(
         )
     };
     Ok((passed, text))
+}
+
+/// The places in the project's files that a validation's `output` names (a walk of the
+/// project may look for a bare file name: on the blocking pool).
+async fn failure_places(context: &LoopContext, output: String) -> Vec<FailureLocation> {
+    let root = context.root.clone();
+    tokio::task::spawn_blocking(move || {
+        failure_locations::in_project(&root, failure_locations::runner_locations(&output))
+    })
+    .await
+    .unwrap_or_default()
 }
 
 fn tail(text: &str, max_bytes: usize) -> String {

@@ -46,6 +46,18 @@ pub enum LoopError {
     ValidationFailing { command: String, iterations: u32 },
     #[error("the validation command could not run: {0}")]
     Validation(String),
+    /// The user rejected the phase's validation command: the loop stops until the user
+    /// retries it, or revises the phase for another command.
+    #[error(
+        "{phase} paused: its validation command `{command}` was rejected{}",
+        rejection_note(.reason)
+    )]
+    ValidationRejected {
+        loop_id: crate::store::LoopId,
+        phase: String,
+        command: String,
+        reason: String,
+    },
     #[error(transparent)]
     Job(#[from] JobError),
     #[error(
@@ -89,6 +101,9 @@ impl LoopError {
                 id: root.to_string(),
             }),
             LoopError::Settings(message) => crate::next_step::split(message).1,
+            LoopError::ValidationRejected { loop_id, .. } => Some(NextStep::RetryOrRevisePhase {
+                id: loop_id.to_string(),
+            }),
             _ => None,
         }
     }
@@ -102,6 +117,15 @@ impl LoopError {
             // What a server or the model wrote may be in it: never a hint of theirs.
             None => crate::next_step::plain(&text),
         }
+    }
+}
+
+fn rejection_note(reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(" (\"{}\")", one_line(reason, LAST_PROBLEM_CHARS))
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::failure_locations::FailureLocation;
 use super::tree_ready::TreeReady;
 use crate::artifacts::ArtifactKind;
 use crate::store::{LoopId, LoopStatus, LoopType};
@@ -52,6 +53,12 @@ pub enum LoopEvent {
         command: String,
         /// stdout then stderr, for parsing with an errorformat.
         output: String,
+        /// The places in the project's files the output names as the common runners write
+        /// them, for a shell whose own reading of the output finds none; their paths are
+        /// relative to `root`.
+        locations: Vec<FailureLocation>,
+        /// The project root the command ran in.
+        root: PathBuf,
     },
     /// No loop of the plan tree of `root` runs or is about to: what its loops last reported
     /// is over, and this is what it has ready.

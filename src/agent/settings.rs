@@ -122,6 +122,9 @@ pub struct LoopSettings {
     /// Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept
     /// ("auto").
     pub approvals: ApprovalSettings,
+    /// Whether a phase's validation command waits for approval although it runs in the
+    /// sandbox (without a sandbox it is always asked about).
+    pub approve_validation: bool,
     /// Regular expressions; a matching command runs without asking.
     #[schemars(inner(length(min = 1)), extend("x-expects" = "a list of regular expressions"))]
     pub allow_commands: Vec<String>,
@@ -188,6 +191,7 @@ impl Default for LoopSettings {
             code_max_iterations: 5,
             validation_timeout_secs: 600,
             approvals: ApprovalSettings::default(),
+            approve_validation: false,
             allow_commands: Vec::new(),
             deny_commands: DEFAULT_DENIED_COMMANDS
                 .iter()

@@ -9,16 +9,32 @@
 
 use std::path::PathBuf;
 
+use super::plan_tree::PlanTrees;
 use crate::artifacts::{PhaseArtifact, TaskAction, render_phase};
-use crate::store::{LoopRecord, LoopStatus, LoopType, ProjectLayout};
+use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
 use crate::tools::ProjectRoot;
 
 /// Which phases to list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PhaseSelector {
+    /// Every current phase of the project.
     All,
+    /// The phase a name means (`spec/phase` where specs share it).
     Named(String),
+    /// The phase loop with this id; the manager takes another loop's id for its plan.
     Loop(String),
+    /// The phases of the plan tree whose root is this plan loop.
+    Plan(LoopId),
+    /// The current plan's: the manager picks the newest plan with phases.
+    CurrentPlan,
+}
+
+/// The tasks a list shows, and the plan they were picked from when the project has other
+/// plans with phases too (so the list can say which).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskList {
+    pub plan: Option<LoopRecord>,
+    pub phases: Vec<PhaseTasks>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -43,25 +59,32 @@ pub struct TaskPlace {
     pub action: Option<TaskAction>,
 }
 
-/// The current phases (not invalidated, with an artifact) matching `selector`, oldest first.
+/// A current phase, whose tasks a list shows: not invalidated, with an artifact.
+pub fn listed_phase(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Phase
+        && record.status != LoopStatus::Invalidated
+        && record.iteration > 0
+}
+
+/// The current phases (`listed_phase`) matching `selector`, oldest first (`CurrentPlan`
+/// picks none: the manager resolves it).
 pub fn phase_tasks(
     records: &[LoopRecord],
     selector: &PhaseSelector,
     root: &ProjectRoot,
     layout: &ProjectLayout,
 ) -> Vec<PhaseTasks> {
+    let trees = PlanTrees::of(records);
     records
         .iter()
         .rev()
-        .filter(|record| {
-            record.loop_type == LoopType::Phase
-                && record.status != LoopStatus::Invalidated
-                && record.iteration > 0
-        })
+        .filter(|record| listed_phase(record))
         .filter(|record| match selector {
             PhaseSelector::All => true,
             PhaseSelector::Named(name) => record.name.as_deref() == Some(name.as_str()),
             PhaseSelector::Loop(id) => record.id.as_str() == id,
+            PhaseSelector::Plan(plan) => &trees.root(&record.id) == plan,
+            PhaseSelector::CurrentPlan => false,
         })
         .filter_map(|record| {
             let artifacts = layout.artifacts_dir(&record.id, record.iteration);

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// `vim.fs.joinpath(vim.fn.stdpath(<what>), <file>)`.
 pub const STDPATH_PREFIX: &str = "{stdpath:";
 
-/// Where artifacts such as `plan.md` open.
+/// Where Loopr's windows (artifacts such as `plan.md`, the status list, transcripts) open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
@@ -38,7 +38,7 @@ pub struct EditorOptions {
     /// Path to the host binary; nil means auto-detect.
     #[schemars(length(min = 1))]
     pub bin: Option<String>,
-    /// Where artifacts open: a split to the right, a split below, or a new tab page.
+    /// Where Loopr's windows open: a split to the right, a split below, or a new tab page.
     pub layout: Layout,
     /// Verbosity of the host's log file.
     pub log_level: LogLevel,

@@ -38,6 +38,10 @@ fn clause(step: &NextStep) -> String {
         NextStep::RetryOrCancel { id } => {
             format!("; :LooprRetry {id} retries it, :LooprCancel {id} cancels it")
         }
+        NextStep::RetryOrRevisePhase { id } => format!(
+            "; :LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
+             in the phase's phase.md"
+        ),
         NextStep::ListLoops => "; see :LooprStatus".to_owned(),
         NextStep::NameTranscript => {
             "; name one: :LooprTranscript <id> (ids complete with <Tab>, :LooprStatus lists them)"

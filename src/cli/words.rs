@@ -30,6 +30,11 @@ pub(super) fn clause(step: &NextStep) -> String {
             "; `loopr resume` goes on with it (and with the project's other loops that no host \
              runs), `loopr cancel {id}` cancels it"
         ),
+        NextStep::RetryOrRevisePhase { .. } => {
+            "; `loopr run <phase> --yes` starts the phase again; revising the phase in the editor \
+             changes the command"
+                .to_owned()
+        }
         NextStep::ListLoops => "; `loopr status` lists the project's loops".to_owned(),
         NextStep::NameTranscript => {
             "; name one: `loopr transcript <id>` (`loopr status` lists them)".to_owned()

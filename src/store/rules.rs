@@ -12,6 +12,10 @@ use super::records::{LoopRecord, LoopStatus, LoopType};
 /// How the note of a code loop whose changes were undone begins; the loop keeps its status.
 pub const UNDONE_NOTE_PREFIX: &str = "undone:";
 
+/// The word a status list shows for a loop whose changes were undone, in place of the status
+/// it keeps for every rule.
+pub const UNDONE_SHOWN_STATUS: &str = "undone";
+
 impl LoopStatus {
     /// Not finished: running, or able to run or be approved later.
     pub fn is_active(self) -> bool {
@@ -101,6 +105,24 @@ pub fn undone(error: Option<&str>) -> bool {
     error.is_some_and(|note| note.starts_with(UNDONE_NOTE_PREFIX))
 }
 
+/// What a status list shows in a loop's status column: its status, or `undone` when its
+/// changes were undone. The loop keeps its status (a completed code loop stays complete for
+/// retry, run and approval); only the user's view says what became of its work.
+pub fn shown_status(status: LoopStatus, error: Option<&str>) -> &'static str {
+    if undone(error) {
+        UNDONE_SHOWN_STATUS
+    } else {
+        status.as_str()
+    }
+}
+
+/// The part of a loop's error text that is a note about it, not an error: all of it once
+/// its changes were undone (the note tells what the undo restored, and how the loop had
+/// ended). A status list shows it apart from errors.
+pub fn note(error: Option<&str>) -> Option<&str> {
+    error.filter(|text| undone(Some(text)))
+}
+
 /// Where a loop stands, as its status (as seen) and its error note say: what it waits for and
 /// what the user may do with it. The shells show these answers and keep no rule of their own
 /// (serialised as they are with every loop record and status event a shell sends on).
@@ -120,6 +142,8 @@ pub struct Standing {
     pub retryable: bool,
     /// Its changes were undone; it keeps its status (`undone`).
     pub undone: bool,
+    /// The word a status column shows for it: its status, or `undone` (`shown_status`).
+    pub shown_status: &'static str,
 }
 
 impl Standing {
@@ -133,6 +157,7 @@ impl Standing {
             cancellable: status.is_cancellable(),
             retryable: retryable(status),
             undone: undone(error),
+            shown_status: shown_status(status, error),
         }
     }
 
@@ -210,8 +235,26 @@ mod tests {
                     standing.undone,
                     error.is_some_and(|e| e.starts_with("undone:"))
                 );
+                assert_eq!(
+                    standing.shown_status,
+                    shown_status(status, error),
+                    "{status:?} {error:?}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn an_undone_loop_is_shown_as_undone_with_its_note_apart_from_errors() {
+        let undone_note = Some("undone: 1 file(s) restored; it had ended with: tests fail");
+        for status in STATUSES {
+            assert_eq!(shown_status(status, undone_note), "undone");
+            assert_eq!(note(undone_note), undone_note);
+            assert_eq!(shown_status(status, Some("overloaded")), status.as_str());
+            assert_eq!(shown_status(status, None), status.as_str());
+        }
+        assert_eq!(note(Some("overloaded")), None, "an error is no note");
+        assert_eq!(note(None), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::scenario::{
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
-async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
+pub(super) async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
     crate::scenario::push_one_spec_hierarchy(
         fake,
         |phase| (phase == "print-version").then(|| validation.to_owned()),
@@ -81,7 +81,7 @@ fn assert_refused_for_unsaved_changes(result: &Value) {
 }
 
 /// Accepts the change or command the approval request `asked` is about.
-async fn accept(editor: &TestNvim, asked: &Value) {
+pub(super) async fn accept(editor: &TestNvim, asked: &Value) {
     editor
         .exec(&format!(
             "require('loopr.approvals').answer({}, 'accept')",
@@ -185,7 +185,7 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, "{}", "true").await;
+    let mut editor = planned_editor(&fake, "{ approve_validation = true }", "true").await;
     fake.push_routed(
         &code_route("print-version"),
         TurnBuilder::new()
@@ -229,7 +229,7 @@ async fn rejecting_an_edit_returns_the_users_reason_to_the_model() {
             asked["id"]
         ))
         .await;
-    // The validation command the model wrote is approved like any command.
+    // The validation command the model wrote, asked about as approve_validation wants.
     let validation = editor
         .wait_event("LooprApprovalRequested", |data| data["kind"] == "command")
         .await;
@@ -608,7 +608,7 @@ async fn an_edit_to_an_open_file_changed_on_disk_lands_on_the_right_lines_withou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edits_an_open_buffer_cannot_take_are_refused_before_asking_or_reported_after() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, "{}", "true").await;
+    let mut editor = planned_editor(&fake, "{ approve_validation = true }", "true").await;
     let project = editor.dirs.project.clone();
     for file in ["README.md", "src/main.rs"] {
         edit(&editor, &project.join(file)).await;
@@ -921,5 +921,125 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_retry_and_cancel(
     let code_id = run_code_loop(&mut editor, "print-version").await;
     assert_ne!(code_id, id);
     editor.wait_status(&code_id, "complete").await;
+    editor.quit().await;
+}
+
+/// What `:messages` shows.
+async fn shown_messages(editor: &TestNvim) -> String {
+    editor
+        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
+        .await
+}
+
+/// The lines of the `loopr://status` buffer.
+async fn status_lines(editor: &TestNvim) -> Vec<String> {
+    editor
+        .lua(
+            "for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+               if vim.api.nvim_buf_get_name(buf) == 'loopr://status' then
+                 return vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+               end
+             end
+             return {}",
+        )
+        .await
+}
+
+/// The current quickfix list's title and entries' texts, and whether the quickfix window is
+/// the current one.
+async fn current_quickfix(editor: &TestNvim) -> Value {
+    editor
+        .lua(
+            "local list = vim.fn.getqflist({ title = 1, items = 1 })
+             local texts = {}
+             for _, item in ipairs(list.items) do table.insert(texts, item.text) end
+             return { title = list.title, texts = texts, in_list = vim.fn.win_gettype() == 'quickfix' }",
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_undo_the_changes_list_empties_the_status_says_undone_and_the_list_knows_its_phase() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, AUTO_APPROVE, "true").await;
+    fake.push_routed(&code_route("print-version"), bye_and_complete());
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(editor.command("LooprStatus").await, None);
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    let list = current_quickfix(&editor).await;
+    assert_eq!(list["in_list"], true, "{list}");
+    assert_eq!(list["title"], "Loopr: print-version changes");
+    assert_eq!(list["texts"].as_array().map(Vec::len), Some(1), "{list}");
+
+    // From the changes list, the commands know the phase it lists.
+    assert_eq!(editor.command("LooprChanges").await, None);
+    assert_eq!(editor.command("LooprUndo").await, None);
+    let messages = shown_messages(&editor).await;
+    assert!(
+        messages.contains("Loopr: restored 1 file(s) changed by print-version"),
+        "{messages}"
+    );
+
+    // The list no longer shows what was undone; the status window says what the loop is.
+    let list = current_quickfix(&editor).await;
+    assert_eq!(list["title"], "Loopr: print-version changes");
+    assert_eq!(list["texts"], json!([]), "{list}");
+    let lines = status_lines(&editor).await;
+    let header = lines.first().cloned().unwrap_or_default();
+    let code_line = lines
+        .iter()
+        .find(|line| line.trim_start().starts_with("code"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no code loop line: {lines:#?}"));
+    let at = |name: &str| {
+        header
+            .find(name)
+            .unwrap_or_else(|| panic!("no {name} column: {lines:#?}"))
+    };
+    // By characters: the header is ASCII, the tokens cell is not (each is one column wide).
+    let chars: Vec<char> = code_line.chars().collect();
+    let cell = |from: &str, to: Option<&str>| {
+        let end = to.map_or(chars.len(), at).min(chars.len());
+        let start = at(from).min(end);
+        chars[start..end]
+            .iter()
+            .collect::<String>()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(cell("STATUS", Some("ITER")), "undone", "{lines:#?}");
+    assert_eq!(cell("ERROR", Some("NOTE")), "", "{lines:#?}");
+    assert_eq!(
+        cell("NOTE", None),
+        "undone: 1 file(s) restored",
+        "{lines:#?}"
+    );
+
+    // `loopr status` says it too.
+    let cli = std::process::Command::new(crate::nvim::host_binary())
+        .arg("status")
+        .current_dir(&editor.dirs.project)
+        .env("LOOPR_HOME", &editor.dirs.loopr_home)
+        .output()
+        .expect("loopr status");
+    let table = String::from_utf8_lossy(&cli.stdout);
+    let row = table
+        .lines()
+        .find(|line| line.starts_with(code_id.as_str()))
+        .unwrap_or_else(|| panic!("no code loop row: {table}"));
+    assert_eq!(
+        row.split_whitespace().nth(3),
+        Some("undone"),
+        "the STATUS column: {table}"
+    );
+
+    // Asked again from the emptied list, the phase is still known.
+    assert_eq!(editor.command("LooprChanges").await, None);
+    let messages = shown_messages(&editor).await;
+    assert!(
+        messages.contains("Loopr: print-version changed nothing"),
+        "{messages}"
+    );
     editor.quit().await;
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use loopr::agent::{LoopEvent, NoticeLevel, TreeReady};
+use loopr::agent::{FailureLocation, LoopEvent, NoticeLevel, TreeReady};
 use loopr::artifacts::ArtifactKind;
 use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event, reload_buffers};
 use loopr::store::{LoopId, LoopStatus, LoopType};
@@ -239,6 +239,16 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             passed: false,
             command: "cargo test".to_owned(),
             output: "src/main.rs:2:5: error: boom\n".to_owned(),
+            locations: vec![FailureLocation {
+                path: "src/main.rs".to_owned(),
+                line: 2,
+                column: 5,
+                text: "error: boom".to_owned(),
+            }],
+            root: artifact
+                .parent()
+                .unwrap_or(std::path::Path::new("/"))
+                .to_path_buf(),
         },
         LoopEvent::TreeReady {
             root: id.clone(),

@@ -2,12 +2,14 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use super::phases::quickfix;
 use crate::fake_llm::{FakeLlm, first_user_text};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    REVISED_PHASES, plan_and_approve, plan_route, push_specs_and_phases, restart_mid_turn,
-    revise_current, script_revised_spec, spec_input, spec_route, start_editor, tool_turn,
-    valid_plan, wait_all_complete, wait_settled,
+    AUTO_APPROVE, ONE_SPEC_PHASES, REVISED_PHASES, plan_and_approve, plan_route,
+    push_one_spec_hierarchy, push_specs_and_phases, restart_mid_turn, revise_current,
+    script_revised_spec, spec_input, spec_route, start_editor, tool_turn, valid_plan,
+    wait_all_complete, wait_settled,
 };
 
 const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
@@ -366,5 +368,100 @@ async fn cancelling_a_finished_plan_stops_the_specs_it_spawned() {
         .await
         .expect("nothing left");
     assert!(error.contains("nothing to cancel"), "{error}");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_without_a_phase_list_the_current_plans_tasks_each_naming_its_phase() {
+    let fake = FakeLlm::start().await;
+    // The same change planned twice: every phase name is in both plans.
+    push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let first = plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    // (`TestNvim::plan` would take an earlier loop's "running" for the new plan's.)
+    assert_eq!(
+        editor
+            .command("LooprPlan Print the version in colour")
+            .await,
+        None
+    );
+    let second = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "plan" && data["status"] == "awaiting_approval"
+        })
+        .await["id"]
+        .as_str()
+        .expect("the second plan's id")
+        .to_owned();
+    assert_eq!(
+        editor.command(&format!("LooprApprove {second}")).await,
+        None
+    );
+    let records = wait_all_complete(&mut editor, 10).await;
+    // Each plan's phases: those whose spec's parent is the plan.
+    let phases_of = |plan: &str| -> Vec<String> {
+        let specs: Vec<&Value> = records.iter().filter(|r| r["parent"] == plan).collect();
+        records
+            .iter()
+            .filter(|r| specs.iter().any(|spec| r["parent"] == spec["id"]))
+            .filter_map(|r| r["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let expected_texts = || -> Vec<String> {
+        ONE_SPEC_PHASES
+            .iter()
+            .flat_map(|phase| {
+                [
+                    format!(
+                        "[{phase}] modify: Match --version before other arguments and print the version"
+                    ),
+                    format!("[{phase}] create: Add a test for {phase}"),
+                ]
+            })
+            .collect()
+    };
+    let check = |list: &Value, plan: &str, task: &str| {
+        assert_eq!(
+            list["title"],
+            format!("Loopr: tasks of plan \"{task}\""),
+            "{list:#}"
+        );
+        let items = list["items"].as_array().expect("items");
+        let texts: Vec<&str> = items.iter().filter_map(|i| i["text"].as_str()).collect();
+        assert_eq!(
+            texts,
+            expected_texts(),
+            "one entry per task, no duplicates: {list:#}"
+        );
+        let phases = phases_of(plan);
+        assert!(
+            items
+                .iter()
+                .all(|item| phases.iter().any(|id| item["loop_id"] == id.as_str())),
+            "only the plan's phases: {list:#}"
+        );
+    };
+
+    // Without an argument, from a source file: the newest plan.
+    assert_eq!(editor.command("edit README.md").await, None);
+    assert_eq!(editor.command("LooprTasks").await, None);
+    check(
+        &quickfix(&editor).await,
+        &second,
+        "Print the version in colour",
+    );
+
+    // From the older plan's plan.md: that plan.
+    let plan_md = records
+        .iter()
+        .find(|r| r["id"] == first.as_str())
+        .and_then(|r| r["artifact_path"].as_str())
+        .expect("the first plan's plan.md")
+        .to_owned();
+    assert_eq!(editor.command(&format!("edit {plan_md}")).await, None);
+    assert_eq!(editor.command("LooprTasks").await, None);
+    check(&quickfix(&editor).await, &first, "Add a --version flag");
     editor.quit().await;
 }

@@ -101,7 +101,7 @@ fn phase_id(records: &[Value], spec: &str, phase: &str) -> String {
 }
 
 /// The quickfix list's title and its entries' files (relative), texts and loop ids.
-async fn quickfix(editor: &TestNvim) -> Value {
+pub(super) async fn quickfix(editor: &TestNvim) -> Value {
     editor
         .lua(
             "local list = vim.fn.getqflist({ title = 1, items = 1 })

@@ -7,8 +7,9 @@ use serde_json::Value;
 use crate::fake_llm::{FakeLlm, error_reply};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    create_plan_turn, killed_at_request, one_spec_plan, plan_and_approve, plan_route,
-    script_revised_spec, spec_route, stalled_turn, start_editor, valid_plan, wait_settled,
+    FIRST_PHASES, code_route, create_plan_turn, killed_at_request, one_spec_plan, plan_and_approve,
+    plan_route, script_revised_spec, spec_route, stalled_turn, start_editor, valid_plan,
+    wait_settled,
 };
 
 /// The status buffer's lines, the current window's height, and the highlight group of each
@@ -24,8 +25,10 @@ async fn status_view(editor: &TestNvim) -> Value {
                local marks = vim.api.nvim_buf_get_extmarks(buf, ns, { i - 1, 0 }, { i - 1, -1 }, { details = true })
                groups[i] = marks[1] and marks[1][4].hl_group or ''
              end
+             local winbar = vim.api.nvim_eval_statusline(vim.wo.winbar, { use_winbar = true, maxwidth = 1000, highlights = true })
              return { name = vim.api.nvim_buf_get_name(buf), lines = lines, groups = groups,
-                      height = vim.api.nvim_win_get_height(0) }",
+                      height = vim.api.nvim_win_get_height(0), winbar = winbar.str,
+                      winbar_group = winbar.highlights[1] and winbar.highlights[1].group or '' }",
         )
         .await
 }
@@ -60,10 +63,10 @@ async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_
         .iter()
         .map(|line| line.as_str().expect("line"))
         .collect();
-    // Header, plan, spec, 3 current and 3 invalidated phases, key hints.
-    assert_eq!(lines.len(), 10, "{lines:#?}");
+    // Header, plan, spec, 3 current and 3 invalidated phases; the key hints above them.
+    assert_eq!(lines.len(), 9, "{lines:#?}");
     assert_eq!(view["height"], 10, "the window fits its content: {view}");
-    let hints = lines[lines.len() - 1];
+    let hints = view["winbar"].as_str().expect("winbar");
     for key in [
         "<CR> open",
         "a approve",
@@ -98,7 +101,7 @@ async fn the_status_window_fits_its_content_shows_the_keys_and_sets_invalidated_
         assert_eq!(view["groups"][index], expected, "{line}: {view}");
     }
     assert_eq!(view["groups"][0], "LooprStatusHeader");
-    assert_eq!(view["groups"][lines.len() - 1], "LooprStatusHint");
+    assert_eq!(view["winbar_group"], "LooprStatusHint");
 
     // Alone in the tab, the window cannot shrink without growing the command line; it doesn't.
     assert_eq!(editor.command("only | LooprStatus").await, None);
@@ -260,5 +263,201 @@ async fn x_asks_before_cancelling_a_tree_with_an_interrupted_loop() {
     );
     editor.type_keys("xy").await;
     editor.wait_status(&spec_id, "cancelled").await;
+    editor.quit().await;
+}
+
+/// The status window as the user sees it: its lines, the winbar as drawn (at most the
+/// window's width), the text area's width, the cursor line, and the keys mapped in it.
+async fn drawn_status(editor: &TestNvim) -> Value {
+    editor
+        .lua(
+            "local win = vim.fn.bufwinid('loopr://status')
+             local buf = vim.api.nvim_win_get_buf(win)
+             local info = vim.fn.getwininfo(win)[1]
+             local bar = vim.api.nvim_eval_statusline(vim.wo[win].winbar, { winid = win, use_winbar = true })
+             local widths = {}
+             for _, line in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+               table.insert(widths, vim.fn.strdisplaywidth(line))
+             end
+             local keys = {}
+             for _, map in ipairs(vim.api.nvim_buf_get_keymap(buf, 'n')) do
+               keys[map.lhs] = map.desc
+             end
+             return { lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false), widths = widths,
+                      winbar = bar.str, text_width = info.width - info.textoff,
+                      cursor = vim.api.nvim_get_current_line(), current = vim.api.nvim_get_current_win() == win,
+                      keys = keys }",
+        )
+        .await
+}
+
+/// At 100 columns the whole table shows (the columns a newcomer needs least give way, the
+/// error is cut, `K` has it all), the keys are on top in the winbar, the cursor starts on the
+/// newest loop and stays on its loop while the tree grows; `T` lists a phase's tasks and `i`
+/// runs it, keys mapped from the same table the hint is made of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_100_columns_the_table_fits_the_keys_are_on_top_and_the_cursor_on_the_newest_loop() {
+    let fake = FakeLlm::start().await;
+    let long_error = format!(
+        "the request was rejected: {}",
+        "too much context ".repeat(12)
+    );
+    fake.push_routed(
+        plan_route(),
+        error_reply(400, "invalid_request_error", &long_error),
+    );
+    script_revised_spec(&fake);
+    fake.push_routed(&code_route(FIRST_PHASES[0]), stalled_turn("Reading"));
+    let mut editor = start_editor(&fake, "{}").await;
+    editor.attach_ui(100, 40).await;
+    let failed_id = editor.plan("First attempt").await;
+    editor.wait_status(&failed_id, "failed").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let view = drawn_status(&editor).await;
+    let lines: Vec<&str> = view["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|line| line.as_str().expect("line"))
+        .collect();
+    let text_width = view["text_width"].as_u64().expect("width");
+    assert_eq!(text_width, 100, "{view}");
+    for (line, width) in lines.iter().zip(view["widths"].as_array().expect("widths")) {
+        assert!(
+            width.as_u64().expect("width") <= text_width,
+            "wider than the window: {line:?}\n{lines:#?}"
+        );
+    }
+    for column in ["LOOP", "NAME", "STATUS", "ERROR"] {
+        assert!(lines[0].contains(column), "{lines:#?}");
+    }
+    let failed_row = lines
+        .iter()
+        .find(|line| line.contains("First attempt"))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    let error_column = lines[0].find("ERROR").expect("ERROR");
+    assert!(
+        failed_row.contains("failed") && failed_row.len() > error_column + 10,
+        "the error shows, cut: {failed_row:?}"
+    );
+    assert!(
+        lines.iter().all(|line| !line.contains("keys")),
+        "the keys are not after the loops: {lines:#?}"
+    );
+    let winbar = view["winbar"].as_str().expect("winbar");
+    for key in [
+        "<CR> open",
+        "a approve",
+        "r revise",
+        "i run",
+        "T tasks",
+        "t transcript",
+        "R retry",
+        "x cancel",
+        "K error",
+        "q close",
+    ] {
+        assert!(winbar.contains(key), "{winbar:?}");
+        let lhs = key.split(' ').next().expect("lhs");
+        assert!(
+            view["keys"][lhs]
+                .as_str()
+                .is_some_and(|desc| !desc.is_empty()),
+            "{lhs} is mapped: {view}"
+        );
+    }
+    assert_eq!(view["current"], true, "{view}");
+    let cursor = view["cursor"].as_str().expect("cursor line").to_owned();
+    assert!(
+        cursor.contains("Add a --version flag") && cursor.contains("awaiting_approval"),
+        "the cursor starts on the newest loop: {cursor:?}"
+    );
+
+    // Approving grows the tree under the plan; the cursor stays on the plan's line.
+    assert_eq!(
+        editor.command(&format!("LooprApprove {plan_id}")).await,
+        None
+    );
+    let mut phases_complete = 0;
+    while phases_complete < FIRST_PHASES.len() {
+        editor
+            .wait_event("LooprLoopUpdated", |data| {
+                data["type"] == "phase" && data["status"] == "complete"
+            })
+            .await;
+        phases_complete += 1;
+    }
+    let view = drawn_status(&editor).await;
+    let lines = view["lines"].as_array().expect("lines");
+    assert_eq!(lines.len(), 1 + 2 + 1 + FIRST_PHASES.len(), "{view}");
+    let cursor = view["cursor"].as_str().expect("cursor line");
+    assert!(
+        cursor.contains("Add a --version flag"),
+        "the cursor stayed on its loop: {cursor:?}\n{view}"
+    );
+
+    // A narrower screen: the table fits again, and the winbar points to the keys left out.
+    editor.nvim.ui_try_resize(60, 40).await.expect("resize");
+    let narrow = drawn_status(&editor).await;
+    let narrow_width = narrow["text_width"].as_u64().expect("width");
+    assert_eq!(narrow_width, 60, "{narrow}");
+    for (line, width) in narrow["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .zip(narrow["widths"].as_array().expect("widths"))
+    {
+        assert!(
+            width.as_u64().expect("width") <= narrow_width,
+            "wider than the window: {line}\n{narrow}"
+        );
+    }
+    let winbar = narrow["winbar"].as_str().expect("winbar");
+    assert!(
+        winbar.contains("<CR> open") && winbar.ends_with("g? all keys"),
+        "{winbar:?}"
+    );
+    assert!(
+        narrow["keys"]["g?"].as_str().is_some(),
+        "g? is mapped: {narrow}"
+    );
+
+    // On a phase's line, T lists its tasks and i runs it.
+    let phase_line = lines
+        .iter()
+        .position(|line| {
+            line.as_str()
+                .is_some_and(|line| line.contains(FIRST_PHASES[0]))
+        })
+        .map(|index| index + 1)
+        .unwrap_or_else(|| panic!("{view}"));
+    editor
+        .exec(&format!(
+            "vim.api.nvim_win_set_cursor(vim.fn.bufwinid('loopr://status'), {{ {phase_line}, 0 }})
+             vim.api.nvim_set_current_win(vim.fn.bufwinid('loopr://status'))"
+        ))
+        .await;
+    editor.type_keys("T").await;
+    let tasks: Value = editor
+        .lua("return vim.fn.getqflist({ title = 0, size = 0 })")
+        .await;
+    assert_eq!(
+        tasks["title"],
+        format!("Loopr: tasks {}", FIRST_PHASES[0]),
+        "{tasks}"
+    );
+    assert!(tasks["size"].as_u64().unwrap_or(0) > 0, "{tasks}");
+    editor
+        .exec("vim.api.nvim_set_current_win(vim.fn.bufwinid('loopr://status'))")
+        .await;
+    editor.type_keys("i").await;
+    editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "running"
+        })
+        .await;
     editor.quit().await;
 }

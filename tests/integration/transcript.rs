@@ -1,9 +1,13 @@
 //! `:LooprTranscript`: a loop's transcript followed live in a buffer, and read back from the
 //! journal after a restart.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::nvim::TestNvim;
 use crate::scenario::{
     buffer_text, open_transcript, start_editor, start_editor_in, transcript_with, valid_plan,
     watch_transcripts,
@@ -129,27 +133,38 @@ async fn a_plan_loops_transcript_follows_it_live_and_reads_back_after_a_restart(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
-    let fake = FakeLlm::start().await;
-    let (first, release_first) = TurnBuilder::new()
-        .text_deltas(["alpha", " beta\n\nmore"])
-        .tool_use("toolu_list", "list_files", json!({}))
-        .paused_after("alpha");
-    fake.push(first);
-    let (second, release_second) = TurnBuilder::new()
-        .text_deltas(["gamma", " delta"])
-        .tool_use("toolu_plan", "create_plan", valid_plan())
-        .paused_after("gamma");
-    fake.push(second);
-    let mut editor = start_editor(&fake, "{ layout = 'vsplit' }").await;
-    // Short windows, so following the end scrolls.
-    editor.attach_ui(120, 8).await;
+/// Queues a turn that streams `words`, pauses after the first until the returned `Notify`
+/// lets it go on, then calls `tool` with `input`.
+fn push_paused(fake: &FakeLlm, words: [&str; 2], tool: &str, input: Value) -> Arc<Notify> {
+    let (turn, release) = TurnBuilder::new()
+        .text_deltas(words)
+        .tool_use(&format!("toolu_{tool}"), tool, input)
+        .paused_after(words[0]);
+    fake.push(turn);
+    release
+}
+
+/// An editor (`layout = 'vsplit'`, a UI `height` lines high) that plans, opens the plan
+/// loop's transcript and waits until it shows "alpha"; with the loop's id and the
+/// transcript's buffer.
+async fn following_a_plan(fake: &FakeLlm, height: i64) -> (TestNvim, String, i64) {
+    let mut editor = start_editor(fake, "{ layout = 'vsplit' }").await;
+    editor.attach_ui(120, height).await;
     watch_transcripts(&editor).await;
     let loop_id = editor.plan("Add a --version flag").await;
     fake.wait_for_requests(1).await;
     let buf = open_transcript(&editor, Some(&loop_id)).await;
     transcript_with(&mut editor, buf, "alpha").await;
+    (editor, loop_id, buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
+    let fake = FakeLlm::start().await;
+    let release_first = push_paused(&fake, ["alpha", " beta\n\nmore"], "list_files", json!({}));
+    let release_second = push_paused(&fake, ["gamma", " delta"], "create_plan", valid_plan());
+    // Short windows, so following the end scrolls.
+    let (mut editor, loop_id, buf) = following_a_plan(&fake, 8).await;
 
     // The cursor in the transcript, on its last line (where new text lands).
     let before: Value = editor
@@ -166,9 +181,20 @@ async fn appending_never_moves_the_cursor_the_current_window_or_the_mode() {
     fake.wait_for_requests(2).await;
     transcript_with(&mut editor, buf, "gamma").await;
     let after: Value = editor
-        .lua("return { win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0) }")
+        .lua(&format!(
+            "return {{ win = vim.api.nvim_get_current_win(), cursor = vim.api.nvim_win_get_cursor(0),
+                       lines = vim.api.nvim_buf_line_count({buf}) }}"
+        ))
         .await;
-    assert_eq!(before, after, "appending moved the cursor or the window");
+    assert_eq!(before["win"], after["win"], "appending changed the window");
+    // Issue 24 item 8 turned this around: a cursor at the end follows, like `tail -f`, in the
+    // current window too (it used to stay put); one the user moved up stays (see
+    // `a_transcript_opens_at_its_end_and_follows_while_the_cursor_stays_there`).
+    assert_eq!(
+        after["cursor"],
+        json!([after["lines"], 0]),
+        "the cursor at the end followed it"
+    );
     // Text arriving ran no one's TextChanged handlers (it changes dozens of times a second).
     let changed: i64 = editor.lua("return _G.transcript_changed").await;
     assert_eq!(changed, 0);
@@ -381,4 +407,70 @@ async fn reachable_from_an_artifact_buffer_and_the_status_window_and_the_hosts_a
         .await;
     assert_eq!(after, -1, "the first window's open fold stays open");
     assert_eq!(second, "marker", "the second window folds the transcript");
+}
+
+/// The line of `win`'s cursor and the line count of the buffer it shows.
+async fn cursor_and_count(editor: &TestNvim, win: i64) -> (i64, i64) {
+    editor
+        .lua(&format!(
+            "return {{ vim.api.nvim_win_get_cursor({win})[1],
+                       vim.api.nvim_buf_line_count(vim.api.nvim_win_get_buf({win})) }}"
+        ))
+        .await
+}
+
+/// `:LooprTranscript` takes focus and opens at the end, and follows like `tail -f`: every
+/// window whose cursor is on the last line, the current one too, stays on it as text comes;
+/// moving up stops following there, going back to the end (`G`) starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_opens_at_its_end_and_follows_while_the_cursor_stays_there() {
+    let fake = FakeLlm::start().await;
+    let release_first = push_paused(&fake, ["alpha", " beta\n\nmore"], "list_files", json!({}));
+    let read = json!({"path": "src/main.rs"});
+    let release_second = push_paused(&fake, ["gamma", " delta"], "read_file", read);
+    let release_third = push_paused(&fake, ["epsilon", " zeta"], "create_plan", valid_plan());
+    let (mut editor, loop_id, buf) = following_a_plan(&fake, 12).await;
+
+    // Opened: the transcript's window is the current one, its cursor on the last line.
+    let name: String = editor.lua("return vim.api.nvim_buf_get_name(0)").await;
+    assert!(
+        name.ends_with(&format!("loopr://transcript/{loop_id}")),
+        "focus: {name}"
+    );
+    let first_win: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
+    let (line, count) = cursor_and_count(&editor, first_win).await;
+    assert!(count > 3, "the transcript has lines before its end");
+    assert_eq!(line, count, "the cursor starts on the last line");
+
+    // A second window on it (the current one now); both follow as text comes.
+    let second_win: i64 = editor
+        .lua("vim.cmd('split') return vim.api.nvim_get_current_win()")
+        .await;
+    release_first.notify_one();
+    fake.wait_for_requests(2).await;
+    transcript_with(&mut editor, buf, "gamma").await;
+    for win in [first_win, second_win] {
+        let (line, count) = cursor_and_count(&editor, win).await;
+        assert_eq!(line, count, "window {win} followed the new text");
+    }
+
+    // Moving up in the current window stops it following; the other goes on.
+    editor.exec("vim.cmd('normal! gg')").await;
+    release_second.notify_one();
+    fake.wait_for_requests(3).await;
+    transcript_with(&mut editor, buf, "epsilon").await;
+    let (line, _) = cursor_and_count(&editor, second_win).await;
+    assert_eq!(line, 1, "moved up: stays where the user put it");
+    let (line, count) = cursor_and_count(&editor, first_win).await;
+    assert_eq!(line, count, "the other window still follows");
+
+    // Back at the end, it follows again.
+    editor.exec("vim.cmd('normal! G')").await;
+    release_third.notify_one();
+    editor.wait_status(&loop_id, "awaiting_approval").await;
+    transcript_with(&mut editor, buf, "→ create_plan (").await;
+    for win in [first_win, second_win] {
+        let (line, count) = cursor_and_count(&editor, win).await;
+        assert_eq!(line, count, "window {win} followed to the end");
+    }
 }

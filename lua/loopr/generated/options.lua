@@ -37,6 +37,13 @@ return {
     host = true,
     merge = true,
   },
+  approve_validation = {
+    check = { kind = 'boolean' },
+    default = false,
+    description = "Whether a phase's validation command waits for approval although it runs in the sandbox (without a sandbox it is always asked about).",
+    expect = 'a boolean',
+    host = true,
+  },
   base_url = {
     check = { kind = 'string', nonempty = true },
     description = "Overrides the provider's base URL variable.",
@@ -100,7 +107,7 @@ return {
   layout = {
     check = { kind = 'one_of', values = { 'vsplit', 'split', 'tab' } },
     default = 'vsplit',
-    description = 'Where artifacts open: a split to the right, a split below, or a new tab page.',
+    description = "Where Loopr's windows open: a split to the right, a split below, or a new tab page.",
     expect = 'one of "vsplit", "split", "tab"',
   },
   log_file = {

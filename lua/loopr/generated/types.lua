@@ -51,6 +51,7 @@
 ---@field allow_commands? string[] Regular expressions; a matching command runs without asking.
 ---@field api_key_env? string The variable that holds the API key, when not the provider's usual one.
 ---@field approvals? loopr.ApprovalSettings Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept ("auto").
+---@field approve_validation? boolean Whether a phase's validation command waits for approval although it runs in the sandbox (without a sandbox it is always asked about).
 ---@field base_url? string Overrides the provider's base URL variable.
 ---@field bin? string Path to the host binary; nil means auto-detect.
 ---@field budget? loopr.Budget The spend of each plan tree after which its loops pause until approved.
@@ -59,7 +60,7 @@
 ---@field context_budget? integer Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server's context window where it says one, else 100,000.
 ---@field context_keep_turns? integer The latest turns whose tool results are always sent whole.
 ---@field deny_commands? string[] Regular expressions; a matching command never runs, whatever is approved.
----@field layout? loopr.Layout Where artifacts open: a split to the right, a split below, or a new tab page.
+---@field layout? loopr.Layout Where Loopr's windows open: a split to the right, a split below, or a new tab page.
 ---@field log_file? string The host's log file.
 ---@field log_level? loopr.LogLevel Verbosity of the host's log file.
 ---@field max_concurrent_loops? integer Loops this host runs at once.
@@ -98,6 +99,7 @@
 ---@field allow_commands string[]
 ---@field api_key_env? string
 ---@field approvals loopr.ApprovalSettings
+---@field approve_validation boolean
 ---@field base_url? string
 ---@field bin? string
 ---@field budget loopr.Budget

@@ -39,15 +39,17 @@
 ---@field cancellable boolean A cancel ends it (`LoopStatus::is_cancellable`).
 ---@field created_at string
 ---@field depends_on string[]
----@field error? string
+---@field error? string The loop's error text as stored, an undone loop's note included.
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field iteration integer
 ---@field label string How messages name the loop (`LoopIdReply::label`).
 ---@field name? string
+---@field note? string What of `error` is a note, not an error (`store::note`): what an undo restored. A status list shows it apart from errors.
 ---@field parent? string
 ---@field retryable boolean A retry runs it again (`retryable`).
 ---@field review_passes integer
+---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field spend loopr.Spend What the loop spent.
 ---@field status string
 ---@field task string
@@ -103,6 +105,7 @@
 ---@field task_index integer
 ---@class loopr.TasksReply `:LooprTasks` data: per phase, one LSP `Location` per task, which Lua turns into quickfix entries.
 ---@field phases loopr.TaskPhase[]
+---@field plan? string The plan the phases were picked from (its `label`), when the project has other plans with phases too.
 ---@class loopr.TranscriptReply
 ---@field loop_id string
 ---@field loop_type string
@@ -115,6 +118,11 @@
 ---@field message string
 ---@field path string
 ---@field reason string "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
+---@class loopr.ValidationLocation A place a validation's output names, as a quickfix entry takes it.
+---@field col integer 1-based; 0 when only the line is known.
+---@field filename string The file's absolute path; it exists, inside the project.
+---@field lnum integer
+---@field text string
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
 ---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"|"ready"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
@@ -126,6 +134,7 @@
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field retryable boolean A retry runs it again (`retryable`).
+---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field status string
 ---@field type string
 ---@field undone boolean Its changes were undone; it keeps its status (`undone`).
@@ -157,6 +166,7 @@
 ---@field command string
 ---@field event "validation"
 ---@field iteration integer
+---@field locations loopr.ValidationLocation[] Places in the project's files the output names, as the common test runners and compilers write them: the quickfix entries when 'errorformat' finds none.
 ---@field loop_id string
 ---@field output string
 ---@field passed boolean

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::jobs;
 use crate::agent::phases::{phase_selectors, resolve_phase};
-use crate::agent::tasks::{PhaseSelector, PhaseTasks, phase_tasks};
+use crate::agent::plan_tree::PlanTrees;
+use crate::agent::tasks::{PhaseSelector, TaskList, listed_phase, phase_tasks};
 use crate::llm::Usage;
 use crate::pricing::{Cost, ModelUsage, PriceTable, total_usage};
-use crate::store::{LoopId, LoopRecord, LoopStatus, Purpose};
+use crate::store::{LoopId, LoopRecord, LoopType, Purpose};
 
 /// One loop of a shell's status list.
 pub struct StatusRow {
@@ -34,20 +35,6 @@ impl Spend {
             cost: prices.cost(usage),
         }
     }
-}
-
-/// The root of `id`'s plan tree among the loops `parents` knows (a loop whose parent is
-/// missing counts as a root). Walks at most as many steps as there are loops, so a cycle a
-/// damaged database might hold cannot hang it.
-fn tree_root(parents: &HashMap<LoopId, Option<LoopId>>, id: &LoopId) -> LoopId {
-    let mut current = id;
-    for _ in 0..parents.len() {
-        match parents.get(current) {
-            Some(Some(parent)) if parents.contains_key(parent) => current = parent,
-            _ => break,
-        }
-    }
-    current.clone()
 }
 
 impl LoopManager {
@@ -120,15 +107,12 @@ impl LoopManager {
     ) -> Result<Vec<StatusRow>, ManagerError> {
         let rows = self.status_with_artifacts(root)?;
         let mut usage_by_loop = self.project(root)?.db.usage_by_loop()?;
-        let parents: HashMap<LoopId, Option<LoopId>> = rows
-            .iter()
-            .map(|(record, _)| (record.id.clone(), record.parent.clone()))
-            .collect();
+        let trees = PlanTrees::of(rows.iter().map(|(record, _)| record));
         let mut by_tree: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
         let mut with_usage = Vec::with_capacity(rows.len());
         for (record, artifact) in rows {
             let usage = usage_by_loop.remove(&record.id).unwrap_or_default();
-            let tree = by_tree.entry(tree_root(&parents, &record.id)).or_default();
+            let tree = by_tree.entry(trees.root(&record.id)).or_default();
             for entry in &usage {
                 match tree.iter_mut().find(|known| known.model == entry.model) {
                     Some(known) => known.usage.add(&entry.usage),
@@ -156,29 +140,50 @@ impl LoopManager {
             .collect())
     }
 
-    /// The tasks of the current phases matching `selector`.
-    pub fn tasks(
-        &self,
-        root: &Path,
-        selector: &PhaseSelector,
-    ) -> Result<Vec<PhaseTasks>, ManagerError> {
+    /// The tasks of the current phases `selector` picks. A loop id that is no phase's, and
+    /// no selector at all, pick a plan: the loop's, else the newest plan with phases; the
+    /// list names that plan when other plans have phases too.
+    pub fn tasks(&self, root: &Path, selector: &PhaseSelector) -> Result<TaskList, ManagerError> {
         let project = self.project(root)?;
         let records = project.db.list()?;
+        let trees = PlanTrees::of(&records);
+        let mut plans_with_phases: Vec<LoopId> = Vec::new();
+        for record in records.iter().filter(|record| listed_phase(record)) {
+            let plan = trees.root(&record.id);
+            if !plans_with_phases.contains(&plan) {
+                plans_with_phases.push(plan);
+            }
+        }
         let selector = match selector {
             PhaseSelector::Named(name) => {
-                let phase = resolve_phase(&records, name, |record| {
-                    record.status != LoopStatus::Invalidated && record.iteration > 0
-                })?;
+                let phase = resolve_phase(&records, name, listed_phase)?;
                 PhaseSelector::Loop(phase.id.to_string())
             }
+            PhaseSelector::Loop(id) => match records.iter().find(|r| r.id.as_str() == id) {
+                Some(record) if record.loop_type != LoopType::Phase => {
+                    PhaseSelector::Plan(trees.root(&record.id))
+                }
+                _ => selector.clone(),
+            },
+            // The newest plan, not the plan of the newest phase (a revision renews phases).
+            PhaseSelector::CurrentPlan => records
+                .iter()
+                .find(|record| plans_with_phases.contains(&record.id))
+                .map_or(PhaseSelector::All, |plan| {
+                    PhaseSelector::Plan(plan.id.clone())
+                }),
             other => other.clone(),
         };
-        Ok(phase_tasks(
-            &records,
-            &selector,
-            &project.root,
-            &project.layout,
-        ))
+        let plan = match &selector {
+            PhaseSelector::Plan(plan) if plans_with_phases.len() > 1 => {
+                records.iter().find(|record| &record.id == plan).cloned()
+            }
+            _ => None,
+        };
+        Ok(TaskList {
+            phases: phase_tasks(&records, &selector, &project.root, &project.layout),
+            plan,
+        })
     }
 
     /// The names to complete a phase argument with (`spec/phase` where a name is shared).

@@ -142,6 +142,9 @@ impl LoopManager {
             Ok(Err(reached @ LoopError::BudgetReached { .. })) => {
                 self.record_pause(project, record, reached.for_record());
             }
+            Ok(Err(rejected @ LoopError::ValidationRejected { .. })) => {
+                self.record_stop_for_the_user(project, record, rejected.for_record());
+            }
             Ok(Err(err)) => {
                 tracing::warn!(loop_id = %record.id, error = %err, "loop failed");
                 self.record_end(project, record, LoopStatus::Failed, Some(err.for_record()));
@@ -241,6 +244,19 @@ impl LoopManager {
                 );
             }
         }
+    }
+
+    /// Stops a loop the user stopped by rejecting what it needed (its validation command):
+    /// not a failure, so it ends as the user's stop (retryable, its journal whole) with a
+    /// notice of how to go on.
+    fn record_stop_for_the_user(&self, project: &Project, record: &LoopRecord, reason: String) {
+        tracing::info!(loop_id = %record.id, reason = %crate::next_step::neutral(&reason), "stopped by the user's rejection");
+        self.record_end(project, record, LoopStatus::Cancelled, Some(reason.clone()));
+        self.shared.events.emit(LoopEvent::Notice {
+            loop_id: record.id.to_string(),
+            level: NoticeLevel::Warn,
+            message: reason,
+        });
     }
 
     fn record_end(

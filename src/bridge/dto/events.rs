@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::agent::LoopEvent;
+use crate::agent::{FailureLocation, LoopEvent};
 use crate::store::Standing;
 
 /// Events as `require('loopr.events').dispatch` receives them.
@@ -56,6 +56,9 @@ pub enum EventMessage {
         passed: bool,
         command: String,
         output: String,
+        /// Places in the project's files the output names, as the common test runners and
+        /// compilers write them: the quickfix entries when 'errorformat' finds none.
+        locations: Vec<ValidationLocation>,
     },
     Notice {
         loop_id: String,
@@ -126,6 +129,8 @@ impl From<LoopEvent> for EventMessage {
                 passed,
                 command,
                 output,
+                locations,
+                root,
             } => EventMessage::Validation {
                 loop_id: loop_id.to_string(),
                 phase,
@@ -133,6 +138,10 @@ impl From<LoopEvent> for EventMessage {
                 passed,
                 command,
                 output,
+                locations: locations
+                    .into_iter()
+                    .map(|location| ValidationLocation::in_root(&root, location))
+                    .collect(),
             },
             LoopEvent::Notice {
                 loop_id,
@@ -147,6 +156,29 @@ impl From<LoopEvent> for EventMessage {
                 root: root.to_string(),
                 message: crate::bridge::words::tree_ready(&ready),
             },
+        }
+    }
+}
+
+/// A place a validation's output names, as a quickfix entry takes it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.ValidationLocation")]
+pub struct ValidationLocation {
+    /// The file's absolute path; it exists, inside the project.
+    pub filename: String,
+    pub lnum: u32,
+    /// 1-based; 0 when only the line is known.
+    pub col: u32,
+    pub text: String,
+}
+
+impl ValidationLocation {
+    fn in_root(root: &std::path::Path, location: FailureLocation) -> ValidationLocation {
+        ValidationLocation {
+            filename: root.join(&location.path).display().to_string(),
+            lnum: location.line,
+            col: location.column,
+            text: location.text,
         }
     }
 }

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::agent::{ChangedHunk, LoopSettings, PhaseTasks, UndoReport};
+use crate::agent::{ChangedHunk, LoopSettings, TaskList, UndoReport};
 use crate::store::{LoopRecord, Standing};
 
 /// What opening a project for `resume` found.
@@ -212,6 +212,9 @@ impl UndoReply {
 #[schemars(rename = "loopr.TasksReply")]
 pub struct TasksReply {
     pub phases: Vec<PhaseTasksReply>,
+    /// The plan the phases were picked from (its `label`), when the project has other plans
+    /// with phases too.
+    pub plan: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -243,8 +246,10 @@ pub struct TaskUserData {
 }
 
 impl TasksReply {
-    pub fn new(phases: Vec<PhaseTasks>) -> Result<TasksReply, String> {
-        let phases = phases
+    pub fn new(list: TaskList) -> Result<TasksReply, String> {
+        let plan = list.plan.as_ref().map(LoopRecord::label);
+        let phases = list
+            .phases
             .into_iter()
             .map(|phase| {
                 let items = phase
@@ -272,7 +277,7 @@ impl TasksReply {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(TasksReply { phases })
+        Ok(TasksReply { phases, plan })
     }
 }
 
@@ -370,7 +375,11 @@ pub struct LoopRecordReply {
     pub iteration: u32,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    /// The loop's error text as stored, an undone loop's note included.
     pub error: Option<String>,
+    /// What of `error` is a note, not an error (`store::note`): what an undo restored. A
+    /// status list shows it apart from errors.
+    pub note: Option<String>,
     pub task: String,
     pub name: Option<String>,
     /// How messages name the loop (`LoopIdReply::label`).
@@ -447,6 +456,7 @@ impl From<LoopRecord> for LoopRecordReply {
             tokens_in: record.tokens_in,
             tokens_out: record.tokens_out,
             error: record.error.as_deref().map(crate::bridge::words::hinted),
+            note: crate::store::note(record.error.as_deref()).map(crate::bridge::words::hinted),
             task: record.task,
             name: record.name,
             triggered_by: record.triggered_by,
@@ -463,23 +473,27 @@ impl From<LoopRecord> for LoopRecordReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::PhaseTasks;
     use std::path::PathBuf;
 
     #[test]
     fn task_places_become_file_uri_locations() {
-        let reply = TasksReply::new(vec![PhaseTasks {
-            loop_id: "l-1".to_owned(),
-            name: "parse-flag".to_owned(),
-            title: "Parse".to_owned(),
-            markdown_path: PathBuf::from("/state/phase.md"),
-            tasks: vec![crate::agent::TaskPlace {
-                path: PathBuf::from("/work/my project/src/main.rs"),
-                line: 0,
-                text: "modify: do it".to_owned(),
-                task_index: 1,
-                action: Some(crate::artifacts::TaskAction::Modify),
+        let reply = TasksReply::new(TaskList {
+            plan: None,
+            phases: vec![PhaseTasks {
+                loop_id: "l-1".to_owned(),
+                name: "parse-flag".to_owned(),
+                title: "Parse".to_owned(),
+                markdown_path: PathBuf::from("/state/phase.md"),
+                tasks: vec![crate::agent::TaskPlace {
+                    path: PathBuf::from("/work/my project/src/main.rs"),
+                    line: 0,
+                    text: "modify: do it".to_owned(),
+                    task_index: 1,
+                    action: Some(crate::artifacts::TaskAction::Modify),
+                }],
             }],
-        }])
+        })
         .expect("reply");
         let json = serde_json::to_value(&reply).expect("json");
         let item = &json["phases"][0]["items"][0];

@@ -270,7 +270,7 @@ impl TasksParams {
         match (&self.loop_id, &self.phase) {
             (Some(id), _) => PhaseSelector::Loop(id.clone()),
             (None, Some(name)) => PhaseSelector::Named(name.clone()),
-            (None, None) => PhaseSelector::All,
+            (None, None) => PhaseSelector::CurrentPlan,
         }
     }
 }
