@@ -32,6 +32,7 @@ mod settings;
 mod short_text;
 mod tasks;
 mod transcript;
+mod tree_ready;
 mod turn;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
@@ -51,3 +52,4 @@ pub use rules::{ProjectRules, RefusedRules, project_rules};
 pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskList, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
+pub use tree_ready::TreeReady;

@@ -10,6 +10,8 @@ macro_rules! say {
     };
 }
 
+mod words;
+
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,14 +21,14 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{
-    LoopEvent, LoopManager, LoopSettings, ManagerError, OnOpen, ProviderFactory, ShellServices,
+    LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, TreeReady,
 };
 use crate::mcp::McpSettings;
-use crate::next_step::{self, NextStep};
 use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
+use words::{clause, hinted, with_next_step};
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
 /// model reads (and the loop reports).
@@ -306,8 +308,9 @@ pub async fn cancel(
         .cancel(&root, Some(id))
         .map_err(with_next_step)
         .with_context(|| format!("cancelling loop {id}"))?;
+    let mut reporter = Reporter::default();
     while let Ok(event) = events.try_recv() {
-        report(&event);
+        reporter.report(&event);
     }
     for running in &cancelled.run_elsewhere {
         say!(
@@ -345,6 +348,7 @@ async fn settle(
     // not after every event: reading the whole tree each time competes with the loops for
     // the store.
     let mut look_for_approvals = approve_all;
+    let mut reporter = Reporter::default();
     loop {
         let approved = look_for_approvals && approve_waiting(manager, root, select)?;
         look_for_approvals = false;
@@ -357,7 +361,7 @@ async fn settle(
             manager.start_ready(root)?;
             if *busy.borrow_and_update() == 0 {
                 while let Ok(event) = events.try_recv() {
-                    report(&event);
+                    reporter.report(&event);
                 }
                 return Ok(());
             }
@@ -366,14 +370,14 @@ async fn settle(
             signal = signals.next() => {
                 stop_loops(manager, signals, signal).await;
                 while let Ok(event) = events.try_recv() {
-                    report(&event);
+                    reporter.report(&event);
                 }
                 return Err(signal.into());
             }
             event = events.recv() => match event {
                 Some(event) => {
                     look_for_approvals |= approve_all && awaits_approval(&event);
-                    report(&event);
+                    reporter.report(&event);
                 }
                 None => return Ok(()),
             },
@@ -385,7 +389,7 @@ async fn settle(
         }
         while let Ok(event) = events.try_recv() {
             look_for_approvals |= approve_all && awaits_approval(&event);
-            report(&event);
+            reporter.report(&event);
         }
     }
 }
@@ -421,118 +425,102 @@ fn awaits_approval(event: &LoopEvent) -> bool {
     )
 }
 
-fn report(event: &LoopEvent) {
-    match event {
-        LoopEvent::LoopUpdated {
-            id,
-            loop_type,
-            status,
-            error,
-        } => match error {
-            Some(error) => say!(
-                "loopr: {} {id} {}: {}",
-                loop_type.as_str(),
-                status.as_str(),
-                hinted(error)
-            ),
-            None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
-        },
-        LoopEvent::Progress {
-            loop_id, message, ..
-        } => say!("loopr: {loop_id}: {message}"),
-        LoopEvent::ApprovalRequested { request, .. } => say!(
-            "loopr: {}: {} {} needs approval",
-            request.loop_id,
-            request.kind.as_str(),
-            request.subject
-        ),
-        LoopEvent::ApprovalClosed { .. } => {}
-        LoopEvent::Notice {
-            loop_id,
-            level,
-            message,
-        } => say!("loopr: {loop_id}: {}: {}", level.as_str(), hinted(message)),
-        LoopEvent::ValidationFinished {
-            loop_id,
-            iteration,
-            passed,
-            command,
-            output,
-            ..
-        } => {
-            let verdict = if *passed { "passed" } else { "failed" };
-            say!("loopr: {loop_id}: iteration {iteration}: `{command}` {verdict}");
-            if !passed {
-                say!("{output}");
+/// Says on stderr what the loops report. A loop's lines name it as a person calls it
+/// (`code "print-version"`), as its progress lines do; its status lines keep its id, which
+/// `loopr cancel` and `loopr transcript` take.
+#[derive(Default)]
+struct Reporter {
+    /// Each loop's label, from its progress lines (every loop reports progress first).
+    labels: HashMap<String, String>,
+}
+
+impl Reporter {
+    /// How lines name loop `loop_id`: its label once known, else its id.
+    fn name<'a>(&'a self, loop_id: &'a str) -> &'a str {
+        self.labels.get(loop_id).map_or(loop_id, String::as_str)
+    }
+
+    fn report(&mut self, event: &LoopEvent) {
+        match event {
+            LoopEvent::LoopUpdated {
+                id,
+                loop_type,
+                status,
+                error,
+            } => match error {
+                Some(error) => say!(
+                    "loopr: {} {id} {}: {}",
+                    loop_type.as_str(),
+                    status.as_str(),
+                    hinted(error)
+                ),
+                None => say!("loopr: {} {id} {}", loop_type.as_str(), status.as_str()),
+            },
+            LoopEvent::Progress {
+                loop_id,
+                label,
+                message,
+                ..
+            } => {
+                self.labels.insert(loop_id.to_string(), label.clone());
+                say!("loopr: {label}: {message}");
             }
+            // The warning as the tree paused said it, with the same next step.
+            LoopEvent::TreeReady {
+                ready: TreeReady::AtBudget { .. },
+                ..
+            } => {}
+            LoopEvent::TreeReady { ready, .. } => {
+                let step = ready.next_step().map(|step| clause(&step));
+                say!("loopr: {ready}{}", step.unwrap_or_default());
+            }
+            LoopEvent::ApprovalRequested { request, .. } => say!(
+                "loopr: {}: {} {} needs approval",
+                self.name(&request.loop_id),
+                request.kind.as_str(),
+                request.subject
+            ),
+            LoopEvent::ApprovalClosed { .. } => {}
+            LoopEvent::Notice {
+                loop_id,
+                level,
+                message,
+            } => say!(
+                "loopr: {}: {}: {}",
+                self.name(loop_id),
+                level.as_str(),
+                hinted(message)
+            ),
+            LoopEvent::ValidationFinished {
+                loop_id,
+                iteration,
+                passed,
+                command,
+                output,
+                ..
+            } => {
+                let verdict = if *passed { "passed" } else { "failed" };
+                say!(
+                    "loopr: {}: iteration {iteration}: `{command}` {verdict}",
+                    self.name(loop_id.as_str())
+                );
+                if !passed {
+                    say!("{output}");
+                }
+            }
+            LoopEvent::ArtifactCreated {
+                loop_id,
+                kind,
+                markdown_path,
+                ..
+            } => say!(
+                "loopr: {}: {} written to {}",
+                self.name(loop_id.as_str()),
+                kind.as_str(),
+                markdown_path.display()
+            ),
         }
-        LoopEvent::ArtifactCreated {
-            loop_id,
-            kind,
-            markdown_path,
-            ..
-        } => say!(
-            "loopr: {loop_id}: {} written to {}",
-            kind.as_str(),
-            markdown_path.display()
-        ),
     }
-}
-
-/// The core's error with the command that is the user's next step from the command line.
-fn with_next_step(err: ManagerError) -> anyhow::Error {
-    match err.next_step() {
-        Some(step) => anyhow::anyhow!("{err}{}", clause(&step)),
-        None => err.into(),
-    }
-}
-
-/// Text the core keeps or sends with its next step attached (a loop's error, a notice), the
-/// step worded for the command line.
-fn hinted(text: &str) -> String {
-    next_step::worded(text, clause)
-}
-
-/// `step` as the command line words it: its subcommands, flags and `--settings` keys.
-fn clause(step: &NextStep) -> String {
-    match step {
-        NextStep::Approve { id } => format!(
-            "; the command line cannot let a tree past its budget: approving {id} in the editor \
-             does, or a larger budget in --settings for a new plan"
-        ),
-        NextStep::Retry => "; `loopr plan` or `loopr run <phase>` starts it again".to_owned(),
-        NextStep::RetryOrCancel { id } => format!(
-            "; `loopr resume` goes on with it (and with the project's other loops that no host \
-             runs), `loopr cancel {id}` cancels it"
-        ),
-        NextStep::RetryOrRevisePhase { .. } => {
-            "; `loopr run <phase> --yes` starts the phase again; revising the phase in the editor \
-             changes the command"
-                .to_owned()
-        }
-        NextStep::ListLoops => "; `loopr status` lists the project's loops".to_owned(),
-        NextStep::NameTranscript => {
-            "; name one: `loopr transcript <id>` (`loopr status` lists them)".to_owned()
-        }
-        NextStep::StartCodeLoop { phase } => format!("; start one with `loopr run {phase}`"),
-        NextStep::SetOption {
-            key,
-            example: Some(example),
-        } => format!("; e.g. --settings '{}'", settings_json(key, example)),
-        NextStep::SetOption { key, example: None } => format!("; set {key} in --settings"),
-        // The command line keeps no servers' state beyond the run: the notice is all of it.
-        NextStep::ShowMcpServers => String::new(),
-    }
-}
-
-/// `{"a": {"b": "value"}}` for the dotted `key` `a.b`: what `--settings` takes.
-fn settings_json(key: &str, value: &str) -> String {
-    key.rsplit('.')
-        .fold(
-            serde_json::Value::from(value),
-            |inner, part| serde_json::json!({ part: inner }),
-        )
-        .to_string()
 }
 
 /// The plan loop and everything below it, parents first.

@@ -36,6 +36,10 @@ pub enum NextStep {
     },
     /// See the MCP servers' state and recent errors.
     ShowMcpServers,
+    /// Review what waits for it: approve it, or ask for a revision.
+    Review,
+    /// See the ready phases' tasks, and start a code loop for one.
+    RunPhases,
 }
 
 /// Parts `attach` puts between a text and its hint: a control character no message
@@ -106,6 +110,8 @@ impl NextStep {
                 None => format!("set {key} in the user's settings"),
             },
             NextStep::ShowMcpServers => "the MCP servers' status keeps the error".to_owned(),
+            NextStep::Review => "approve it, or ask for a revision with feedback".to_owned(),
+            NextStep::RunPhases => "start a code loop for one of them".to_owned(),
         }
     }
 }

@@ -2109,3 +2109,85 @@ async fn resume_judges_the_loops_it_resumed_not_an_old_cancelled_one() {
         "{table}"
     );
 }
+
+/// `loopr run`'s progress lines name the loop as a person calls it (its level and phase),
+/// never by its id, and a call by its name with the article it takes ("an edit_file call").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_name_the_loop_and_the_call_in_plain_english() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    let route = scenario::code_route("print-version");
+    fake.push_routed(
+        &route,
+        TurnBuilder::new()
+            .tool_use(
+                "toolu_edit",
+                "edit_file",
+                json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}),
+            )
+            .usage(300, 40)
+            .reply(),
+    );
+    fake.push_routed(&route, scenario::complete_phase_turn("says bye"));
+    let output = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|line| line == "loopr: code \"print-version\": model is writing an edit_file call"),
+        "{stderr}"
+    );
+    let code_id = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("loopr: code loop "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the run names its loop once");
+    let by_id: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with(&format!("loopr: {code_id}: ")))
+        .collect();
+    assert!(by_id.is_empty(), "progress named by id: {by_id:#?}");
+}
+
+/// A plan's review passes name every line of their turns on stderr, as in Neovim; when the
+/// run's tree stops, a line says what is ready and the command to go on with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    fake.push(scenario::create_plan_turn("toolu_plan", valid_plan()));
+    fake.push(tool_turn(
+        "review",
+        "review_plan",
+        json!({"verdict": "approve", "issues": []}),
+    ));
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--settings",
+            r#"{"plan_review_passes": 1}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.contains(
+            &"loopr: plan \"Add a --version flag\": review pass 1/1 (completeness): waiting for \
+              the model (turn 2/25)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        lines.contains(
+            &"loopr: plan ready for review; `loopr resume --approve-all` approves it and goes \
+              on; the editor can ask for a revision instead"
+        ),
+        "{stderr}"
+    );
+}

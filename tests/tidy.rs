@@ -111,11 +111,16 @@ fn every_source_file_opens_with_a_module_doc() {
 }
 
 /// What the core must not mention: it knows nothing of Neovim, its RPC encoding or its
-/// commands; only the shells (`src/bridge/`, `src/cli.rs`, `src/main.rs`) word things for one.
+/// commands; only the shells (`src/bridge/`, `src/cli.rs` with `src/cli/`, `src/main.rs`) word
+/// things for one.
 const SHELL_ONLY: [&str; 4] = ["nvim_rs", "rmpv", "crate::bridge", ":Loopr"];
 
 fn is_shell(file: &str) -> bool {
-    file == "bridge.rs" || file.starts_with("bridge/") || file == "cli.rs" || file == "main.rs"
+    file == "bridge.rs"
+        || file.starts_with("bridge/")
+        || file == "cli.rs"
+        || file.starts_with("cli/")
+        || file == "main.rs"
 }
 
 #[test]

@@ -45,6 +45,11 @@ function handlers.loop_updated(ev)
   local progress = require('loopr.progress')
   if ev.idle then
     progress.clear(ev.id)
+    -- What the command line showed of it is over: another loop's latest line replaces it.
+    local latest = progress.latest()
+    if latest and require('loopr.config').get().progress then
+      notify.progress(latest)
+    end
   elseif ev.status == 'running' then
     -- Visible in statuslines before the loop's first progress message.
     progress.touch(ev.id, ('%s running'):format(ev.type or 'loop'))
@@ -142,6 +147,18 @@ function handlers.notice(ev)
   local message = 'Loopr: ' .. (str(ev.message) or '')
   notify.notify(message, levels[ev.level] or vim.log.levels.WARN)
   fire('LooprNotice', { loop_id = ev.loop_id, level = ev.level, message = message })
+end
+
+---@param ev loopr.ReadyEvent
+function handlers.ready(ev)
+  local message = str(ev.message) or ''
+  require('loopr.progress').ready(message)
+  -- On the command line in place of the last loop's progress (a recent warning or error
+  -- stays), and in statuslines until a loop runs again.
+  if require('loopr.config').get().progress then
+    notify.progress(message)
+  end
+  fire('LooprReady', { root = ev.root, message = message })
 end
 
 ---Entry point for host notifications; returns at once and handles the event later.

@@ -63,6 +63,23 @@ struct RunState {
     last_problem: Option<String>,
 }
 
+/// The stage a run's progress lines name: the review pass under way, while one is (the
+/// model's turns alone would not say it).
+fn stage_label(stage: Stage, reviews: &[(&'static str, &'static str)]) -> Option<String> {
+    match stage {
+        Stage::Reviewing { pass } | Stage::Revising { pass } => {
+            Some(review_pass_label(reviews, pass))
+        }
+        Stage::Drafting | Stage::Done => None,
+    }
+}
+
+/// `review pass 3/5 (edge cases)` for the zero-based `pass`.
+fn review_pass_label(reviews: &[(&'static str, &'static str)], pass: usize) -> String {
+    let focus = reviews.get(pass).map_or("", |(focus, _)| focus);
+    format!("review pass {}/{} ({focus})", pass + 1, reviews.len())
+}
+
 /// The review passes this kind of artifact goes through, as (name, question).
 fn review_schedule(
     kind: ArtifactKind,
@@ -145,6 +162,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
     let review_nudge = prompts::nudge_to_call(&review_tool_spec(kind), text_protocol);
 
     for turn_number in 1..=max_turns {
+        context.set_stage(stage_label(state.stage, &reviews));
         context.progress(format!(
             "waiting for the model (turn {turn_number}/{max_turns})"
         ));
@@ -375,13 +393,13 @@ async fn review_call(
         Ok(review) => review,
         Err(report) => return Ok(CallResult::error(report.to_string())),
     };
-    let (focus, _) = reviews[pass];
-    let label = format!("review pass {}/{} ({focus})", pass + 1, reviews.len());
+    let label = review_pass_label(reviews, pass);
+    // The progress lines below name the pass: it is the stage under way.
     match review.verdict {
         Verdict::Approve => {
             state.passes_done = u32::try_from(pass + 1).unwrap_or(u32::MAX);
             set_review_passes(context, state.passes_done).await?;
-            context.progress(format!("{label}: approved"));
+            context.progress("approved");
             let mut result = CallResult::ok(format!("Recorded: {label} approved."));
             if pass + 1 < reviews.len() {
                 state.stage = Stage::Reviewing { pass: pass + 1 };
@@ -392,10 +410,7 @@ async fn review_call(
             Ok(result)
         }
         Verdict::Revise => {
-            context.progress(format!(
-                "{label}: revising ({} issue(s))",
-                review.issues.len()
-            ));
+            context.progress(format!("revising ({} issue(s))", review.issues.len()));
             state.stage = Stage::Revising { pass };
             Ok(CallResult::ok(format!(
                 "Recorded {} issue(s). Now call {} with the complete revised {} that fixes them.",
@@ -414,11 +429,8 @@ fn review_request(
     pass: usize,
 ) -> String {
     let (focus, question) = reviews[pass];
-    context.progress(format!(
-        "review pass {}/{} ({focus})",
-        pass + 1,
-        reviews.len()
-    ));
+    // The next turn's progress line says it: "review pass 2/5 (correctness): waiting ...".
+    context.set_stage(Some(review_pass_label(reviews, pass)));
     prompts::review_request(
         kind,
         pass + 1,

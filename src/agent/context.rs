@@ -1,6 +1,6 @@
 //! What every loop run gets (`LoopContext`) and how a run can fail (`LoopError`).
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
@@ -172,6 +172,9 @@ pub struct LoopContext {
     pub transcripts: Arc<super::transcript::TranscriptHub>,
     /// The budget its plan tree is held to, checked before each turn.
     pub tree_budget: Arc<crate::budget::TreeBudget>,
+    /// The stage the loop is in where its turns alone do not say it (a review pass): each
+    /// progress line names it, so a shell showing only the latest line still does.
+    pub stage: std::sync::Mutex<Option<String>>,
     /// The host's MCP servers, whose tools the loop may be offered.
     pub mcp: Arc<crate::mcp::McpPool>,
 }
@@ -197,19 +200,31 @@ impl LoopContext {
     }
 
     pub(super) fn progress(&self, message: impl Into<String>) {
-        self.events.emit(LoopEvent::Progress {
-            loop_id: self.record.id.clone(),
-            message: message.into(),
-            tokens: None,
-        });
+        self.emit_progress(message.into(), None);
     }
 
     /// How far the model's answer has come.
     pub(super) fn answer_progress(&self, report: super::progress::AnswerReport) {
+        self.emit_progress(report.message, Some(report.tokens));
+    }
+
+    /// Names the stage the following progress lines belong to (`None`: no stage).
+    pub(super) fn set_stage(&self, stage: Option<String>) {
+        *self.stage.lock().unwrap_or_else(PoisonError::into_inner) = stage;
+    }
+
+    fn emit_progress(&self, message: String, tokens: Option<u64>) {
+        let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        let message = match stage.as_deref() {
+            Some(stage) => format!("{stage}: {message}"),
+            None => message,
+        };
+        drop(stage);
         self.events.emit(LoopEvent::Progress {
             loop_id: self.record.id.clone(),
-            message: report.message,
-            tokens: Some(report.tokens),
+            label: self.record.label(),
+            message,
+            tokens,
         });
     }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::failure_locations::FailureLocation;
+use super::tree_ready::TreeReady;
 use crate::artifacts::ArtifactKind;
 use crate::store::{LoopId, LoopStatus, LoopType};
 use crate::tools::ApprovalRequest;
@@ -20,6 +21,8 @@ pub enum LoopEvent {
     /// A short line saying what the loop is doing now.
     Progress {
         loop_id: LoopId,
+        /// How the shells name the loop (`LoopRecord::label`).
+        label: String,
         message: String,
         /// While the model answers: the tokens of the answer so far (estimated from what
         /// streamed in), reported at most once per `ANSWER_PROGRESS_INTERVAL`.
@@ -57,6 +60,9 @@ pub enum LoopEvent {
         /// The project root the command ran in.
         root: PathBuf,
     },
+    /// No loop of the plan tree of `root` runs or is about to: what its loops last reported
+    /// is over, and this is what it has ready.
+    TreeReady { root: LoopId, ready: TreeReady },
     /// Something the user should know that no other event says, e.g. an accepted change
     /// that could not be made.
     Notice {

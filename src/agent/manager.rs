@@ -1,8 +1,8 @@
 //! `LoopManager`, the facade the shells drive, and what its parts share. Each part is one
 //! job: `project_registry` (open projects; adopting the loops of hosts that are gone),
 //! `new_loops`, `tree_operations` (approve, revise, retry, cancel), `queries`, `code_changes`
-//! (changes, undo), `scheduler` (what runs next) and `supervisor` (one loop task and what
-//! follows its end). Tree semantics (what a revision invalidates, what a cancel reaches) are
+//! (changes, undo), `scheduler` (what runs next), `supervisor` (one loop task and what
+//! follows its end) and `ready` (what a tree whose work stopped has ready). Tree semantics (what a revision invalidates, what a cancel reaches) are
 //! store transactions; the manager emits what they changed and stops what they stopped.
 
 mod budget;
@@ -10,6 +10,7 @@ mod code_changes;
 mod new_loops;
 mod project_registry;
 mod queries;
+mod ready;
 mod scheduler;
 mod supervisor;
 mod transcripts;
@@ -194,6 +195,9 @@ struct Shared {
     tree_budget: Arc<crate::budget::TreeBudget>,
     /// MCP servers, shared by the loops and stopped with the host.
     mcp: Arc<crate::mcp::McpPool>,
+    /// Each stopped tree's state when its readiness was last told (by root): loops of one
+    /// tree that end together tell it once.
+    told_ready: Mutex<HashMap<LoopId, String>>,
     _host_lock: Option<HostLock>,
 }
 
@@ -237,6 +241,7 @@ impl LoopManager {
                 transcripts: super::transcript::TranscriptHub::new(),
                 tree_budget: Arc::default(),
                 mcp: Arc::new(crate::mcp::McpPool::new()),
+                told_ready: Mutex::new(HashMap::new()),
                 _host_lock: host_lock,
             }),
         }

@@ -1,13 +1,14 @@
 //! One-line descriptions of what a loop is doing, for the progress display, and how far the
 //! answer under way has come.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::context_budget;
-use crate::llm::{ProviderEvent, server_word};
+use crate::llm::{ProviderEvent, ToolSpec, server_word};
 use crate::tools::{ToolSet, calling};
 
 /// How often at most a loop reports its answer growing: often enough to see a slow model
@@ -68,9 +69,11 @@ pub fn describe_retry(event: &ProviderEvent) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct AnswerProgress {
     bytes: u64,
-    /// The call being written, once one started.
+    /// The call being written, with its article (`an edit_file`), once one started.
     call: Option<String>,
     last_report: Option<Instant>,
+    /// The tools the loop offers: their names are said with the article they take.
+    offered: Option<Arc<[ToolSpec]>>,
 }
 
 /// A line saying how far the answer has come, and its estimated tokens.
@@ -81,6 +84,32 @@ pub struct AnswerReport {
 }
 
 impl AnswerProgress {
+    /// Progress of an answer that may call `offered`.
+    pub fn offering(offered: Arc<[ToolSpec]>) -> AnswerProgress {
+        AnswerProgress {
+            offered: Some(offered),
+            ..AnswerProgress::default()
+        }
+    }
+
+    /// `an edit_file`, `a create_plan`: a tool the loop offers with the article its name
+    /// takes. A name nobody offered is text the server made up, shown as it came (one line,
+    /// short) after `a`: how it is said is anyone's guess.
+    fn call_words(&self, name: &str) -> String {
+        let offered = self
+            .offered
+            .as_deref()
+            .is_some_and(|tools| tools.iter().any(|tool| tool.name == name));
+        if !offered {
+            return format!("a {}", server_word(name));
+        }
+        let vowel = name
+            .chars()
+            .next()
+            .is_some_and(|first| "aeiouAEIOU".contains(first));
+        format!("{} {name}", if vowel { "an" } else { "a" })
+    }
+
     /// Counts `event` (at `now`); returns the report due, if one is: the first of an answer
     /// at once, then at most one per interval. A retry starts the count over (the failed
     /// attempt's answer is thrown away).
@@ -88,7 +117,7 @@ impl AnswerProgress {
         match event {
             ProviderEvent::TextDelta { text } => self.bytes += text.len() as u64,
             ProviderEvent::ToolInputDelta { bytes } => self.bytes += *bytes as u64,
-            ProviderEvent::ToolCallStarted { name } => self.call = Some(server_word(name)),
+            ProviderEvent::ToolCallStarted { name } => self.call = Some(self.call_words(name)),
             ProviderEvent::Retrying { .. } => {
                 self.bytes = 0;
                 self.call = None;
@@ -103,7 +132,7 @@ impl AnswerProgress {
         }
         self.last_report = Some(now);
         let doing = match &self.call {
-            Some(name) => format!("model is writing a {name} call"),
+            Some(call) => format!("model is writing {call} call"),
             None => "model is answering".to_owned(),
         };
         let tokens = context_budget::estimate_bytes(self.bytes);
@@ -255,6 +284,26 @@ mod tests {
         assert_eq!(
             report.map(|report| report.message).as_deref(),
             Some("model is writing a list_files call")
+        );
+    }
+
+    #[test]
+    fn an_offered_tool_is_named_with_the_article_it_takes() {
+        let code = ToolRegistry::for_loop(LoopType::Code, true);
+        let mut progress = AnswerProgress::offering(code.specs().into());
+        let started = |name: &str| ProviderEvent::ToolCallStarted {
+            name: name.to_owned(),
+        };
+        let report = progress.on_event(&started("edit_file"), Instant::now());
+        assert_eq!(
+            report.map(|report| report.message).as_deref(),
+            Some("model is writing an edit_file call")
+        );
+        let mut progress = AnswerProgress::offering(code.specs().into());
+        let report = progress.on_event(&started("read_file"), Instant::now());
+        assert_eq!(
+            report.map(|report| report.message).as_deref(),
+            Some("model is writing a read_file call")
         );
     }
 

@@ -297,7 +297,7 @@ impl Conversation {
         }
         self.request.model = model;
         let retries = Mutex::new(Vec::new());
-        let answer_progress = Mutex::new(AnswerProgress::default());
+        let answer_progress = Mutex::new(AnswerProgress::offering(self.request.tools.clone()));
         let transcript = self.transcript.clone();
         let on_provider_event = |event: ProviderEvent| {
             match &event {

@@ -3,7 +3,7 @@
 //! `setup()` option to use (the CLI words the same steps its own way). A new error needs no
 //! change here, only a new kind of step does.
 
-use crate::agent::ManagerError;
+use crate::agent::{ManagerError, TreeReady};
 use crate::next_step::{self, NextStep};
 use crate::store::{LoopRecord, retryable};
 
@@ -20,6 +20,15 @@ pub fn manager_error(err: ManagerError) -> String {
 /// settings check's message), the step worded for Neovim.
 pub fn hinted(text: &str) -> String {
     next_step::worded(text, clause)
+}
+
+/// What a plan tree whose work stopped has ready, and the commands to go on with.
+pub fn tree_ready(ready: &TreeReady) -> String {
+    let step = ready
+        .next_step()
+        .map(|step| clause(&step))
+        .unwrap_or_default();
+    format!("Loopr: {ready}{step}")
 }
 
 /// `step` as a clause appended to the message it follows.
@@ -51,6 +60,8 @@ fn step_words(step: &NextStep) -> String {
         } => format!("e.g. setup({})", lua_table(key, example)),
         NextStep::SetOption { key, example: None } => format!("set {key} in setup()"),
         NextStep::ShowMcpServers => ":LooprMcp shows the servers' state and errors".to_owned(),
+        NextStep::Review => ":LooprApprove, :LooprRevise {feedback}".to_owned(),
+        NextStep::RunPhases => ":LooprTasks, :LooprRun {phase}".to_owned(),
     }
 }
 

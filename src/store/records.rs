@@ -220,7 +220,28 @@ impl LoopRecord {
             updated_at: now,
         }
     }
+
+    /// The loop as a person calls it, its type then a plan's task (cut) or another loop's
+    /// name: `plan "Add a --version flag"`, `phase "print-version"`. Both shells name loops
+    /// so in their messages.
+    pub fn label(&self) -> String {
+        let named = match &self.name {
+            Some(name) if !name.trim().is_empty() => name.trim().to_owned(),
+            _ => {
+                let task = self.task.trim();
+                let mut cut: String = task.chars().take(LABEL_TASK_CHARS).collect();
+                if cut.len() < task.len() {
+                    cut.push('…');
+                }
+                cut
+            }
+        };
+        format!("{} {named:?}", self.loop_type.as_str())
+    }
 }
+
+/// A plan's task is cut to this many characters in a label, so a message stays one line.
+const LABEL_TASK_CHARS: usize = 60;
 
 pub fn now_rfc3339() -> String {
     let now = time::OffsetDateTime::now_utc();

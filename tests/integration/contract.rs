@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use loopr::agent::{FailureLocation, LoopEvent, NoticeLevel};
+use loopr::agent::{FailureLocation, LoopEvent, NoticeLevel, TreeReady};
 use loopr::artifacts::ArtifactKind;
 use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event, reload_buffers};
 use loopr::store::{LoopId, LoopStatus, LoopType};
@@ -203,11 +203,13 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
         },
         LoopEvent::Progress {
             loop_id: id.clone(),
+            label: "code \"print-version\"".to_owned(),
             message: "iteration 1/3: waiting for the model".to_owned(),
             tokens: None,
         },
         LoopEvent::Progress {
             loop_id: id.clone(),
+            label: "code \"print-version\"".to_owned(),
             message: "model is answering… ~350 tokens so far".to_owned(),
             tokens: Some(350),
         },
@@ -248,6 +250,10 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
                 .unwrap_or(std::path::Path::new("/"))
                 .to_path_buf(),
         },
+        LoopEvent::TreeReady {
+            root: id.clone(),
+            ready: TreeReady::Phases { count: 3 },
+        },
         LoopEvent::Notice {
             loop_id: id.to_string(),
             level: NoticeLevel::Warn,
@@ -262,7 +268,8 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             | LoopEvent::ApprovalRequested { .. }
             | LoopEvent::ApprovalClosed { .. }
             | LoopEvent::ValidationFinished { .. }
-            | LoopEvent::Notice { .. } => {}
+            | LoopEvent::Notice { .. }
+            | LoopEvent::TreeReady { .. } => {}
         }
     }
     events

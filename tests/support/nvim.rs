@@ -222,7 +222,7 @@ impl TestNvim {
             .expect("channel id");
         test.exec(&format!(
             "vim.g.loopr_test_channel = {channel}
-             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice'}}) do
+             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice', 'LooprReady'}}) do
                vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
                  vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
                end }})
@@ -422,6 +422,12 @@ impl TestNvim {
             Ok(None) => panic!("Neovim went away while waiting for an event"),
             Err(_) => false,
         }
+    }
+
+    /// Forgets the events received so far: a wait then takes only what comes after.
+    pub fn forget_seen(&mut self) {
+        self.poll_events();
+        self.seen.clear();
     }
 
     /// Moves events that arrived so far into `events_seen`, without waiting.

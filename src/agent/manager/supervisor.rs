@@ -80,6 +80,7 @@ impl LoopManager {
             transcripts: self.shared.transcripts.clone(),
             tree_budget: self.shared.tree_budget.clone(),
             mcp: self.shared.mcp.clone(),
+            stage: Default::default(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);
         // The loop runs in its own task so a panic inside it ends only that loop; the
@@ -157,6 +158,7 @@ impl LoopManager {
             }
         }
         self.schedule(project);
+        self.tell_if_ready(project, &record.id);
     }
 
     fn on_artifact(

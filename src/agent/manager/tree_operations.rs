@@ -82,6 +82,7 @@ impl LoopManager {
         self.emit_completed(&record, &children);
         tracing::info!(loop_id = %record.id, iteration = record.iteration, "approved");
         self.schedule(&project);
+        self.tell_if_ready(&project, &record.id);
         Ok(record.id)
     }
 
@@ -221,6 +222,7 @@ impl LoopManager {
             }
         }
         tracing::info!(loop_id = %target.id, run_elsewhere = run_elsewhere.len(), "cancel requested");
+        self.tell_if_ready(&project, &target.id);
         Ok(Cancelled {
             id: target.id,
             run_elsewhere,

@@ -67,6 +67,12 @@ pub enum EventMessage {
         level: &'static str,
         message: String,
     },
+    /// No loop of the plan tree of `root` runs or is about to: `message` says what it has
+    /// ready and the commands to go on with, and replaces what its loops said they were doing.
+    Ready {
+        root: String,
+        message: String,
+    },
 }
 
 impl From<LoopEvent> for EventMessage {
@@ -90,6 +96,7 @@ impl From<LoopEvent> for EventMessage {
                 loop_id,
                 message,
                 tokens,
+                ..
             } => EventMessage::Progress {
                 loop_id: loop_id.to_string(),
                 message,
@@ -148,6 +155,10 @@ impl From<LoopEvent> for EventMessage {
                 loop_id,
                 level: level.as_str(),
                 message: crate::bridge::words::hinted(&message),
+            },
+            LoopEvent::TreeReady { root, ready } => EventMessage::Ready {
+                root: root.to_string(),
+                message: crate::bridge::words::tree_ready(&ready),
             },
         }
     }

@@ -251,7 +251,7 @@ pub struct TaskUserData {
 
 impl TasksReply {
     pub fn new(list: TaskList) -> Result<TasksReply, String> {
-        let plan = list.plan.as_ref().map(loop_label);
+        let plan = list.plan.as_ref().map(LoopRecord::label);
         let phases = list
             .phases
             .into_iter()
@@ -346,9 +346,6 @@ pub struct LoopIdReply {
     pub label: String,
 }
 
-/// A plan's task is cut to this many characters in a label, so a message stays one line.
-const LABEL_TASK_CHARS: usize = 60;
-
 impl LoopIdReply {
     pub fn new(loop_id: impl std::fmt::Display) -> LoopIdReply {
         let loop_id = loop_id.to_string();
@@ -363,29 +360,12 @@ impl LoopIdReply {
         let loop_id = loop_id.to_string();
         match records.iter().find(|record| record.id.as_str() == loop_id) {
             Some(record) => LoopIdReply {
-                label: loop_label(record),
+                label: record.label(),
                 loop_id,
             },
             None => LoopIdReply::new(loop_id),
         }
     }
-}
-
-/// A loop as a person calls it: its type, then a plan's task or another loop's name.
-pub fn loop_label(record: &LoopRecord) -> String {
-    let loop_type = record.loop_type.as_str();
-    let named = match (&record.name, record.loop_type) {
-        (Some(name), _) if !name.trim().is_empty() => name.trim().to_owned(),
-        _ => {
-            let task = record.task.trim();
-            let mut cut: String = task.chars().take(LABEL_TASK_CHARS).collect();
-            if cut.len() < task.len() {
-                cut.push('…');
-            }
-            cut
-        }
-    };
-    format!("{loop_type} {named:?}")
 }
 
 /// What a pending loop waits for among `records`, when that is another loop (a loop held at
@@ -398,9 +378,9 @@ pub fn waits_for(record: &LoopRecord, records: &[LoopRecord]) -> Option<String> 
         .into_iter()
         .map(|awaited| match awaited.sibling {
             Some(sibling) if retryable(sibling.status) => {
-                format!("{}, which {}", loop_label(sibling), ended(sibling.status))
+                format!("{}, which {}", sibling.label(), ended(sibling.status))
             }
-            Some(sibling) => loop_label(sibling),
+            Some(sibling) => sibling.label(),
             None => awaited.name.to_owned(),
         })
         .collect();
@@ -523,7 +503,7 @@ impl From<LoopRecord> for LoopRecordReply {
     fn from(record: LoopRecord) -> LoopRecordReply {
         LoopRecordReply {
             standing: Standing::of_record(&record),
-            label: loop_label(&record),
+            label: record.label(),
             waits_for: None,
             way_on: None,
             artifact_path: None,

@@ -1,0 +1,65 @@
+//! The core's errors, notices and next steps in the command line's words: its subcommands,
+//! flags and `--settings` keys (Neovim words the same steps in `bridge/words.rs`).
+
+use crate::agent::ManagerError;
+use crate::next_step::{self, NextStep};
+
+/// The core's error with the command that is the user's next step from the command line.
+pub(super) fn with_next_step(err: ManagerError) -> anyhow::Error {
+    match err.next_step() {
+        Some(step) => anyhow::anyhow!("{err}{}", clause(&step)),
+        None => err.into(),
+    }
+}
+
+/// Text the core keeps or sends with its next step attached (a loop's error, a notice), the
+/// step worded for the command line.
+pub(super) fn hinted(text: &str) -> String {
+    next_step::worded(text, clause)
+}
+
+/// `step` as the command line words it: its subcommands, flags and `--settings` keys.
+pub(super) fn clause(step: &NextStep) -> String {
+    match step {
+        NextStep::Approve { id } => format!(
+            "; the command line cannot let a tree past its budget: approving {id} in the editor \
+             does, or a larger budget in --settings for a new plan"
+        ),
+        NextStep::Retry => "; `loopr plan` or `loopr run <phase>` starts it again".to_owned(),
+        NextStep::RetryOrCancel { id } => format!(
+            "; `loopr resume` goes on with it (and with the project's other loops that no host \
+             runs), `loopr cancel {id}` cancels it"
+        ),
+        NextStep::RetryOrRevisePhase { .. } => {
+            "; `loopr run <phase> --yes` starts the phase again; revising the phase in the editor \
+             changes the command"
+                .to_owned()
+        }
+        NextStep::ListLoops => "; `loopr status` lists the project's loops".to_owned(),
+        NextStep::NameTranscript => {
+            "; name one: `loopr transcript <id>` (`loopr status` lists them)".to_owned()
+        }
+        NextStep::StartCodeLoop { phase } => format!("; start one with `loopr run {phase}`"),
+        NextStep::SetOption {
+            key,
+            example: Some(example),
+        } => format!("; e.g. --settings '{}'", settings_json(key, example)),
+        NextStep::SetOption { key, example: None } => format!("; set {key} in --settings"),
+        // The command line keeps no servers' state beyond the run: the notice is all of it.
+        NextStep::ShowMcpServers => String::new(),
+        NextStep::Review => "; `loopr resume --approve-all` approves it and goes on; the editor \
+             can ask for a revision instead"
+            .to_owned(),
+        NextStep::RunPhases => "; `loopr run <phase>` implements one".to_owned(),
+    }
+}
+
+/// `{"a": {"b": "value"}}` for the dotted `key` `a.b`: what `--settings` takes.
+fn settings_json(key: &str, value: &str) -> String {
+    key.rsplit('.')
+        .fold(
+            serde_json::Value::from(value),
+            |inner, part| serde_json::json!({ part: inner }),
+        )
+        .to_string()
+}
