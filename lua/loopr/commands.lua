@@ -83,14 +83,14 @@ return {
   },
   {
     name = 'LooprRevise',
-    nargs = '+',
+    nargs = '?',
     desc = "Loopr: re-run this artifact's loop with feedback",
     run = with_argument('revise'),
   },
   {
     name = 'LooprTasks',
     nargs = '?',
-    desc = 'Loopr: quickfix list of phase tasks (default: this phase, else all)',
+    desc = "Loopr: quickfix list of phase tasks (default: this phase, else the current plan's)",
     complete = 'phases',
     run = with_argument('tasks'),
   },

@@ -340,12 +340,23 @@ function M.revise(feedback, opts, on_done)
     end
     id = here.loop_id
   end
+  local root = opts.root or config.root()
   if feedback == '' then
-    notify('LooprRevise needs feedback, e.g. :LooprRevise Split the second spec in two')
-    return false
+    -- Asked for, named as the host names the loop, rather than refused.
+    with_record_of(root, id, function(r)
+      local prompt = ('Revise %s: '):format(r and r.label or 'this artifact')
+      vim.ui.input({ prompt = prompt }, function(answer)
+        if answer and vim.trim(answer) ~= '' then
+          M.revise(answer, vim.tbl_extend('force', opts, { id = id, root = root }), on_done)
+        elseif on_done then
+          on_done(nil)
+        end
+      end)
+    end)
+    return true
   end
   send_for_loop_id('revise', {
-    root = opts.root or config.root(),
+    root = root,
     id = id,
     feedback = feedback,
   }, function(_, label)
@@ -399,13 +410,15 @@ function M.run(phase, on_done)
     end
   end
   local params = { root = root, phase = target, settings = config.settings() }
-  if not here then
+  -- A phase given by its loop id (this phase.md's, a status row's) is named in the message
+  -- by its name, not its id.
+  local by_id = here and here.loop_id or (target:match('^%d+%-%d+%-%d+%-%x+$') and target)
+  if not by_id then
     send_for_loop_id('run', params, announce(target), on_done)
     return true
   end
-  -- The phase is named in the message, not its loop id.
-  with_record_of(root, here.loop_id, function(r)
-    send_for_loop_id('run', params, announce((r and type(r.name) == 'string') and r.name or here.loop_id), on_done)
+  with_record_of(root, by_id, function(r)
+    send_for_loop_id('run', params, announce((r and type(r.name) == 'string') and r.name or by_id), on_done)
   end)
   return true
 end

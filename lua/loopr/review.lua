@@ -66,14 +66,9 @@ M.keys = {
     desc = 'Loopr: revise this artifact; asks for the feedback (:LooprRevise)',
     -- The host's rule (`revisable`) for a loop that wrote its artifact.
     offered = current_and('idle'),
-    run = function(ref, buf)
-      local state = states[buf]
-      local label = state and state.record.label or ref.kind
-      vim.ui.input({ prompt = ('Revise %s: '):format(label) }, function(feedback)
-        if feedback and vim.trim(feedback) ~= '' then
-          require('loopr').revise(feedback, { id = ref.loop_id })
-        end
-      end)
+    run = function(ref)
+      -- Without feedback, :LooprRevise asks for it.
+      require('loopr').revise('', { id = ref.loop_id })
     end,
   },
   {

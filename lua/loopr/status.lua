@@ -267,11 +267,8 @@ KEYS = {
     hint = 'revise',
     desc = 'Loopr: revise this loop with feedback (:LooprRevise)',
     loop = function(r, root)
-      vim.ui.input({ prompt = ('Revise %s: '):format(label(r)) }, function(feedback)
-        if feedback and vim.trim(feedback) ~= '' then
-          require('loopr').revise(feedback, { id = r.id, root = root }, refreshed)
-        end
-      end)
+      -- Without feedback, :LooprRevise asks for it.
+      require('loopr').revise('', { id = r.id, root = root }, refreshed)
     end,
   },
   {

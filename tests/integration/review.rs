@@ -211,3 +211,55 @@ async fn every_review_key_is_mapped_and_listed_in_the_help() {
         );
     }
 }
+
+/// `:LooprRevise` without feedback asks for it (as `r` does) instead of Neovim's bare
+/// `E471: Argument required`; outside an artifact buffer it says where it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revise_without_feedback_asks_for_it() {
+    let fake = FakeLlm::start().await;
+    fake.push(create_plan_turn("toolu_first", one_spec_plan()));
+    fake.push(create_plan_turn("toolu_second", one_spec_plan()));
+    let mut editor = start_editor(&fake, "{ review_gates = { 'plan' } }").await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+
+    let outcome: Value = editor
+        .lua_answered(
+            "vim.ui.input = function(opts, on_confirm)
+               _G.asked = opts.prompt
+               on_confirm('Name the flag in the title')
+             end
+             local ok, err = pcall(vim.cmd, 'LooprRevise')
+             result = { ok = ok, err = ok and vim.NIL or tostring(err) }",
+        )
+        .await;
+    assert_eq!(outcome["ok"], true, "no Vim error: {outcome}");
+    let asked: Value = editor.lua("return _G.asked").await;
+    assert!(
+        asked
+            .as_str()
+            .is_some_and(|asked| asked.contains("Add a --version flag")),
+        "{asked}"
+    );
+    editor
+        .wait_event("LooprArtifactCreated", |data| data["iteration"] == 2)
+        .await;
+
+    let outside: Value = editor
+        .lua(
+            "vim.cmd('enew')
+             vim.cmd('messages clear')
+             local ok, err = pcall(vim.cmd, 'LooprRevise')
+             vim.wait(1000, function() return vim.fn.execute('messages'):find('LooprRevise', 1, true) ~= nil end)
+             return { ok = ok, said = vim.fn.execute('messages') }",
+        )
+        .await;
+    assert_eq!(outside["ok"], true, "no Vim error: {outside}");
+    assert!(
+        outside["said"]
+            .as_str()
+            .is_some_and(|said| said.contains("LooprRevise works in an artifact buffer")),
+        "{outside}"
+    );
+    editor.quit().await;
+}

@@ -459,5 +459,16 @@ async fn at_100_columns_the_table_fits_the_keys_are_on_top_and_the_cursor_on_the
             data["type"] == "code" && data["status"] == "running"
         })
         .await;
+    // The row's phase is sent by its id, but the message names the phase.
+    let said: String = editor
+        .lua(
+            "vim.wait(5000, function() return vim.fn.execute('messages'):find('implementing', 1, true) ~= nil end)
+             return vim.fn.execute('messages')",
+        )
+        .await;
+    assert!(
+        said.contains(&format!("Loopr: implementing {} (loop ", FIRST_PHASES[0])),
+        "{said}"
+    );
     editor.quit().await;
 }
