@@ -447,6 +447,7 @@ impl Reporter {
                 loop_type,
                 status,
                 error,
+                ..
             } => match error {
                 Some(error) => say!(
                     "loopr: {} {id} {}: {}",

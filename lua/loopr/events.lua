@@ -17,11 +17,17 @@ local function str(v)
   return type(v) == 'string' and v ~= '' and v or nil
 end
 
----The status row of the event's loop, nil when the host does not find it.
+---The status row of the event's loop, nil when the host does not find it. Asked of the
+---loop's own project (the event says which), whichever project the current buffer belongs
+---to; at once, so the message is shown before what the next event says.
 ---@param ev loopr.LoopUpdatedEvent
 ---@return loopr.LoopRecord|nil
 local function row_of(ev)
-  local rows = require('loopr.host').request('status', { root = require('loopr.config').root() })
+  local root = str(ev.root)
+  if not root then
+    return nil
+  end
+  local rows = require('loopr.host').request('status', { root = root })
   for _, r in ipairs(type(rows) == 'table' and rows or {}) do
     if r.id == ev.id then
       return r

@@ -7,6 +7,7 @@ local M = {}
 ---@field loop_id string
 ---@field kind string "plan", "spec" or "phase".
 ---@field ext string "md" or "json".
+---@field root? string The project it was opened in (set for review buffers).
 
 ---@param path string
 ---@return string

@@ -158,39 +158,53 @@ end
 
 local asking, ask_again = false, false
 
----Asks the host where the loops of the attached buffers stand and updates their hints. One
----question at a time; a refresh asked for meanwhile asks again after it.
+---Asks the host where the loops of the attached buffers stand and updates their hints: each
+---buffer's loop is asked of the project it was opened in, whichever project the current
+---buffer belongs to. One round of questions at a time; a refresh asked for meanwhile asks
+---again after it.
 function M.refresh()
   if asking then
     ask_again = true
     return
   end
-  if next(attached) == nil then
+  local roots = {}
+  for buf, ref in pairs(attached) do
+    if vim.api.nvim_buf_is_valid(buf) then
+      roots[ref.root] = true
+    else
+      attached[buf], states[buf] = nil, nil
+    end
+  end
+  if next(roots) == nil then
     return
   end
   asking = true
-  require('loopr.host').send('status', { root = require('loopr.config').root() }, function(rows)
-    asking = false
-    local records = {}
-    for _, r in ipairs(type(rows) == 'table' and rows or {}) do
-      records[r.id] = r
-    end
-    for buf, ref in pairs(attached) do
-      if vim.api.nvim_buf_is_valid(buf) then
-        local record = records[ref.loop_id]
-        states[buf] = record and { record = record, newer = newer_iteration(buf, record) } or nil
-        for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-          show_in(win, buf)
-        end
-      else
-        attached[buf], states[buf] = nil, nil
+  local waiting = vim.tbl_count(roots)
+  for root in pairs(roots) do
+    require('loopr.host').send('status', { root = root }, function(rows)
+      local records = {}
+      for _, r in ipairs(type(rows) == 'table' and rows or {}) do
+        records[r.id] = r
       end
-    end
-    if ask_again then
-      ask_again = false
-      M.refresh()
-    end
-  end)
+      for buf, ref in pairs(attached) do
+        if ref.root == root and vim.api.nvim_buf_is_valid(buf) then
+          local record = records[ref.loop_id]
+          states[buf] = record and { record = record, newer = newer_iteration(buf, record) } or nil
+          for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+            show_in(win, buf)
+          end
+        end
+      end
+      waiting = waiting - 1
+      if waiting == 0 then
+        asking = false
+        if ask_again then
+          ask_again = false
+          M.refresh()
+        end
+      end
+    end)
+  end
 end
 
 -- Loaded when the first artifact is read: from then on a loop's change updates the hints.
@@ -212,6 +226,8 @@ function M.attach(buf)
   -- Reading the file set 'readonly' from its permissions; 'modifiable' stays.
   vim.bo[buf].modifiable = false
   vim.bo[buf].readonly = true
+  -- The project the artifact was opened in: where its loop is asked about from now on.
+  ref.root = require('loopr.config').root()
   attached[buf] = ref
   for _, key in ipairs(M.keys) do
     vim.keymap.set('n', key.lhs, function()

@@ -14,6 +14,8 @@ use crate::tools::ApprovalRequest;
 pub enum LoopEvent {
     LoopUpdated {
         id: LoopId,
+        /// The root of the project the loop belongs to, when the host has it open.
+        root: Option<std::path::PathBuf>,
         loop_type: LoopType,
         status: LoopStatus,
         error: Option<String>,

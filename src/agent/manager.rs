@@ -291,10 +291,21 @@ impl LoopManager {
     ) {
         self.shared.events.emit(LoopEvent::LoopUpdated {
             id: id.clone(),
+            root: self.root_of(id),
             loop_type,
             status,
             error,
         });
+    }
+
+    /// The root of the open project that holds loop `id`: a shell looks the loop up there,
+    /// whichever project its current buffer belongs to.
+    fn root_of(&self, id: &LoopId) -> Option<std::path::PathBuf> {
+        let projects: Vec<Project> = lock(&self.shared.projects).values().cloned().collect();
+        projects
+            .into_iter()
+            .find(|project| matches!(project.db.get(id), Ok(Some(_))))
+            .map(|project| project.root.path().to_path_buf())
     }
 
     /// Tells the shells about a status the store changed.

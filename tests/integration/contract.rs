@@ -197,6 +197,12 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
     let events = vec![
         LoopEvent::LoopUpdated {
             id: id.clone(),
+            root: Some(
+                artifact
+                    .parent()
+                    .unwrap_or(std::path::Path::new("/"))
+                    .to_path_buf(),
+            ),
             loop_type: LoopType::Code,
             status: LoopStatus::Failed,
             error: Some("validation kept failing".to_owned()),

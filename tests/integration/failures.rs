@@ -193,3 +193,45 @@ async fn quitting_with_loops_under_way_says_so_once() {
         "{text}"
     );
 }
+
+/// A loop that fails while the current buffer belongs to another project is still named, with
+/// its way on, and asking about it opens no state for that other project; a review buffer's
+/// hint stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_seen_from_another_projects_buffer_is_named_and_opens_no_state_there() {
+    let mut editor = start_editor_at(refusing_base_url(), "{ max_retries = 1 }", Vec::new()).await;
+    let loop_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&loop_id, "failed").await;
+    let state_before: Vec<_> = std::fs::read_dir(&editor.dirs.loopr_home)
+        .expect("loopr home")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+
+    let other = editor.dirs.temp.path().join("other");
+    std::fs::create_dir_all(other.join(".git")).expect("another project");
+    let project = editor.dirs.project.display().to_string();
+    editor
+        .exec(&format!(
+            "vim.cmd.edit(vim.fn.fnameescape({:?}))
+             vim.cmd('messages clear')
+             require('loopr').retry({loop_id:?}, {{ root = {project:?} }})",
+            other.join("notes.txt").display().to_string()
+        ))
+        .await;
+    let said = messages_with(&editor, "failed:").await;
+    let failure = said
+        .lines()
+        .find(|line| line.contains("failed:"))
+        .unwrap_or_else(|| panic!("the failure is told: {said}"));
+    assert!(
+        failure.starts_with("Loopr: plan \"Add a --version flag\" failed:")
+            && failure.ends_with(":LooprRetry or R in :LooprStatus"),
+        "named by its task, with the way on: {failure}"
+    );
+    let state_after: Vec<_> = std::fs::read_dir(&editor.dirs.loopr_home)
+        .expect("loopr home")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(state_before, state_after, "no state for the other project");
+    editor.quit().await;
+}

@@ -263,3 +263,31 @@ async fn revise_without_feedback_asks_for_it() {
     );
     editor.quit().await;
 }
+
+/// A review buffer's hint follows its own project's loop: a loop event that arrives while the
+/// current buffer belongs to another project leaves it as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_review_hint_stays_while_another_projects_buffer_is_current() {
+    let fake = FakeLlm::start().await;
+    fake.push(create_plan_turn("toolu_first", one_spec_plan()));
+    let mut editor = start_editor(&fake, "{ layout = 'vsplit', review_gates = { 'plan' } }").await;
+    editor.attach_ui(200, 50).await;
+    let plan_id = editor.plan("Add a --version flag").await;
+    editor.wait_status(&plan_id, "awaiting_approval").await;
+    let plan_win: i64 = editor.lua("return vim.api.nvim_get_current_win()").await;
+    assert_eq!(review_window(&editor, plan_win).await["winbar"], AWAITING);
+
+    let other = editor.dirs.temp.path().join("other");
+    std::fs::create_dir_all(other.join(".git")).expect("another project");
+    let _: Option<bool> = editor
+        .lua_answered(&format!(
+            "vim.cmd('wincmd p')
+             vim.cmd.edit(vim.fn.fnameescape({:?}))
+             vim.api.nvim_exec_autocmds('User', {{ pattern = 'LooprLoopUpdated', data = {{}} }})",
+            other.join("notes.txt").display().to_string()
+        ))
+        .await;
+    let plan = review_window(&editor, plan_win).await;
+    assert_eq!(plan["winbar"], AWAITING, "{plan}");
+    editor.quit().await;
+}

@@ -136,6 +136,7 @@
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field retryable boolean A retry runs it again (`retryable`).
+---@field root? string The root of the loop's project: where Lua asks about the loop.
 ---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field status string
 ---@field type string

@@ -13,6 +13,9 @@ use crate::store::Standing;
 pub enum EventMessage {
     LoopUpdated {
         id: String,
+        /// The root of the loop's project: where Lua asks about the loop.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        root: Option<String>,
         #[serde(rename = "type")]
         loop_type: &'static str,
         status: &'static str,
@@ -80,11 +83,13 @@ impl From<LoopEvent> for EventMessage {
         match event {
             LoopEvent::LoopUpdated {
                 id,
+                root,
                 loop_type,
                 status,
                 error,
             } => EventMessage::LoopUpdated {
                 id: id.to_string(),
+                root: root.map(|root| root.to_string_lossy().into_owned()),
                 loop_type: loop_type.as_str(),
                 status: status.as_str(),
                 standing: Standing::of(status, error.as_deref()),
