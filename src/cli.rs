@@ -471,9 +471,9 @@ impl Reporter {
                 ready: TreeReady::AtBudget { .. },
                 ..
             } => {}
-            LoopEvent::TreeReady { ready, .. } => {
+            LoopEvent::TreeReady { label, ready, .. } => {
                 let step = ready.next_step().map(|step| clause(&step));
-                say!("loopr: {ready}{}", step.unwrap_or_default());
+                say!("loopr: {label}: {ready}{}", step.unwrap_or_default());
             }
             LoopEvent::ApprovalRequested { request, .. } => say!(
                 "loopr: {}: {} {} needs approval",

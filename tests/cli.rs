@@ -2185,8 +2185,8 @@ async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
     );
     assert!(
         lines.contains(
-            &"loopr: plan ready for review; `loopr resume --approve-all` approves it and goes \
-              on; the editor can ask for a revision instead"
+            &"loopr: plan \"Add a --version flag\": plan ready for review; `loopr resume \
+              --approve-all` approves it and goes on; the editor can ask for a revision instead"
         ),
         "{stderr}"
     );

@@ -64,7 +64,13 @@ pub enum LoopEvent {
     },
     /// No loop of the plan tree of `root` runs or is about to: what its loops last reported
     /// is over, and this is what it has ready.
-    TreeReady { root: LoopId, ready: TreeReady },
+    TreeReady {
+        root: LoopId,
+        /// How the shells name the tree's plan (`LoopRecord::label`): the message says which
+        /// plan, as several may be under way.
+        label: String,
+        ready: TreeReady,
+    },
     /// Something the user should know that no other event says, e.g. an accepted change
     /// that could not be made.
     Notice {

@@ -22,13 +22,14 @@ pub fn hinted(text: &str) -> String {
     next_step::worded(text, clause)
 }
 
-/// What a plan tree whose work stopped has ready, and the commands to go on with.
-pub fn tree_ready(ready: &TreeReady) -> String {
+/// What the plan tree `label` names has ready now that its work stopped, and the commands to
+/// go on with.
+pub fn tree_ready(label: &str, ready: &TreeReady) -> String {
     let step = ready
         .next_step()
         .map(|step| clause(&step))
         .unwrap_or_default();
-    format!("Loopr: {ready}{step}")
+    format!("Loopr: {label}: {ready}{step}")
 }
 
 /// `step` as a clause appended to the message it follows.

@@ -258,6 +258,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
         },
         LoopEvent::TreeReady {
             root: id.clone(),
+            label: "plan \"Add a --version flag\"".to_owned(),
             ready: TreeReady::Phases { count: 3 },
         },
         LoopEvent::Notice {

@@ -129,7 +129,7 @@ async fn when_a_tree_stops_the_progress_line_says_what_is_ready_and_what_to_run(
     let review = editor.wait_event("LooprReady", |_| true).await;
     assert_eq!(
         review["message"],
-        "Loopr: plan ready for review; :LooprApprove, :LooprRevise {feedback}"
+        "Loopr: plan \"Add a --version flag\": plan ready for review; :LooprApprove, :LooprRevise {feedback}"
     );
     let line: String = editor.lua("return require('loopr.progress').get()").await;
     assert_eq!(Some(line.as_str()), review["message"].as_str());
@@ -140,7 +140,8 @@ async fn when_a_tree_stops_the_progress_line_says_what_is_ready_and_what_to_run(
     );
     wait_all_complete(&mut editor, 2 + ONE_SPEC_PHASES.len()).await;
     let ready = editor.wait_event("LooprReady", |_| true).await;
-    let expected = "Loopr: 3 phases ready; :LooprTasks, :LooprRun {phase}";
+    let expected =
+        "Loopr: plan \"Add a --version flag\": 3 phases ready; :LooprTasks, :LooprRun {phase}";
     assert_eq!(ready["message"], expected);
     let line: String = editor.lua("return require('loopr.progress').get()").await;
     assert_eq!(line, expected);

@@ -51,6 +51,7 @@ impl LoopManager {
         }
         self.shared.events.emit(LoopEvent::TreeReady {
             root: root.id.clone(),
+            label: root.label(),
             ready,
         });
     }

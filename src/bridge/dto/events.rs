@@ -161,9 +161,9 @@ impl From<LoopEvent> for EventMessage {
                 level: level.as_str(),
                 message: crate::bridge::words::hinted(&message),
             },
-            LoopEvent::TreeReady { root, ready } => EventMessage::Ready {
+            LoopEvent::TreeReady { root, label, ready } => EventMessage::Ready {
                 root: root.to_string(),
-                message: crate::bridge::words::tree_ready(&ready),
+                message: crate::bridge::words::tree_ready(&label, &ready),
             },
         }
     }
