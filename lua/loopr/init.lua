@@ -214,8 +214,8 @@ local function buffer_loop_id()
 end
 
 ---What `:LooprCancel` without an id cancels, from the host's rows (newest first): the loop
----of the current buffer when it or a loop below it is active; else the top loop of the one
----plan tree with an active loop; else, when several trees have one, the ones to choose from.
+---of the current buffer when it or a loop below it is active; else, outside a Loopr buffer,
+---the top loop of the one plan tree with an active loop; else the ones to choose from.
 ---@param rows loopr.LoopRecord[]
 ---@param here string|nil The current buffer's loop.
 ---@return string|nil target
@@ -250,7 +250,9 @@ local function cancel_target(rows, here)
       end
     end
   end
-  if #tops == 1 then
+  -- From the artifact of a tree that does not run, even the one tree that does is only
+  -- cancelled when the user picks it.
+  if #tops == 1 and not here then
     return tops[1].id, {}
   end
   return nil, tops

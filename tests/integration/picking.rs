@@ -246,11 +246,33 @@ async fn cancel_without_an_id_takes_this_artifacts_tree_else_the_running_one_els
         }])
     );
 
-    // With one plan running, it is cancelled without a question.
+    // In the plan.md of a plan that no longer runs, the one plan that does is not cancelled
+    // behind the user's back: the user is asked (and here picks none).
+    let _: Option<bool> = editor
+        .lua_answered(&format!(
+            "vim.cmd.edit(vim.fn.fnameescape({plan_md:?}))
+             vim.cmd('LooprCancel')"
+        ))
+        .await;
+    let asked: Value = editor.lua("return _G.asked[2]").await;
+    assert_eq!(
+        asked,
+        json!({
+            "prompt": "Loopr: cancel which running plan?",
+            "items": ["plan \"Document the flag\""],
+        })
+    );
+    assert_eq!(status_of(&editor, &third).await, "running");
+
+    // Elsewhere, with one plan running, it is cancelled without a question.
+    editor.exec("vim.cmd.enew()").await;
     assert_eq!(editor.command("LooprCancel").await, None);
     editor.wait_status(&third, "cancelled").await;
     let asked: Value = editor.lua("return #_G.asked").await;
-    assert_eq!(asked, 1, "asked only once");
+    assert_eq!(
+        asked, 2,
+        "asked only in the plan.md of a plan that does not run"
+    );
     editor.quit().await;
 }
 
