@@ -53,11 +53,12 @@ local function one_line(text)
   return text
 end
 
----`text` cut to fit `width` display cells, marked with "…" when cut.
+---`text` cut to fit `width` display cells (wide characters take two), marked with "…" when
+---cut.
 ---@param text string
 ---@param width integer
 ---@return string
-local function fit(text, width)
+function M.fit(text, width)
   width = math.max(width, 1)
   if vim.fn.strdisplaywidth(text) <= width then
     return text
@@ -85,13 +86,13 @@ local function fit_message(message, width)
   local keep = message.keep
   local text = message.text
   if not keep or vim.fn.strdisplaywidth(text) <= width then
-    return fit(text, width)
+    return M.fit(text, width)
   end
   local room = width - vim.fn.strdisplaywidth(keep)
   if room < vim.fn.strdisplaywidth(keep) then
-    return fit(text, width)
+    return M.fit(text, width)
   end
-  return fit(text:sub(1, #text - #keep), room) .. keep
+  return M.fit(text:sub(1, #text - #keep), room) .. keep
 end
 
 ---@param level integer
@@ -121,7 +122,7 @@ local function remember(text, hl)
     vim.o.shortmess = shortmess
   end
   if not ok then
-    vim.api.nvim_echo({ { fit(one_line(tostring(err)), vim.v.echospace - 1) } }, false, {})
+    vim.api.nvim_echo({ { M.fit(one_line(tostring(err)), vim.v.echospace - 1) } }, false, {})
   end
 end
 

@@ -11,11 +11,8 @@ local INDENT = '  '
 ---@param width integer
 ---@return string
 local function truncate(s, width)
-  s = s:gsub('%s+', ' ')
-  if vim.fn.strchars(s) <= width then
-    return s
-  end
-  return vim.fn.strcharpart(s, 0, width - 1) .. '…'
+  -- Cut by the cells a character takes on screen, as the columns are measured.
+  return require('loopr.notify').fit((s:gsub('%s+', ' ')), width)
 end
 
 ---@param v any

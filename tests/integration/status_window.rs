@@ -472,3 +472,41 @@ async fn at_100_columns_the_table_fits_the_keys_are_on_top_and_the_cursor_on_the
     );
     editor.quit().await;
 }
+
+/// Wide characters (a task in Japanese) are cut by the cells they take on screen: every row
+/// fits the width and the columns stay aligned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_wide_characters_is_cut_to_the_cells_it_takes() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let fitted: Value = editor
+        .lua(
+            "local rows = { { id = '20261126-000000-000-aaaaaaaaaa', type = 'plan', status = 'running', shown_status = 'running',
+                              task = string.rep('日本語のタスクを追加する', 4) } }
+             local out = {}
+             for _, width in ipairs({ 40, 60, 200 }) do
+               local lines = require('loopr.status_table').format(rows, width)
+               local status_at = {}
+               for i, line in ipairs(lines) do
+                 local at = line:find(i == 1 and 'STATUS' or 'running', 1, true)
+                 status_at[i] = at and vim.fn.strdisplaywidth(line:sub(1, at - 1)) or -1
+               end
+               table.insert(out, {
+                 width = width,
+                 widest = math.max(unpack(vim.tbl_map(vim.fn.strdisplaywidth, lines))),
+                 status_at = status_at,
+               })
+             end
+             return out",
+        )
+        .await;
+    for fit in fitted.as_array().expect("fits") {
+        let width = fit["width"].as_u64().expect("width");
+        assert!(fit["widest"].as_u64().expect("widest") <= width, "{fitted}");
+        assert_eq!(
+            fit["status_at"][0], fit["status_at"][1],
+            "aligned: {fitted}"
+        );
+    }
+    editor.quit().await;
+}
