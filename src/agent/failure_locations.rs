@@ -4,6 +4,9 @@
 //! nothing to jump to. Reading the output is pure (`runner_locations`); `in_project` keeps
 //! the places in files of the project that exist. A new runner is one more `Pattern` here.
 
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -26,6 +29,10 @@ pub struct FailureLocation {
 /// The most places one run gives: a long log's later places are mostly the first ones again,
 /// and a quickfix list of thousands helps nobody.
 const MAX_LOCATIONS: usize = 100;
+
+/// The most characters of what the output says of a place: a runner's line may be megabytes
+/// (a dumped value), a quickfix entry is read on one screen line.
+const MAX_TEXT_CHARS: usize = 300;
 
 /// One way a runner writes a place: a line pattern with the groups `path`, `line`, and
 /// optionally `column` and `text` (what the line itself says of the place).
@@ -176,7 +183,7 @@ pub fn runner_locations(output: &str) -> Vec<FailureLocation> {
             path: path.to_owned(),
             line: group("line").parse().unwrap_or(0),
             column: group("column").parse().unwrap_or(0),
-            text,
+            text: crate::agent::short_text::one_line(&text, MAX_TEXT_CHARS),
         };
         let known = found.iter().any(|seen| {
             (&seen.path, seen.line, seen.column) == (&location.path, location.line, location.column)
@@ -224,35 +231,52 @@ fn without_colours(line: &str) -> String {
 /// A bare file name that is not at the root (go test names a test file in its package's
 /// folder) is the one file of that name in the project, if there is only one.
 pub fn in_project(root: &ProjectRoot, found: Vec<FailureLocation>) -> Vec<FailureLocation> {
+    // The project is walked once, for the first bare name, however many the output has.
+    let mut by_name: Option<FilesByName> = None;
     found
         .into_iter()
         .filter_map(|mut location| {
-            let path = resolve(root, &location.path)?;
+            let path = resolve(root, &location.path, &mut by_name)?;
             location.path = root.relative_display(&path);
             Some(location)
         })
         .collect()
 }
 
-fn resolve(root: &ProjectRoot, written: &str) -> Option<std::path::PathBuf> {
+/// The project's files (as the tools see them) by file name: the path of the one file of
+/// that name, none when several have it.
+type FilesByName = HashMap<OsString, Option<PathBuf>>;
+
+fn resolve(
+    root: &ProjectRoot,
+    written: &str,
+    by_name: &mut Option<FilesByName>,
+) -> Option<PathBuf> {
     match root.resolve_existing(written) {
         Ok(path) => path.is_file().then_some(path),
-        Err(_) if !written.contains(['/', '\\']) => only_file_named(root, written),
+        Err(_) if !written.contains(['/', '\\']) => by_name
+            .get_or_insert_with(|| files_by_name(root))
+            .get(OsStr::new(written))
+            .cloned()
+            .flatten(),
         Err(_) => None,
     }
 }
 
-/// The one file called `name` in the project (as the tools see it), or none if there are
-/// none or several.
-fn only_file_named(root: &ProjectRoot, name: &str) -> Option<std::path::PathBuf> {
-    let walk = project_walker(root, root.path(), None).ok()?;
-    let mut named = walk
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_type().is_some_and(|kind| kind.is_file()))
-        .filter(|entry| entry.file_name() == name)
-        .map(|entry| entry.into_path());
-    let first = named.next()?;
-    named.next().is_none().then_some(first)
+fn files_by_name(root: &ProjectRoot) -> FilesByName {
+    let mut files = FilesByName::new();
+    let Ok(walk) = project_walker(root, root.path(), None) else {
+        return files;
+    };
+    for entry in walk.filter_map(Result::ok) {
+        if entry.file_type().is_some_and(|kind| kind.is_file()) {
+            files
+                .entry(entry.file_name().to_os_string())
+                .and_modify(|one| *one = None)
+                .or_insert_with(|| Some(entry.into_path()));
+        }
+    }
+    files
 }
 
 #[cfg(test)]
@@ -277,6 +301,15 @@ mod tests {
 
     fn place(path: &str, line: u32, column: u32) -> (String, u32, u32) {
         (path.to_owned(), line, column)
+    }
+
+    #[test]
+    fn what_a_line_says_of_a_place_is_cut_to_one_screen_line() {
+        let huge = format!("src/x.ts(3,5): error TS2322: {}", "x".repeat(1_000_000));
+        let found = runner_locations(&huge);
+        assert_eq!(found.len(), 1, "{:?}", found.first().map(|f| &f.path));
+        assert!(found[0].text.chars().count() <= MAX_TEXT_CHARS + 1, "cut");
+        assert!(found[0].text.starts_with("error TS2322: xxx"), "{}", &found[0].text[..40]);
     }
 
     #[test]
