@@ -41,7 +41,7 @@ pub use context::LoopError;
 pub use events::{EventSink, LoopEvent, NoticeLevel};
 pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
-pub use loop_names::plan_name;
+pub use loop_names::{plan_name, shortest_name};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
     Spend, StatusRow, provider_factory,

@@ -309,7 +309,11 @@ mod tests {
         let found = runner_locations(&huge);
         assert_eq!(found.len(), 1, "{:?}", found.first().map(|f| &f.path));
         assert!(found[0].text.chars().count() <= MAX_TEXT_CHARS + 1, "cut");
-        assert!(found[0].text.starts_with("error TS2322: xxx"), "{}", &found[0].text[..40]);
+        assert!(
+            found[0].text.starts_with("error TS2322: xxx"),
+            "{}",
+            &found[0].text[..40]
+        );
     }
 
     #[test]

@@ -107,6 +107,12 @@ pub fn plan_name(task: &str) -> String {
     name
 }
 
+/// The shortest name a command taking any loop reads as `record` among `records` (the loops
+/// of its project), else its id: what a message tells the user to type.
+pub fn shortest_name(records: &[LoopRecord], record: &LoopRecord) -> String {
+    LoopNames::new(records).shortest_selector(record, &Wanted::ANY_LOOP)
+}
+
 /// What a selector asks for: which loops may be meant, and which of those the command takes.
 pub struct Wanted<'f> {
     /// What the loops are called in messages: "phase", "loop".

@@ -67,17 +67,16 @@ fn step_words(step: &NextStep) -> String {
 }
 
 /// What the user can do next about `record`, short enough to stay on the line of a failure:
-/// the step its error names, else, for a loop that ended without success, a retry (named
-/// when `:LooprRetry` alone would not take it, `plain_retry_takes_it`).
-pub fn way_on(record: &LoopRecord, plain_retry_takes_it: bool) -> Option<String> {
+/// the step its error names, else, for a loop that ended without success, a retry: named by
+/// `retry_name` when `:LooprRetry` alone would not take it.
+pub fn way_on(record: &LoopRecord, retry_name: Option<&str>) -> Option<String> {
     let step = record
         .error
         .as_deref()
         .and_then(|error| next_step::split(error).1);
-    let retry = if plain_retry_takes_it {
-        ":LooprRetry or R in :LooprStatus".to_owned()
-    } else {
-        format!(":LooprRetry {} or R in :LooprStatus", record.id)
+    let retry = match retry_name {
+        None => ":LooprRetry or R in :LooprStatus".to_owned(),
+        Some(name) => format!(":LooprRetry {name} or R in :LooprStatus"),
     };
     match step {
         Some(step @ NextStep::SetOption { .. }) if retryable(record.status) => {
@@ -126,15 +125,12 @@ mod tests {
         };
         let overloaded = failed("overloaded");
         assert_eq!(
-            way_on(&overloaded, true).as_deref(),
+            way_on(&overloaded, None).as_deref(),
             Some(":LooprRetry or R in :LooprStatus")
         );
         assert_eq!(
-            way_on(&overloaded, false),
-            Some(format!(
-                ":LooprRetry {} or R in :LooprStatus",
-                overloaded.id
-            ))
+            way_on(&overloaded, Some("cli/setup")).as_deref(),
+            Some(":LooprRetry cli/setup or R in :LooprStatus")
         );
         let option = NextStep::SetOption {
             key: "model".to_owned(),
@@ -142,14 +138,14 @@ mod tests {
         }
         .attach("no such model");
         assert_eq!(
-            way_on(&failed(&option), true).as_deref(),
+            way_on(&failed(&option), None).as_deref(),
             Some("e.g. setup({ model = 'm' }), then :LooprRetry or R in :LooprStatus")
         );
         let complete = LoopRecord {
             status: LoopStatus::Complete,
             ..overloaded
         };
-        assert_eq!(way_on(&complete, true), None);
+        assert_eq!(way_on(&complete, None), None);
     }
 
     #[test]

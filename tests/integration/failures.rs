@@ -235,3 +235,35 @@ async fn a_failure_seen_from_another_projects_buffer_is_named_and_opens_no_state
     assert_eq!(state_before, state_after, "no state for the other project");
     editor.quit().await;
 }
+
+/// When `:LooprRetry` alone would take another loop, the way on names the loop by the name
+/// the command reads (short enough to stay on a failure's line), not by its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_way_on_names_a_loop_a_plain_retry_would_not_take_by_its_name() {
+    let mut editor = start_editor_at(refusing_base_url(), "{ max_retries = 1 }", Vec::new()).await;
+    let older = editor.plan("Add a --version flag").await;
+    editor.wait_status(&older, "failed").await;
+    let newer = editor.plan("Print the help in colour").await;
+    editor.wait_status(&newer, "failed").await;
+    let rows = editor.status_records().await;
+    let way_on = |id: &str| {
+        rows.iter()
+            .find(|row| row["id"] == id)
+            .and_then(|row| row["way_on"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        way_on(&newer).as_deref(),
+        Some(":LooprRetry or R in :LooprStatus")
+    );
+    assert_eq!(
+        way_on(&older).as_deref(),
+        Some(":LooprRetry Add_a_--version_flag or R in :LooprStatus")
+    );
+    assert_eq!(
+        editor.command("LooprRetry Add_a_--version_flag").await,
+        None
+    );
+    editor.wait_status(&older, "running").await;
+    editor.quit().await;
+}

@@ -480,9 +480,12 @@ impl LoopRecordReply {
             .zip(&records)
             .map(|(row, record)| {
                 let taken = plain_retry.iter().any(|retried| retried.id == record.id);
+                // Named as the user can type it, short enough to stay on a failure's line.
+                let name = (!taken && retryable(record.status))
+                    .then(|| crate::agent::shortest_name(&records, record));
                 LoopRecordReply {
                     waits_for: waits_for(record, &records),
-                    way_on: words::way_on(record, taken),
+                    way_on: words::way_on(record, name.as_deref()),
                     ..LoopRecordReply::new(row)
                 }
             })
