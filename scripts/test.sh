@@ -17,6 +17,19 @@ if ! command -v bwrap >/dev/null; then
   fi
 fi
 
+# A test draws Neovim in a real terminal (tmux), where what it shows as it exits goes with
+# the screen.
+if ! command -v tmux >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing tmux (apt-get)"
+    { apt-get install -y -q tmux >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; }; } ||
+      echo "could not install tmux; the terminal test will fail (apt install tmux)"
+  else
+    echo "tmux is missing; the terminal test will fail (apt install tmux)"
+  fi
+fi
+
 # Where bubblewrap can set up a sandbox, its tests must run: a skip would pass untested.
 if command -v bwrap >/dev/null &&
   bwrap --die-with-parent --unshare-pid --ro-bind / / --dev /dev --proc /proc true 2>/dev/null; then

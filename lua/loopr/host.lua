@@ -636,12 +636,44 @@ local function left_under_way()
   return ('Loopr: %s; %s'):format(listed, next_time)
 end
 
+---Whether a terminal UI shows Neovim (it names its terminal; a GUI or a script does not):
+---what it shows as Neovim exits goes with its screen.
+---@return boolean
+local function terminal_ui()
+  for _, ui in ipairs(vim.api.nvim_list_uis()) do
+    if type(ui.term_name) == 'string' and ui.term_name ~= '' then
+      return true
+    end
+  end
+  return false
+end
+
+---Whether the user was told at this exit what Loopr leaves under way.
+local told_at_exit = false
+
 local augroup = vim.api.nvim_create_augroup('loopr_host', { clear = true })
+vim.api.nvim_create_autocmd('ExitPre', {
+  group = augroup,
+  desc = "Say what Loopr leaves under way before a terminal's screen goes",
+  callback = function()
+    told_at_exit = false
+    if not (alive() and terminal_ui()) then
+      return
+    end
+    local message = left_under_way()
+    if message then
+      -- A terminal's screen is gone once Neovim exits, and what it echoed with it: the
+      -- message waits for a key, once per exit.
+      told_at_exit = true
+      vim.fn.confirm(message, '&OK', 1, 'Warning')
+    end
+  end,
+})
 vim.api.nvim_create_autocmd('VimLeavePre', {
   group = augroup,
   desc = 'Say what Loopr leaves under way, once, and stop the Loopr host',
   callback = function()
-    if alive() then
+    if alive() and not told_at_exit then
       local message = left_under_way()
       if message then
         -- Echoed at once: nothing scheduled runs any more. It stays in :messages and goes to

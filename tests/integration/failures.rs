@@ -267,3 +267,89 @@ async fn the_way_on_names_a_loop_a_plain_retry_would_not_take_by_its_name() {
     editor.wait_status(&older, "running").await;
     editor.quit().await;
 }
+
+/// A real terminal Neovim: `nvim --remote-ui` in a tmux session, drawing the test's Neovim
+/// (listening on a socket) as a user's terminal would. Dropped, the session goes.
+struct TerminalUi {
+    server: String,
+}
+
+impl TerminalUi {
+    fn attach(editor_socket: &std::path::Path, tag: &str) -> TerminalUi {
+        let server = format!("loopr-test-{tag}-{}", std::process::id());
+        let started = std::process::Command::new("tmux")
+            .args(["-L", &server, "new-session", "-d", "-x", "120", "-y", "30"])
+            .arg(format!(
+                "{} --server {} --remote-ui",
+                crate::nvim::nvim_binary().display(),
+                editor_socket.display()
+            ))
+            .status()
+            .expect("tmux runs (scripts/test.sh installs it)");
+        assert!(started.success(), "tmux new-session");
+        TerminalUi { server }
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let output = std::process::Command::new("tmux")
+            .args(["-L", &self.server])
+            .args(args)
+            .output()
+            .expect("tmux");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The screen as the terminal shows it, once it shows `needle` (or after 10 s).
+    async fn screen_with(&self, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let screen = self.tmux(&["capture-pane", "-p"]);
+            if screen.contains(needle) || tokio::time::Instant::now() > deadline {
+                return screen;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for TerminalUi {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+/// In a terminal, what Neovim echoes as it exits goes with its screen: `:qa` with a loop under
+/// way asks once, on the screen, before the screen goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quitting_a_terminal_neovim_with_a_loop_under_way_says_so_on_its_screen() {
+    let fake = FakeLlm::start().await;
+    let (held, _release) = create_plan_turn("toolu_plan", valid_plan()).held();
+    fake.push(held);
+    let mut editor = start_editor(&fake, "{}").await;
+    let _plan = editor.plan("Add a --version flag").await;
+    fake.wait_for_requests(1).await;
+    let socket = editor.dirs.temp.path().join("nvim.sock");
+    editor
+        .exec(&format!(
+            "vim.fn.serverstart({:?})",
+            socket.display().to_string()
+        ))
+        .await;
+    let terminal = TerminalUi::attach(&socket, "quit");
+    let attached: bool = editor
+        .lua(
+            "return vim.wait(10000, function()
+               return #vim.tbl_filter(function(ui) return (ui.term_name or '') ~= '' end, vim.api.nvim_list_uis()) > 0
+             end, 10)",
+        )
+        .await;
+    assert!(attached, "the terminal UI attached");
+
+    terminal.tmux(&["send-keys", ":qa", "Enter"]);
+    let said = "they go on when you open this project again";
+    let screen = terminal.screen_with("[O]K").await;
+    assert_eq!(screen.matches(said).count(), 1, "{screen}");
+    assert!(screen.contains("Loopr: 1 loop running; "), "{screen}");
+    terminal.tmux(&["send-keys", "Enter"]);
+    let _dirs = editor.quit().await;
+}
