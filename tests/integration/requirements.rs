@@ -1,7 +1,8 @@
 //! Requirements with ids (issue 25, item 1): a spec whose requirement no phase covers, and a
 //! phase whose tasks leave a requirement the spec assigned it uncited, are refused with an
 //! error result naming the problem, and the model's corrected calls are stored and rendered
-//! with the requirements anchored in spec.md and linked from phase.md.
+//! with the requirements anchored in spec.md and linked from phase.md. A spec stored before
+//! requirements existed still loads and its phases resume and render.
 
 use std::path::{Path, PathBuf};
 
@@ -10,8 +11,8 @@ use serde_json::{Value, json};
 use crate::fake_llm::FakeLlm;
 use crate::scenario::{
     ONE_SPEC_PHASES, one_spec_plan, phase_input, phase_route, plan_and_approve, plan_route,
-    requests_routed, spec_input, spec_route, start_editor, tool_results, tool_turn,
-    wait_all_complete,
+    requests_routed, spec_input, spec_route, stalled_turn, start_editor, start_editor_in,
+    tool_results, tool_turn, wait_all_complete,
 };
 
 const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
@@ -133,5 +134,71 @@ async fn an_uncovered_requirement_and_an_uncited_one_are_refused_then_corrected_
     let linked: &Path = phase_path.parent().expect("dir");
     let linked_spec = std::fs::read_to_string(linked.join(target)).expect("the linked spec.md");
     assert_eq!(linked_spec, spec_md, "the link reaches this spec's spec.md");
+    editor.quit().await;
+}
+
+/// Rewrites the stored spec.json beside `spec_md` as specs were stored before requirements:
+/// no `requirements`, in the spec or its phases.
+fn store_in_the_format_before_requirements(spec_md: &Path) {
+    let path = spec_md.with_extension("json");
+    let mut spec: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("spec.json")).expect("json");
+    let object = spec.as_object_mut().expect("an object");
+    object
+        .remove("requirements")
+        .expect("stored with requirements");
+    for phase in object["phases"].as_array_mut().expect("phases") {
+        phase.as_object_mut().expect("phase").remove("requirements");
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&spec).expect("json")).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phases_under_a_spec_stored_before_requirements_resume_and_render() {
+    let fake = FakeLlm::start().await;
+    fake.push_routed(
+        plan_route(),
+        tool_turn("plan", "create_plan", one_spec_plan()),
+    );
+    fake.push_routed(
+        &spec_route("version-flag"),
+        tool_turn(
+            "spec",
+            "create_spec",
+            spec_input("version-flag", &ONE_SPEC_PHASES),
+        ),
+    );
+    for phase in ONE_SPEC_PHASES {
+        fake.push_routed(&phase_route(phase), stalled_turn("Reading the spec"));
+    }
+    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    plan_and_approve(&mut editor).await;
+    fake.wait_for_requests(2 + ONE_SPEC_PHASES.len()).await;
+    let records = editor.status_records().await;
+    let spec_md = artifact_of(&records, "spec", "version-flag");
+    let dirs = editor.quit().await;
+
+    store_in_the_format_before_requirements(&spec_md);
+    // Each task cites R1, which the spec's first acceptance criterion now reads as; the spec
+    // assigned the phases nothing, so citing nothing would pass too.
+    for phase in ONE_SPEC_PHASES {
+        fake.push_routed(
+            &phase_route(phase),
+            tool_turn(phase, "create_phase", phase_input(phase)),
+        );
+    }
+    let mut editor = start_editor_in(dirs, &fake, NO_REVIEWS).await;
+    let records = wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    for phase in ONE_SPEC_PHASES {
+        let phase_md =
+            std::fs::read_to_string(artifact_of(&records, "phase", phase)).expect("phase.md");
+        assert!(
+            phase_md.contains(
+                "1. Match --version before other arguments and print the version \
+                 (`src/main.rs`, modify) — satisfies `R1`\n"
+            ),
+            "the citation is the id alone: the old spec.md has no anchors\n{phase_md}"
+        );
+    }
     editor.quit().await;
 }
