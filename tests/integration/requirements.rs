@@ -96,6 +96,16 @@ async fn an_uncovered_requirement_and_an_uncited_one_are_refused_then_corrected_
          - requirements[1]: R2 is covered by no phase; add \"R2\" to the `requirements` of the \
          phase that implements it\n"
     );
+    let asked = crate::fake_llm::first_user_text(&requests_routed(&fake, &print)[0]);
+    assert!(
+        asked.contains(
+            "Requirements this phase covers; cite each in the requirements of a task that \
+             satisfies it:\n- R1: WHEN the user runs sample --version THE SYSTEM SHALL print \
+             sample 0.3.1 and exit 0\n- R2: WHEN the user runs sample -V THE SYSTEM SHALL print \
+             the same as --version\n"
+        ),
+        "the phase loop is told what it must cite: {asked}"
+    );
     let refused_phase = first_answer(&fake, &print);
     assert_eq!(refused_phase["is_error"], true, "{refused_phase:#}");
     assert_eq!(
