@@ -225,30 +225,25 @@ mod tests {
         })
     }
 
-    fn assert_issue(input: Value, location: &str, needle: &str) {
-        let issues = validate_phase(
-            &input,
+    /// `validate_phase` of the phase `parse-flag`, with no parent spec.
+    fn validate_detached(input: &Value) -> Result<Checked<PhaseArtifact>, ValidationReport> {
+        validate_phase(
+            input,
             "parse-flag",
             &probe,
             &detached_scope(),
             &PhaseRequirements::default(),
         )
-        .expect_err("rejected")
-        .issues;
+    }
+
+    fn assert_issue(input: Value, location: &str, needle: &str) {
+        let issues = validate_detached(&input).expect_err("rejected").issues;
         assert_has_issue(&issues, location, needle);
     }
 
     #[test]
     fn a_valid_phase_is_accepted() {
-        let phase = validate_phase(
-            &valid_phase(),
-            "parse-flag",
-            &probe,
-            &detached_scope(),
-            &PhaseRequirements::default(),
-        )
-        .expect("valid")
-        .artifact;
+        let phase = validate_detached(&valid_phase()).expect("valid").artifact;
         assert_eq!(phase.tasks[1].action, Some(TaskAction::Create));
     }
 
@@ -317,15 +312,7 @@ mod tests {
     fn an_unknown_action_is_rejected_by_the_schema() {
         let mut input = valid_phase();
         input["tasks"][0]["action"] = json!("rename");
-        let issues = validate_phase(
-            &input,
-            "parse-flag",
-            &probe,
-            &detached_scope(),
-            &PhaseRequirements::default(),
-        )
-        .expect_err("rejected")
-        .issues;
+        let issues = validate_detached(&input).expect_err("rejected").issues;
         assert!(
             issues
                 .iter()
@@ -338,26 +325,11 @@ mod tests {
     fn task_references_are_checked_and_stay_on_the_task_line() {
         let mut input = valid_phase();
         input["tasks"][1]["references"] = json!(["#objective", "https://example.com/a b"]);
-        let issues = validate_phase(
-            &input,
-            "parse-flag",
-            &probe,
-            &detached_scope(),
-            &PhaseRequirements::default(),
-        )
-        .expect_err("bad URL")
-        .issues;
+        let issues = validate_detached(&input).expect_err("bad URL").issues;
         assert_eq!(issues.len(), 1, "{issues:#?}");
         assert_has_issue(&issues, "tasks[1].references[1]", "is not a valid URL");
         input["tasks"][1]["references"] = json!(["#objective"]);
-        let checked = validate_phase(
-            &input,
-            "parse-flag",
-            &probe,
-            &detached_scope(),
-            &PhaseRequirements::default(),
-        )
-        .expect("valid");
+        let checked = validate_detached(&input).expect("valid");
         let line = render_phase(&checked.artifact).task_lines[1] as usize;
         assert_eq!(
             checked.markdown.split('\n').nth(line),

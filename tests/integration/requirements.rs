@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use crate::fake_llm::FakeLlm;
 use crate::scenario::{
     ONE_SPEC_PHASES, one_spec_plan, phase_input, phase_route, plan_and_approve, plan_route,
-    requests_routed, spec_input, spec_route, stalled_turn, start_editor, start_editor_in,
-    tool_results, tool_turn, wait_all_complete,
+    push_one_spec, requests_routed, spec_input, spec_route, stalled_turn, start_editor,
+    start_editor_in, tool_results, tool_turn, wait_all_complete,
 };
 
 const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
@@ -43,11 +43,20 @@ fn print_version_phase(cited: bool) -> Value {
     phase
 }
 
-/// The first tool result the second request on `route` carried.
-fn first_answer(fake: &FakeLlm, route: &str) -> Value {
+/// The model on `route` called `tool` twice: the first call got an error result naming the
+/// one `problem`, the second was accepted.
+fn assert_refused_once(fake: &FakeLlm, route: &str, tool: &str, problem: &str) {
     let requests = requests_routed(fake, route);
     assert_eq!(requests.len(), 2, "one refusal, then the corrected call");
-    tool_results(&requests[1])[0].clone()
+    let answer = &tool_results(&requests[1])[0];
+    assert_eq!(answer["is_error"], true, "{answer:#}");
+    assert_eq!(
+        answer["content"],
+        format!(
+            "{tool} rejected the input (1 problem); nothing was saved. Fix every problem below \
+             and call {tool} again with the complete corrected input:\n- {problem}\n"
+        )
+    );
 }
 
 fn artifact_of(records: &[Value], kind: &str, name: &str) -> PathBuf {
@@ -87,14 +96,12 @@ async fn an_uncovered_requirement_and_an_uncited_one_are_refused_then_corrected_
     plan_and_approve(&mut editor).await;
     let records = wait_all_complete(&mut editor, 1 + 1 + 3).await;
 
-    let refused_spec = first_answer(&fake, &spec);
-    assert_eq!(refused_spec["is_error"], true, "{refused_spec:#}");
-    assert_eq!(
-        refused_spec["content"],
-        "create_spec rejected the input (1 problem); nothing was saved. Fix every problem below \
-         and call create_spec again with the complete corrected input:\n\
-         - requirements[1]: R2 is covered by no phase; add \"R2\" to the `requirements` of the \
-         phase that implements it\n"
+    assert_refused_once(
+        &fake,
+        &spec,
+        "create_spec",
+        "requirements[1]: R2 is covered by no phase; add \"R2\" to the `requirements` of the \
+         phase that implements it",
     );
     let asked = crate::fake_llm::first_user_text(&requests_routed(&fake, &print)[0]);
     assert!(
@@ -106,15 +113,13 @@ async fn an_uncovered_requirement_and_an_uncited_one_are_refused_then_corrected_
         ),
         "the phase loop is told what it must cite: {asked}"
     );
-    let refused_phase = first_answer(&fake, &print);
-    assert_eq!(refused_phase["is_error"], true, "{refused_phase:#}");
-    assert_eq!(
-        refused_phase["content"],
-        "create_phase rejected the input (1 problem); nothing was saved. Fix every problem below \
-         and call create_phase again with the complete corrected input:\n\
-         - tasks: the spec assigns R2 (WHEN the user runs sample -V THE SYSTEM SHALL print the \
+    assert_refused_once(
+        &fake,
+        &print,
+        "create_phase",
+        "tasks: the spec assigns R2 (WHEN the user runs sample -V THE SYSTEM SHALL print the \
          same as --version) to this phase but no task cites it; add \"R2\" to the \
-         `requirements` of the task that satisfies it, or add that task\n"
+         `requirements` of the task that satisfies it, or add that task",
     );
 
     // spec.md anchors each requirement; phase.md links each citing task to its anchor.
@@ -166,18 +171,7 @@ fn store_in_the_format_before_requirements(spec_md: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn phases_under_a_spec_stored_before_requirements_resume_and_render() {
     let fake = FakeLlm::start().await;
-    fake.push_routed(
-        plan_route(),
-        tool_turn("plan", "create_plan", one_spec_plan()),
-    );
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn(
-            "spec",
-            "create_spec",
-            spec_input("version-flag", &ONE_SPEC_PHASES),
-        ),
-    );
+    push_one_spec(&fake, tool_turn);
     for phase in ONE_SPEC_PHASES {
         fake.push_routed(&phase_route(phase), stalled_turn("Reading the spec"));
     }

@@ -678,14 +678,9 @@ pub fn one_spec_plan() -> Value {
     plan
 }
 
-/// Scripts `one_spec_plan`, its spec with `ONE_SPEC_PHASES` and each phase into `fake`, each
-/// answer made by `turn(id, tool, input)`; a phase's validation command is
-/// `validation(phase)` where that says one.
-pub fn push_one_spec_hierarchy(
-    fake: &FakeLlm,
-    validation: impl Fn(&str) -> Option<String>,
-    turn: impl Fn(&str, &str, Value) -> Reply,
-) {
+/// Scripts `one_spec_plan` and its spec with `ONE_SPEC_PHASES` into `fake`, each answer made
+/// by `turn(id, tool, input)`; the phases are the caller's.
+pub fn push_one_spec(fake: &FakeLlm, turn: impl Fn(&str, &str, Value) -> Reply) {
     fake.push_routed(plan_route(), turn("plan", "create_plan", one_spec_plan()));
     fake.push_routed(
         &spec_route("version-flag"),
@@ -695,6 +690,17 @@ pub fn push_one_spec_hierarchy(
             spec_input("version-flag", &ONE_SPEC_PHASES),
         ),
     );
+}
+
+/// Scripts `one_spec_plan`, its spec with `ONE_SPEC_PHASES` and each phase into `fake`, each
+/// answer made by `turn(id, tool, input)`; a phase's validation command is
+/// `validation(phase)` where that says one.
+pub fn push_one_spec_hierarchy(
+    fake: &FakeLlm,
+    validation: impl Fn(&str) -> Option<String>,
+    turn: impl Fn(&str, &str, Value) -> Reply,
+) {
+    push_one_spec(fake, &turn);
     for phase in ONE_SPEC_PHASES {
         let mut input = phase_input(phase);
         if let Some(command) = validation(phase) {
