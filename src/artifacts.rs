@@ -7,6 +7,7 @@ mod phase;
 mod plan;
 mod references;
 mod render;
+mod requirements;
 mod review;
 mod shapes;
 mod spec;
@@ -21,12 +22,14 @@ pub use render::{
     RenderedPhase, RenderedSections, render_phase, render_phase_markdown, render_phase_with,
     render_plan, render_plan_markdown, render_spec, render_spec_markdown,
 };
+pub use requirements::PhaseRequirements;
 pub use review::{
     REVIEW_FOCI, ReviewInput, SPEC_JUDGEMENT, Verdict, review_tool_name, review_tool_spec,
     validate_review,
 };
 pub use shapes::{
-    PhaseArtifact, PhaseReference, PlanArtifact, SpecArtifact, SpecReference, TaskAction, TaskItem,
+    PhaseArtifact, PhaseReference, PlanArtifact, Requirement, SpecArtifact, SpecReference,
+    TaskAction, TaskItem,
 };
 pub use spec::{CREATE_SPEC, create_spec_spec, linked_spec_document, validate_spec};
 pub use validation::{Checked, ValidationReport};

@@ -33,6 +33,7 @@ mod integration {
     mod providers_ollama;
     mod providers_openai;
     mod requests;
+    mod requirements;
     mod resume;
     mod retries;
     mod review;

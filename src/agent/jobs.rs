@@ -7,9 +7,10 @@ use serde_json::Value;
 
 use super::prompts;
 use crate::artifacts::{
-    ArtifactKind, Checked, FileState, LinkedDocument, PhaseArtifact, PlanArtifact, ReferenceScope,
-    SpecArtifact, ValidationReport, create_phase_spec, create_plan_spec, create_spec_spec,
-    linked_plan_document, linked_spec_document, validate_phase, validate_plan, validate_spec,
+    ArtifactKind, Checked, FileState, LinkedDocument, PhaseArtifact, PhaseRequirements,
+    PlanArtifact, ReferenceScope, SpecArtifact, ValidationReport, create_phase_spec,
+    create_plan_spec, create_spec_spec, linked_plan_document, linked_spec_document, validate_phase,
+    validate_plan, validate_spec,
 };
 use crate::llm::ToolSpec;
 use crate::store::{LoopRecord, LoopType, ProjectLayout};
@@ -140,16 +141,22 @@ pub fn accept(
         }
         ArtifactKind::Phase => {
             let name = required_name(record, kind)?;
+            let mut spec_href = None;
             let scope = ReferenceScope {
                 parent: parent_document(record, layout, |spec: &SpecArtifact, href, stored| {
+                    spec_href = Some(href.clone());
                     linked_spec_document(spec, href, stored)
                 })?,
                 path_exists: &path_exists,
             };
+            let (_, spec) = parent_artifact::<SpecArtifact>(record, layout)?;
+            let requirements = PhaseRequirements::of_spec(&spec, name, spec_href);
             let probe = |file: &str| probe_file(root, file);
-            validate_phase(input, name, &probe, &scope).map(|checked: Checked<PhaseArtifact>| {
-                phase_accepted(checked.artifact, checked.markdown)
-            })
+            validate_phase(input, name, &probe, &scope, &requirements).map(
+                |checked: Checked<PhaseArtifact>| {
+                    phase_accepted(checked.artifact, checked.markdown)
+                },
+            )
         }
     })
 }
@@ -437,10 +444,11 @@ mod tests {
                 "name": "version-flag",
                 "title": "Parse --version",
                 "overview": long("Teach the CLI the flag."),
+                "requirements": [{"id": "R1", "text": "WHEN run with --version THE SYSTEM SHALL exit 0", "check": "Run it."}],
                 "phases": [
                     phase("parse", json!(["#risks", "#spec-1-parse-it-flags--values", "output:docs", "#overview"])),
                     phase("print", json!(["output:parse", "output:version-flag"])),
-                    phase("exit", json!([]))
+                    {"name": "exit", "title": "Phase exit", "description": long("Do it."), "requirements": ["R1"]}
                 ],
                 "test_strategy": "An integration test runs the binary."
             }),
@@ -495,8 +503,9 @@ mod tests {
         let spec = child_of(&plan, LoopType::Spec, "only");
         let input = json!({
             "name": "only", "title": "Only", "overview": long("Overview."),
+            "requirements": [{"id": "R1", "text": "THE SYSTEM SHALL do A", "check": "Look."}],
             "phases": [
-                {"name": "a", "title": "A", "description": long("A."), "references": ["#overview"]},
+                {"name": "a", "title": "A", "description": long("A."), "references": ["#overview"], "requirements": ["R1"]},
                 {"name": "b", "title": "B", "description": long("B."), "references": ["#spec-1-only"]},
                 {"name": "c", "title": "C", "description": long("C.")}
             ]

@@ -24,8 +24,10 @@ pub fn system_prompt(kind: ArtifactKind, project_name: &str, tool_names: &[&str]
             "the specification stage: detail one spec of an approved plan so it can be split \
              into phases",
             "- Split the spec into 3 to 7 phases (Rule of Five), each a step that can be \
-             implemented and verified on its own, with unique kebab-case names.\n- Give \
-             acceptance criteria that can be checked and a test strategy.",
+             implemented and verified on its own, with unique kebab-case names.\n- State \
+             the requirements (R1, R2, ...) and name in each phase the ids it covers; every \
+             requirement is covered by a phase.\n- Give acceptance criteria that can be \
+             checked and a test strategy.",
         ),
         ArtifactKind::Phase => (
             "the phase stage: turn one phase of a spec into concrete tasks for the code loop",
@@ -211,6 +213,20 @@ pub fn phase_task_message(spec: &SpecArtifact, index: usize) -> String {
     }
     if let Some(validation) = phase.validation.as_deref() {
         message.push_str(&format!("Validation named by the spec: {validation}\n"));
+    }
+    let known = spec.requirements_or_criteria();
+    let assigned: Vec<_> = known
+        .iter()
+        .filter(|requirement| phase.requirements.contains(&requirement.id))
+        .collect();
+    if !assigned.is_empty() {
+        message.push_str(
+            "\nRequirements this phase covers; cite each in the requirements of a task that \
+             satisfies it:\n",
+        );
+        for requirement in assigned {
+            message.push_str(&format!("- {}: {}\n", requirement.id, requirement.text));
+        }
     }
     message.push_str(&format!(
         "\nCall {} with name \"{}\" once you know exactly which files change.",

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{render_phase, render_phase_with};
+use super::requirements::{PhaseRequirements, phase_requirement_issues};
 use super::shapes::{PhaseArtifact, TaskAction, TaskItem};
 use super::validation::{Checked, ValidationReport, parse_against_schema, sparseness_issue};
 use crate::llm::ToolSpec;
@@ -49,7 +50,8 @@ fn phase_example() -> Value {
             {
                 "description": "Add a `version` flag to the Args struct.",
                 "file": "src/cli.rs",
-                "action": "modify"
+                "action": "modify",
+                "requirements": ["R1"]
             }
         ],
         "validation_command": "cargo test --lib cli",
@@ -59,12 +61,14 @@ fn phase_example() -> Value {
 
 /// Checks a `create_phase` input: the schema, the phase name it was spawned for, a
 /// validation command, task files that are relative paths inside the project and exist (or,
-/// for `create`, do not), references that resolve, and enough content.
+/// for `create`, do not), references that resolve, each requirement the spec assigned to the
+/// phase cited by a task, and enough content.
 pub fn validate_phase(
     input: &Value,
     expected_name: &str,
     probe: &dyn Fn(&str) -> FileState,
     scope: &ReferenceScope,
+    requirements: &PhaseRequirements,
 ) -> Result<Checked<PhaseArtifact>, ValidationReport> {
     let phase: PhaseArtifact = parse_against_schema(CREATE_PHASE, input)?;
     let mut issues = Vec::new();
@@ -99,6 +103,12 @@ pub fn validate_phase(
             &mut links,
             &mut issues,
         );
+    }
+    phase_requirement_issues(&phase, requirements, &mut issues);
+    for id in phase.tasks.iter().flat_map(|task| &task.requirements) {
+        if let Some(href) = requirements.href(id) {
+            links.link(id, href);
+        }
     }
     issues.extend(sparseness_issue("phase", &draft, MIN_PHASE_CONTENT));
     if issues.is_empty() {
@@ -215,18 +225,25 @@ mod tests {
         })
     }
 
+    /// `validate_phase` of the phase `parse-flag`, with no parent spec.
+    fn validate_detached(input: &Value) -> Result<Checked<PhaseArtifact>, ValidationReport> {
+        validate_phase(
+            input,
+            "parse-flag",
+            &probe,
+            &detached_scope(),
+            &PhaseRequirements::default(),
+        )
+    }
+
     fn assert_issue(input: Value, location: &str, needle: &str) {
-        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
-            .expect_err("rejected")
-            .issues;
+        let issues = validate_detached(&input).expect_err("rejected").issues;
         assert_has_issue(&issues, location, needle);
     }
 
     #[test]
     fn a_valid_phase_is_accepted() {
-        let phase = validate_phase(&valid_phase(), "parse-flag", &probe, &detached_scope())
-            .expect("valid")
-            .artifact;
+        let phase = validate_detached(&valid_phase()).expect("valid").artifact;
         assert_eq!(phase.tasks[1].action, Some(TaskAction::Create));
     }
 
@@ -295,9 +312,7 @@ mod tests {
     fn an_unknown_action_is_rejected_by_the_schema() {
         let mut input = valid_phase();
         input["tasks"][0]["action"] = json!("rename");
-        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
-            .expect_err("rejected")
-            .issues;
+        let issues = validate_detached(&input).expect_err("rejected").issues;
         assert!(
             issues
                 .iter()
@@ -310,14 +325,11 @@ mod tests {
     fn task_references_are_checked_and_stay_on_the_task_line() {
         let mut input = valid_phase();
         input["tasks"][1]["references"] = json!(["#objective", "https://example.com/a b"]);
-        let issues = validate_phase(&input, "parse-flag", &probe, &detached_scope())
-            .expect_err("bad URL")
-            .issues;
+        let issues = validate_detached(&input).expect_err("bad URL").issues;
         assert_eq!(issues.len(), 1, "{issues:#?}");
         assert_has_issue(&issues, "tasks[1].references[1]", "is not a valid URL");
         input["tasks"][1]["references"] = json!(["#objective"]);
-        let checked =
-            validate_phase(&input, "parse-flag", &probe, &detached_scope()).expect("valid");
+        let checked = validate_detached(&input).expect("valid");
         let line = render_phase(&checked.artifact).task_lines[1] as usize;
         assert_eq!(
             checked.markdown.split('\n').nth(line),

@@ -114,6 +114,11 @@ impl ReferenceLinks {
         ReferenceLinks::default()
     }
 
+    /// Links `reference` (a requirement id a task cites) to `href`.
+    pub fn link(&mut self, reference: &str, href: String) {
+        self.0.insert(reference.to_owned(), href);
+    }
+
     /// `references` as markdown: links where known, code otherwise.
     pub fn render(&self, references: &[String]) -> String {
         let mut rendered = String::new();

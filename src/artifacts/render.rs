@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::references::ReferenceLinks;
-use super::shapes::{PhaseArtifact, PlanArtifact, SpecArtifact};
+use super::shapes::{PhaseArtifact, PlanArtifact, Requirement, SpecArtifact};
 
 /// A plan's or spec's markdown and the heading line of each spec's or phase's section, so a
 /// reference can link to the section that describes an output.
@@ -70,6 +70,7 @@ pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSecti
     let _ = writeln!(md, "# Spec: {}\n", one_line(&spec.title));
     let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
     let _ = writeln!(md, "## Overview\n\n{}\n", spec.overview.trim());
+    write_requirements(&mut md, &spec.requirements);
     let _ = writeln!(md, "## Phases\n");
     for (index, phase) in spec.phases.iter().enumerate() {
         section_lines.push(line_count(&md));
@@ -91,6 +92,9 @@ pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSecti
             let _ = writeln!(md, "**Validation:** {}\n", one_line(validation));
         }
         write_references(&mut md, &phase.references, links);
+        if !phase.requirements.is_empty() {
+            let _ = writeln!(md, "**Covers:** {}\n", phase.requirements.join(", "));
+        }
     }
     if !spec.acceptance_criteria.is_empty() {
         let _ = writeln!(md, "## Acceptance Criteria\n");
@@ -146,11 +150,18 @@ pub fn render_phase_with(phase: &PhaseArtifact, links: &ReferenceLinks) -> Rende
             (Some(file), None) => format!(" (`{}`)", one_line(file)),
             _ => String::new(),
         };
-        let references = if task.references.is_empty() {
+        let mut references = if task.references.is_empty() {
             String::new()
         } else {
             format!(" — see {}", links.render(&task.references))
         };
+        if !task.requirements.is_empty() {
+            let _ = write!(
+                references,
+                " — satisfies {}",
+                links.render(&task.requirements)
+            );
+        }
         task_lines.push(line_count(&md));
         let _ = writeln!(
             md,
@@ -196,6 +207,25 @@ fn finish(mut md: String) -> String {
     md.truncate(md.trim_end().len());
     md.push('\n');
     md
+}
+
+/// The requirements section: each requirement anchored by its id, so spec.md#R1 (from
+/// phase.md or a quickfix list) lands on it.
+fn write_requirements(md: &mut String, requirements: &[Requirement]) {
+    if requirements.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Requirements\n");
+    for requirement in requirements {
+        let _ = writeln!(
+            md,
+            "- <a id=\"{id}\"></a>**{id}:** {} *Check:* {}",
+            one_line(&requirement.text),
+            one_line(&requirement.check),
+            id = requirement.id,
+        );
+    }
+    md.push('\n');
 }
 
 fn write_references(md: &mut String, references: &[String], links: &ReferenceLinks) {

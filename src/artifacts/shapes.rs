@@ -50,15 +50,23 @@ pub struct SpecReference {
 /// A spec: one part of a plan, detailed enough to split into 3 to 7 phases.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = requirements_required)]
 pub struct SpecArtifact {
     /// Exactly the name the plan gave the spec.
     #[schemars(regex(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$"), length(max = 64))]
     pub name: String,
     #[schemars(length(min = 1, max = 200))]
     pub title: String,
-    /// What the spec accomplishes and how: requirements, design, constraints.
+    /// What the spec accomplishes and how: design, constraints.
     #[schemars(length(min = 1))]
     pub overview: String,
+    /// What it requires; each covered by a phase.
+    // Required of the model (`requirements_required`), not of what is stored: a spec stored
+    // before requirements existed has none, and reads its acceptance criteria as requirements
+    // (`SpecArtifact::requirements_or_criteria`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1))]
+    pub requirements: Vec<Requirement>,
     /// The phases that implement it, in order.
     #[schemars(length(min = 3, max = 7))]
     pub phases: Vec<PhaseReference>,
@@ -68,6 +76,52 @@ pub struct SpecArtifact {
     /// How it will be tested.
     #[serde(default)]
     pub test_strategy: Option<String>,
+}
+
+/// One requirement of a spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Requirement {
+    /// Unique: R1, R2, ...
+    #[schemars(regex(pattern = r"^R[1-9][0-9]*$"))]
+    pub id: String,
+    /// EARS form: "WHEN <trigger> THE SYSTEM SHALL <response>".
+    #[schemars(length(min = 1))]
+    pub text: String,
+    /// How to verify it.
+    #[schemars(length(min = 1))]
+    pub check: String,
+}
+
+/// Makes `requirements` required in the schema the model is offered, which the field's serde
+/// default (for specs stored before it) would leave optional.
+fn requirements_required(schema: &mut schemars::Schema) {
+    let required = schema
+        .ensure_object()
+        .entry("required")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if let serde_json::Value::Array(names) = required {
+        names.push("requirements".into());
+    }
+}
+
+impl SpecArtifact {
+    /// The spec's requirements; for a spec stored before requirements existed, its acceptance
+    /// criteria as R1...Rn (the one place old specs are read as new ones).
+    pub fn requirements_or_criteria(&self) -> Vec<Requirement> {
+        if !self.requirements.is_empty() {
+            return self.requirements.clone();
+        }
+        self.acceptance_criteria
+            .iter()
+            .enumerate()
+            .map(|(index, criterion)| Requirement {
+                id: format!("R{}", index + 1),
+                text: criterion.clone(),
+                check: criterion.clone(),
+            })
+            .collect()
+    }
 }
 
 /// One phase of a spec.
@@ -93,6 +147,9 @@ pub struct PhaseReference {
     /// or an absolute path. Rendered as links in spec.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
+    /// Ids of the requirements it covers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<String>,
 }
 
 /// A phase: concrete tasks for the code loop, and the command that proves them done.
@@ -136,6 +193,10 @@ pub struct TaskItem {
     /// Rendered as links in phase.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<String>,
+    /// Ids of the spec's requirements it satisfies; each one the spec gave this phase is
+    /// cited by a task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{RenderedSections, render_spec};
+use super::requirements::spec_requirement_issues;
 use super::shapes::SpecArtifact;
 use super::validation::{
     Checked, ValidationReport, name_issues, parse_against_schema, sparseness_issue,
@@ -36,18 +37,27 @@ fn spec_example() -> Value {
         "title": "Parse and print --version",
         "overview": "src/cli.rs parses the arguments with clap: add a version flag there and \
                      print env!(\"CARGO_PKG_VERSION\") when it is set.",
+        "requirements": [
+            {
+                "id": "R1",
+                "text": "WHEN run with --version THE SYSTEM SHALL print the version",
+                "check": "tests/cli.rs runs it"
+            }
+        ],
         "phases": [
             {
                 "name": "parse-flag",
                 "title": "Parse the flag",
                 "description": "Add --version to the arguments.",
-                "files": ["src/cli.rs"]
+                "files": ["src/cli.rs"],
+                "requirements": ["R1"]
             },
             {
                 "name": "print-version",
                 "title": "Print the version",
                 "description": "Print the version and exit 0 when the flag is set.",
-                "files": ["src/main.rs"]
+                "files": ["src/main.rs"],
+                "requirements": ["R1"]
             },
             {
                 "name": "test-flag",
@@ -63,7 +73,8 @@ fn spec_example() -> Value {
 }
 
 /// Checks a `create_spec` input: the schema, the name of the spec it was spawned for, 3–7
-/// phases with unique kebab-case names, references that resolve, and enough content.
+/// phases with unique kebab-case names, requirements each covered by a phase, references that
+/// resolve, and enough content.
 pub fn validate_spec(
     input: &Value,
     expected_name: &str,
@@ -95,6 +106,7 @@ pub fn validate_spec(
         spec.phases.iter().map(|phase| phase.name.as_str()),
         &mut issues,
     );
+    spec_requirement_issues(&spec, &mut issues);
     let draft = render_spec(&spec, &ReferenceLinks::none());
     let own = spec_document(&spec, &draft, "this spec", String::new());
     let mut links = ReferenceLinks::none();
@@ -162,13 +174,15 @@ mod tests {
                 "title": title,
                 "description": format!("{title}: change the code and cover it with unit tests so the behaviour is pinned down."),
                 "files": ["src/main.rs"],
-                "validation": "cargo test"
+                "validation": "cargo test",
+                "requirements": ["R1"]
             })
         };
         json!({
             "name": "version-flag",
             "title": "Parse --version",
             "overview": "Teach the CLI to recognise --version and print the version from Cargo.toml, then exit with status 0 without running anything else.",
+            "requirements": [{"id": "R1", "text": "WHEN run as `sample --version` THE SYSTEM SHALL print `sample 0.3.1`", "check": "Run the binary."}],
             "phases": [phase("parse-flag", "Parse the flag"), phase("print-version", "Print the version"), phase("exit-code", "Exit cleanly")],
             "acceptance_criteria": ["`sample --version` prints `sample 0.3.1`"],
             "test_strategy": "Unit tests for parsing, an integration test running the binary."
@@ -272,9 +286,30 @@ mod tests {
     }
 
     #[test]
+    fn requirements_are_required_with_well_formed_ids() {
+        let mut none = valid_spec();
+        none.as_object_mut().expect("spec").remove("requirements");
+        assert_issue(none, "input", "\"requirements\" is a required property");
+        let mut malformed = valid_spec();
+        malformed["requirements"][0]["id"] = json!("req-1");
+        assert_issue(
+            malformed,
+            "requirements[0].id",
+            "does not match \"^R[1-9][0-9]*$\"; write \"R\" and a number, e.g. \"R1\"",
+        );
+        let mut uncovered = valid_spec();
+        for phase in uncovered["phases"].as_array_mut().expect("phases") {
+            phase.as_object_mut().expect("phase").remove("requirements");
+        }
+        assert_issue(uncovered, "requirements[0]", "R1 is covered by no phase");
+    }
+
+    #[test]
     fn a_sparse_spec_is_rejected() {
-        let phase = |name: &str| json!({"name": name, "title": "T", "description": "D"});
-        let input = json!({"name": "version-flag", "title": "V", "overview": "O", "phases": [phase("a"), phase("b"), phase("c")]});
+        let phase = |name: &str| json!({"name": name, "title": "T", "description": "D", "requirements": ["R1"]});
+        let input = json!({"name": "version-flag", "title": "V", "overview": "O",
+            "requirements": [{"id": "R1", "text": "T", "check": "C"}],
+            "phases": [phase("a"), phase("b"), phase("c")]});
         assert_issue(input, "input", "too sparse");
     }
 }

@@ -48,6 +48,9 @@ impl std::error::Error for ValidationReport {}
 /// Adds advice to the schema validator's terse messages.
 pub fn with_schema_hint(mut issue: InputIssue) -> InputIssue {
     let hint = match issue.keyword.as_str() {
+        "pattern" if issue.location.starts_with("requirements[") => {
+            Some("write \"R\" and a number, e.g. \"R1\"")
+        }
         "pattern" => Some("use lowercase words joined by hyphens, e.g. \"user-auth\""),
         "additionalProperties" => Some("remove the fields the schema does not define"),
         "required" => Some("add the missing field"),

@@ -271,6 +271,7 @@ pub fn push_specs_and_phases<'a, Phases: AsRef<[&'a str]>>(
 }
 
 /// A spec of the two-spec hierarchy, with `phases` phases named `<prefix>-1`, `<prefix>-2`, ...
+/// Its one requirement, R1, is covered by every phase, so each `phase_input` task cites it.
 pub fn spec_input(name: &str, phase_names: &[&str]) -> Value {
     let phases: Vec<Value> = phase_names
         .iter()
@@ -280,7 +281,8 @@ pub fn spec_input(name: &str, phase_names: &[&str]) -> Value {
                 "title": format!("Phase {phase}"),
                 "description": format!("Do the {phase} part of {name}, keeping the existing behaviour intact and covering it with a test."),
                 "files": ["src/main.rs"],
-                "validation": "cargo test"
+                "validation": "cargo test",
+                "requirements": ["R1"]
             })
         })
         .collect();
@@ -288,6 +290,11 @@ pub fn spec_input(name: &str, phase_names: &[&str]) -> Value {
         "name": name,
         "title": format!("Spec {name}"),
         "overview": format!("The {name} spec changes the CLI entry point in src/main.rs so that the new flag is recognised before any other argument, prints the version taken from Cargo.toml and exits successfully, with tests that pin the behaviour down."),
+        "requirements": [{
+            "id": "R1",
+            "text": "WHEN the user runs sample --version THE SYSTEM SHALL print sample 0.3.1 and exit 0",
+            "check": "An integration test runs the binary with --version."
+        }],
         "phases": phases,
         "acceptance_criteria": ["sample --version prints sample 0.3.1 and exits 0"],
         "test_strategy": "Unit tests for argument parsing and an integration test that runs the binary."
@@ -300,7 +307,7 @@ pub fn phase_input(name: &str) -> Value {
         "title": format!("Phase {name}"),
         "objective": format!("Carry out {name}: recognise --version in src/main.rs and print the crate version."),
         "tasks": [
-            {"description": "Match --version before other arguments and print the version", "file": "src/main.rs", "action": "modify"},
+            {"description": "Match --version before other arguments and print the version", "file": "src/main.rs", "action": "modify", "requirements": ["R1"]},
             {"description": format!("Add a test for {name}"), "file": format!("tests/{name}.rs"), "action": "create"}
         ],
         "validation_command": "cargo test",
@@ -671,14 +678,9 @@ pub fn one_spec_plan() -> Value {
     plan
 }
 
-/// Scripts `one_spec_plan`, its spec with `ONE_SPEC_PHASES` and each phase into `fake`, each
-/// answer made by `turn(id, tool, input)`; a phase's validation command is
-/// `validation(phase)` where that says one.
-pub fn push_one_spec_hierarchy(
-    fake: &FakeLlm,
-    validation: impl Fn(&str) -> Option<String>,
-    turn: impl Fn(&str, &str, Value) -> Reply,
-) {
+/// Scripts `one_spec_plan` and its spec with `ONE_SPEC_PHASES` into `fake`, each answer made
+/// by `turn(id, tool, input)`; the phases are the caller's.
+pub fn push_one_spec(fake: &FakeLlm, turn: impl Fn(&str, &str, Value) -> Reply) {
     fake.push_routed(plan_route(), turn("plan", "create_plan", one_spec_plan()));
     fake.push_routed(
         &spec_route("version-flag"),
@@ -688,6 +690,17 @@ pub fn push_one_spec_hierarchy(
             spec_input("version-flag", &ONE_SPEC_PHASES),
         ),
     );
+}
+
+/// Scripts `one_spec_plan`, its spec with `ONE_SPEC_PHASES` and each phase into `fake`, each
+/// answer made by `turn(id, tool, input)`; a phase's validation command is
+/// `validation(phase)` where that says one.
+pub fn push_one_spec_hierarchy(
+    fake: &FakeLlm,
+    validation: impl Fn(&str) -> Option<String>,
+    turn: impl Fn(&str, &str, Value) -> Reply,
+) {
+    push_one_spec(fake, &turn);
     for phase in ONE_SPEC_PHASES {
         let mut input = phase_input(phase);
         if let Some(command) = validation(phase) {
