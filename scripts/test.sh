@@ -4,31 +4,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Installs apt package $2 when command $1 is missing (as root, with apt-get); else says what
+# happens without it ($3).
+install_missing() {
+  local command=$1 package=$2 without=$3
+  command -v "$command" >/dev/null && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing $package (apt-get)"
+    { apt-get install -y -q "$package" >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$package" >/dev/null 2>&1; }; } ||
+      echo "could not install $package; $without"
+  else
+    echo "$package ($command) is missing; $without (apt install $package)"
+  fi
+}
+
 # The command sandbox's tests run under bubblewrap where it can be installed (they say why
 # they skip where it cannot).
-if ! command -v bwrap >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing bubblewrap (apt-get)"
-    { apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } ||
-      echo "could not install bubblewrap; the bubblewrap sandbox tests will skip"
-  else
-    echo "bubblewrap (bwrap) is missing; the bubblewrap sandbox tests will skip (apt install bubblewrap)"
-  fi
-fi
-
+install_missing bwrap bubblewrap "the bubblewrap sandbox tests will skip"
 # A test draws Neovim in a real terminal (tmux), where what it shows as it exits goes with
 # the screen.
-if ! command -v tmux >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing tmux (apt-get)"
-    { apt-get install -y -q tmux >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; }; } ||
-      echo "could not install tmux; the terminal test will fail (apt install tmux)"
-  else
-    echo "tmux is missing; the terminal test will fail (apt install tmux)"
-  fi
-fi
+install_missing tmux tmux "the terminal test will fail"
 
 # Where bubblewrap can set up a sandbox, its tests must run: a skip would pass untested.
 if command -v bwrap >/dev/null &&
