@@ -145,10 +145,11 @@ local function artifact_of(r)
   end
 end
 
+---The loop as the host names it (`plan "{task}"`, `phase "{name}"`), as every message does.
 ---@param r loopr.LoopRecord
 ---@return string
 local function label(r)
-  return ('%s %s'):format(r.type, type(r.name) == 'string' and r.name or r.id)
+  return type(r.label) == 'string' and r.label or ('%s %s'):format(r.type, r.id)
 end
 
 ---The loops below loop `id` (in `records`, as rendered) that a cancel ends.
