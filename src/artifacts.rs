@@ -12,6 +12,7 @@ mod review;
 mod shapes;
 mod spec;
 mod validation;
+mod verification;
 
 pub use phase::{CREATE_PHASE, FileState, create_phase_spec, validate_phase};
 pub use plan::{CREATE_PLAN, create_plan_spec, linked_plan_document, validate_plan};
@@ -33,6 +34,10 @@ pub use shapes::{
 };
 pub use spec::{CREATE_SPEC, create_spec_spec, linked_spec_document, validate_spec};
 pub use validation::{Checked, ValidationReport};
+pub use verification::{
+    Finding, Severity, StoredVerification, VerificationReport, VerificationScope,
+    VerificationVerdict,
+};
 
 /// The kinds of artifact a loop can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

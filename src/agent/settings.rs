@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
+use crate::artifacts::Severity;
 use crate::budget::Budget;
 use crate::llm::{
     ProviderName, ProviderSettings, RetryPolicy, ToolChoice, ToolFormat, ToolProtocol,
@@ -116,6 +117,9 @@ pub struct LoopSettings {
     /// Validation runs a code loop may use before it fails.
     #[schemars(range(min = 1))]
     pub code_max_iterations: u32,
+    /// Whether a phase whose validation passed is verified against its requirements before
+    /// it counts as done, and what blocks it; `false` turns verification off.
+    pub verify: VerifySettings,
     /// How long a phase's validation command may run.
     #[schemars(range(min = 1))]
     pub validation_timeout_secs: u64,
@@ -189,6 +193,7 @@ impl Default for LoopSettings {
             plan_review_passes: 5,
             spec_review: true,
             code_max_iterations: 5,
+            verify: VerifySettings::default(),
             validation_timeout_secs: 600,
             approvals: ApprovalSettings::default(),
             approve_validation: false,
@@ -240,7 +245,70 @@ pub fn settings_schema() -> serde_json::Value {
 }
 
 const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
-pub const MODEL_LEVELS: [&str; 5] = ["plan", "spec", "phase", "review", "code"];
+pub const MODEL_LEVELS: [&str; 6] = ["plan", "spec", "phase", "review", "code", "verify"];
+
+/// How a phase is verified once its validation passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerifySettings {
+    /// Whether phases are verified; `verify = false` is short for `enabled = false`.
+    pub enabled: bool,
+    /// The least severe finding that sends the phase back to its code loop.
+    pub block_on: Severity,
+    /// Verifications a code loop runs before the phase fails.
+    #[schemars(range(min = 1))]
+    pub max_rounds: u32,
+}
+
+impl Default for VerifySettings {
+    fn default() -> VerifySettings {
+        VerifySettings {
+            enabled: true,
+            block_on: Severity::Critical,
+            max_rounds: 2,
+        }
+    }
+}
+
+/// `verify = false` (or `true`) reads as the defaults with `enabled` set.
+impl<'de> Deserialize<'de> for VerifySettings {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        struct Table {
+            enabled: bool,
+            block_on: Severity,
+            max_rounds: u32,
+        }
+        impl Default for Table {
+            fn default() -> Table {
+                let defaults = VerifySettings::default();
+                Table {
+                    enabled: defaults.enabled,
+                    block_on: defaults.block_on,
+                    max_rounds: defaults.max_rounds,
+                }
+            }
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Switch(bool),
+            Table(Table),
+        }
+        Ok(match Given::deserialize(deserializer)? {
+            Given::Switch(enabled) => VerifySettings {
+                enabled,
+                ..VerifySettings::default()
+            },
+            Given::Table(table) => VerifySettings {
+                enabled: table.enabled,
+                block_on: table.block_on,
+                max_rounds: table.max_rounds,
+            },
+        })
+    }
+}
 
 /// A model per level; unset levels use `model`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -257,6 +325,9 @@ pub struct LevelModels {
     pub review: Option<String>,
     #[schemars(length(min = 1))]
     pub code: Option<String>,
+    /// Verifications of code against its phase's requirements.
+    #[schemars(length(min = 1))]
+    pub verify: Option<String>,
 }
 
 impl LevelModels {
@@ -267,6 +338,7 @@ impl LevelModels {
             "phase" => self.phase.as_deref(),
             "review" => self.review.as_deref(),
             "code" => self.code.as_deref(),
+            "verify" => self.verify.as_deref(),
             _ => None,
         }
         .filter(|model| !model.trim().is_empty())
@@ -444,6 +516,28 @@ impl LoopSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verify_false_turns_verification_off_and_a_table_keeps_the_defaults_it_omits() {
+        let off: LoopSettings =
+            serde_json::from_value(serde_json::json!({"verify": false})).unwrap();
+        assert_eq!(
+            off.verify,
+            VerifySettings {
+                enabled: false,
+                ..VerifySettings::default()
+            }
+        );
+        let table: LoopSettings =
+            serde_json::from_value(serde_json::json!({"verify": {"block_on": "major"}})).unwrap();
+        assert_eq!(table.verify.block_on, Severity::Major);
+        assert!(table.verify.enabled);
+        assert_eq!(table.verify.max_rounds, 2);
+        assert!(
+            serde_json::from_value::<LoopSettings>(serde_json::json!({"verify": {"rounds": 3}}))
+                .is_err()
+        );
+    }
 
     #[test]
     fn stored_settings_round_trip_and_tolerate_old_or_unknown_fields() {

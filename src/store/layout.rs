@@ -91,6 +91,17 @@ impl ProjectLayout {
         self.loop_dir(id).join("run.json")
     }
 
+    /// The latest verification of the phase (or spec) loop `id`'s artifact, beside it:
+    /// not an iteration, so verifying never changes the artifact.
+    pub fn verification(&self, id: &LoopId) -> PathBuf {
+        self.loop_dir(id).join("verification.json")
+    }
+
+    /// Which tasks of the phase loop `id`'s artifact are done, beside it: not an iteration.
+    pub fn task_progress(&self, id: &LoopId) -> PathBuf {
+        self.loop_dir(id).join("task_progress.json")
+    }
+
     pub fn current_link(&self, id: &LoopId) -> PathBuf {
         self.loop_dir(id).join("current")
     }

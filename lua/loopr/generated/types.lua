@@ -19,6 +19,7 @@
 ---@field plan? string
 ---@field review? string Review passes of plans and specs.
 ---@field spec? string
+---@field verify? string Verifications of code against its phase's requirements.
 ---@alias loopr.LogLevel "error"|"warn"|"info"|"debug"|"trace"
 ---@class loopr.McpServerConfig One server: a command speaking MCP over stdio, or the URL of a streamable HTTP server.
 ---@field args? string[]
@@ -43,9 +44,14 @@
 ---@field mode? loopr.SandboxMode Which sandbox commands run in: "auto" is bubblewrap where it works, else Landlock with namespaces, else none.
 ---@field network? boolean Whether commands may use the network.
 ---@field writable? string[] Paths commands may write besides the project root and their `/tmp` (absolute, or starting with `~/`), e.g. a cargo or npm cache.
+---@alias loopr.Severity "minor"|"major"|"critical"
 ---@alias loopr.ToolChoice "auto"|"required"
 ---@alias loopr.ToolFormat "json"|"yaml"
 ---@alias loopr.ToolProtocol "native"|"xml"|"markdown"|"tool_calls"
+---@class loopr.VerifySettings How a phase is verified once its validation passes.
+---@field block_on? loopr.Severity The least severe finding that sends the phase back to its code loop.
+---@field enabled? boolean Whether phases are verified; `verify = false` is short for `enabled = false`.
+---@field max_rounds? integer Verifications a code loop runs before the phase fails.
 
 ---@class loopr.Opts The options of setup().
 ---@field allow_commands? string[] Regular expressions; a matching command runs without asking.
@@ -92,6 +98,7 @@
 ---@field tool_format? loopr.ToolFormat How calls are written in the `xml` and `markdown` protocols.
 ---@field tool_protocol? loopr.ToolProtocol How the model calls tools: its provider's tool calling, or a text protocol.
 ---@field validation_timeout_secs? integer How long a phase's validation command may run.
+---@field verify? loopr.VerifySettings Whether a phase whose validation passed is verified against its requirements before it counts as done, and what blocks it; `false` turns verification off.
 ---@field web_fetch? boolean Whether loops may fetch web pages (`web_fetch`); off unless enabled.
 ---@field web_fetch_allow_hosts? string[] Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
 
@@ -140,6 +147,7 @@
 ---@field tool_format loopr.ToolFormat
 ---@field tool_protocol loopr.ToolProtocol
 ---@field validation_timeout_secs integer
+---@field verify loopr.VerifySettings
 ---@field web_fetch boolean
 ---@field web_fetch_allow_hosts string[]
 
