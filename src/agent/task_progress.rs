@@ -25,7 +25,7 @@ pub const MARK_TASKS_DONE: &str = "mark_tasks_done";
 /// Say which of the phase's tasks are done.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct MarkTasksDoneInput {
+pub(super) struct MarkTasksDoneInput {
     /// The numbers of the tasks now done, as phase.md numbers them (the first task is 1).
     tasks: Vec<usize>,
 }

@@ -4,12 +4,16 @@
 
 use serde_json::{Value, json};
 
+use loopr::agent::LoopEvent;
+use loopr::bridge::deliver_event;
+use loopr::store::LoopId;
+
 use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, code_route, complete_phase_turn, requests_routed, run_code_loop, start_editor_in,
-    tool_results, tool_turn,
+    AUTO_APPROVE, code_route, complete_phase_turn, requests_routed, run_code_loop, start_editor,
+    start_editor_in, tool_results, tool_turn,
 };
 
 const PHASE: &str = "print-version";
@@ -122,5 +126,42 @@ async fn ticked_tasks_show_in_the_open_phase_md_while_the_code_loop_runs_and_aft
     edit(&editor, &path).await;
     assert_eq!(task_boxes(&editor).await, ["- [x] 1.", "- [x] 2."]);
     assert_eq!(listed_tasks(&editor).await, all_done);
+    editor.quit().await;
+}
+
+/// A phase.md the user changed in its buffer keeps their change when the host ticks the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phase_md_buffer_with_changes_of_the_users_is_not_reloaded_when_tasks_are_ticked() {
+    let fake = FakeLlm::start().await;
+    let mut editor = start_editor(&fake, "{}").await;
+    let path = editor.dirs.home.join("phase.md");
+    std::fs::write(&path, "- [ ] 1. First\n").expect("phase.md");
+    edit(&editor, &path.display().to_string()).await;
+    editor
+        .exec("vim.bo.modifiable = true vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'my note' })")
+        .await;
+    std::fs::write(&path, "- [x] 1. First\n").expect("ticked");
+    let ticked = LoopEvent::TasksUpdated {
+        loop_id: LoopId::generate(),
+        markdown_path: path.clone(),
+        done: vec![1],
+    };
+    deliver_event(&editor.nvim, ticked)
+        .await
+        .expect("Lua takes the event");
+    editor.wait_event("LooprTasksUpdated", |_| true).await;
+    let lines: Vec<String> = editor
+        .lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+        .await;
+    assert_eq!(lines, ["my note"]);
+    let messages: String = editor
+        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
+        .await;
+    assert_eq!(messages, "", "no prompt about the changed file");
+    assert_eq!(
+        editor.mode().await,
+        ("n".to_owned(), false),
+        "nothing waits for a key"
+    );
     editor.quit().await;
 }
