@@ -53,18 +53,21 @@ struct StoredProgress {
 /// The numbers of the done tasks of iteration `iteration` of the phase loop `phase`'s
 /// artifact: none when nothing was stored for that iteration.
 pub fn done_tasks(layout: &ProjectLayout, phase: &LoopId, iteration: u32) -> BTreeSet<usize> {
-    let path = layout.task_progress(phase);
-    let stored = match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice::<StoredProgress>(&bytes).map_err(|err| {
-            tracing::warn!(path = %path.display(), error = %err, "unreadable task progress; no task counts as done");
-        }),
-        Err(_) => Err(()),
-    };
-    stored
-        .ok()
+    stored_progress(layout, phase)
         .filter(|stored| stored.iteration == iteration)
         .map(|stored| stored.done)
         .unwrap_or_default()
+}
+
+/// What `task_progress.json` of the phase loop `phase` holds, if it can be read.
+fn stored_progress(layout: &ProjectLayout, phase: &LoopId) -> Option<StoredProgress> {
+    let path = layout.task_progress(phase);
+    let bytes = std::fs::read(&path).ok()?;
+    serde_json::from_slice(&bytes)
+        .map_err(|err| {
+            tracing::warn!(path = %path.display(), error = %err, "unreadable task progress; no task counts as done");
+        })
+        .ok()
 }
 
 /// Answers the code loop's `mark_tasks_done` call on `phase`: a number that is no task's is
@@ -155,33 +158,60 @@ async fn record(
 ) -> Result<BTreeSet<usize>, LoopError> {
     let (phase_id, iteration) = implemented_artifact(&context.record)?;
     let task_lines = render_phase(phase).task_lines;
-    let store_error = |source| LoopError::Artifact {
-        kind: "task progress",
-        source,
-    };
     let id = phase_id.clone();
-    let (done, markdown_path) = context
+    let ticked = context
         .store(move |_, layout| {
-            let mut done = done_tasks(layout, &id, iteration);
-            done.extend(numbers);
-            let stored = StoredProgress {
-                iteration,
-                done: done.clone(),
-            };
-            let json = serde_json::to_vec_pretty(&stored)
-                .map_err(|err| store_error(std::io::Error::other(err)))?;
-            write_atomic(&layout.task_progress(&id), &json).map_err(store_error)?;
-            let markdown_path =
-                tick_markdown(layout, &id, iteration, &task_lines, &done).map_err(store_error)?;
-            Ok((done, markdown_path))
+            store_ticks(layout, &id, iteration, numbers, &task_lines).map_err(|source| {
+                LoopError::Artifact {
+                    kind: "task progress",
+                    source,
+                }
+            })
         })
         .await?;
+    let Some((done, markdown_path)) = ticked else {
+        tracing::info!(loop_id = %context.record.id, "the phase was revised since; its progress is left alone");
+        return Ok(BTreeSet::new());
+    };
     context.events.emit(LoopEvent::TasksUpdated {
         loop_id: phase_id,
         markdown_path,
         done: done.iter().copied().collect(),
     });
     Ok(done)
+}
+
+/// Adds `numbers` to the done tasks of iteration `iteration` of the phase loop `phase_id`'s
+/// artifact, stores them and ticks its phase.md (whose tasks are on `task_lines`); returns
+/// every done task and phase.md's path. Leaves everything as it is (`None`) when progress of a
+/// newer iteration is stored: the phase was revised since the loop started.
+fn store_ticks(
+    layout: &ProjectLayout,
+    phase_id: &LoopId,
+    iteration: u32,
+    numbers: BTreeSet<usize>,
+    task_lines: &[u32],
+) -> std::io::Result<Option<(BTreeSet<usize>, PathBuf)>> {
+    let stored = stored_progress(layout, phase_id);
+    if stored
+        .as_ref()
+        .is_some_and(|stored| stored.iteration > iteration)
+    {
+        return Ok(None);
+    }
+    let mut done = stored
+        .filter(|stored| stored.iteration == iteration)
+        .map(|stored| stored.done)
+        .unwrap_or_default();
+    done.extend(numbers);
+    let stored = StoredProgress {
+        iteration,
+        done: done.clone(),
+    };
+    let json = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
+    write_atomic(&layout.task_progress(phase_id), &json)?;
+    let markdown_path = tick_markdown(layout, phase_id, iteration, task_lines, &done)?;
+    Ok(Some((done, markdown_path)))
 }
 
 /// Ticks the boxes of `done` in the phase.md of iteration `iteration` of `phase_id`, in place;
@@ -263,27 +293,63 @@ mod tests {
         assert_eq!(checked_numbers(&[2, 1, 2], 3), Ok(BTreeSet::from([1, 2])));
     }
 
+    /// A phase loop with iterations 1 and 2 of a two-task phase stored, as the store lays
+    /// them out.
+    fn revised_phase(layout: &ProjectLayout) -> (LoopId, Vec<u32>) {
+        let phase: PhaseArtifact = serde_json::from_value(serde_json::json!({
+            "name": "p", "title": "P", "objective": "O",
+            "tasks": [{"description": "First"}, {"description": "Second"}],
+            "validation_command": "true"
+        }))
+        .expect("phase");
+        let id = LoopId::generate();
+        for iteration in [1, 2] {
+            let dir = layout.artifacts_dir(&id, iteration);
+            std::fs::create_dir_all(&dir).expect("artifacts");
+            let markdown = crate::artifacts::render_phase_markdown(&phase);
+            std::fs::write(dir.join("phase.md"), markdown).expect("phase.md");
+        }
+        (id, render_phase(&phase).task_lines)
+    }
+
+    fn boxes(layout: &ProjectLayout, id: &LoopId, iteration: u32) -> Vec<String> {
+        let path = layout.artifacts_dir(id, iteration).join("phase.md");
+        std::fs::read_to_string(path)
+            .expect("phase.md")
+            .lines()
+            .filter(|line| line.starts_with("- ["))
+            .map(|line| line[..8].to_owned())
+            .collect()
+    }
+
     #[test]
-    fn progress_counts_only_for_the_iteration_it_was_made_for() {
+    fn ticks_add_up_for_their_iteration_and_a_revision_starts_unticked() {
         let temp = tempfile::tempdir().expect("temp");
         let layout = ProjectLayout::new(&temp.path().join("home"), temp.path());
-        let phase = LoopId::generate();
-        assert!(done_tasks(&layout, &phase, 1).is_empty(), "nothing stored");
-        std::fs::create_dir_all(layout.loop_dir(&phase)).expect("loop dir");
-        let stored = StoredProgress {
-            iteration: 1,
-            done: BTreeSet::from([2]),
-        };
-        std::fs::write(
-            layout.task_progress(&phase),
-            serde_json::to_vec(&stored).expect("json"),
-        )
-        .expect("stored");
-        assert_eq!(done_tasks(&layout, &phase, 1), BTreeSet::from([2]));
+        let (id, lines) = revised_phase(&layout);
+        assert!(done_tasks(&layout, &id, 1).is_empty(), "nothing stored");
+
+        store_ticks(&layout, &id, 1, BTreeSet::from([2]), &lines).expect("stored");
+        let (done, path) = store_ticks(&layout, &id, 1, BTreeSet::from([1]), &lines)
+            .expect("stored")
+            .expect("ticked");
+        assert_eq!(done, BTreeSet::from([1, 2]));
+        assert_eq!(path, layout.artifacts_dir(&id, 1).join("phase.md"));
+        assert_eq!(boxes(&layout, &id, 1), ["- [x] 1.", "- [x] 2."]);
+        assert_eq!(done_tasks(&layout, &id, 1), BTreeSet::from([1, 2]));
         assert!(
-            done_tasks(&layout, &phase, 2).is_empty(),
+            done_tasks(&layout, &id, 2).is_empty(),
             "a revised phase starts unticked"
         );
+
+        store_ticks(&layout, &id, 2, BTreeSet::from([2]), &lines).expect("stored");
+        assert_eq!(boxes(&layout, &id, 2), ["- [ ] 1.", "- [x] 2."]);
+        assert_eq!(
+            store_ticks(&layout, &id, 1, BTreeSet::from([1]), &lines).expect("read"),
+            None,
+            "a loop of the older iteration leaves the newer one's progress alone"
+        );
+        assert_eq!(done_tasks(&layout, &id, 2), BTreeSet::from([2]));
     }
 
     #[test]
