@@ -30,6 +30,7 @@ mod repetition;
 mod rules;
 mod settings;
 mod short_text;
+mod task_progress;
 mod tasks;
 mod transcript;
 mod tree_ready;

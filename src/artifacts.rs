@@ -21,7 +21,7 @@ pub use references::{
 };
 pub use render::{
     RenderedPhase, RenderedSections, render_phase, render_phase_markdown, render_phase_with,
-    render_plan, render_plan_markdown, render_spec, render_spec_markdown,
+    render_plan, render_plan_markdown, render_spec, render_spec_markdown, set_task_boxes,
 };
 pub use requirements::PhaseRequirements;
 pub use review::{

@@ -520,6 +520,19 @@ impl Reporter {
                 kind.as_str(),
                 markdown_path.display()
             ),
+            LoopEvent::TasksUpdated {
+                loop_id,
+                markdown_path,
+                done,
+            } => {
+                let done: Vec<String> = done.iter().map(ToString::to_string).collect();
+                say!(
+                    "loopr: {}: tasks {} done in {}",
+                    self.name(loop_id.as_str()),
+                    done.join(", "),
+                    markdown_path.display()
+                );
+            }
         }
     }
 }

@@ -117,6 +117,7 @@ async fn a_failing_validation_goes_back_to_the_model_and_the_second_attempt_pass
             "write_file",
             "edit_file",
             "run_command",
+            "mark_tasks_done",
             "complete_phase"
         ]
     );

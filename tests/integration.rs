@@ -39,6 +39,7 @@ mod integration {
     mod review;
     mod rules;
     mod status_window;
+    mod task_progress;
     mod text_protocols;
     mod transcript;
     mod trust;

@@ -61,6 +61,19 @@ local function refresh(buf)
   end)
 end
 
+---Reload `path`'s buffer silently if it is loaded and has no unsaved changes (those are never
+---touched).
+---@param path string Absolute path of the file.
+---@return boolean reloaded
+function M.reload_unmodified(path)
+  local buf = loaded_buffer(path)
+  if not buf or vim.bo[buf].modified then
+    return false
+  end
+  refresh(buf)
+  return true
+end
+
 ---Bring the buffers of files a command changed on disk up to date: unmodified ones are
 ---reloaded silently (no prompt, and a later `:write` does not ask); the user is told about
 ---the ones with unsaved changes, which are left as they are.

@@ -110,6 +110,16 @@ function handlers.artifact_created(ev)
   })
 end
 
+---@param ev loopr.TasksUpdatedEvent
+function handlers.tasks_updated(ev)
+  local path = str(ev.path)
+  if path then
+    -- Ticked in place on disk: an open phase.md shows it without the user doing anything.
+    require('loopr.review').changed_in_place(path)
+  end
+  fire('LooprTasksUpdated', { loop_id = ev.loop_id, path = path, done = ev.done })
+end
+
 ---@param ev loopr.ApprovalRequestedEvent
 function handlers.approval_requested(ev)
   local req = require('loopr.approvals').request(ev)

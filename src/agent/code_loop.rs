@@ -18,6 +18,7 @@ use super::jobs;
 use super::journal::Journal;
 use super::progress::describe_tool_call;
 use super::prompts;
+use super::task_progress::{self, MARK_TASKS_DONE};
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
 use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
 use crate::llm::text_protocol::TextProtocol;
@@ -88,6 +89,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     let mcp_tools = offered_mcp_tools(context).await;
     let mut tool_specs = tools.specs();
     tool_specs.extend(mcp_tools.specs());
+    tool_specs.push(task_progress::mark_tasks_done_spec());
     tool_specs.push(complete_phase_spec(&phase.validation_command));
     // `complete_phase`, the loop's own, answers with the defaults.
     let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
@@ -246,6 +248,9 @@ impl CallHandler for CodeCalls<'_> {
                 }
             };
         }
+        if name == MARK_TASKS_DONE {
+            return task_progress::mark_tasks_done(context, self.phase, call.input).await;
+        }
         context.progress(describe_tool_call(
             &[self.tools, self.mcp_tools],
             &name,
@@ -262,7 +267,7 @@ impl CallHandler for CodeCalls<'_> {
                 None => {
                     let mut names: Vec<&str> = self.tools.names();
                     names.extend(self.mcp_tools.names());
-                    names.push(COMPLETE_PHASE);
+                    names.extend([MARK_TASKS_DONE, COMPLETE_PHASE]);
                     return Ok(CallResult::error(format!(
                         "there is no tool named {name:?}; the available tools are {}",
                         names.join(", ")

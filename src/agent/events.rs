@@ -62,6 +62,14 @@ pub enum LoopEvent {
         /// The project root the command ran in.
         root: PathBuf,
     },
+    /// The done tasks of a phase changed, and its phase.md (ticked in place) with them.
+    TasksUpdated {
+        /// The phase loop.
+        loop_id: LoopId,
+        markdown_path: PathBuf,
+        /// The numbers of the done tasks, from 1, ascending.
+        done: Vec<usize>,
+    },
     /// No loop of the plan tree of `root` runs or is about to: what its loops last reported
     /// is over, and this is what it has ready.
     TreeReady {

@@ -15,6 +15,7 @@ use super::artifact_loop::level_tools;
 use super::code_loop::{CompletePhaseInput, complete_phase_spec};
 use super::context_budget::estimate_text;
 use super::prompts;
+use super::task_progress::{MarkTasksDoneInput, mark_tasks_done_spec};
 use crate::artifacts::{ArtifactKind, PhaseArtifact, PlanArtifact, ReviewInput, SpecArtifact};
 use crate::llm::openai::{BodyOptions, TokenLimitField, encode};
 use crate::llm::text_protocol::{self, TextProtocol};
@@ -90,6 +91,7 @@ fn first_requests() -> Vec<FirstRequest> {
     };
     let code_tools = ToolRegistry::for_loop(LoopType::Code, false);
     let mut code_specs = code_tools.specs();
+    code_specs.push(mark_tasks_done_spec());
     code_specs.push(complete_phase_spec(&phase.validation_command));
     vec![
         // The default settings review plans (five passes) and specs (one judgement).
@@ -340,6 +342,7 @@ fn full_schema(tool: &str) -> Value {
         "create_spec" => input_schema_for::<SpecArtifact>(),
         "create_phase" => input_schema_for::<PhaseArtifact>(),
         "complete_phase" => input_schema_for::<CompletePhaseInput>(),
+        "mark_tasks_done" => input_schema_for::<MarkTasksDoneInput>(),
         review if review.starts_with("review_") => input_schema_for::<ReviewInput>(),
         other => builtin
             .get(other)

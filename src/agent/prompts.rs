@@ -63,6 +63,7 @@ How to work:
 - {changing}. The user may review and reject a change; a rejection comes back with their \
 reason: take it into account.
 - Keep to the phase's tasks; do not touch unrelated files.
+- As you finish tasks, call mark_tasks_done with their numbers as phase.md shows them.
 - When the tasks are done, call complete_phase. The host runs the phase's validation command; \
 if it fails you get its output: fix the cause and call complete_phase again.",
         names = tools.names().join(", "),
@@ -477,9 +478,10 @@ mod tests {
              with edit_file (exact, unique replacements) or write_file (new files), and run \
              commands with run_command. The user may review and reject a change; a rejection \
              comes back with their reason: take it into account.\n- Keep to the phase's tasks; \
-             do not touch unrelated files.\n- When the tasks are done, call complete_phase. The \
-             host runs the phase's validation command; if it fails you get its output: fix the \
-             cause and call complete_phase again."
+             do not touch unrelated files.\n- As you finish tasks, call mark_tasks_done with \
+             their numbers as phase.md shows them.\n- When the tasks are done, call \
+             complete_phase. The host runs the phase's validation command; if it fails you get \
+             its output: fix the cause and call complete_phase again."
         );
         assert_eq!(one_of(&["a".to_owned()]), "a");
         assert_eq!(

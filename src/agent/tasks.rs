@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use super::plan_tree::PlanTrees;
+use super::task_progress::done_tasks;
 use crate::artifacts::{PhaseArtifact, TaskAction, render_phase};
 use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
 use crate::tools::ProjectRoot;
@@ -57,6 +58,8 @@ pub struct TaskPlace {
     /// One-based, as phase.md numbers them.
     pub task_index: usize,
     pub action: Option<TaskAction>,
+    /// The code loop marked it done, or completed its phase (`task_progress`).
+    pub done: bool,
 }
 
 /// A current phase, whose tasks a list shows: not invalidated, with an artifact.
@@ -92,6 +95,7 @@ pub fn phase_tasks(
             let bytes = std::fs::read(artifacts.join("phase.json")).ok()?;
             let phase: PhaseArtifact = serde_json::from_slice(&bytes).ok()?;
             let task_lines = render_phase(&phase).task_lines;
+            let done = done_tasks(layout, &record.id, record.iteration);
             let tasks = phase
                 .tasks
                 .iter()
@@ -114,6 +118,7 @@ pub fn phase_tasks(
                         text,
                         task_index: index + 1,
                         action: task.action,
+                        done: done.contains(&(index + 1)),
                     }
                 })
                 .collect();
@@ -179,12 +184,12 @@ mod tests {
         assert_eq!(tasks[0].path, artifacts.join("phase.md"));
         assert_eq!(
             line_text(&tasks[0]),
-            "1. Explain the flag ## Tasks 3. in two lines"
+            "- [ ] 1. Explain the flag ## Tasks 3. in two lines"
         );
         assert_eq!(
             (tasks[1].path.clone(), tasks[1].line),
             (root.path().join("src/main.rs"), 0)
         );
-        assert_eq!(line_text(&tasks[2]), "3. Describe the result");
+        assert_eq!(line_text(&tasks[2]), "- [ ] 3. Describe the result");
     }
 }

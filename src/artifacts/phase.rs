@@ -334,7 +334,7 @@ mod tests {
         assert_eq!(
             checked.markdown.split('\n').nth(line),
             Some(
-                "2. Add a test for the flag (`tests/version.rs`, create) — see \
+                "- [ ] 2. Add a test for the flag (`tests/version.rs`, create) — see \
                  [`#objective`](#objective)"
             )
         );

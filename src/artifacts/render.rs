@@ -165,7 +165,7 @@ pub fn render_phase_with(phase: &PhaseArtifact, links: &ReferenceLinks) -> Rende
         task_lines.push(line_count(&md));
         let _ = writeln!(
             md,
-            "{}. {}{target}{references}",
+            "{OPEN_BOX}{}. {}{target}{references}",
             index + 1,
             one_line(&task.description)
         );
@@ -188,6 +188,36 @@ pub fn render_phase_with(phase: &PhaseArtifact, links: &ReferenceLinks) -> Rende
         markdown: finish(md),
         task_lines,
     }
+}
+
+/// A task's checkbox in phase.md, open and ticked; both the same width, so ticking a task moves
+/// nothing.
+const OPEN_BOX: &str = "- [ ] ";
+const TICKED_BOX: &str = "- [x] ";
+
+/// `markdown`, a phase.md as `render_phase_with` wrote it, with the box of task `i` (its line
+/// `task_lines[i]`) ticked when `done[i]` is true and open otherwise. The stored phase.md keeps
+/// the links its references were resolved to when the phase was accepted, which cannot be
+/// resolved again later; so only the boxes change, on the lines the renderer reported, and a
+/// line that does not start with a box (none should) is left as it is.
+pub fn set_task_boxes(markdown: &str, task_lines: &[u32], done: &[bool]) -> String {
+    let mut lines: Vec<String> = markdown.split('\n').map(str::to_owned).collect();
+    for (line, ticked) in task_lines.iter().zip(done) {
+        let Some(text) = usize::try_from(*line)
+            .ok()
+            .and_then(|line| lines.get_mut(line))
+        else {
+            continue;
+        };
+        let rest = text
+            .strip_prefix(OPEN_BOX)
+            .or_else(|| text.strip_prefix(TICKED_BOX));
+        if let Some(rest) = rest {
+            let boxed = if *ticked { TICKED_BOX } else { OPEN_BOX };
+            *text = format!("{boxed}{rest}");
+        }
+    }
+    lines.join("\n")
 }
 
 /// The number of complete lines in `text`, which is the zero-based line the next write starts
@@ -464,13 +494,56 @@ mod tests {
         assert_eq!(
             found,
             [
-                "1. First line 2. still the first task ## Tasks (`src/a.rs`, modify)",
-                "2. Second",
-                "3. Third across lines",
+                "- [ ] 1. First line 2. still the first task ## Tasks (`src/a.rs`, modify)",
+                "- [ ] 2. Second",
+                "- [ ] 3. Third across lines",
             ],
             "{}",
             rendered.markdown
         );
         assert_eq!(render_phase_markdown(&phase), rendered.markdown);
+    }
+
+    #[test]
+    fn ticking_tasks_changes_only_their_boxes() {
+        let phase: PhaseArtifact = serde_json::from_value(serde_json::json!({
+            "name": "ticks",
+            "title": "Ticks",
+            "objective": "- [ ] a box in the objective is no task",
+            "tasks": [
+                {"description": "First"},
+                {"description": "Second", "file": "src/b.rs", "action": "create"},
+                {"description": "Third"}
+            ],
+            "validation_command": "true",
+            "success_criteria": ["Every box ticked"]
+        }))
+        .expect("phase");
+        let rendered = render_phase(&phase);
+        let ticked = set_task_boxes(
+            &rendered.markdown,
+            &rendered.task_lines,
+            &[true, false, true],
+        );
+        let changed: Vec<(&str, &str)> = rendered
+            .markdown
+            .split('\n')
+            .zip(ticked.split('\n'))
+            .filter(|(before, after)| before != after)
+            .collect();
+        assert_eq!(
+            changed,
+            [
+                ("- [ ] 1. First", "- [x] 1. First"),
+                ("- [ ] 3. Third", "- [x] 3. Third"),
+            ],
+            "{ticked}"
+        );
+        assert!(ticked.ends_with("```\n"), "{ticked:?}");
+        let untouched = set_task_boxes(&ticked, &rendered.task_lines, &[false, false, false]);
+        assert_eq!(
+            untouched, rendered.markdown,
+            "unticking restores the render"
+        );
     }
 }

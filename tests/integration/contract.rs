@@ -256,6 +256,11 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
                 .unwrap_or(std::path::Path::new("/"))
                 .to_path_buf(),
         },
+        LoopEvent::TasksUpdated {
+            loop_id: id.clone(),
+            markdown_path: artifact.to_path_buf(),
+            done: vec![1, 3],
+        },
         LoopEvent::TreeReady {
             root: id.clone(),
             label: "plan \"Add a --version flag\"".to_owned(),
@@ -276,6 +281,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             | LoopEvent::ApprovalClosed { .. }
             | LoopEvent::ValidationFinished { .. }
             | LoopEvent::Notice { .. }
+            | LoopEvent::TasksUpdated { .. }
             | LoopEvent::TreeReady { .. } => {}
         }
     }
@@ -315,6 +321,7 @@ async fn every_event_the_host_sends_is_handled_without_error() {
         "LooprArtifactCreated",
         "LooprApprovalRequested",
         "LooprValidation",
+        "LooprTasksUpdated",
     ] {
         editor.wait_event(pattern, |_| true).await;
     }

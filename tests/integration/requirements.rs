@@ -136,7 +136,7 @@ async fn an_uncovered_requirement_and_an_uncited_one_are_refused_then_corrected_
     let phase_md = std::fs::read_to_string(&phase_path).expect("phase.md");
     let task = phase_md
         .lines()
-        .find(|line| line.starts_with("2. "))
+        .find(|line| line.starts_with("- [ ] 2. "))
         .expect("the second task");
     let (_, link) = task
         .split_once(" — satisfies [`R2`](")

@@ -126,7 +126,7 @@
 ---@field lnum integer
 ---@field text string
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
----@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"|"ready"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"|"tasks_updated"|"ready"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
 ---@field active boolean Not finished (`LoopStatus::is_active`).
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
@@ -179,6 +179,11 @@
 ---@field level string
 ---@field loop_id string
 ---@field message string
+---@class loopr.TasksUpdatedEvent The done tasks of a phase changed: its phase.md at `path` was ticked in place.
+---@field done integer[] The numbers of the done tasks, from 1.
+---@field event "tasks_updated"
+---@field loop_id string The phase loop.
+---@field path string
 ---@class loopr.ReadyEvent No loop of the plan tree of `root` runs or is about to: `message` says what it has ready and the commands to go on with, and replaces what its loops said they were doing.
 ---@field event "ready"
 ---@field message string

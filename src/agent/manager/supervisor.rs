@@ -14,6 +14,7 @@ use crate::agent::code_loop::run_code_loop;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
+use crate::agent::task_progress;
 use crate::agent::{ask_limits, limits};
 use crate::llm::ServerWindow;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
@@ -91,7 +92,13 @@ impl LoopManager {
             // answers slowly holds back only this loop's first turn.
             context.limits = ask_limits::ask_server(&context).await;
             match context.record.loop_type {
-                LoopType::Code => run_code_loop(&context).await.map(LoopOutcome::Code),
+                LoopType::Code => {
+                    let implemented = run_code_loop(&context).await;
+                    if implemented.is_ok() && !context.cancel.is_cancelled() {
+                        task_progress::mark_all_done(&context).await;
+                    }
+                    implemented.map(LoopOutcome::Code)
+                }
                 _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),
             }
         });

@@ -70,6 +70,14 @@ pub enum EventMessage {
         level: &'static str,
         message: String,
     },
+    /// The done tasks of a phase changed: its phase.md at `path` was ticked in place.
+    TasksUpdated {
+        /// The phase loop.
+        loop_id: String,
+        path: String,
+        /// The numbers of the done tasks, from 1.
+        done: Vec<usize>,
+    },
     /// No loop of the plan tree of `root` runs or is about to: `message` says what it has
     /// ready and the commands to go on with, and replaces what its loops said they were doing.
     Ready {
@@ -160,6 +168,15 @@ impl From<LoopEvent> for EventMessage {
                 loop_id,
                 level: level.as_str(),
                 message: crate::bridge::words::hinted(&message),
+            },
+            LoopEvent::TasksUpdated {
+                loop_id,
+                markdown_path,
+                done,
+            } => EventMessage::TasksUpdated {
+                loop_id: loop_id.to_string(),
+                path: markdown_path.to_string_lossy().into_owned(),
+                done,
             },
             LoopEvent::TreeReady { root, label, ready } => EventMessage::Ready {
                 root: root.to_string(),

@@ -262,7 +262,12 @@ impl TasksReply {
                     .map(|task| {
                         Ok(TaskItemReply {
                             location: location(&task.path, task.line)?,
-                            text: task.text.clone(),
+                            // A done task says so, as its ticked box in phase.md does.
+                            text: if task.done {
+                                format!("[x] {}", task.text)
+                            } else {
+                                task.text.clone()
+                            },
                             user_data: TaskUserData {
                                 loop_id: phase.loop_id.clone(),
                                 phase: phase.name.clone(),
@@ -553,6 +558,7 @@ mod tests {
                     text: "modify: do it".to_owned(),
                     task_index: 1,
                     action: Some(crate::artifacts::TaskAction::Modify),
+                    done: true,
                 }],
             }],
         })
@@ -567,6 +573,7 @@ mod tests {
             item["location"]["range"]["start"],
             serde_json::json!({"line": 0, "character": 0})
         );
+        assert_eq!(item["text"], "[x] modify: do it", "a done task says so");
         assert_eq!(
             item["user_data"],
             serde_json::json!({"loop_id": "l-1", "phase": "parse-flag", "task_index": 1, "action": "modify"})
