@@ -21,7 +21,8 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{
-    LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, TreeReady,
+    LoopCoverage, LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices,
+    TreeReady,
 };
 use crate::mcp::McpSettings;
 use crate::pricing::{Cost, ModelUsage, PriceTable};
@@ -325,7 +326,16 @@ pub async fn cancel(
 
 fn summarize(manager: &LoopManager, root: &Path, records: &[LoopRecord]) -> anyhow::Result<bool> {
     let usage = manager.usage_by_loop(root)?;
-    write_table(&mut std::io::stdout().lock(), records, &usage, None)?;
+    let coverage = manager.coverage(root)?;
+    write_table(
+        &mut std::io::stdout().lock(),
+        records,
+        &Spent {
+            usage: &usage,
+            prices: None,
+        },
+        &coverage,
+    )?;
     Ok(records
         .iter()
         .all(|record| record.status == LoopStatus::Complete))
@@ -616,7 +626,8 @@ pub fn print_status(
     let root = root
         .canonicalize()
         .with_context(|| format!("project root {}", root.display()))?;
-    let database = ProjectLayout::new(loopr_home, &root).database();
+    let layout = ProjectLayout::new(loopr_home, &root);
+    let database = layout.database();
     let (mut records, usage) = if database.exists() {
         let db = LoopDb::open(&database)?;
         let records = db.list_as_seen(|owner| !host_is_alive(loopr_home, owner))?;
@@ -625,7 +636,16 @@ pub fn print_status(
         (Vec::new(), HashMap::new())
     };
     records.reverse();
-    write_table(&mut std::io::stdout().lock(), &records, &usage, prices)?;
+    let coverage = crate::agent::coverage_by_loop(&layout, &records);
+    write_table(
+        &mut std::io::stdout().lock(),
+        &records,
+        &Spent {
+            usage: &usage,
+            prices,
+        },
+        &coverage,
+    )?;
     let interrupted = records
         .iter()
         .filter(|record| record.status == LoopStatus::Interrupted)
@@ -666,15 +686,24 @@ pub fn print_transcript(loopr_home: &Path, root: &Path, id: &str) -> anyhow::Res
     Ok(())
 }
 
+/// What each loop spent, and the prices to cost it with (else those it started with).
+struct Spent<'a> {
+    usage: &'a HashMap<LoopId, Vec<ModelUsage>>,
+    prices: Option<&'a PriceTable>,
+}
+
 /// The summary table: one row per loop, with its tokens and their estimated cost, priced by
-/// `prices` or, without, by the prices the loop started with (its `--settings`). Each column
-/// is as wide as its widest cell, so the rows line up under the heads.
+/// `spent.prices` or, without, by the prices the loop started with (its `--settings`), and
+/// last its error and what it shows of verification (a spec's requirements verified, a
+/// phase's latest verification). Each column is as wide as its widest cell, so the rows line
+/// up under the heads.
 fn write_table(
     out: &mut impl Write,
     records: &[LoopRecord],
-    usage: &HashMap<LoopId, Vec<ModelUsage>>,
-    prices: Option<&PriceTable>,
+    spent: &Spent<'_>,
+    coverage: &HashMap<LoopId, LoopCoverage>,
 ) -> anyhow::Result<()> {
+    let Spent { usage, prices } = *spent;
     const HEADS: [&str; 9] = [
         "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT", "COST",
     ];
@@ -702,7 +731,14 @@ fn write_table(
             tokens_cell(record.tokens_out, estimated),
             cost_cell(&cost),
         ];
-        let error = record.error.as_deref().map(hinted).unwrap_or_default();
+        let error = [
+            record.error.as_deref().map(hinted),
+            coverage.get(&record.id).map(LoopCoverage::describe),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<String>>()
+        .join(" · ");
         rows.push((
             cells.map(|cell| crate::terminal_text::for_terminal(&cell).into_owned()),
             error,
@@ -728,7 +764,7 @@ fn write_table(
         }
         format!("{line}  {error}")
     };
-    writeln!(out, "{}", line(&HEADS, "ERROR").trim_end())?;
+    writeln!(out, "{}", line(&HEADS, "ERROR/VERIFICATION").trim_end())?;
     for (cells, error) in &rows {
         let cells: Vec<&str> = cells.iter().map(String::as_str).collect();
         let row = line(&cells, &crate::terminal_text::for_terminal(error));

@@ -2191,3 +2191,73 @@ async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
         "{stderr}"
     );
 }
+
+/// `loopr status` shows a spec's requirements verified and a phase's latest verification
+/// after its error column: here one phase's stored verification passed (R1 of the one-spec
+/// plan), so the spec reads `requirements 1/1 verified`, that phase `verified` and the
+/// others `not verified yet`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_requirements_verified_and_each_phases_verification() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    let planned = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "Add a --version flag",
+            "--approve-all",
+            "--settings",
+            r#"{"plan_review_passes": 0, "spec_review": false}"#,
+        ],
+    )
+    .await;
+    assert!(planned.status.success(), "{planned:?}");
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout).into_owned();
+    let id_of = |name: &str| -> String {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().nth(2) == Some(name))
+            .and_then(|line| line.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
+            .to_owned()
+    };
+    let layout = loopr::store::ProjectLayout::new(&dirs.loopr_home, &dirs.project);
+    let phase = loopr::store::LoopId::parse(&id_of("print-version")).expect("an id");
+    let report = loopr::artifacts::VerificationReport {
+        verdict: loopr::artifacts::VerificationVerdict::Pass,
+        summary: "R1 holds".to_owned(),
+        findings: vec![],
+    };
+    let verification = loopr::artifacts::StoredVerification {
+        scope: loopr::artifacts::VerificationScope::Phase("print-version".to_owned()),
+        at: "2026-11-26T10:00:00Z".to_owned(),
+        requirements: vec!["R1".to_owned()],
+        round: 1,
+        block_on: loopr::artifacts::Severity::Critical,
+        blocking: false,
+        report,
+    };
+    std::fs::write(
+        layout.verification(&phase),
+        serde_json::to_vec(&verification).expect("json"),
+    )
+    .expect("verification.json");
+
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout).into_owned();
+    let row = |name: &str| -> &str {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
+    };
+    assert!(
+        row("version-flag").ends_with("  requirements 1/1 verified"),
+        "{table}"
+    );
+    assert!(row("print-version").ends_with("  verified"), "{table}");
+    assert!(row("exit-code").ends_with("  not verified yet"), "{table}");
+}

@@ -289,6 +289,19 @@ KEYS = {
     end),
   },
   {
+    lhs = 'c',
+    hint = 'coverage',
+    desc = "Loopr: this spec's (a phase's spec's) requirements not yet verified in the quickfix list (:LooprRequirements)",
+    loop = function(r)
+      if r.type == 'plan' then
+        local message = 'Loopr: %s is no spec; c acts on the spec (or a phase of it) under the cursor'
+        require('loopr.notify').notify(message:format(label(r)), vim.log.levels.WARN)
+        return
+      end
+      require('loopr').requirements(nil, r.id)
+    end,
+  },
+  {
     lhs = 't',
     hint = 'transcript',
     desc = "Loopr: follow this loop's transcript (:LooprTranscript)",

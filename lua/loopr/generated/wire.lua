@@ -20,6 +20,14 @@
 ---@class loopr.ChangesReply `:LooprChanges` data: one LSP `Location` per changed hunk.
 ---@field items loopr.ChangeItem[]
 ---@field loop_id string
+---@class loopr.Coverage What a status row shows of verification.
+---@field critical integer A phase's findings by severity.
+---@field major integer
+---@field minor integer
+---@field state? string A phase's latest verification: `not_verified`, `verified` or `blocking`.
+---@field text string A spec's: `requirements 5/6 verified`; a phase's: `not verified yet`, `verified`, `2 findings (1 critical, 1 minor), blocking`.
+---@field total? integer
+---@field verified? integer A spec's requirements verified, and how many it has.
 ---@class loopr.Limits `:checkhealth loopr`: the server's window and the limits fitted to it.
 ---@field context_budget integer
 ---@field context_budget_set boolean
@@ -37,6 +45,7 @@
 ---@field artifact_path? string
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
 ---@field cancellable boolean A cancel ends it (`LoopStatus::is_cancellable`).
+---@field coverage? loopr.Coverage A spec's requirements verified, a current phase's latest verification.
 ---@field created_at string
 ---@field depends_on string[]
 ---@field error? string The loop's error text as stored, an undone loop's note included.
@@ -75,6 +84,18 @@
 ---@class loopr.RefusedRules
 ---@field path string
 ---@field reason string
+---@class loopr.RequirementItem One requirement not yet verified.
+---@field id string `R2`.
+---@field lnum integer Its line in spec.md, from 1.
+---@field text string
+---@field why string Why it is not verified: `not verified yet`, `finding: <message>`, ...
+---@class loopr.RequirementsReply A spec's requirements not yet verified, each at its line in spec.md.
+---@field items loopr.RequirementItem[]
+---@field loop_id string
+---@field path string Its spec.md.
+---@field spec string The spec's name.
+---@field total integer
+---@field verified integer
 ---@class loopr.ResumeReply What opening a project for `resume` found.
 ---@field active integer Loops not finished (pending, running, awaiting approval, paused).
 ---@field resuming integer Loops that run or will.
