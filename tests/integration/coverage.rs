@@ -166,7 +166,7 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
             "local list = vim.fn.getqflist({ title = 0, items = 0 })
              local entries = {}
              for index, item in ipairs(list.items) do
-               vim.cmd.cc(index)
+               vim.cmd('cc ' .. index)
                table.insert(entries, {
                  file = vim.api.nvim_buf_get_name(0),
                  text = item.text,
