@@ -229,6 +229,13 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
              vim.fn.setqflist({}, 'f')",
         )
         .await;
+    let hints: Vec<String> = editor
+        .lua("local status = require('loopr.status') return { status.hint(100), status.hint(120) }")
+        .await;
+    assert!(
+        !hints[0].contains("c coverage") && hints[1].contains("c coverage"),
+        "c shows in the winbar where every other key fits too: {hints:?}"
+    );
     editor.type_keys("c").await;
     let current: Value = editor
         .lua("return vim.fn.getqflist({ title = 0, size = 0 })")
