@@ -35,9 +35,11 @@ mod tasks;
 mod transcript;
 mod tree_ready;
 mod turn;
+mod verification;
+mod verification_text;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
-pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};
+pub use baseline::{Baseline, ChangeStatus, ChangedHunk, FileDiff, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use coverage::{LoopCoverage, RequirementPlace, RequirementsLeft, coverage_by_loop};
 pub use events::{EventSink, LoopEvent, NoticeLevel};
@@ -55,3 +57,5 @@ pub use settings::{LevelModels, LoopSettings, MODEL_LEVELS, settings_schema};
 pub use tasks::{PhaseSelector, PhaseTasks, TaskList, TaskPlace};
 pub use transcript::{TranscriptHub, TranscriptText, stored_transcript};
 pub use tree_ready::TreeReady;
+pub use verification::first_request_tokens;
+pub use verification_text::{finding_text, findings_counted};

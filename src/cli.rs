@@ -30,7 +30,7 @@ use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_i
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use table::{Spent, write_table};
 use tokio_util::sync::CancellationToken;
-use words::{clause, hinted, with_next_step};
+use words::{clause, hinted, verification_lines, with_next_step};
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
 /// model reads (and the loop reports).
@@ -477,6 +477,11 @@ impl Reporter {
                 self.labels.insert(loop_id.to_string(), label.clone());
                 say!("loopr: {label}: {message}");
             }
+            LoopEvent::VerificationFinished {
+                label,
+                verification,
+                ..
+            } => say!("{}", verification_lines(label, verification)),
             // The warning as the tree paused said it, with the same next step.
             LoopEvent::TreeReady {
                 ready: TreeReady::AtBudget { .. },
