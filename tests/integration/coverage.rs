@@ -2,23 +2,22 @@
 //! verified and per phase its latest verification; `:LooprRequirements` (and `c` on a spec
 //! row) lists the requirements not yet verified, each at its anchor's line in spec.md.
 //!
-//! The verifications are stored state here: `verification.json` written beside each phase's
-//! artifact through the public `StoredVerification` type, as the verification pass stores it.
+//! The verifications come from the verification pass: code loops whose validation passes
+//! are verified by the (fake) model, one passing, one with a critical finding.
 
 use serde_json::{Value, json};
 
 use crate::fake_llm::FakeLlm;
 use crate::scenario::{
-    ONE_SPEC_PHASES, one_spec_plan, phase_input, phase_loop_id, phase_route, plan_and_approve,
-    plan_route, spec_input, spec_route, start_editor, tool_turn, wait_all_complete,
+    ONE_SPEC_PHASES, code_route, commit_everything, complete_phase_turn, one_spec_plan,
+    phase_input, phase_route, plan_and_approve, plan_route, run_code_loop, spec_input, spec_route,
+    start_editor, tool_turn, wait_all_complete,
 };
-use loopr::artifacts::{
-    Finding, Severity, StoredVerification, VerificationReport, VerificationScope,
-    VerificationVerdict,
-};
-use loopr::store::{LoopId, ProjectLayout};
 
-const NO_REVIEWS: &str = "{ plan_review_passes = 0, spec_review = false }";
+/// Changes approved, phases verified, one round each: a blocking verification fails the
+/// code loop at once.
+const SETUP: &str = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' },
+    verify = { enabled = true, max_rounds = 1 } }";
 
 /// The requirement each phase of `ONE_SPEC_PHASES` covers, with its text.
 const REQUIREMENTS: [(&str, &str); 3] = [
@@ -49,39 +48,26 @@ fn spec_of_three() -> Value {
     spec
 }
 
-/// Phase `phase`'s tasks, the first citing requirement `id`.
+/// Phase `phase`'s tasks, the first citing requirement `id`; its validation passes.
 fn phase_citing(phase: &str, id: &str) -> Value {
     let mut input = phase_input(phase);
     input["tasks"][0]["requirements"] = json!([id]);
+    input["validation_command"] = json!("true");
     input
 }
 
-/// A verification of phase `phase` that checked requirement `id`, as the pass stores it.
-fn verification(phase: &str, id: &str, findings: Vec<Finding>) -> StoredVerification {
-    let report = VerificationReport {
-        verdict: VerificationVerdict::Pass,
-        summary: format!("{phase} checked against {id}"),
-        findings,
-    };
-    StoredVerification {
-        scope: VerificationScope::Phase(phase.to_owned()),
-        at: "2026-11-26T10:00:00Z".to_owned(),
-        requirements: vec![id.to_owned()],
-        round: 1,
-        block_on: Severity::Critical,
-        blocking: report.blocks(Severity::Critical),
-        report,
-    }
+/// Where the verifier of phase `phase` is asked.
+fn verify_route(phase: &str) -> String {
+    format!("Verify phase `{phase}` against its requirements.")
 }
 
-fn store(layout: &ProjectLayout, phase_loop: &str, verification: &StoredVerification) {
-    let id = LoopId::parse(phase_loop).expect("a loop id");
-    let path = layout.verification(&id);
-    std::fs::write(
-        &path,
-        serde_json::to_vec_pretty(verification).expect("json"),
+/// The verifier's answer: `verdict` and `findings`.
+fn report_turn(verdict: &str, findings: Value) -> crate::fake_llm::Reply {
+    tool_turn(
+        "verified",
+        "report_verification",
+        json!({"verdict": verdict, "summary": "Checked the change against its requirements.", "findings": findings}),
     )
-    .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,33 +87,39 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
             tool_turn(phase, "create_phase", phase_citing(phase, id)),
         );
     }
-    let mut editor = start_editor(&fake, NO_REVIEWS).await;
+    let mut editor = start_editor(&fake, SETUP).await;
+    commit_everything(&editor.dirs.project);
     plan_and_approve(&mut editor).await;
-    let records = wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    wait_all_complete(&mut editor, 1 + 1 + 3).await;
 
-    // print-version passed verification; document-flag's found R2 unmet; exit-code was
-    // never verified.
-    let layout = ProjectLayout::new(&editor.dirs.loopr_home, &editor.dirs.project);
-    let phase_id = |phase: &str| phase_loop_id(&records, None, "version-flag", phase);
-    store(
-        &layout,
-        &phase_id("print-version"),
-        &verification("print-version", "R1", vec![]),
+    // print-version's code loop is verified and passes; document-flag's verification finds
+    // R2 unmet (critical), which fails its code loop; exit-code never runs.
+    fake.push_routed(&code_route("print-version"), complete_phase_turn("printed"));
+    fake.push_routed(
+        &verify_route("print-version"),
+        report_turn("pass", json!([])),
     );
-    let unmet = Finding {
-        severity: Severity::Critical,
-        requirement: Some("R2".to_owned()),
-        file: "src/main.rs".to_owned(),
-        line: 1,
-        end_line: None,
-        message: "--help does not list --version".to_owned(),
-        fix: None,
-    };
-    store(
-        &layout,
-        &phase_id("document-flag"),
-        &verification("document-flag", "R2", vec![unmet]),
+    fake.push_routed(
+        &code_route("document-flag"),
+        complete_phase_turn("documented"),
     );
+    fake.push_routed(
+        &verify_route("document-flag"),
+        report_turn(
+            "fail",
+            json!([{
+                "severity": "critical",
+                "requirement": "R2",
+                "file": "src/main.rs",
+                "line": 1,
+                "message": "--help does not list --version"
+            }]),
+        ),
+    );
+    let code = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code, "complete").await;
+    let code = run_code_loop(&mut editor, "document-flag").await;
+    editor.wait_status(&code, "failed").await;
 
     // :LooprStatus: the spec's count and each phase's state, in the NOTE column.
     editor.command("LooprStatus").await;
