@@ -2204,14 +2204,15 @@ async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
 }
 
 /// `loopr status` shows a spec's requirements verified and a phase's latest verification
-/// after its error column: here one phase's stored verification passed (R1 of the one-spec
-/// plan), so the spec reads `requirements 1/1 verified`, that phase `verified` and the
-/// others `not verified yet`.
+/// after its error column: here `loopr run` verified one phase (R1 of the one-spec plan) and
+/// the verifier passed it, so the spec reads `requirements 1/1 verified`, that phase
+/// `verified` and the others `not verified yet`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_requirements_verified_and_each_phases_verification() {
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
-    scenario::push_one_spec_hierarchy(&fake, |_| None, tool_turn);
+    scenario::commit_everything(&dirs.project);
+    scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
     let planned = run_loopr(
         &dirs,
         &fake,
@@ -2225,44 +2226,30 @@ async fn status_shows_the_requirements_verified_and_each_phases_verification() {
     )
     .await;
     assert!(planned.status.success(), "{planned:?}");
-    let status = run_loopr(&dirs, &fake, &["status"]).await;
-    let table = String::from_utf8_lossy(&status.stdout).into_owned();
-    let id_of = |name: &str| -> String {
-        table
-            .lines()
-            .find(|line| line.split_whitespace().nth(2) == Some(name))
-            .and_then(|line| line.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
-            .to_owned()
-    };
-    let layout = loopr::store::ProjectLayout::new(&dirs.loopr_home, &dirs.project);
-    let phase = loopr::store::LoopId::parse(&id_of("print-version")).expect("an id");
-    let report = loopr::artifacts::VerificationReport {
-        verdict: loopr::artifacts::VerificationVerdict::Pass,
-        summary: "R1 holds".to_owned(),
-        findings: vec![],
-    };
-    let verification = loopr::artifacts::StoredVerification {
-        scope: loopr::artifacts::VerificationScope::Phase("print-version".to_owned()),
-        at: "2026-11-26T10:00:00Z".to_owned(),
-        requirements: vec!["R1".to_owned()],
-        round: 1,
-        block_on: loopr::artifacts::Severity::Critical,
-        blocking: false,
-        report,
-    };
-    std::fs::write(
-        layout.verification(&phase),
-        serde_json::to_vec(&verification).expect("json"),
-    )
-    .expect("verification.json");
+    fake.push_routed(
+        &scenario::code_route("print-version"),
+        scenario::complete_phase_turn("prints it"),
+    );
+    fake.push_routed(
+        "Verify phase `print-version` against its requirements.",
+        tool_turn(
+            "verified",
+            "report_verification",
+            json!({"verdict": "pass", "summary": "R1 holds.", "findings": []}),
+        ),
+    );
+    let run = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    assert!(run.status.success(), "{run:?}");
 
     let status = run_loopr(&dirs, &fake, &["status"]).await;
     let table = String::from_utf8_lossy(&status.stdout).into_owned();
     let row = |name: &str| -> &str {
         table
             .lines()
-            .find(|line| line.split_whitespace().nth(2) == Some(name))
+            .find(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                words.get(1) != Some(&"code") && words.get(2) == Some(&name)
+            })
             .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
     };
     assert!(
