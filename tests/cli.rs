@@ -2212,20 +2212,7 @@ async fn status_shows_the_requirements_verified_and_each_phases_verification() {
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::commit_everything(&dirs.project);
-    scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
-    let planned = run_loopr(
-        &dirs,
-        &fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--approve-all",
-            "--settings",
-            r#"{"plan_review_passes": 0, "spec_review": false}"#,
-        ],
-    )
-    .await;
-    assert!(planned.status.success(), "{planned:?}");
+    scenario::plan_code_project(&fake, &dirs, "true").await;
     fake.push_routed(
         &scenario::code_route("print-version"),
         scenario::complete_phase_turn("prints it"),

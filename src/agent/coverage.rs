@@ -187,28 +187,23 @@ impl<'a> SpecVerifications<'a> {
 }
 
 fn stored_spec(layout: &ProjectLayout, record: &LoopRecord) -> Option<SpecArtifact> {
-    let path = layout
-        .artifacts_dir(&record.id, record.iteration)
-        .join("spec.json");
-    let bytes = std::fs::read(&path).ok()?;
-    match serde_json::from_slice(&bytes) {
-        Ok(spec) => Some(spec),
-        Err(err) => {
-            tracing::warn!("{} does not read as a spec: {err}", path.display());
-            None
-        }
-    }
+    let artifacts = layout.artifacts_dir(&record.id, record.iteration);
+    read_stored(&artifacts.join("spec.json"), "a spec")
 }
 
-/// The latest verification stored beside loop `id`'s artifact, if any; one that does not
-/// read is logged and counts as none.
+/// The latest verification stored beside loop `id`'s artifact, if any.
 fn latest_verification(layout: &ProjectLayout, id: &LoopId) -> Option<StoredVerification> {
-    let path = layout.verification(id);
-    let bytes = std::fs::read(&path).ok()?;
+    read_stored(&layout.verification(id), "a verification")
+}
+
+/// The JSON file at `path`, if there is one; one that does not read as `what` is logged and
+/// counts as none, so one damaged file leaves the rest of the status whole.
+fn read_stored<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> Option<T> {
+    let bytes = std::fs::read(path).ok()?;
     match serde_json::from_slice(&bytes) {
-        Ok(verification) => Some(verification),
+        Ok(value) => Some(value),
         Err(err) => {
-            tracing::warn!("{} does not read as a verification: {err}", path.display());
+            tracing::warn!("{} does not read as {what}: {err}", path.display());
             None
         }
     }

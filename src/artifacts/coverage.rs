@@ -360,14 +360,11 @@ mod tests {
 
     #[test]
     fn the_newest_verification_that_checked_a_requirement_wins() {
-        let old_pass = verification(
-            phase("parse"),
-            "2026-11-26T09:00:00Z",
-            &["R1"],
-            PASS,
-            vec![],
-        );
-        // Later by its time, though it sorts first as text.
+        let passed_at = |at: &str| verification(phase("parse"), at, &["R1"], PASS, vec![]);
+        let verified_with = |verifications: &[&StoredVerification]| {
+            spec_coverage(&spec(&["R1"]), verifications).verified()
+        };
+        // Later by its time than 09:00:00Z, though it sorts first as text.
         let new_block = verification(
             VerificationScope::Spec("cli".to_owned()),
             "2026-11-26T09:00:00.5Z",
@@ -375,27 +372,19 @@ mod tests {
             PASS,
             vec![finding(Severity::Critical, "R1", "broken since")],
         );
-        let coverage = spec_coverage(&spec(&["R1"]), &[&new_block, &old_pass]);
-        assert_eq!(coverage.verified(), 0);
+        assert_eq!(
+            verified_with(&[&new_block, &passed_at("2026-11-26T09:00:00Z")]),
+            0
+        );
         // 08:30 UTC: older, though later as text.
-        let older_pass = verification(
-            phase("parse"),
-            "2026-11-26T09:30:00+01:00",
-            &["R1"],
-            PASS,
-            vec![],
+        assert_eq!(
+            verified_with(&[&new_block, &passed_at("2026-11-26T09:30:00+01:00")]),
+            0
         );
-        let coverage = spec_coverage(&spec(&["R1"]), &[&new_block, &older_pass]);
-        assert_eq!(coverage.verified(), 0);
-        let newest_pass = verification(
-            phase("parse"),
-            "2026-11-26T09:00:01Z",
-            &["R1"],
-            PASS,
-            vec![],
+        assert_eq!(
+            verified_with(&[&passed_at("2026-11-26T09:00:01Z"), &new_block]),
+            1
         );
-        let coverage = spec_coverage(&spec(&["R1"]), &[&new_block, &newest_pass]);
-        assert_eq!(coverage.verified(), 1);
     }
 
     #[test]
