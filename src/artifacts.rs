@@ -3,6 +3,7 @@
 //! truth; the markdown is rendered from it and never parsed back. Pure: no I/O (file checks go
 //! through a probe the caller supplies).
 
+mod coverage;
 mod phase;
 mod plan;
 mod references;
@@ -14,6 +15,9 @@ mod spec;
 mod validation;
 mod verification;
 
+pub use coverage::{
+    FindingCounts, PhaseVerification, RequirementCoverage, SpecCoverage, Unverified, spec_coverage,
+};
 pub use phase::{CREATE_PHASE, FileState, create_phase_spec, validate_phase};
 pub use plan::{CREATE_PLAN, create_plan_spec, linked_plan_document, validate_plan};
 pub use references::{

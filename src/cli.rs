@@ -10,6 +10,7 @@ macro_rules! say {
     };
 }
 
+mod table;
 mod words;
 
 use std::collections::{HashMap, HashSet};
@@ -24,11 +25,12 @@ use crate::agent::{
     LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, TreeReady,
 };
 use crate::mcp::McpSettings;
-use crate::pricing::{Cost, ModelUsage, PriceTable};
+use crate::pricing::PriceTable;
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
+use table::{Spent, write_table};
 use tokio_util::sync::CancellationToken;
-use words::{clause, hinted, with_next_step};
+use words::{clause, hinted, verification_lines, with_next_step};
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
 /// model reads (and the loop reports).
@@ -325,7 +327,16 @@ pub async fn cancel(
 
 fn summarize(manager: &LoopManager, root: &Path, records: &[LoopRecord]) -> anyhow::Result<bool> {
     let usage = manager.usage_by_loop(root)?;
-    write_table(&mut std::io::stdout().lock(), records, &usage, None)?;
+    let coverage = manager.coverage(root)?;
+    write_table(
+        &mut std::io::stdout().lock(),
+        records,
+        &Spent {
+            usage: &usage,
+            prices: None,
+        },
+        &coverage,
+    )?;
     Ok(records
         .iter()
         .all(|record| record.status == LoopStatus::Complete))
@@ -466,6 +477,11 @@ impl Reporter {
                 self.labels.insert(loop_id.to_string(), label.clone());
                 say!("loopr: {label}: {message}");
             }
+            LoopEvent::VerificationFinished {
+                label,
+                verification,
+                ..
+            } => say!("{}", verification_lines(label, verification)),
             // The warning as the tree paused said it, with the same next step.
             LoopEvent::TreeReady {
                 ready: TreeReady::AtBudget { .. },
@@ -629,7 +645,8 @@ pub fn print_status(
     let root = root
         .canonicalize()
         .with_context(|| format!("project root {}", root.display()))?;
-    let database = ProjectLayout::new(loopr_home, &root).database();
+    let layout = ProjectLayout::new(loopr_home, &root);
+    let database = layout.database();
     let (mut records, usage) = if database.exists() {
         let db = LoopDb::open(&database)?;
         let records = db.list_as_seen(|owner| !host_is_alive(loopr_home, owner))?;
@@ -638,7 +655,16 @@ pub fn print_status(
         (Vec::new(), HashMap::new())
     };
     records.reverse();
-    write_table(&mut std::io::stdout().lock(), &records, &usage, prices)?;
+    let coverage = crate::agent::coverage_by_loop(&layout, &records);
+    write_table(
+        &mut std::io::stdout().lock(),
+        &records,
+        &Spent {
+            usage: &usage,
+            prices,
+        },
+        &coverage,
+    )?;
     let interrupted = records
         .iter()
         .filter(|record| record.status == LoopStatus::Interrupted)
@@ -677,116 +703,4 @@ pub fn print_transcript(loopr_home: &Path, root: &Path, id: &str) -> anyhow::Res
         .lock()
         .write_all(crate::terminal_text::for_terminal(&text).as_bytes())?;
     Ok(())
-}
-
-/// The summary table: one row per loop, with its tokens and their estimated cost, priced by
-/// `prices` or, without, by the prices the loop started with (its `--settings`). Each column
-/// is as wide as its widest cell, so the rows line up under the heads.
-fn write_table(
-    out: &mut impl Write,
-    records: &[LoopRecord],
-    usage: &HashMap<LoopId, Vec<ModelUsage>>,
-    prices: Option<&PriceTable>,
-) -> anyhow::Result<()> {
-    const HEADS: [&str; 9] = [
-        "ID", "TYPE", "NAME", "STATUS", "ITER", "REVIEW", "IN", "OUT", "COST",
-    ];
-    // Counts and money read best aligned right.
-    const RIGHT_FROM: usize = 4;
-    let mut rows: Vec<([String; 9], String)> = Vec::with_capacity(records.len());
-    for record in records {
-        let spent = usage.get(&record.id).map_or(&[][..], Vec::as_slice);
-        let cost = match prices {
-            Some(prices) => prices.cost(spent),
-            None => LoopSettings::from_stored(&record.settings)
-                .price_table()
-                .cost(spent),
-        };
-        // Estimated when the server reported no usage for some turn.
-        let estimated = spent.iter().any(|entry| entry.usage.estimated);
-        let cells = [
-            record.id.as_str().to_owned(),
-            record.loop_type.as_str().to_owned(),
-            name_cell(record),
-            crate::store::shown_status(record.status, record.error.as_deref()).to_owned(),
-            record.iteration.to_string(),
-            record.review_passes.to_string(),
-            tokens_cell(record.tokens_in, estimated),
-            tokens_cell(record.tokens_out, estimated),
-            cost_cell(&cost),
-        ];
-        let error = record.error.as_deref().map(hinted).unwrap_or_default();
-        rows.push((
-            cells.map(|cell| crate::terminal_text::for_terminal(&cell).into_owned()),
-            error,
-        ));
-    }
-    let mut widths = HEADS.map(str::len);
-    for (cells, _) in &rows {
-        for (width, cell) in widths.iter_mut().zip(cells) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[&str], error: &str| -> String {
-        let mut line = String::new();
-        for (column, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            if column > 0 {
-                line.push(' ');
-            }
-            if column >= RIGHT_FROM {
-                line.push_str(&format!("{cell:>width$}"));
-            } else {
-                line.push_str(&format!("{cell:<width$}"));
-            }
-        }
-        format!("{line}  {error}")
-    };
-    writeln!(out, "{}", line(&HEADS, "ERROR").trim_end())?;
-    for (cells, error) in &rows {
-        let cells: Vec<&str> = cells.iter().map(String::as_str).collect();
-        let row = line(&cells, &crate::terminal_text::for_terminal(error));
-        writeln!(out, "{row}")?;
-    }
-    Ok(())
-}
-
-/// A loop's name; a plan, which has none, by the name a command takes for it (its task's
-/// first words joined by `_`, |loopr-loop-names|): scripts split the table at whitespace,
-/// and a hyphen would make it read like the name of one of its specs or phases.
-fn name_cell(record: &LoopRecord) -> String {
-    match &record.name {
-        Some(name) => name.clone(),
-        None => Some(crate::agent::plan_name(&record.task))
-            .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| "-".to_owned()),
-    }
-}
-
-/// A token count, `~1.2k` when Loopr estimated (some of) it.
-fn tokens_cell(count: u64, estimated: bool) -> String {
-    if estimated {
-        crate::agent::approximate_tokens(count)
-    } else {
-        count.to_string()
-    }
-}
-
-/// An estimate as `:LooprStatus` shows it: `?` when no model is priced, `+?` after an
-/// estimate that leaves some model out.
-fn cost_cell(cost: &Cost) -> String {
-    let Some(usd) = cost.known_usd() else {
-        return "?".to_owned();
-    };
-    let dollars = if usd < 0.1 {
-        format!("${usd:.4}")
-    } else if usd < 10.0 {
-        format!("${usd:.3}")
-    } else {
-        format!("${usd:.2}")
-    };
-    if cost.unpriced.is_empty() {
-        dollars
-    } else {
-        format!("{dollars}+?")
-    }
 }

@@ -2130,7 +2130,18 @@ async fn progress_lines_name_the_loop_and_the_call_in_plain_english() {
             .reply(),
     );
     fake.push_routed(&route, scenario::complete_phase_turn("says bye"));
-    let output = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "run",
+            "print-version",
+            "--yes",
+            "--settings",
+            r#"{"verify": false}"#,
+        ],
+    )
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(
@@ -2190,4 +2201,48 @@ async fn a_review_pass_names_its_turns_and_the_end_says_what_is_ready() {
         ),
         "{stderr}"
     );
+}
+
+/// `loopr status` shows a spec's requirements verified and a phase's latest verification
+/// after its error column: here `loopr run` verified one phase (R1 of the one-spec plan) and
+/// the verifier passed it, so the spec reads `requirements 1/1 verified`, that phase
+/// `verified` and the others `not verified yet`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_requirements_verified_and_each_phases_verification() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::commit_everything(&dirs.project);
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    fake.push_routed(
+        &scenario::code_route("print-version"),
+        scenario::complete_phase_turn("prints it"),
+    );
+    fake.push_routed(
+        "Verify phase `print-version` against its requirements.",
+        tool_turn(
+            "verified",
+            "report_verification",
+            json!({"verdict": "pass", "summary": "R1 holds.", "findings": []}),
+        ),
+    );
+    let run = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    assert!(run.status.success(), "{run:?}");
+
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout).into_owned();
+    let row = |name: &str| -> &str {
+        table
+            .lines()
+            .find(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                words.get(1) != Some(&"code") && words.get(2) == Some(&name)
+            })
+            .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
+    };
+    assert!(
+        row("version-flag").ends_with("  requirements 1/1 verified"),
+        "{table}"
+    );
+    assert!(row("print-version").ends_with("  verified"), "{table}");
+    assert!(row("exit-code").ends_with("  not verified yet"), "{table}");
 }

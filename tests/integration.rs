@@ -15,6 +15,7 @@ mod integration {
     mod commands;
     mod contract;
     mod cost;
+    mod coverage;
     mod editor;
     mod failures;
     mod hierarchy;

@@ -30,6 +30,7 @@ end
 ---@alias loopr.Completion
 ---| "loops" # the ids of every loop of the project
 ---| "phases" # the names of the current phases
+---| "specs" # the names of the current specs
 ---| "run" # the names of the phases that may run
 ---| loopr.Purpose # the ids of the loops the host says that action takes
 
@@ -93,6 +94,13 @@ return {
     desc = "Loopr: quickfix list of phase tasks (default: this phase, else the current plan's)",
     complete = 'phases',
     run = with_argument('tasks'),
+  },
+  {
+    name = 'LooprRequirements',
+    nargs = '?',
+    desc = "Loopr: quickfix list of a spec's requirements not yet verified (default: this spec, else the newest)",
+    complete = 'specs',
+    run = with_argument('requirements'),
   },
   {
     name = 'LooprRun',

@@ -388,6 +388,16 @@ function M.tasks(phase)
   return require('loopr.tasks').open(trimmed(phase), config.root())
 end
 
+---Put the requirements of a spec not yet verified in a quickfix list (|:LooprRequirements|),
+---each at its line in spec.md: of spec `spec` (a name), else of the current buffer's spec (a
+---spec.md, or the spec of a phase.md), else of the newest spec.
+---@param spec string|nil
+---@param loop_id? string A loop whose spec is meant (a spec, its phase or code loop).
+---@return integer|nil qf_id The quickfix list's id, nil on error (notified).
+function M.requirements(spec, loop_id)
+  return require('loopr.requirements').open(trimmed(spec), config.root(), loop_id)
+end
+
 ---Implement a phase with a code loop (|:LooprRun|): phase `phase` (a name or a phase loop
 ---id), else the phase whose `phase.md` is in the current buffer. Changes wait for approval
 ---per the `approvals` option.
@@ -594,7 +604,7 @@ end
 
 ---What <Tab> offers for a command's argument (`complete` of its row in
 ---lua/loopr/commands.lua), starting with `arglead`: the host's names of the current phases
----("phases") or of the phases that may run ("run"), each the shortest that picks its phase
+---("phases") or specs ("specs") or of the phases that may run ("run"), each the shortest that picks its phase
 ---(|loopr-phase-names|); else the ids of every loop ("loops") or of the loops an action takes
 ---(a purpose), which take loop names too.
 ---@param what loopr.Completion
@@ -605,6 +615,8 @@ function M.complete(what, arglead)
   local names
   if what == 'phases' then
     names = host.request('phase_names', { root = config.root() })
+  elseif what == 'specs' then
+    names = host.request('spec_names', { root = config.root() })
   elseif what == 'run' then
     names = host.request('loop_names', { root = config.root(), purpose = 'run' })
   else

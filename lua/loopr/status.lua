@@ -235,6 +235,8 @@ end
 ---@field loop? fun(r: loopr.LoopRecord, root: string, buf: integer) An action on the loop under the cursor.
 ---@field run? fun(buf: integer) An action on the window.
 ---@field more? boolean Shown only when the winbar cannot show every key.
+---@field spare? boolean Shown only where the winbar has room for it after every other key
+---(`g?` lists it always).
 
 ---The status window's keys, once: the winbar's hint is made of them and they are mapped
 ---from them. In the order the hint keeps them when the window is too narrow for all.
@@ -287,6 +289,20 @@ KEYS = {
     loop = on_phase('T', function(phase)
       require('loopr').tasks(phase)
     end),
+  },
+  {
+    lhs = 'c',
+    hint = 'coverage',
+    spare = true,
+    desc = "Loopr: this spec's (a phase's spec's) requirements not yet verified in the quickfix list (:LooprRequirements)",
+    loop = function(r)
+      if r.type == 'plan' then
+        local message = 'Loopr: %s is no spec; c acts on the spec (or a phase of it) under the cursor'
+        require('loopr.notify').notify(message:format(label(r)), vim.log.levels.WARN)
+        return
+      end
+      require('loopr').requirements(nil, r.id)
+    end,
   },
   {
     lhs = 't',
@@ -342,16 +358,23 @@ KEYS = {
 }
 
 ---The keys as the winbar shows them, fitted to `width` display cells: as many as fit, in
----KEYS' order, then `g? all keys` when some did not.
+---KEYS' order, then `g? all keys` when some did not; spare keys only where every other key
+---fits too.
 ---@param width? number Default: no limit.
 ---@return string
 function M.hint(width)
   width = width or math.huge
-  local all, more = {}, {}
+  local all, more, spare = {}, {}, {}
   for _, key in ipairs(KEYS) do
-    table.insert(key.more and more or all, key.lhs .. ' ' .. key.hint)
+    local list = (key.more and more) or (key.spare and spare) or all
+    table.insert(list, key.lhs .. ' ' .. key.hint)
   end
   if vim.fn.strdisplaywidth(table.concat(all, '  ')) <= width then
+    for _, entry in ipairs(spare) do
+      if vim.fn.strdisplaywidth(table.concat(all, '  ') .. '  ' .. entry) <= width then
+        table.insert(all, entry)
+      end
+    end
     return table.concat(all, '  ')
   end
   local fitting = {}

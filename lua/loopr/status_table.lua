@@ -221,7 +221,18 @@ local COLUMNS = {
       return M.text(r.error) ~= '' and M.text(r.error) or M.text(r.waits_for)
     end,
   },
-  { title = 'NOTE', cap = ERROR_WIDTH, cell = field('note') },
+  {
+    title = 'NOTE',
+    cap = ERROR_WIDTH,
+    -- What an undo restored; else, as the host words it, a spec's requirements verified
+    -- (`requirements 5/6 verified`) or a phase's latest verification and its findings.
+    cell = function(r)
+      if M.text(r.note) ~= '' then
+        return M.text(r.note)
+      end
+      return type(r.coverage) == 'table' and M.text(r.coverage.text) or ''
+    end,
+  },
 }
 
 ---How the table fits a window too narrow for it, one step at a time until it fits: the

@@ -3,6 +3,8 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
+mod verifying;
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -20,7 +22,7 @@ use super::progress::describe_tool_call;
 use super::prompts;
 use super::task_progress::{self, MARK_TASKS_DONE};
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
-use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
+use crate::artifacts::{PhaseArtifact, PlanArtifact, render_phase_markdown};
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::McpTools;
@@ -68,6 +70,13 @@ struct CodeRunState {
     /// a revision starts a new allowance.
     #[serde(default = "first_iteration")]
     allowance_from: u32,
+    /// The verification round under way: the validation of `iteration` passed and this
+    /// round verifies it (a host killed meanwhile resumes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verifying: Option<u32>,
+    /// Verification rounds run on the current allowance of `verify.max_rounds`.
+    #[serde(default)]
+    verify_rounds: u32,
 }
 
 fn first_iteration() -> u32 {
@@ -123,9 +132,16 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         take_feedback(context, &mut conversation, &mut state, feedback).await?;
     } else if state.passed {
         return Ok(state.iteration);
+    } else if state.verifying.is_some() {
+        // Killed while it verified: the round goes on.
+        match verifying::verify(context, &mut conversation, &mut state, &phase).await? {
+            verifying::Settled::Complete => return Ok(state.iteration),
+            verifying::Settled::Again => conversation.commit_later(&state)?,
+        }
     } else if state.iteration > state.last_allowed_iteration(max_iterations) {
         // It gave up before and the user asked for another go.
         state.allowance_from = state.iteration;
+        state.verify_rounds = 0;
     }
     let model = context
         .settings
@@ -181,9 +197,16 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         }
         let (validated, passed) = (calls.validated, calls.passed);
         if passed {
-            state.passed = true;
-            conversation.commit(&state).await?;
-            return Ok(state.iteration);
+            match verifying::after_validation(context, &mut conversation, &mut state, &phase)
+                .await?
+            {
+                verifying::Settled::Complete => return Ok(state.iteration),
+                verifying::Settled::Again => {
+                    turns_this_iteration = 0;
+                    conversation.commit_later(&state)?;
+                    continue;
+                }
+            }
         }
         if validated {
             state.iteration += 1;
@@ -408,8 +431,13 @@ async fn validate(
     ));
     let text = if passed {
         format!(
-            "Validation passed: `{command}` ({}). The phase is complete.",
-            output.status
+            "Validation passed: `{command}` ({}). {}",
+            output.status,
+            if context.settings.verify.enabled {
+                "The host now verifies the changes against the phase's requirements."
+            } else {
+                "The phase is complete."
+            }
         )
     } else {
         let refusal = context
@@ -470,6 +498,8 @@ async fn take_feedback(
         .max(context.record.iteration.saturating_add(1));
     state.passed = false;
     state.allowance_from = state.iteration;
+    state.verifying = None;
+    state.verify_rounds = 0;
     conversation.commit(state).await?;
     let id = context.record.id.clone();
     context
@@ -502,6 +532,8 @@ async fn load_or_start(
         iteration: 1,
         passed: false,
         allowance_from: 1,
+        verifying: None,
+        verify_rounds: 0,
     };
     let first = Message::user_text(first_message(context, phase));
     let batches = start_run(context, journal, &first, rules, &state).await?;
@@ -515,10 +547,7 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
         .parent
         .as_ref()
         .and_then(|parent| context.db.get(parent).ok().flatten());
-    let spec = phase_record
-        .as_ref()
-        .and_then(|record| jobs::parent_artifact::<SpecArtifact>(record, &context.layout).ok())
-        .map(|(_, spec)| spec);
+    let spec = verifying::spec_of(context);
     let spec_record = phase_record
         .as_ref()
         .and_then(|record| record.parent.as_ref())

@@ -13,6 +13,10 @@ pub struct RenderedSections {
     pub markdown: String,
     /// The zero-based line of each section's heading, in spec or phase order.
     pub section_lines: Vec<u32>,
+    /// spec.md only: the zero-based line of each requirement, in
+    /// `SpecArtifact::requirements_or_criteria` order (a spec stored before requirements: its
+    /// acceptance criteria, which read as R1..Rn). Empty for plan.md.
+    pub requirement_lines: Vec<u32>,
 }
 
 /// plan.md, rendered from the structured plan with references as code. Rendering is one-way:
@@ -55,6 +59,7 @@ pub fn render_plan(plan: &PlanArtifact, links: &ReferenceLinks) -> RenderedSecti
     RenderedSections {
         markdown: finish(md),
         section_lines,
+        requirement_lines: Vec::new(),
     }
 }
 
@@ -70,7 +75,7 @@ pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSecti
     let _ = writeln!(md, "# Spec: {}\n", one_line(&spec.title));
     let _ = writeln!(md, "**Name:** `{}`\n", spec.name);
     let _ = writeln!(md, "## Overview\n\n{}\n", spec.overview.trim());
-    write_requirements(&mut md, &spec.requirements);
+    let mut requirement_lines = write_requirements(&mut md, &spec.requirements);
     let _ = writeln!(md, "## Phases\n");
     for (index, phase) in spec.phases.iter().enumerate() {
         section_lines.push(line_count(&md));
@@ -98,7 +103,12 @@ pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSecti
     }
     if !spec.acceptance_criteria.is_empty() {
         let _ = writeln!(md, "## Acceptance Criteria\n");
+        // Read as the requirements of a spec stored before requirements existed.
+        let criteria_are_requirements = spec.requirements.is_empty();
         for criterion in &spec.acceptance_criteria {
+            if criteria_are_requirements {
+                requirement_lines.push(line_count(&md));
+            }
             let _ = writeln!(md, "- [ ] {}", one_line(criterion));
         }
         md.push('\n');
@@ -113,6 +123,7 @@ pub fn render_spec(spec: &SpecArtifact, links: &ReferenceLinks) -> RenderedSecti
     RenderedSections {
         markdown: finish(md),
         section_lines,
+        requirement_lines,
     }
 }
 
@@ -240,13 +251,15 @@ fn finish(mut md: String) -> String {
 }
 
 /// The requirements section: each requirement anchored by its id, so spec.md#R1 (from
-/// phase.md or a quickfix list) lands on it.
-fn write_requirements(md: &mut String, requirements: &[Requirement]) {
+/// phase.md or a quickfix list) lands on it. Returns the line of each requirement.
+fn write_requirements(md: &mut String, requirements: &[Requirement]) -> Vec<u32> {
+    let mut lines = Vec::with_capacity(requirements.len());
     if requirements.is_empty() {
-        return;
+        return lines;
     }
     let _ = writeln!(md, "## Requirements\n");
     for requirement in requirements {
+        lines.push(line_count(md));
         let _ = writeln!(
             md,
             "- <a id=\"{id}\"></a>**{id}:** {} *Check:* {}",
@@ -256,6 +269,7 @@ fn write_requirements(md: &mut String, requirements: &[Requirement]) {
         );
     }
     md.push('\n');
+    lines
 }
 
 fn write_references(md: &mut String, references: &[String], links: &ReferenceLinks) {
@@ -544,6 +558,44 @@ mod tests {
         assert_eq!(
             untouched, rendered.markdown,
             "unticking restores the render"
+        );
+    }
+
+    #[test]
+    fn requirement_lines_point_at_the_anchors_or_at_an_old_specs_criteria() {
+        let mut spec = spec();
+        let lines_of = |spec: &SpecArtifact| {
+            let rendered = render_spec(spec, &ReferenceLinks::none());
+            let lines: Vec<String> = rendered.markdown.split('\n').map(str::to_owned).collect();
+            rendered
+                .requirement_lines
+                .iter()
+                .map(|line| lines[*line as usize].clone())
+                .collect::<Vec<String>>()
+        };
+        // Stored before requirements: the acceptance criterion reads as R1.
+        assert_eq!(
+            lines_of(&spec),
+            ["- [ ] `sample --version` prints `sample 0.3.1`"]
+        );
+        spec.requirements = vec![
+            Requirement {
+                id: "R1".to_owned(),
+                text: "WHEN asked\nTHE SYSTEM SHALL print".to_owned(),
+                check: "run it".to_owned(),
+            },
+            Requirement {
+                id: "R2".to_owned(),
+                text: "Exit 0".to_owned(),
+                check: "status".to_owned(),
+            },
+        ];
+        assert_eq!(
+            lines_of(&spec),
+            [
+                "- <a id=\"R1\"></a>**R1:** WHEN asked THE SYSTEM SHALL print *Check:* run it",
+                "- <a id=\"R2\"></a>**R2:** Exit 0 *Check:* status",
+            ]
         );
     }
 }

@@ -10,10 +10,10 @@ use nvim_rs::Value;
 use super::dto::{
     ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
     LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, NoParams,
-    PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, ResumeReply, ReviseParams,
-    RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
-    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, WireParams,
-    to_value,
+    PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, RequirementsParams,
+    RequirementsReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply, RunParams,
+    StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
+    TranscriptReply, UndoParams, UndoReply, WireParams, to_value,
 };
 use super::host_state::HostState;
 use super::words::manager_error;
@@ -267,6 +267,13 @@ request_table! {
                 .tasks(&params.root, &params.selector())
                 .map_err(manager_error)?,
         );
+    /// A spec's requirements not yet verified, each at its line in spec.md.
+    requirements(RequirementsParams) -> RequirementsReply, Blocking, notification: false,
+        sender: Lua => |host, params| host
+            .manager
+            .requirements(&params.root, params.spec.as_deref(), params.loop_id.as_deref())
+            .map(RequirementsReply::from)
+            .map_err(manager_error);
     /// Loop ids for completion, optionally only those a command takes.
     loop_ids(LoopIdsParams) -> Vec<String>, Blocking, notification: false, sender: Lua
         => |host, params| Ok(host
@@ -286,6 +293,9 @@ request_table! {
     /// Phase names and loop ids for completion.
     phase_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
         => |host, params| host.manager.phase_selectors(&params.root).map_err(manager_error);
+    /// Spec names for completion.
+    spec_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
+        => |host, params| host.manager.spec_selectors(&params.root).map_err(manager_error);
     /// Replaces the provider variables (a notification since; see `credentials` below).
     credentials(CredentialsParams) -> (), Blocking, notification: false, sender: OlderPlugin
         => |host, params| {

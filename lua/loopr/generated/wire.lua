@@ -20,6 +20,14 @@
 ---@class loopr.ChangesReply `:LooprChanges` data: one LSP `Location` per changed hunk.
 ---@field items loopr.ChangeItem[]
 ---@field loop_id string
+---@class loopr.Coverage What a status row shows of verification.
+---@field critical integer A phase's findings by severity.
+---@field major integer
+---@field minor integer
+---@field state? string A phase's latest verification: `not_verified`, `verified` or `blocking`.
+---@field text string A spec's: `requirements 5/6 verified`; a phase's: `not verified yet`, `verified`, `2 findings (1 critical, 1 minor), blocking`.
+---@field total? integer
+---@field verified? integer A spec's requirements verified, and how many it has.
 ---@class loopr.Limits `:checkhealth loopr`: the server's window and the limits fitted to it.
 ---@field context_budget integer
 ---@field context_budget_set boolean
@@ -37,6 +45,7 @@
 ---@field artifact_path? string
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
 ---@field cancellable boolean A cancel ends it (`LoopStatus::is_cancellable`).
+---@field coverage? loopr.Coverage A spec's requirements verified, a current phase's latest verification.
 ---@field created_at string
 ---@field depends_on string[]
 ---@field error? string The loop's error text as stored, an undone loop's note included.
@@ -75,6 +84,18 @@
 ---@class loopr.RefusedRules
 ---@field path string
 ---@field reason string
+---@class loopr.RequirementItem One requirement not yet verified.
+---@field id string `R2`.
+---@field lnum integer Its line in spec.md, from 1.
+---@field text string
+---@field why string Why it is not verified: `not verified yet`, `finding: <message>`, ...
+---@class loopr.RequirementsReply A spec's requirements not yet verified, each at its line in spec.md.
+---@field items loopr.RequirementItem[]
+---@field loop_id string
+---@field path string Its spec.md.
+---@field spec string The spec's name.
+---@field total integer
+---@field verified integer
 ---@class loopr.ResumeReply What opening a project for `resume` found.
 ---@field active integer Loops not finished (pending, running, awaiting approval, paused).
 ---@field resuming integer Loops that run or will.
@@ -125,8 +146,14 @@
 ---@field filename string The file's absolute path; it exists, inside the project.
 ---@field lnum integer
 ---@field text string
+---@class loopr.VerificationItem A verification's finding as a quickfix entry takes it.
+---@field end_lnum integer The last line concerned; 0 when only one.
+---@field filename string The file's absolute path, inside the project.
+---@field lnum integer
+---@field text string The message, the requirement it concerns and the fix.
+---@field type string `E` (critical), `W` (major) or `I` (minor).
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
----@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"|"tasks_updated"|"ready"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"verification"|"notice"|"tasks_updated"|"ready"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
 ---@field active boolean Not finished (`LoopStatus::is_active`).
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
@@ -174,6 +201,14 @@
 ---@field output string
 ---@field passed boolean
 ---@field phase string
+---@class loopr.VerificationEvent A verification's findings, for the quickfix list `Loopr: <label> verification`.
+---@field blocking boolean Its findings stop the phase (`verify.block_on`).
+---@field event "verification"
+---@field items loopr.VerificationItem[] One quickfix entry per finding.
+---@field label string The phase's or spec's name.
+---@field loop_id string
+---@field message string What to tell the user: the verdict, the findings counted, where to see them.
+---@field round integer The code loop's round (1, 2, ...); 0 for one asked on demand.
 ---@class loopr.NoticeEvent
 ---@field event "notice"
 ---@field level string

@@ -4,6 +4,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::{LoopManager, ManagerError, Project};
+use crate::agent::coverage::{
+    LoopCoverage, RequirementsLeft, coverage_by_loop, current_spec, requirements_left,
+    resolve_spec, spec_selectors,
+};
 use crate::agent::jobs;
 use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted};
 use crate::agent::phases::{phase_selectors, resolve_phase};
@@ -21,6 +25,8 @@ pub struct StatusRow {
     pub spend: Spend,
     /// What its plan tree spent, for a loop that is the root of one.
     pub tree: Option<Spend>,
+    /// A spec's requirements verified, a phase's latest verification.
+    pub coverage: Option<LoopCoverage>,
 }
 
 /// Tokens of every kind and what they cost.
@@ -73,6 +79,12 @@ impl LoopManager {
         Ok(self.project(root)?.db.usage_by_loop()?)
     }
 
+    /// What each current spec and phase shows of verification (`coverage_by_loop`).
+    pub fn coverage(&self, root: &Path) -> Result<HashMap<LoopId, LoopCoverage>, ManagerError> {
+        let project = self.project(root)?;
+        Ok(coverage_by_loop(&project.layout, &self.seen(&project)?))
+    }
+
     /// Every loop as `status` gives it, with the markdown of its current artifact if it has
     /// one.
     pub fn status_with_artifacts(
@@ -107,7 +119,10 @@ impl LoopManager {
         prices: &PriceTable,
     ) -> Result<Vec<StatusRow>, ManagerError> {
         let rows = self.status_with_artifacts(root)?;
-        let mut usage_by_loop = self.project(root)?.db.usage_by_loop()?;
+        let project = self.project(root)?;
+        let mut usage_by_loop = project.db.usage_by_loop()?;
+        let records: Vec<LoopRecord> = rows.iter().map(|(record, _)| record.clone()).collect();
+        let mut coverage = coverage_by_loop(&project.layout, &records);
         let trees = PlanTrees::of(rows.iter().map(|(record, _)| record));
         let mut by_tree: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
         let mut with_usage = Vec::with_capacity(rows.len());
@@ -133,6 +148,7 @@ impl LoopManager {
                 });
                 StatusRow {
                     spend: Spend::of(&usage, prices),
+                    coverage: coverage.remove(&record.id),
                     tree,
                     record,
                     artifact,
@@ -187,6 +203,42 @@ impl LoopManager {
         })
     }
 
+    /// The requirements not yet verified of the spec `selector` names (`spec`,
+    /// `plan/spec`, its loop id), else of the spec of loop `loop_id` (a spec, its phase or
+    /// code loop), else of the newest current spec.
+    pub fn requirements(
+        &self,
+        root: &Path,
+        selector: Option<&str>,
+        loop_id: Option<&str>,
+    ) -> Result<RequirementsLeft, ManagerError> {
+        let project = self.project(root)?;
+        let records = self.seen(&project)?;
+        let spec = match (
+            selector.map(str::trim).filter(|name| !name.is_empty()),
+            loop_id,
+        ) {
+            (Some(name), _) => resolve_spec(&records, name)?,
+            // A loop of no spec (a plan's artifact) means no spec in particular.
+            (None, loop_id) => loop_id
+                .and_then(|id| records.iter().find(|record| record.id.as_str() == id))
+                .and_then(|record| spec_of(&records, record))
+                .or_else(|| records.iter().find(|record| current_spec(record)))
+                .ok_or(ManagerError::NothingTo("spec"))?,
+        };
+        requirements_left(&project.layout, &records, spec).ok_or_else(|| {
+            ManagerError::StoredArtifact {
+                id: spec.id.to_string(),
+                message: "its spec.json is missing or does not read as a spec".to_owned(),
+            }
+        })
+    }
+
+    /// The names to complete a spec argument with.
+    pub fn spec_selectors(&self, root: &Path) -> Result<Vec<String>, ManagerError> {
+        Ok(spec_selectors(&self.seen(&self.project(root)?)?))
+    }
+
     /// The names to complete a phase argument with (`spec/phase` where a name is shared).
     pub fn phase_selectors(&self, root: &Path) -> Result<Vec<String>, ManagerError> {
         Ok(phase_selectors(&self.project(root)?.db.list()?))
@@ -224,4 +276,17 @@ impl LoopManager {
             Err(ambiguous) => Err(ManagerError::Name(ambiguous)),
         }
     }
+}
+
+/// The spec loop `record` is or belongs to (its phase's, its code loop's), among `records`.
+fn spec_of<'a>(records: &'a [LoopRecord], record: &'a LoopRecord) -> Option<&'a LoopRecord> {
+    let mut current = record;
+    for _ in 0..3 {
+        if current.loop_type == LoopType::Spec {
+            return Some(current);
+        }
+        let parent = current.parent.as_ref()?;
+        current = records.iter().find(|candidate| &candidate.id == parent)?;
+    }
+    None
 }

@@ -3,7 +3,9 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::agent::{ChangedHunk, LoopSettings, TaskList, UndoReport};
+use crate::agent::{
+    ChangedHunk, LoopCoverage, LoopSettings, RequirementsLeft, TaskList, UndoReport,
+};
 use crate::bridge::words;
 use crate::store::{
     LoopRecord, LoopStatus, Standing, awaited, default_retry, held_at_budget, retried_with,
@@ -333,6 +335,102 @@ fn location(path: &std::path::Path, line: u32) -> Result<lsp_types::Location, St
     })
 }
 
+/// A spec's requirements not yet verified, each at its line in spec.md.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RequirementsReply")]
+pub struct RequirementsReply {
+    /// The spec's name.
+    pub spec: String,
+    pub loop_id: String,
+    /// Its spec.md.
+    pub path: String,
+    pub verified: usize,
+    pub total: usize,
+    pub items: Vec<RequirementItemReply>,
+}
+
+/// One requirement not yet verified.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RequirementItem")]
+pub struct RequirementItemReply {
+    /// `R2`.
+    pub id: String,
+    pub text: String,
+    /// Its line in spec.md, from 1.
+    pub lnum: u32,
+    /// Why it is not verified: `not verified yet`, `finding: <message>`, ...
+    pub why: String,
+}
+
+impl From<RequirementsLeft> for RequirementsReply {
+    fn from(left: RequirementsLeft) -> RequirementsReply {
+        RequirementsReply {
+            spec: left.spec,
+            loop_id: left.loop_id.to_string(),
+            path: left.markdown_path.to_string_lossy().into_owned(),
+            verified: left.verified,
+            total: left.total,
+            items: left
+                .unverified
+                .into_iter()
+                .map(|place| RequirementItemReply {
+                    id: place.id,
+                    text: place.text,
+                    lnum: place.line.saturating_add(1),
+                    why: place.why,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What a status row shows of verification.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.Coverage")]
+pub struct CoverageReply {
+    /// A spec's: `requirements 5/6 verified`; a phase's: `not verified yet`, `verified`,
+    /// `2 findings (1 critical, 1 minor), blocking`.
+    pub text: String,
+    /// A spec's requirements verified, and how many it has.
+    pub verified: Option<usize>,
+    pub total: Option<usize>,
+    /// A phase's latest verification: `not_verified`, `verified` or `blocking`.
+    pub state: Option<&'static str>,
+    /// A phase's findings by severity.
+    pub critical: u32,
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl From<&LoopCoverage> for CoverageReply {
+    fn from(coverage: &LoopCoverage) -> CoverageReply {
+        let text = coverage.describe();
+        match coverage {
+            LoopCoverage::Spec(spec) => CoverageReply {
+                text,
+                verified: Some(spec.verified()),
+                total: Some(spec.total()),
+                state: None,
+                critical: 0,
+                major: 0,
+                minor: 0,
+            },
+            LoopCoverage::Phase(state) => {
+                let counts = state.counts();
+                CoverageReply {
+                    text,
+                    verified: None,
+                    total: None,
+                    state: Some(state.as_str()),
+                    critical: counts.critical,
+                    major: counts.major,
+                    minor: counts.minor,
+                }
+            }
+        }
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "loopr.TranscriptReply")]
 pub struct TranscriptReply {
@@ -436,6 +534,8 @@ pub struct LoopRecordReply {
     pub spend: SpendReply,
     /// What the plan tree spent, on the tree's root only.
     pub tree: Option<SpendReply>,
+    /// A spec's requirements verified, a current phase's latest verification.
+    pub coverage: Option<CoverageReply>,
     /// What the host's loop rules answer for it: the plugin keeps no copy of a rule.
     #[serde(flatten)]
     pub standing: Standing,
@@ -502,6 +602,7 @@ impl LoopRecordReply {
             artifact_path: row.artifact.map(|path| path.to_string_lossy().into_owned()),
             spend: SpendReply::from(&row.spend),
             tree: row.tree.as_ref().map(SpendReply::from),
+            coverage: row.coverage.as_ref().map(CoverageReply::from),
             ..LoopRecordReply::from(row.record)
         }
     }
@@ -533,6 +634,7 @@ impl From<LoopRecord> for LoopRecordReply {
             updated_at: record.updated_at,
             spend: SpendReply::default(),
             tree: None,
+            coverage: None,
         }
     }
 }

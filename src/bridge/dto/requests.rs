@@ -39,6 +39,7 @@ read_through_serde!(
     ReviseParams,
     LoopIdsParams,
     TasksParams,
+    RequirementsParams,
     TranscriptParams,
     TranscriptCloseParams,
     BudgetParams,
@@ -273,6 +274,18 @@ impl TasksParams {
             (None, None) => PhaseSelector::CurrentPlan,
         }
     }
+}
+
+/// `:LooprRequirements`: which spec (by name, else the spec of the loop `loop_id`, else the
+/// newest).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequirementsParams {
+    pub root: PathBuf,
+    #[serde(default)]
+    pub spec: Option<String>,
+    #[serde(default)]
+    pub loop_id: Option<String>,
 }
 
 /// `:LooprTranscript`: which loop (by id, else the artifact at `path`, else the newest
