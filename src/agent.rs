@@ -34,6 +34,7 @@ mod tasks;
 mod transcript;
 mod tree_ready;
 mod turn;
+mod verify_on_demand;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, SkipReason, UndoReport};

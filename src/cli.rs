@@ -10,7 +10,10 @@ macro_rules! say {
     };
 }
 
+mod verify;
 mod words;
+
+pub use verify::run_verify;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

@@ -40,6 +40,10 @@ pub enum NextStep {
     Review,
     /// See the ready phases' tasks, and start a code loop for one.
     RunPhases,
+    /// Name the phase or spec to verify, one of `choices` (their shortest names).
+    NameVerifyTarget { choices: Vec<String> },
+    /// See a verification's findings, where the shell lists them.
+    ShowFindings,
 }
 
 /// Parts `attach` puts between a text and its hint: a control character no message
@@ -112,6 +116,10 @@ impl NextStep {
             NextStep::ShowMcpServers => "the MCP servers' status keeps the error".to_owned(),
             NextStep::Review => "approve it, or ask for a revision with feedback".to_owned(),
             NextStep::RunPhases => "start a code loop for one of them".to_owned(),
+            NextStep::NameVerifyTarget { choices } => {
+                format!("name one to verify: {}", choices.join(", "))
+            }
+            NextStep::ShowFindings => "the findings are stored with the verification".to_owned(),
         }
     }
 }

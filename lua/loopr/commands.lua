@@ -31,6 +31,7 @@ end
 ---| "loops" # the ids of every loop of the project
 ---| "phases" # the names of the current phases
 ---| "run" # the names of the phases that may run
+---| "verify" # the names of the phases and specs a verification takes
 ---| loopr.Purpose # the ids of the loops the host says that action takes
 
 ---@type loopr.Command[]
@@ -100,6 +101,13 @@ return {
     desc = 'Loopr: implement a phase with a code loop (default: this phase)',
     complete = 'run',
     run = with_argument('run'),
+  },
+  {
+    name = 'LooprVerify',
+    nargs = '?',
+    desc = 'Loopr: verify the working tree against a phase or spec, changing nothing (default: this phase.md or spec.md)',
+    complete = 'verify',
+    run = with_argument('verify'),
   },
   {
     name = 'LooprChanges',

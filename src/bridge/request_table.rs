@@ -12,8 +12,8 @@ use super::dto::{
     LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, NoParams,
     PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, ResumeReply, ReviseParams,
     RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
-    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, WireParams,
-    to_value,
+    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, VerifyParams,
+    WireParams, to_value,
 };
 use super::host_state::HostState;
 use super::words::manager_error;
@@ -191,6 +191,14 @@ request_table! {
             .start_code(&params.root, &params.phase, params.settings)
             .map(LoopIdReply::new)
             .map_err(manager_error);
+    /// Starts verifying the working tree against a phase or spec (by name or loop id; empty:
+    /// the only one), changing nothing: a verification loop, named in the reply.
+    verify(VerifyParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
+        => |host, params| host
+            .manager
+            .start_verification(&params.root, &params.name, params.settings)
+            .map_err(manager_error)
+            .and_then(|id| named_reply(host, &params.root, id));
     /// Answers an approval a loop waits on; false when it was no longer waited on.
     approval(ApprovalParams) -> bool, Blocking, notification: true, sender: Lua
         => |host, params| Ok(host.approvals.resolve(params.id, params.decision()?));
@@ -286,6 +294,9 @@ request_table! {
     /// Phase names and loop ids for completion.
     phase_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
         => |host, params| host.manager.phase_selectors(&params.root).map_err(manager_error);
+    /// Phase and spec names for completion of a verification's argument.
+    verify_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
+        => |host, params| host.manager.verify_selectors(&params.root).map_err(manager_error);
     /// Replaces the provider variables (a notification since; see `credentials` below).
     credentials(CredentialsParams) -> (), Blocking, notification: false, sender: OlderPlugin
         => |host, params| {

@@ -51,6 +51,11 @@ pub(super) fn clause(step: &NextStep) -> String {
              can ask for a revision instead"
             .to_owned(),
         NextStep::RunPhases => "; `loopr run <phase>` implements one".to_owned(),
+        NextStep::NameVerifyTarget { choices } => {
+            format!("; `loopr verify NAME` with one of {}", choices.join(", "))
+        }
+        // `loopr verify` prints them on stdout as the notice goes to stderr.
+        NextStep::ShowFindings => "; they are listed on stdout".to_owned(),
     }
 }
 
