@@ -134,6 +134,116 @@ pub fn outcome_message(name: &str, verification: &StoredVerification) -> String 
 mod tests {
     use super::*;
     use crate::artifacts::{Finding, VerificationReport, VerificationVerdict};
+    use crate::store::LoopStatus;
+
+    /// A loop with its artifact (`kind`.json, `json`) stored at iteration 1, below `parent`.
+    fn stored(
+        layout: &ProjectLayout,
+        loop_type: LoopType,
+        parent: Option<&LoopRecord>,
+        name: &str,
+        json: serde_json::Value,
+    ) -> LoopRecord {
+        let parent_kind = parent.map(|parent| parent.loop_type.as_str());
+        let record = LoopRecord {
+            parent: parent.map(|parent| parent.id.clone()),
+            name: Some(name.to_owned()),
+            triggered_by: parent_kind.map(|kind| format!("iterations/001/artifacts/{kind}.json")),
+            iteration: 1,
+            status: LoopStatus::Complete,
+            ..LoopRecord::new_pending(loop_type, "task", "{}".to_owned())
+        };
+        let artifacts = layout.artifacts_dir(&record.id, 1);
+        std::fs::create_dir_all(&artifacts).expect("artifacts");
+        let file = artifacts.join(format!("{}.json", loop_type.as_str()));
+        std::fs::write(file, serde_json::to_vec(&json).expect("json")).expect("write");
+        record
+    }
+
+    fn phase_json(name: &str, cites: &str) -> serde_json::Value {
+        serde_json::json!({
+            "name": name, "title": name, "objective": "o",
+            "tasks": [{"description": format!("do {name}"), "requirements": [cites]}],
+            "validation_command": "true"
+        })
+    }
+
+    fn verify_of(target: &LoopRecord) -> LoopRecord {
+        LoopRecord {
+            parent: Some(target.id.clone()),
+            name: target.name.clone(),
+            triggered_by: Some(format!(
+                "iterations/001/artifacts/{}.json",
+                target.loop_type.as_str()
+            )),
+            ..LoopRecord::new_pending(LoopType::Verify, "task", "{}".to_owned())
+        }
+    }
+
+    #[test]
+    fn a_phase_is_verified_against_its_tasks_and_assigned_requirements_a_spec_against_all() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let layout = ProjectLayout::new(&temp.path().join("home"), temp.path());
+        let requirement = |id: &str| serde_json::json!({"id": id, "text": format!("THE SYSTEM SHALL {id}"), "check": "c"});
+        let phase_ref = |name: &str, id: &str| serde_json::json!({"name": name, "title": name, "description": "d", "requirements": [id]});
+        let spec = stored(
+            &layout,
+            LoopType::Spec,
+            None,
+            "cli",
+            serde_json::json!({
+                "name": "cli", "title": "t", "overview": "o",
+                "requirements": [requirement("R1"), requirement("R2")],
+                "phases": [phase_ref("parse", "R1"), phase_ref("print", "R2"), phase_ref("exit", "R2")]
+            }),
+        );
+        let parse = stored(
+            &layout,
+            LoopType::Phase,
+            Some(&spec),
+            "parse",
+            phase_json("parse", "R1"),
+        );
+        let print = stored(
+            &layout,
+            LoopType::Phase,
+            Some(&spec),
+            "print",
+            phase_json("print", "R2"),
+        );
+        // Newest first, as the store lists them.
+        let mut records = vec![print.clone(), parse.clone(), spec.clone()];
+
+        let subject = verify_subject(&verify_of(&parse), &records, &layout).expect("phase");
+        assert_eq!(subject.scope, VerificationScope::Phase("parse".to_owned()));
+        assert_eq!(subject.artifact_loop, parse.id);
+        let ids = |subject: &VerifySubject| -> Vec<String> {
+            subject.requirements.iter().map(|r| r.id.clone()).collect()
+        };
+        assert_eq!(ids(&subject), vec!["R1"]);
+        assert_eq!(subject.tasks[0].description, "do parse");
+        assert_eq!(subject.baseline_dir, None, "no code loop ran");
+
+        let code = LoopRecord {
+            parent: Some(parse.id.clone()),
+            ..LoopRecord::new_pending(LoopType::Code, "task", "{}".to_owned())
+        };
+        std::fs::create_dir_all(layout.loop_dir(&code.id)).expect("code dir");
+        records.insert(0, code.clone());
+        let subject = verify_subject(&verify_of(&parse), &records, &layout).expect("phase");
+        assert_eq!(subject.baseline_dir, Some(layout.loop_dir(&code.id)));
+
+        let whole = verify_subject(&verify_of(&spec), &records, &layout).expect("spec");
+        assert_eq!(whole.scope, VerificationScope::Spec("cli".to_owned()));
+        assert_eq!(ids(&whole), vec!["R1", "R2"]);
+        let tasks: Vec<&str> = whole.tasks.iter().map(|t| t.description.as_str()).collect();
+        assert_eq!(
+            tasks,
+            vec!["do parse", "do print"],
+            "its phases' tasks, in order"
+        );
+        assert_eq!(whole.baseline_dir, None);
+    }
 
     fn verification(verdict: VerificationVerdict, severities: &[Severity]) -> StoredVerification {
         let report = VerificationReport {
