@@ -30,10 +30,7 @@ impl LoopManager {
         name: &str,
         settings: LoopSettings,
     ) -> Result<LoopId, ManagerError> {
-        settings.check().map_err(ManagerError::Settings)?;
-        (self.shared.provider_factory)(&settings)?;
-        let project = self.project(root)?;
-        self.shared.mcp.use_current(&settings.mcp);
+        let project = self.project_for_a_new_loop(root, &settings)?;
         let records = project.db.list()?;
         let target = verify_target(&records, name)?;
         let artifact = match target.loop_type {
