@@ -31,7 +31,7 @@ use crate::pricing::{Cost, ModelUsage, PriceTable};
 use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use tokio_util::sync::CancellationToken;
-use words::{clause, hinted, with_next_step};
+use words::{clause, hinted, verification_lines, with_next_step};
 
 /// Without `--yes` nobody is there to approve a change: each is rejected with a reason the
 /// model reads (and the loop reports).
@@ -469,6 +469,11 @@ impl Reporter {
                 self.labels.insert(loop_id.to_string(), label.clone());
                 say!("loopr: {label}: {message}");
             }
+            LoopEvent::VerificationFinished {
+                label,
+                verification,
+                ..
+            } => say!("{}", verification_lines(label, verification)),
             // The warning as the tree paused said it, with the same next step.
             LoopEvent::TreeReady {
                 ready: TreeReady::AtBudget { .. },

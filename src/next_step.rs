@@ -23,6 +23,9 @@ pub enum NextStep {
     /// Run paused code loop `id` again, or revise its phase to change what stopped it (its
     /// validation command).
     RetryOrRevisePhase { id: String },
+    /// Go through verification findings of `phase` (its verification list), then run code
+    /// loop `id` again to fix them, or revise the phase.
+    FixFindings { id: String, phase: String },
     /// See the project's loops (their ids, phases and states).
     ListLoops,
     /// Name the loop whose transcript to show.
@@ -105,6 +108,10 @@ impl NextStep {
             }
             NextStep::RetryOrRevisePhase { id } => format!(
                 "retrying {id} runs it again; revising its phase changes the validation command"
+            ),
+            NextStep::FixFindings { id, phase } => format!(
+                "the findings are in {phase}'s verification; retrying {id} has the model fix \
+                 them, revising the phase changes what it asks"
             ),
             NextStep::ListLoops => "the project's loops are listed in its status".to_owned(),
             NextStep::NameTranscript => "name the loop by its id".to_owned(),

@@ -2130,7 +2130,18 @@ async fn progress_lines_name_the_loop_and_the_call_in_plain_english() {
             .reply(),
     );
     fake.push_routed(&route, scenario::complete_phase_turn("says bye"));
-    let output = run_loopr(&dirs, &fake, &["run", "print-version", "--yes"]).await;
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "run",
+            "print-version",
+            "--yes",
+            "--settings",
+            r#"{"verify": false}"#,
+        ],
+    )
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(

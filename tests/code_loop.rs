@@ -21,7 +21,7 @@ use scenario::{
 };
 
 const PHASES: [&str; 3] = ["print-version", "document-flag", "exit-code"];
-const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false}"#;
+const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false, "verify": false}"#;
 
 /// A planned project whose phase `print-version` is validated by grepping src/main.rs.
 async fn planned(fake: &FakeLlm, dirs: &TestDirs) {

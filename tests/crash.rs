@@ -23,8 +23,7 @@ use scenario::{
     tool_turn, valid_plan,
 };
 
-const SETTINGS: &str =
-    r#"{"plan_review_passes": 0, "spec_review": false, "max_concurrent_loops": 2}"#;
+const SETTINGS: &str = r#"{"plan_review_passes": 0, "spec_review": false, "max_concurrent_loops": 2, "verify": false}"#;
 const SPECS: [(&str, [&str; 3]); 2] = [
     ("version-flag", ["parse-flag", "print-version", "exit-code"]),
     ("version-docs", ["readme", "changelog", "help-text"]),

@@ -17,6 +17,7 @@ local M = {}
 ---@field fields? table<string, loopr.Check> For record: its keys.
 ---@field required? string[] For record: keys it must have.
 ---@field exactly_one_of? string[] For record: keys of which it must have one.
+---@field switch? string For record: the boolean key a boolean given for the table sets.
 ---@field key? loopr.Check For map.
 ---@field value? loopr.Check For map.
 
@@ -79,6 +80,9 @@ local kinds = {
     return true
   end,
   record = function(check, v)
+    if type(v) == 'boolean' and check.switch then
+      return true
+    end
     if type(v) ~= 'table' then
       return false
     end
@@ -351,6 +355,10 @@ function M.get()
   local cfg = {}
   for key, option in pairs(options) do
     local v = user_opts[key]
+    if type(v) == 'boolean' and option.check.switch then
+      -- `verify = false` is `verify = { enabled = false }`.
+      v = { [option.check.switch] = v }
+    end
     if v == nil then
       v = default_of(option)
     elseif option.merge then

@@ -147,6 +147,15 @@ function handlers.validation(ev)
   fire('LooprValidation', { loop_id = ev.loop_id, phase = phase, iteration = ev.iteration, passed = ev.passed })
 end
 
+---@param ev loopr.VerificationEvent
+function handlers.verification(ev)
+  local label = str(ev.label) or ev.loop_id
+  -- Filled in place; the list is not opened, so nothing takes focus.
+  require('loopr.qf').set_verification(label, ev.items or {})
+  notify.notify(str(ev.message) or '', ev.blocking == true and vim.log.levels.WARN or vim.log.levels.INFO)
+  fire('LooprVerification', { loop_id = ev.loop_id, label = label, round = ev.round, blocking = ev.blocking })
+end
+
 ---@param ev loopr.NoticeEvent
 function handlers.notice(ev)
   local levels = { info = vim.log.levels.INFO, warn = vim.log.levels.WARN, error = vim.log.levels.ERROR }

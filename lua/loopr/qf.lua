@@ -67,4 +67,23 @@ function M.set_validation(title, output, locations)
   return M.set({ title = title, items = items })
 end
 
+---Sets the list `Loopr: <label> verification` to a verification's findings (none: empty),
+---each at its file and lines, its type the severity's (E, W, I).
+---@param label string the phase's or spec's name
+---@param findings loopr.VerificationItem[]
+---@return integer qf_id
+function M.set_verification(label, findings)
+  local entries = {}
+  for _, item in ipairs(findings) do
+    entries[#entries + 1] = {
+      filename = item.filename,
+      lnum = item.lnum,
+      end_lnum = item.end_lnum > 0 and item.end_lnum or nil,
+      type = item.type,
+      text = item.text,
+    }
+  end
+  return M.set({ title = ('Loopr: %s verification'):format(label), items = entries })
+end
+
 return M

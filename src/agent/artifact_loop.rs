@@ -270,7 +270,7 @@ impl CallHandler for ArtifactCalls<'_> {
         }
         tool_call(
             context,
-            kind,
+            &[kind.tool_name()],
             self.tools,
             self.mcp_tools,
             self.tool_context,
@@ -441,9 +441,11 @@ fn review_request(
     )
 }
 
-async fn tool_call(
+/// A call of one of `tools` or `mcp_tools`, read-only ones; a name that is neither is
+/// answered with every tool offered (the loop's `own` ones too).
+pub(super) async fn tool_call(
     context: &LoopContext,
-    kind: ArtifactKind,
+    own: &[&'static str],
     tools: &ToolRegistry,
     mcp_tools: &crate::mcp::McpTools,
     tool_context: &ToolContext,
@@ -458,7 +460,7 @@ async fn tool_call(
             None => {
                 let mut names: Vec<&str> = tools.names();
                 names.extend(mcp_tools.names());
-                names.push(kind.tool_name());
+                names.extend(own);
                 return Ok(CallResult::error(format!(
                     "there is no tool named {name:?}; the available tools are {}",
                     names.join(", ")

@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+mod file_diffs;
 mod file_state;
+
+pub use file_diffs::FileDiff;
 
 use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{

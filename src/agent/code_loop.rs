@@ -3,6 +3,8 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
+mod verifying;
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -19,7 +21,7 @@ use super::journal::Journal;
 use super::progress::describe_tool_call;
 use super::prompts;
 use super::turn::{CallHandler, CallResult, Conversation, start_run, stored_run};
-use crate::artifacts::{PhaseArtifact, PlanArtifact, SpecArtifact, render_phase_markdown};
+use crate::artifacts::{PhaseArtifact, PlanArtifact, render_phase_markdown};
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
 use crate::mcp::McpTools;
@@ -67,6 +69,13 @@ struct CodeRunState {
     /// a revision starts a new allowance.
     #[serde(default = "first_iteration")]
     allowance_from: u32,
+    /// The verification round under way: the validation of `iteration` passed and this
+    /// round verifies it (a host killed meanwhile resumes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verifying: Option<u32>,
+    /// Verification rounds run on the current allowance of `verify.max_rounds`.
+    #[serde(default)]
+    verify_rounds: u32,
 }
 
 fn first_iteration() -> u32 {
@@ -121,9 +130,16 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         take_feedback(context, &mut conversation, &mut state, feedback).await?;
     } else if state.passed {
         return Ok(state.iteration);
+    } else if state.verifying.is_some() {
+        // Killed while it verified: the round goes on.
+        match verifying::verify(context, &mut conversation, &mut state, &phase).await? {
+            verifying::Settled::Complete => return Ok(state.iteration),
+            verifying::Settled::Again => conversation.commit_later(&state)?,
+        }
     } else if state.iteration > state.last_allowed_iteration(max_iterations) {
         // It gave up before and the user asked for another go.
         state.allowance_from = state.iteration;
+        state.verify_rounds = 0;
     }
     let model = context
         .settings
@@ -179,9 +195,16 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         }
         let (validated, passed) = (calls.validated, calls.passed);
         if passed {
-            state.passed = true;
-            conversation.commit(&state).await?;
-            return Ok(state.iteration);
+            match verifying::after_validation(context, &mut conversation, &mut state, &phase)
+                .await?
+            {
+                verifying::Settled::Complete => return Ok(state.iteration),
+                verifying::Settled::Again => {
+                    turns_this_iteration = 0;
+                    conversation.commit_later(&state)?;
+                    continue;
+                }
+            }
         }
         if validated {
             state.iteration += 1;
@@ -403,8 +426,13 @@ async fn validate(
     ));
     let text = if passed {
         format!(
-            "Validation passed: `{command}` ({}). The phase is complete.",
-            output.status
+            "Validation passed: `{command}` ({}). {}",
+            output.status,
+            if context.settings.verify.enabled {
+                "The host now verifies the changes against the phase's requirements."
+            } else {
+                "The phase is complete."
+            }
         )
     } else {
         let refusal = context
@@ -465,6 +493,8 @@ async fn take_feedback(
         .max(context.record.iteration.saturating_add(1));
     state.passed = false;
     state.allowance_from = state.iteration;
+    state.verifying = None;
+    state.verify_rounds = 0;
     conversation.commit(state).await?;
     let id = context.record.id.clone();
     context
@@ -497,6 +527,8 @@ async fn load_or_start(
         iteration: 1,
         passed: false,
         allowance_from: 1,
+        verifying: None,
+        verify_rounds: 0,
     };
     let first = Message::user_text(first_message(context, phase));
     let batches = start_run(context, journal, &first, rules, &state).await?;
@@ -510,10 +542,7 @@ fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
         .parent
         .as_ref()
         .and_then(|parent| context.db.get(parent).ok().flatten());
-    let spec = phase_record
-        .as_ref()
-        .and_then(|record| jobs::parent_artifact::<SpecArtifact>(record, &context.layout).ok())
-        .map(|(_, spec)| spec);
+    let spec = verifying::spec_of(context);
     let spec_record = phase_record
         .as_ref()
         .and_then(|record| record.parent.as_ref())

@@ -44,6 +44,22 @@ pub enum LoopError {
          validation list, raise code_max_iterations or revise the phase"
     )]
     ValidationFailing { command: String, iterations: u32 },
+    /// Verification still finds what blocks the phase after its last round (or the last
+    /// iteration): the loop stops, the findings in its verification.
+    #[error(
+        "{phase}: verification still fails after {rounds} round{}: {findings}{}",
+        if *.rounds == 1 { "" } else { "s" },
+        first_finding_note(.first.as_deref())
+    )]
+    VerificationBlocking {
+        loop_id: crate::store::LoopId,
+        phase: String,
+        rounds: u32,
+        /// The findings counted ("1 critical finding").
+        findings: String,
+        /// The worst finding, in a line.
+        first: Option<String>,
+    },
     #[error("the validation command could not run: {0}")]
     Validation(String),
     /// The user rejected the phase's validation command: the loop stops until the user
@@ -104,6 +120,10 @@ impl LoopError {
             LoopError::ValidationRejected { loop_id, .. } => Some(NextStep::RetryOrRevisePhase {
                 id: loop_id.to_string(),
             }),
+            LoopError::VerificationBlocking { loop_id, phase, .. } => Some(NextStep::FixFindings {
+                id: loop_id.to_string(),
+                phase: phase.clone(),
+            }),
             _ => None,
         }
     }
@@ -131,6 +151,12 @@ fn rejection_note(reason: &str) -> String {
 
 /// Characters of the last problem kept in a failure message; the whole text is in the log.
 const LAST_PROBLEM_CHARS: usize = 300;
+
+fn first_finding_note(first: Option<&str>) -> String {
+    first
+        .map(|first| format!(" (the worst: {})", one_line(first, LAST_PROBLEM_CHARS)))
+        .unwrap_or_default()
+}
 
 fn last_problem_note(problem: Option<&str>) -> String {
     let Some(problem) = problem.map(str::trim).filter(|problem| !problem.is_empty()) else {

@@ -62,6 +62,16 @@ pub enum LoopEvent {
         /// The project root the command ran in.
         root: PathBuf,
     },
+    /// A verification of a phase or spec was answered (and stored): its findings, for the
+    /// user to go through.
+    VerificationFinished {
+        loop_id: LoopId,
+        /// The project root; the findings' files are relative to it.
+        root: PathBuf,
+        /// The phase's or spec's name.
+        label: String,
+        verification: crate::artifacts::StoredVerification,
+    },
     /// No loop of the plan tree of `root` runs or is about to: what its loops last reported
     /// is over, and this is what it has ready.
     TreeReady {

@@ -88,6 +88,7 @@ fn first_requests() -> Vec<FirstRequest> {
             first,
         }
     };
+    let verify_tools = ToolRegistry::for_loop(LoopType::Phase, false);
     let code_tools = ToolRegistry::for_loop(LoopType::Code, false);
     let mut code_specs = code_tools.specs();
     code_specs.push(complete_phase_spec(&phase.validation_command));
@@ -120,6 +121,12 @@ fn first_requests() -> Vec<FirstRequest> {
                 Some(&spec),
                 Some(&plan),
             ),
+        },
+        FirstRequest {
+            level: "verify",
+            system: super::verification::system_prompt(project, &verify_tools.names(), true),
+            tools: super::verification::verifier_tools(&verify_tools, true).into(),
+            first: super::verification::sample_first_message(&phase),
         },
     ]
 }
@@ -229,7 +236,7 @@ fn tool_bytes_bound(level: &str, native: bool) -> usize {
         ("spec", false) => 7_100,
         ("phase", true) => 4_250,
         ("phase", false) => 5_650,
-        ("code", true) => 4_650,
+        ("code" | "verify", true) => 4_650,
         (_, _) => 6_250,
     }
 }
@@ -340,6 +347,8 @@ fn full_schema(tool: &str) -> Value {
         "create_spec" => input_schema_for::<SpecArtifact>(),
         "create_phase" => input_schema_for::<PhaseArtifact>(),
         "complete_phase" => input_schema_for::<CompletePhaseInput>(),
+        "report_verification" => input_schema_for::<crate::artifacts::VerificationReport>(),
+        "show_diff" => super::verification::show_diff_schema(),
         review if review.starts_with("review_") => input_schema_for::<ReviewInput>(),
         other => builtin
             .get(other)

@@ -90,15 +90,24 @@ pub struct WholeEntries {
 #[derive(Clone, Debug)]
 pub struct Journal {
     log: AppendLog,
-    /// Where versions before the journal kept the run (`run.json`).
-    legacy: std::path::PathBuf,
+    /// Where versions before the journal kept the run (`run.json`); none for a journal
+    /// that never had one (a verification's).
+    legacy: Option<std::path::PathBuf>,
 }
 
 impl Journal {
     pub fn of(layout: &ProjectLayout, id: &LoopId) -> Journal {
         Journal {
             log: AppendLog::at(layout.journal(id)),
-            legacy: layout.run_state(id),
+            legacy: Some(layout.run_state(id)),
+        }
+    }
+
+    /// A journal of its own at `path`, beside a loop's (a verification's conversation).
+    pub fn at(path: std::path::PathBuf) -> Journal {
+        Journal {
+            log: AppendLog::at(path),
+            legacy: None,
         }
     }
 
@@ -109,8 +118,11 @@ impl Journal {
     pub fn load<S: DeserializeOwned + Serialize>(
         &self,
     ) -> Result<Option<Replayed<S>>, JournalError> {
-        if !self.log.exists() && self.legacy.exists() {
-            self.migrate_legacy::<S>()?;
+        if let Some(legacy) = &self.legacy
+            && !self.log.exists()
+            && legacy.exists()
+        {
+            self.migrate_legacy::<S>(legacy)?;
         }
         let path = self.log.path().display().to_string();
         let read = self.log.read().map_err(|source| JournalError::Io {
@@ -272,7 +284,10 @@ impl Journal {
         Ok(lines)
     }
 
-    fn migrate_legacy<S: DeserializeOwned + Serialize>(&self) -> Result<(), JournalError> {
+    fn migrate_legacy<S: DeserializeOwned + Serialize>(
+        &self,
+        legacy_path: &std::path::Path,
+    ) -> Result<(), JournalError> {
         #[derive(Deserialize)]
         struct LegacyRun {
             #[serde(default)]
@@ -280,8 +295,8 @@ impl Journal {
             #[serde(flatten)]
             state: Value,
         }
-        let path = self.legacy.display().to_string();
-        let bytes = std::fs::read(&self.legacy).map_err(|source| JournalError::Io {
+        let path = legacy_path.display().to_string();
+        let bytes = std::fs::read(legacy_path).map_err(|source| JournalError::Io {
             path: path.clone(),
             source,
         })?;
@@ -338,7 +353,7 @@ impl Journal {
         };
         // The journal is whole before run.json goes: a crash in between repeats this.
         write_atomic(self.log.path(), &bytes).map_err(io)?;
-        std::fs::remove_file(&self.legacy).map_err(io)?;
+        std::fs::remove_file(legacy_path).map_err(io)?;
         tracing::info!(run_state = %path, "run.json turned into a journal");
         Ok(())
     }

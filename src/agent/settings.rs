@@ -119,6 +119,9 @@ pub struct LoopSettings {
     pub code_max_iterations: u32,
     /// Whether a phase whose validation passed is verified against its requirements before
     /// it counts as done, and what blocks it; `false` turns verification off.
+    // `x-switch`: a boolean given for the table is its `enabled` (Lua's option check and
+    // types read it so; the host's `Deserialize` of `VerifySettings` does the same).
+    #[schemars(extend("x-switch" = "enabled"))]
     pub verify: VerifySettings,
     /// How long a phase's validation command may run.
     #[schemars(range(min = 1))]

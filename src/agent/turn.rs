@@ -146,6 +146,8 @@ pub(super) struct Conversation {
     unwritten: Option<UnwrittenTurn>,
     db: LoopDb,
     id: LoopId,
+    /// Whose transcript its text is: the loop's, or a conversation's held aside (`aside`).
+    transcript_id: LoopId,
     /// Answers in a row a text protocol could not read.
     unreadable_in_a_row: u32,
     /// The same thing going wrong turn after turn.
@@ -246,6 +248,7 @@ impl Conversation {
             unwritten: None,
             db: context.db.clone(),
             id: context.record.id.clone(),
+            transcript_id: context.record.id.clone(),
             unreadable_in_a_row: 0,
             repetition: Repetition::default(),
             spend_guard: BudgetGuard::of(context.settings.budget, context.settings.price_table()),
@@ -256,6 +259,33 @@ impl Conversation {
                 ..Usage::default()
             },
         }
+    }
+
+    /// Makes this a conversation held aside from the loop's own (a verification's): its live
+    /// text goes under `transcript_id`, which the loop's transcript does not show (the loop
+    /// says what came of it), and its tokens count on from `spent`, the loop's so far, in the
+    /// loop's record.
+    pub fn aside(mut self, transcript_id: LoopId, spent: Usage) -> Conversation {
+        let turns = self
+            .request
+            .messages
+            .iter()
+            .filter(|message| message.role == Role::Assistant)
+            .count();
+        self.transcript = Arc::new(LiveTranscript::new(
+            self.transcript.hub(),
+            transcript_id.clone(),
+            self.transcript.batch(),
+            u32::try_from(turns).unwrap_or(u32::MAX),
+        ));
+        self.transcript_id = transcript_id;
+        self.usage = spent;
+        self
+    }
+
+    /// Counts on from `spent`: the loop's tokens after a conversation held aside spent some.
+    pub fn count_from(&mut self, spent: Usage) {
+        self.usage = spent;
     }
 
     /// Adds a message of ours (feedback) to the turn under way. It joins our last message
@@ -634,6 +664,7 @@ impl Conversation {
         let unwritten = self.unwritten.take();
         let (db, id, journal) = (self.db.clone(), self.id.clone(), self.journal.clone());
         let transcripts = self.transcript.hub();
+        let transcript_id = self.transcript_id.clone();
         move || {
             let Some(turn) = unwritten else {
                 return Ok(());
@@ -641,7 +672,7 @@ impl Conversation {
             journal
                 .append(&turn.entries, &turn.state)
                 .map_err(journal_write_error)?;
-            transcripts.written(&id, turn.batch + 1);
+            transcripts.written(&transcript_id, turn.batch + 1);
             let spent = usage_by_model(&turn.entries);
             Ok(db.add_turn_usage(&id, turn.tokens_in, turn.tokens_out, &spent)?)
         }

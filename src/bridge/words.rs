@@ -3,7 +3,8 @@
 //! `setup()` option to use (the CLI words the same steps its own way). A new error needs no
 //! change here, only a new kind of step does.
 
-use crate::agent::{ManagerError, TreeReady};
+use crate::agent::{ManagerError, TreeReady, findings_counted};
+use crate::artifacts::StoredVerification;
 use crate::next_step::{self, NextStep};
 use crate::store::{LoopRecord, retryable};
 
@@ -32,6 +33,25 @@ pub fn tree_ready(label: &str, ready: &TreeReady) -> String {
     format!("Loopr: {label}: {ready}{step}")
 }
 
+/// What a verification of `label` found, and where to see it.
+pub fn verification(label: &str, verification: &StoredVerification) -> String {
+    let round = match verification.round {
+        0 => String::new(),
+        round => format!(" (round {round})"),
+    };
+    let counted = findings_counted(&verification.report);
+    match (
+        verification.blocking,
+        verification.report.findings.is_empty(),
+    ) {
+        (false, true) => format!("Loopr: {label} verification passed{round}"),
+        (false, false) => {
+            format!("Loopr: {label} verification passed{round} with {counted}; see :copen")
+        }
+        (true, _) => format!("Loopr: {label} verification failed{round}: {counted}; see :copen"),
+    }
+}
+
 /// `step` as a clause appended to the message it follows.
 fn clause(step: &NextStep) -> String {
     format!("; {}", step_words(step))
@@ -48,6 +68,11 @@ fn step_words(step: &NextStep) -> String {
         NextStep::RetryOrRevisePhase { id } => format!(
             ":LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
              in the phase's phase.md"
+        ),
+        NextStep::FixFindings { id, phase } => format!(
+            "the findings are in the quickfix list \"Loopr: {phase} verification\" (:copen); \
+             :LooprRetry {id} has the model fix them, :LooprRevise {{feedback}} in the phase's \
+             phase.md changes the phase"
         ),
         NextStep::ListLoops => "see :LooprStatus".to_owned(),
         NextStep::NameTranscript => {

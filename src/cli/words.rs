@@ -1,7 +1,8 @@
 //! The core's errors, notices and next steps in the command line's words: its subcommands,
 //! flags and `--settings` keys (Neovim words the same steps in `bridge/words.rs`).
 
-use crate::agent::ManagerError;
+use crate::agent::{ManagerError, finding_text, findings_counted};
+use crate::artifacts::StoredVerification;
 use crate::next_step::{self, NextStep};
 
 /// The core's error with the command that is the user's next step from the command line.
@@ -16,6 +17,30 @@ pub(super) fn with_next_step(err: ManagerError) -> anyhow::Error {
 /// step worded for the command line.
 pub(super) fn hinted(text: &str) -> String {
     next_step::worded(text, clause)
+}
+
+/// A verification of `label` as the command line prints it: the verdict and its findings
+/// counted, then each finding as `file:line: severity: message [R2] Fix: ...`.
+pub(super) fn verification_lines(label: &str, verification: &StoredVerification) -> String {
+    let verdict = if verification.blocking {
+        "failed"
+    } else {
+        "passed"
+    };
+    let mut text = format!(
+        "loopr: {label}: verification {verdict}: {}",
+        findings_counted(&verification.report)
+    );
+    for finding in &verification.report.findings {
+        text.push_str(&format!(
+            "\n  {}:{}: {}: {}",
+            finding.file,
+            finding.line,
+            finding.severity.as_str(),
+            finding_text(finding)
+        ));
+    }
+    text
 }
 
 /// `step` as the command line words it: its subcommands, flags and `--settings` keys.
@@ -35,6 +60,10 @@ pub(super) fn clause(step: &NextStep) -> String {
              changes the command"
                 .to_owned()
         }
+        NextStep::FixFindings { phase, .. } => format!(
+            "; the findings are listed above; `loopr run {phase} --yes` starts the phase again \
+             with a new code loop; revising the phase in the editor changes what it asks"
+        ),
         NextStep::ListLoops => "; `loopr status` lists the project's loops".to_owned(),
         NextStep::NameTranscript => {
             "; name one: `loopr transcript <id>` (`loopr status` lists them)".to_owned()

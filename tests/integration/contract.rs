@@ -256,6 +256,35 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
                 .unwrap_or(std::path::Path::new("/"))
                 .to_path_buf(),
         },
+        LoopEvent::VerificationFinished {
+            loop_id: id.clone(),
+            root: artifact
+                .parent()
+                .unwrap_or(std::path::Path::new("/"))
+                .to_path_buf(),
+            label: "print-version".to_owned(),
+            verification: loopr::artifacts::StoredVerification {
+                scope: loopr::artifacts::VerificationScope::Phase("print-version".to_owned()),
+                at: "2026-11-26T10:00:00Z".to_owned(),
+                requirements: vec!["R1".to_owned()],
+                round: 1,
+                block_on: loopr::artifacts::Severity::Critical,
+                blocking: true,
+                report: loopr::artifacts::VerificationReport {
+                    verdict: loopr::artifacts::VerificationVerdict::Fail,
+                    summary: "R1 is not met.".to_owned(),
+                    findings: vec![loopr::artifacts::Finding {
+                        severity: loopr::artifacts::Severity::Critical,
+                        requirement: Some("R1".to_owned()),
+                        file: "src/main.rs".to_owned(),
+                        line: 2,
+                        end_line: Some(3),
+                        message: "The version is never printed.".to_owned(),
+                        fix: Some("Print it.".to_owned()),
+                    }],
+                },
+            },
+        },
         LoopEvent::TreeReady {
             root: id.clone(),
             label: "plan \"Add a --version flag\"".to_owned(),
@@ -275,6 +304,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             | LoopEvent::ApprovalRequested { .. }
             | LoopEvent::ApprovalClosed { .. }
             | LoopEvent::ValidationFinished { .. }
+            | LoopEvent::VerificationFinished { .. }
             | LoopEvent::Notice { .. }
             | LoopEvent::TreeReady { .. } => {}
         }

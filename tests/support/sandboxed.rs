@@ -16,6 +16,7 @@ pub fn sandbox_settings_with(mechanism: &str, sandbox: Value) -> Result<String, 
         "plan_review_passes": 0,
         "spec_review": false,
         "code_max_iterations": 1,
+        "verify": false,
         "sandbox": table,
     })
     .to_string();

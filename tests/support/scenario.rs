@@ -25,7 +25,7 @@ pub async fn start_editor_at(
         StartOptions {
             base_url,
             setup: format!(
-                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false }}, {setup})"
+                "vim.tbl_extend('force', {{ plan_review_passes = 0, spec_review = false, verify = false }}, {setup})"
             ),
             extra_env,
         },

@@ -98,7 +98,7 @@
 ---@field tool_format? loopr.ToolFormat How calls are written in the `xml` and `markdown` protocols.
 ---@field tool_protocol? loopr.ToolProtocol How the model calls tools: its provider's tool calling, or a text protocol.
 ---@field validation_timeout_secs? integer How long a phase's validation command may run.
----@field verify? loopr.VerifySettings Whether a phase whose validation passed is verified against its requirements before it counts as done, and what blocks it; `false` turns verification off.
+---@field verify? loopr.VerifySettings|boolean Whether a phase whose validation passed is verified against its requirements before it counts as done, and what blocks it; `false` turns verification off.
 ---@field web_fetch? boolean Whether loops may fetch web pages (`web_fetch`); off unless enabled.
 ---@field web_fetch_allow_hosts? string[] Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
 

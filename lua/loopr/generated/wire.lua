@@ -125,8 +125,14 @@
 ---@field filename string The file's absolute path; it exists, inside the project.
 ---@field lnum integer
 ---@field text string
+---@class loopr.VerificationItem A verification's finding as a quickfix entry takes it.
+---@field end_lnum integer The last line concerned; 0 when only one.
+---@field filename string The file's absolute path, inside the project.
+---@field lnum integer
+---@field text string The message, the requirement it concerns and the fix.
+---@field type string `E` (critical), `W` (major) or `I` (minor).
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
----@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"notice"|"ready"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"verification"|"notice"|"ready"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
 ---@field active boolean Not finished (`LoopStatus::is_active`).
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
@@ -174,6 +180,14 @@
 ---@field output string
 ---@field passed boolean
 ---@field phase string
+---@class loopr.VerificationEvent A verification's findings, for the quickfix list `Loopr: <label> verification`.
+---@field blocking boolean Its findings stop the phase (`verify.block_on`).
+---@field event "verification"
+---@field items loopr.VerificationItem[] One quickfix entry per finding.
+---@field label string The phase's or spec's name.
+---@field loop_id string
+---@field message string What to tell the user: the verdict, the findings counted, where to see them.
+---@field round integer The code loop's round (1, 2, ...); 0 for one asked on demand.
 ---@class loopr.NoticeEvent
 ---@field event "notice"
 ---@field level string

@@ -65,6 +65,20 @@ pub enum EventMessage {
         /// compilers write them: the quickfix entries when 'errorformat' finds none.
         locations: Vec<ValidationLocation>,
     },
+    /// A verification's findings, for the quickfix list `Loopr: <label> verification`.
+    Verification {
+        loop_id: String,
+        /// The phase's or spec's name.
+        label: String,
+        /// The code loop's round (1, 2, ...); 0 for one asked on demand.
+        round: u32,
+        /// Its findings stop the phase (`verify.block_on`).
+        blocking: bool,
+        /// What to tell the user: the verdict, the findings counted, where to see them.
+        message: String,
+        /// One quickfix entry per finding.
+        items: Vec<VerificationItem>,
+    },
     Notice {
         loop_id: String,
         level: &'static str,
@@ -152,6 +166,24 @@ impl From<LoopEvent> for EventMessage {
                     .map(|location| ValidationLocation::in_root(&root, location))
                     .collect(),
             },
+            LoopEvent::VerificationFinished {
+                loop_id,
+                root,
+                label,
+                verification,
+            } => EventMessage::Verification {
+                loop_id: loop_id.to_string(),
+                message: crate::bridge::words::verification(&label, &verification),
+                label,
+                round: verification.round,
+                blocking: verification.blocking,
+                items: verification
+                    .report
+                    .findings
+                    .into_iter()
+                    .map(|finding| VerificationItem::in_root(&root, finding))
+                    .collect(),
+            },
             LoopEvent::Notice {
                 loop_id,
                 level,
@@ -188,6 +220,38 @@ impl ValidationLocation {
             lnum: location.line,
             col: location.column,
             text: location.text,
+        }
+    }
+}
+
+/// A verification's finding as a quickfix entry takes it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.VerificationItem")]
+pub struct VerificationItem {
+    /// The file's absolute path, inside the project.
+    pub filename: String,
+    pub lnum: u32,
+    /// The last line concerned; 0 when only one.
+    pub end_lnum: u32,
+    /// `E` (critical), `W` (major) or `I` (minor).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The message, the requirement it concerns and the fix.
+    pub text: String,
+}
+
+impl VerificationItem {
+    fn in_root(root: &std::path::Path, finding: crate::artifacts::Finding) -> VerificationItem {
+        VerificationItem {
+            filename: root.join(&finding.file).display().to_string(),
+            lnum: finding.line,
+            end_lnum: finding.end_line.unwrap_or(0),
+            kind: match finding.severity {
+                crate::artifacts::Severity::Critical => "E",
+                crate::artifacts::Severity::Major => "W",
+                crate::artifacts::Severity::Minor => "I",
+            },
+            text: crate::agent::finding_text(&finding),
         }
     }
 }

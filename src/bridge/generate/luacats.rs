@@ -85,7 +85,11 @@ pub fn class_lines(node: &Value, class: &str, namespace: &str, optional: Optiona
                 Optional::AsRequired => !required.contains(&name.as_str()),
             };
             let mark = if may_be_left_out { "?" } else { "" };
-            let lua_type = lua_type(property, namespace);
+            let mut lua_type = lua_type(property, namespace);
+            // What may be given (not what is resolved): a boolean for a table it switches.
+            if matches!(optional, Optional::All) && property.get("x-switch").is_some() {
+                lua_type.push_str("|boolean");
+            }
             let line = match one_line(property.get("description")) {
                 Some(description) => format!("---@field {name}{mark} {lua_type} {description}"),
                 None => format!("---@field {name}{mark} {lua_type}"),

@@ -142,6 +142,7 @@ pub fn check_descriptor(shape: &Shape) -> Value {
                 "required": (!record.required.is_empty()).then_some(&record.required),
                 "exactly_one_of":
                     (!record.exactly_one_of.is_empty()).then_some(&record.exactly_one_of),
+                "switch": record.switch,
             })
         }
         Shape::Map { key, value } => json!({

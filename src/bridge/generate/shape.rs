@@ -38,6 +38,9 @@ pub struct Record {
     pub required: Vec<String>,
     /// Keys of which exactly one must be given (`oneOf` of `required`).
     pub exactly_one_of: Vec<String>,
+    /// The boolean key a boolean given for the whole table sets (`x-switch`: `verify =
+    /// false` is `verify = { enabled = false }`).
+    pub switch: Option<String>,
 }
 
 /// One key of a record, with what the schema says of it.
@@ -90,7 +93,13 @@ impl<'a> Schema<'a> {
                 name: name.clone(),
                 description: text(property, "description")
                     .map(|words| words.split_whitespace().collect::<Vec<_>>().join(" ")),
-                shape: self.shape(property),
+                shape: match (self.shape(property), text(property, "x-switch")) {
+                    (Shape::Record(record), Some(switch)) => Shape::Record(Record {
+                        switch: Some(switch),
+                        ..record
+                    }),
+                    (shape, _) => shape,
+                },
                 nullable: nullable(property),
                 default: property.get("default").cloned(),
                 expects: text(property, "x-expects"),
@@ -134,6 +143,7 @@ impl<'a> Schema<'a> {
                 fields: self.fields(node),
                 required: strings(node.get("required")),
                 exactly_one_of: exactly_one_of(node),
+                switch: None,
             }),
             Some("object") => {
                 let names = node.get("propertyNames").cloned().unwrap_or(json!({}));
@@ -348,6 +358,9 @@ impl Record {
                 "; exactly one of {}",
                 self.exactly_one_of.join(", ")
             ));
+        }
+        if let Some(switch) = &self.switch {
+            words.push_str(&format!(", or a boolean (its {switch} alone)"));
         }
         words
     }

@@ -1,0 +1,182 @@
+//! The code loop's verification rounds: once the phase's validation passes (and
+//! `verify.enabled`), its changes are verified; findings that block the phase go back to the
+//! model as its next iteration, then, after the next passing validation, verification runs
+//! again, at most `verify.max_rounds` times. The round under way is in the loop's run state,
+//! so a host killed meanwhile resumes it.
+
+use super::{COMPLETE_PHASE, CodeRunState};
+use crate::agent::context::{LoopContext, LoopError};
+use crate::agent::jobs;
+use crate::agent::turn::Conversation;
+use crate::agent::verification::{VerificationInput, record_verification, run_verification};
+use crate::agent::verification_text;
+use crate::artifacts::{
+    PhaseArtifact, PhaseRequirements, Requirement, SpecArtifact, StoredVerification,
+    VerificationScope,
+};
+use crate::llm::Usage;
+use crate::store::write_atomic;
+
+/// What came of a passing validation.
+pub(super) enum Settled {
+    /// The phase is complete: verified, or verification is off.
+    Complete,
+    /// The findings went back to the model: the loop goes on with the next iteration.
+    Again,
+}
+
+/// The validation of `state.iteration` passed (its turn not yet committed): the phase is
+/// complete, or verified first.
+pub(super) async fn after_validation(
+    context: &LoopContext,
+    conversation: &mut Conversation,
+    state: &mut CodeRunState,
+    phase: &PhaseArtifact,
+) -> Result<Settled, LoopError> {
+    if !context.settings.verify.enabled {
+        state.passed = true;
+        conversation.commit(state).await?;
+        return Ok(Settled::Complete);
+    }
+    state.verify_rounds += 1;
+    state.verifying = Some(state.verify_rounds);
+    conversation.commit(state).await?;
+    verify(context, conversation, state, phase).await
+}
+
+/// Runs the verification round `state.verifying` (begun, or resumed) of the validated
+/// iteration, and settles what it found.
+pub(super) async fn verify(
+    context: &LoopContext,
+    conversation: &mut Conversation,
+    state: &mut CodeRunState,
+    phase: &PhaseArtifact,
+) -> Result<Settled, LoopError> {
+    let round = state.verifying.unwrap_or(state.verify_rounds).max(1);
+    let max_rounds = context.settings.verify.max_rounds.max(1);
+    let id = context.record.id.clone();
+    let dir = context.layout.iteration_dir(&id, state.iteration);
+    let log = dir.join("validation.log");
+    let validation_output = context
+        .store(move |_, _| Ok(std::fs::read_to_string(log).ok()))
+        .await?;
+    let input = VerificationInput {
+        scope: VerificationScope::Phase(phase.name.clone()),
+        tasks: phase.tasks.clone(),
+        requirements: phase_requirements(context, phase),
+        baseline_dir: Some(context.layout.loop_dir(&id)),
+        validation_output,
+        round,
+    };
+    let verification = run_verification(context, input, dir.join("verification.jsonl")).await?;
+    // The verification's tokens are in the loop's record now: counted on from there.
+    let record_id = id.clone();
+    if let Some(record) = context.store(move |db, _| Ok(db.get(&record_id)?)).await? {
+        conversation.count_from(Usage {
+            input_tokens: record.tokens_in,
+            output_tokens: record.tokens_out,
+            ..Usage::default()
+        });
+    }
+    keep_round(context, &dir, &verification).await?;
+    if let Some(phase_loop) = &context.record.parent {
+        record_verification(context, phase_loop, phase.name.clone(), &verification).await?;
+    }
+    state.verifying = None;
+    if !verification.blocking {
+        context.progress(format!("verification round {round} passed"));
+        conversation.add_user_text(verification_text::verification_passed(&verification));
+        state.passed = true;
+        conversation.commit(state).await?;
+        return Ok(Settled::Complete);
+    }
+    context.progress(format!(
+        "verification round {round}/{max_rounds} found {}",
+        verification_text::findings_counted(&verification.report)
+    ));
+    conversation.add_user_text(verification_text::verification_findings(
+        &verification,
+        max_rounds,
+        COMPLETE_PHASE,
+    ));
+    let out_of_iterations =
+        state.iteration >= state.last_allowed_iteration(context.settings.code_max_iterations);
+    state.iteration += 1;
+    if round >= max_rounds || out_of_iterations {
+        // A retry has the model fix the findings, with its rounds anew.
+        state.verify_rounds = 0;
+        conversation.commit(state).await?;
+        let worst = verification
+            .report
+            .findings
+            .iter()
+            .max_by_key(|finding| finding.severity)
+            .map(|finding| {
+                format!(
+                    "{}:{}: {}",
+                    finding.file,
+                    finding.line,
+                    verification_text::finding_text(finding)
+                )
+            });
+        return Err(LoopError::VerificationBlocking {
+            loop_id: id,
+            phase: phase.name.clone(),
+            rounds: round,
+            findings: verification_text::findings_counted(&verification.report),
+            first: worst,
+        });
+    }
+    Ok(Settled::Again)
+}
+
+/// The round's verification, kept in the validated iteration's directory too.
+async fn keep_round(
+    context: &LoopContext,
+    dir: &std::path::Path,
+    verification: &StoredVerification,
+) -> Result<(), LoopError> {
+    let store_error = |source| LoopError::Artifact {
+        kind: "verification",
+        source,
+    };
+    let json = serde_json::to_vec_pretty(verification)
+        .map_err(|err| store_error(std::io::Error::other(err)))?;
+    let path = dir.join("verification.json");
+    context
+        .store(move |_, _| write_atomic(&path, &json).map_err(store_error))
+        .await
+}
+
+/// The requirements the phase is verified against, with their text: those its spec assigned
+/// to it and those its tasks cite (a spec stored before requirements: its acceptance
+/// criteria as R1..Rn).
+fn phase_requirements(context: &LoopContext, phase: &PhaseArtifact) -> Vec<Requirement> {
+    let Some(spec) = spec_of(context) else {
+        return Vec::new();
+    };
+    let of_phase = PhaseRequirements::of_spec(&spec, &phase.name, None);
+    of_phase
+        .known
+        .into_iter()
+        .filter(|requirement| {
+            of_phase.assigned.contains(&requirement.id)
+                || phase
+                    .tasks
+                    .iter()
+                    .any(|task| task.requirements.contains(&requirement.id))
+        })
+        .collect()
+}
+
+/// The spec of the phase this code loop implements, as far as it can be read.
+pub(super) fn spec_of(context: &LoopContext) -> Option<SpecArtifact> {
+    let phase_record = context
+        .record
+        .parent
+        .as_ref()
+        .and_then(|parent| context.db.get(parent).ok().flatten())?;
+    jobs::parent_artifact::<SpecArtifact>(&phase_record, &context.layout)
+        .ok()
+        .map(|(_, spec)| spec)
+}

@@ -1,0 +1,491 @@
+//! The verification pass: one conversation with the `verify` model, which reads the code
+//! (read-only tools, and `show_diff` for a change left out of the first message) and
+//! answers with `report_verification`: a verdict and findings, each at a file and line that
+//! exist, judged against `verify.block_on`. Its journal is a file of its own beside the
+//! loop's; a host killed meanwhile resumes it. `record_verification` keeps the latest one
+//! beside the artifact verified and tells the shells.
+
+mod findings;
+mod request;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::artifact_loop::tool_call;
+use super::baseline::{Baseline, BaselineError, FileDiff};
+use super::context::{LoopContext, LoopError};
+use super::context_budget::{RereadHints, estimate_text};
+use super::events::LoopEvent;
+use super::journal::Journal;
+use super::prompts;
+use super::turn::{CallHandler, CallResult, Conversation, stored_run};
+use crate::artifacts::{
+    Requirement, StoredVerification, TaskItem, VerificationReport, VerificationScope,
+};
+use crate::llm::text_protocol::TextProtocol;
+use crate::llm::{Message, ToolCall, ToolSpec, Usage};
+use crate::mcp::McpTools;
+use crate::store::{LoopId, LoopType, now_rfc3339, write_atomic};
+use crate::tools::{NoJournal, ToolContext, ToolRegistry, parse_input};
+pub use findings::REPORT_VERIFICATION;
+use findings::SHOW_DIFF;
+use findings::{
+    ShowDiffInput, finding_problems, line_count, report_verification_spec, show_diff_spec,
+};
+use request::bounded_changes;
+pub(super) use request::system_prompt;
+
+/// What one verification checks.
+#[derive(Clone, Debug)]
+pub struct VerificationInput {
+    pub scope: VerificationScope,
+    /// The phase's tasks (for a spec: every phase's).
+    pub tasks: Vec<TaskItem>,
+    /// The requirements checked, with their text.
+    pub requirements: Vec<Requirement>,
+    /// A code loop's directory, whose baseline gives the diff; `None`: no diff (code
+    /// written without Loopr).
+    pub baseline_dir: Option<PathBuf>,
+    pub validation_output: Option<String>,
+    /// The code loop's verification round; 0 when asked on demand.
+    pub round: u32,
+}
+
+/// The share of the context budget the first message's diff may take.
+const DIFF_SHARE_OF_BUDGET: u64 = 2;
+
+/// A verification's run, stored with each of its turns.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct VerifyRunState {
+    /// The accepted report, once there is one.
+    #[serde(default)]
+    accepted: Option<StoredVerification>,
+}
+
+/// Runs one verification conversation (model `models.verify`, read-only tools and the report
+/// tool) in `context`, journaled at `journal_path` (continued when it holds an unfinished
+/// run, its answer returned when it holds a finished one); returns the accepted report,
+/// judged with `verify.block_on`.
+pub async fn run_verification(
+    context: &LoopContext,
+    input: VerificationInput,
+    journal_path: PathBuf,
+) -> Result<StoredVerification, LoopError> {
+    let transcript_id =
+        LoopId::parse(&format!("{}-verify", context.record.id)).unwrap_or_else(LoopId::generate);
+    context.set_stage(Some(stage_words(context, input.round)));
+    let verified = converse(context, &input, journal_path, &transcript_id).await;
+    context.set_stage(None);
+    context.transcripts.ended(&transcript_id);
+    verified
+}
+
+/// "verifying, round 1/2" (or "verifying" on demand): the stage its progress lines name.
+fn stage_words(context: &LoopContext, round: u32) -> String {
+    if round == 0 {
+        "verifying".to_owned()
+    } else {
+        format!(
+            "verifying, round {round}/{}",
+            context.settings.verify.max_rounds.max(round)
+        )
+    }
+}
+
+async fn converse(
+    context: &LoopContext,
+    input: &VerificationInput,
+    journal_path: PathBuf,
+    transcript_id: &LoopId,
+) -> Result<StoredVerification, LoopError> {
+    let model = context
+        .settings
+        .model_for("verify")
+        .map_err(LoopError::Settings)?;
+    let journal = Journal::at(journal_path);
+    let stored = stored_run::<VerifyRunState>(context, &journal).await?;
+    if let Some(done) = stored.as_ref().and_then(|run| run.state.accepted.clone()) {
+        return Ok(done);
+    }
+    let diffs = match &input.baseline_dir {
+        Some(dir) => Some(changed_files(context, dir.clone()).await?),
+        None => None,
+    };
+    let tools = ToolRegistry::for_loop(LoopType::Phase, context.settings.web_fetch);
+    let tool_specs = verifier_tools(&tools, diffs.is_some());
+    let own: Vec<&'static str> = [SHOW_DIFF, REPORT_VERIFICATION]
+        .into_iter()
+        .filter(|name| tool_specs.iter().any(|spec| spec.name == *name))
+        .collect();
+    let (messages, batches) = match stored {
+        Some(run) => {
+            context.progress("resuming the verification");
+            (run.messages, run.batches)
+        }
+        None => {
+            let budget = context.limits.context_budget.tokens / DIFF_SHARE_OF_BUDGET;
+            let changes = diffs.as_deref().map(|diffs| bounded_changes(diffs, budget));
+            let first = Message::user_text(request::first_message(
+                &input.scope,
+                &input.requirements,
+                &input.tasks,
+                input.validation_output.as_deref(),
+                changes.as_ref(),
+            ));
+            start(context, &journal, &first).await?;
+            (vec![first], 1)
+        }
+    };
+    let project_name = context
+        .root
+        .path()
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let spent = loop_usage(context).await?;
+    let mcp_tools = McpTools::default();
+    let mut conversation = Conversation::new(
+        context,
+        journal,
+        system_prompt(&project_name, &tools.names(), diffs.is_some()),
+        tool_specs.into(),
+        RereadHints::of(&[&tools]),
+        messages,
+        batches,
+    )
+    .aside(transcript_id.clone(), spent);
+    let tool_context = ToolContext {
+        root: context.root.clone(),
+        cancel: context.cancel.clone(),
+        policy: context.policy.clone(),
+        // The tools only read; `web_fetch` (when enabled) asks per host.
+        approver: context.approver.clone(),
+        loop_id: context.record.id.to_string(),
+        buffers: context.buffers.clone(),
+        journal: Arc::new(NoJournal),
+    };
+    let nudge = prompts::nudge_to_call(
+        &report_verification_spec(),
+        TextProtocol::new(context.settings.tool_protocol, context.settings.tool_format),
+    );
+    let max_turns = context.settings.max_turns;
+    let mut state = VerifyRunState::default();
+    let mut last_problem = None;
+    for turn in 1..=max_turns {
+        context.progress(format!("waiting for the model (turn {turn}/{max_turns})"));
+        let mut calls = VerifyCalls {
+            context,
+            input,
+            tools: &tools,
+            mcp_tools: &mcp_tools,
+            own: &own,
+            tool_context: &tool_context,
+            diffs: diffs.as_deref(),
+            accepted: None,
+        };
+        let answered = conversation
+            .take_turn(context, model.clone(), &mut calls, nudge.clone())
+            .await?;
+        if answered.last_problem.is_some() {
+            last_problem = answered.last_problem;
+        }
+        if let Some(accepted) = calls.accepted {
+            state.accepted = Some(accepted.clone());
+            conversation.commit(&state).await?;
+            return Ok(accepted);
+        }
+        conversation.commit_later(&state)?;
+    }
+    conversation.flush().await?;
+    Err(LoopError::TurnLimit {
+        tool: REPORT_VERIFICATION,
+        max_turns,
+        last_problem,
+    })
+}
+
+/// The verifier's tools: the read-only `tools`, `show_diff` when there is a diff, and the
+/// report tool.
+pub(super) fn verifier_tools(tools: &ToolRegistry, with_diff: bool) -> Vec<ToolSpec> {
+    let mut specs = tools.specs();
+    if with_diff {
+        specs.push(show_diff_spec());
+    }
+    specs.push(report_verification_spec());
+    specs
+}
+
+/// The estimated input tokens of a verification's first request (system prompt, tools and
+/// first message, as the context budget counts them) for `diffs` and what is checked, the
+/// diff bounded by `budget_tokens` as a run bounds it.
+pub fn first_request_tokens(
+    requirements: &[Requirement],
+    tasks: &[TaskItem],
+    validation_output: Option<&str>,
+    diffs: &[FileDiff],
+    budget_tokens: u64,
+) -> u64 {
+    let tools = ToolRegistry::for_loop(LoopType::Phase, false);
+    let specs = verifier_tools(&tools, true);
+    let changes = bounded_changes(diffs, budget_tokens / DIFF_SHARE_OF_BUDGET);
+    let first = request::first_message(
+        &VerificationScope::Phase("bench".to_owned()),
+        requirements,
+        tasks,
+        validation_output,
+        Some(&changes),
+    );
+    let system = system_prompt("bench", &tools.names(), true);
+    estimate_text(&system)
+        + estimate_text(&serde_json::to_string(&specs).unwrap_or_default())
+        + estimate_text(&first)
+}
+
+/// Writes the run's start (its first message) to the verification's own journal.
+async fn start(context: &LoopContext, journal: &Journal, first: &Message) -> Result<(), LoopError> {
+    let (journal, first) = (journal.clone(), first.clone());
+    context
+        .store(move |_, _| {
+            journal
+                .append(
+                    &Journal::run_start_entries(&first, Vec::new()),
+                    &VerifyRunState::default(),
+                )
+                .map_err(|source| LoopError::Artifact {
+                    kind: "verification journal",
+                    source,
+                })
+        })
+        .await
+}
+
+/// The loop's tokens as its record has them now (another conversation of the loop may have
+/// spent since it started).
+async fn loop_usage(context: &LoopContext) -> Result<Usage, LoopError> {
+    let id = context.record.id.clone();
+    let record = context.store(move |db, _| Ok(db.get(&id)?)).await?;
+    let record = record.unwrap_or_else(|| context.record.clone());
+    Ok(Usage {
+        input_tokens: record.tokens_in,
+        output_tokens: record.tokens_out,
+        ..Usage::default()
+    })
+}
+
+/// The changes recorded by the baseline in `loop_dir`, one diff per file.
+async fn changed_files(
+    context: &LoopContext,
+    loop_dir: PathBuf,
+) -> Result<Vec<FileDiff>, LoopError> {
+    let root = context.root.clone();
+    let diffs = tokio::task::spawn_blocking(move || Baseline::at(&loop_dir).file_diffs(&root))
+        .await
+        .map_err(|err| LoopError::Validation(format!("reading the changes crashed: {err}")))?;
+    match diffs {
+        Ok(diffs) => Ok(diffs),
+        // Nothing recorded, nothing changed.
+        Err(BaselineError::Missing) => Ok(Vec::new()),
+        Err(err) => Err(LoopError::Artifact {
+            kind: "baseline",
+            source: std::io::Error::other(err.to_string()),
+        }),
+    }
+}
+
+/// The calls of one turn of a verification.
+struct VerifyCalls<'a> {
+    context: &'a LoopContext,
+    input: &'a VerificationInput,
+    tools: &'a ToolRegistry,
+    mcp_tools: &'a McpTools,
+    own: &'a [&'static str],
+    tool_context: &'a ToolContext,
+    diffs: Option<&'a [FileDiff]>,
+    /// The report, once one passed its checks in this turn.
+    accepted: Option<StoredVerification>,
+}
+
+#[async_trait]
+impl CallHandler for VerifyCalls<'_> {
+    async fn answer(
+        &mut self,
+        call: ToolCall,
+        _conversation: &[Arc<Message>],
+    ) -> Result<CallResult, LoopError> {
+        if call.name == REPORT_VERIFICATION {
+            if self.accepted.is_some() {
+                return Ok(CallResult::error(
+                    "the verification is already reported".to_owned(),
+                ));
+            }
+            return self.report(call.input).await;
+        }
+        if call.name == SHOW_DIFF
+            && let Some(diffs) = self.diffs
+        {
+            return Ok(show_diff(diffs, call.input));
+        }
+        tool_call(
+            self.context,
+            self.own,
+            self.tools,
+            self.mcp_tools,
+            self.tool_context,
+            &call.name,
+            call.input,
+        )
+        .await
+    }
+
+    /// The report goes last, so what the turn read comes first.
+    fn order(&self, calls: &mut Vec<ToolCall>) {
+        calls.sort_by_key(|call| call.name == REPORT_VERIFICATION);
+    }
+}
+
+impl VerifyCalls<'_> {
+    async fn report(&mut self, input: serde_json::Value) -> Result<CallResult, LoopError> {
+        let context = self.context;
+        let report = match parse_input::<VerificationReport>(REPORT_VERIFICATION, input) {
+            Ok(report) => report,
+            Err(err) => return Ok(CallResult::error(err.to_string())),
+        };
+        let checked: Vec<String> = self
+            .input
+            .requirements
+            .iter()
+            .map(|requirement| requirement.id.clone())
+            .collect();
+        let (root, owned_report, owned_checked) =
+            (context.root.clone(), report.clone(), checked.clone());
+        let problems = tokio::task::spawn_blocking(move || {
+            finding_problems(&owned_report, &owned_checked, &mut |file| {
+                line_count(&root, file)
+            })
+        })
+        .await
+        .map_err(|err| LoopError::Validation(format!("checking the findings crashed: {err}")))?;
+        if !problems.is_empty() {
+            context.progress(format!(
+                "the report had {} problem(s); asking the model to fix them",
+                problems.len()
+            ));
+            return Ok(CallResult::error(format!(
+                "The report was not accepted; call {REPORT_VERIFICATION} again with these fixed:\n- {}",
+                problems.join("\n- ")
+            )));
+        }
+        let block_on = context.settings.verify.block_on;
+        let stored = StoredVerification {
+            scope: self.input.scope.clone(),
+            at: now_rfc3339(),
+            requirements: checked,
+            round: self.input.round,
+            block_on,
+            blocking: report.blocks(block_on),
+            report,
+        };
+        let text = format!(
+            "Recorded: {} with {} finding(s).",
+            if stored.blocking {
+                "blocking"
+            } else {
+                "passing"
+            },
+            stored.report.findings.len()
+        );
+        self.accepted = Some(stored);
+        Ok(CallResult::ok(text))
+    }
+}
+
+/// `show_diff`'s answer: the file's whole diff, or the changed files to choose from.
+fn show_diff(diffs: &[FileDiff], input: serde_json::Value) -> CallResult {
+    let wanted = match parse_input::<ShowDiffInput>(SHOW_DIFF, input) {
+        Ok(wanted) => wanted,
+        Err(err) => return CallResult::error(err.to_string()),
+    };
+    let file = wanted.file.trim().trim_start_matches("./");
+    match diffs.iter().find(|diff| diff.path == file) {
+        Some(diff) => CallResult::ok(diff.diff.clone()),
+        None if diffs.is_empty() => CallResult::error("no file was changed".to_owned()),
+        None => CallResult::error(format!(
+            "{file} was not changed; the changed files are {}",
+            diffs
+                .iter()
+                .map(|diff| diff.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Writes `verification` atomically beside the artifact of `artifact_loop` (the latest one
+/// of that phase or spec) and tells the shells, which name it `label` (the phase's or
+/// spec's name).
+pub async fn record_verification(
+    context: &LoopContext,
+    artifact_loop: &LoopId,
+    label: String,
+    verification: &StoredVerification,
+) -> Result<(), LoopError> {
+    let json = serde_json::to_vec_pretty(verification).map_err(|err| LoopError::Artifact {
+        kind: "verification",
+        source: std::io::Error::other(err),
+    })?;
+    let artifact_loop = artifact_loop.clone();
+    context
+        .store(move |_, layout| {
+            write_atomic(&layout.verification(&artifact_loop), &json).map_err(|source| {
+                LoopError::Artifact {
+                    kind: "verification",
+                    source,
+                }
+            })
+        })
+        .await?;
+    context.events.emit(LoopEvent::VerificationFinished {
+        loop_id: context.record.id.clone(),
+        root: context.root.path().to_path_buf(),
+        label,
+        verification: verification.clone(),
+    });
+    Ok(())
+}
+
+/// `show_diff`'s full schema, for the checks of every tool's schema and example.
+#[cfg(test)]
+pub(super) fn show_diff_schema() -> serde_json::Value {
+    crate::schema::input_schema_for::<ShowDiffInput>()
+}
+
+/// A verification's first message for `phase` (one requirement, a small diff): what the
+/// first-request checks measure.
+#[cfg(test)]
+pub(super) fn sample_first_message(phase: &crate::artifacts::PhaseArtifact) -> String {
+    let diff = crate::tools::file_diff(
+        "src/cli.rs",
+        "struct Args {}\n",
+        "struct Args {\n    version: bool,\n}\n",
+    );
+    request::first_message(
+        &VerificationScope::Phase(phase.name.clone()),
+        &[Requirement {
+            id: "R1".to_owned(),
+            text: "WHEN --version is given THE SYSTEM SHALL print the version".to_owned(),
+            check: "cargo run -- --version prints it".to_owned(),
+        }],
+        &phase.tasks,
+        Some("test result: ok. 3 passed"),
+        Some(&bounded_changes(
+            &[FileDiff {
+                path: "src/cli.rs".to_owned(),
+                diff,
+            }],
+            10_000,
+        )),
+    )
+}

@@ -1,0 +1,84 @@
+//! A verification in words: its findings counted, a finding in a line, and what the code
+//! loop's model is told of a round (what blocks the phase, or that it passed). Pure.
+
+use crate::artifacts::{Finding, Severity, StoredVerification, VerificationReport};
+
+/// "1 critical, 2 minor findings" (or "no findings"): a report's findings counted by
+/// severity, the worst first.
+pub fn findings_counted(report: &VerificationReport) -> String {
+    let counts: Vec<String> = [Severity::Critical, Severity::Major, Severity::Minor]
+        .into_iter()
+        .filter_map(|severity| {
+            let count = report
+                .findings
+                .iter()
+                .filter(|finding| finding.severity == severity)
+                .count();
+            (count > 0).then(|| format!("{count} {}", severity.as_str()))
+        })
+        .collect();
+    match report.findings.len() {
+        0 => "no findings".to_owned(),
+        1 => format!("{} finding", counts.join(", ")),
+        _ => format!("{} findings", counts.join(", ")),
+    }
+}
+
+/// A finding in a line (a quickfix entry's text): the message, the requirement it concerns,
+/// the fix.
+pub fn finding_text(finding: &Finding) -> String {
+    let mut text = finding.message.trim().to_owned();
+    if let Some(requirement) = &finding.requirement {
+        text.push_str(&format!(" [{requirement}]"));
+    }
+    if let Some(fix) = finding
+        .fix
+        .as_deref()
+        .map(str::trim)
+        .filter(|fix| !fix.is_empty())
+    {
+        text.push_str(&format!(" Fix: {fix}"));
+    }
+    text
+}
+
+/// A verification round's findings that block the phase, for the code loop's model: what was
+/// found, where, and what to do.
+pub fn verification_findings(
+    verification: &StoredVerification,
+    max_rounds: u32,
+    complete_tool: &str,
+) -> String {
+    let mut text = format!(
+        "Verification round {}/{max_rounds} checked the changes against the phase's          requirements and found problems that block the phase: {}\n",
+        verification.round,
+        verification.report.summary.trim()
+    );
+    for finding in &verification.report.findings {
+        let lines = match finding.end_line {
+            Some(end) if end > finding.line => format!("{}-{end}", finding.line),
+            _ => finding.line.to_string(),
+        };
+        text.push_str(&format!(
+            "- {} {}:{lines}: {}\n",
+            finding.severity.as_str(),
+            finding.file,
+            finding_text(finding)
+        ));
+    }
+    text.push_str(&format!(
+        "Fix them, then call {complete_tool} again: the validation, then the verification, \
+         run again."
+    ));
+    text
+}
+
+/// The note a passing verification leaves in the code loop's conversation (and transcript).
+pub fn verification_passed(verification: &StoredVerification) -> String {
+    format!(
+        "Verification round {} passed ({}): {}",
+        verification.round,
+        findings_counted(&verification.report),
+        verification.report.summary.trim()
+    )
+}
