@@ -45,8 +45,6 @@ pub enum NextStep {
     RunPhases,
     /// Name the phase or spec to verify, one of `choices` (their shortest names).
     NameVerifyTarget { choices: Vec<String> },
-    /// See a verification's findings, where the shell lists them.
-    ShowFindings,
 }
 
 /// Parts `attach` puts between a text and its hint: a control character no message
@@ -126,7 +124,6 @@ impl NextStep {
             NextStep::NameVerifyTarget { choices } => {
                 format!("name one to verify: {}", choices.join(", "))
             }
-            NextStep::ShowFindings => "the findings are stored with the verification".to_owned(),
         }
     }
 }

@@ -1,17 +1,18 @@
 //! A verification asked on demand (`LoopType::Verify`): what it checks, gathered from the
 //! stored artifacts (a phase's tasks and the requirements its spec assigned it, or a whole
-//! spec's requirements and its phases' tasks), and how its outcome is told. It reads the
-//! project and the store and changes neither: no command runs, no artifact gets an iteration.
+//! spec's requirements and its phases' tasks), and its run. It reads the project and changes
+//! nothing there: no command runs, no artifact gets an iteration; what it found is stored
+//! beside the artifact, and in its own directory.
 
 use std::path::PathBuf;
 
+use super::context::{LoopContext, LoopError};
 use super::jobs::{JobError, parent_artifact, read_json};
 use super::tasks::listed_phase;
+use super::verification::{VerificationInput, record_verification, run_verification};
 use crate::artifacts::{
-    PhaseArtifact, PhaseRequirements, Requirement, Severity, SpecArtifact, StoredVerification,
-    TaskItem, VerificationScope,
+    PhaseArtifact, PhaseRequirements, Requirement, SpecArtifact, TaskItem, VerificationScope,
 };
-use crate::next_step::NextStep;
 use crate::store::{LoopId, LoopRecord, LoopType, ProjectLayout};
 
 /// What a verification asked on demand checks the working tree against.
@@ -92,48 +93,51 @@ pub fn verify_subject(
     })
 }
 
-/// What a finished verification found, for the user: `print-version: 2 findings (1
-/// critical, 1 minor)` with the step to see them, or `print-version verified: no findings`.
-pub fn outcome_message(name: &str, verification: &StoredVerification) -> String {
-    let findings = &verification.report.findings;
-    if findings.is_empty() && !verification.blocking {
-        return format!("{name} verified: no findings");
-    }
-    let verdict = if verification.blocking {
-        "does not pass verification"
-    } else {
-        "passes verification"
-    };
-    if findings.is_empty() {
-        let summary = super::short_text::one_line(&verification.report.summary, 200);
-        return format!("{name} {verdict}: {summary}");
-    }
-    let counts: Vec<String> = [Severity::Critical, Severity::Major, Severity::Minor]
-        .into_iter()
-        .filter_map(|severity| {
-            let count = findings
-                .iter()
-                .filter(|finding| finding.severity == severity)
-                .count();
-            (count > 0).then(|| format!("{count} {}", severity.as_str()))
+/// Runs verification loop `context.record`: verifies the working tree against its phase or
+/// spec (no validation output: nothing runs), keeps what it found in its own directory (what
+/// `loopr verify` prints) and stores it beside the artifact, whose event the shells show.
+pub async fn run_verify_loop(context: &LoopContext) -> Result<(), LoopError> {
+    let record = context.record.clone();
+    let subject = context
+        .store(move |db, layout| {
+            let records = db.list()?;
+            Ok(verify_subject(&record, &records, layout)?)
         })
-        .collect();
-    let noun = if findings.len() == 1 {
-        "finding"
-    } else {
-        "findings"
+        .await?;
+    let name = match &subject.scope {
+        VerificationScope::Phase(name) | VerificationScope::Spec(name) => name.clone(),
     };
-    NextStep::ShowFindings.attach(&format!(
-        "{name} {verdict}: {} {noun} ({})",
-        findings.len(),
-        counts.join(", ")
-    ))
+    let input = VerificationInput {
+        scope: subject.scope,
+        tasks: subject.tasks,
+        requirements: subject.requirements,
+        baseline_dir: subject.baseline_dir,
+        validation_output: None,
+        round: 0,
+    };
+    let journal = context.layout.journal(&context.record.id);
+    let verification = run_verification(context, input, journal).await?;
+    let json = serde_json::to_vec_pretty(&verification).map_err(|err| LoopError::Artifact {
+        kind: "verification",
+        source: std::io::Error::other(err),
+    })?;
+    let own = context.record.id.clone();
+    context
+        .store(move |_, layout| {
+            crate::store::write_atomic(&layout.verification(&own), &json).map_err(|source| {
+                LoopError::Artifact {
+                    kind: "verification",
+                    source,
+                }
+            })
+        })
+        .await?;
+    record_verification(context, &subject.artifact_loop, name, &verification).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifacts::{Finding, VerificationReport, VerificationVerdict};
     use crate::store::LoopStatus;
 
     /// A loop with its artifact (`kind`.json, `json`) stored at iteration 1, below `parent`.
@@ -243,66 +247,5 @@ mod tests {
             "its phases' tasks, in order"
         );
         assert_eq!(whole.baseline_dir, None);
-    }
-
-    fn verification(verdict: VerificationVerdict, severities: &[Severity]) -> StoredVerification {
-        let report = VerificationReport {
-            verdict,
-            summary: "The flag is not parsed.".to_owned(),
-            findings: severities
-                .iter()
-                .map(|severity| Finding {
-                    severity: *severity,
-                    requirement: None,
-                    file: "src/main.rs".to_owned(),
-                    line: 1,
-                    end_line: None,
-                    message: "wrong".to_owned(),
-                    fix: None,
-                })
-                .collect(),
-        };
-        StoredVerification {
-            scope: VerificationScope::Phase("print-version".to_owned()),
-            at: "2026-11-26T10:00:00Z".to_owned(),
-            requirements: vec!["R1".to_owned()],
-            round: 0,
-            block_on: Severity::Critical,
-            blocking: report.blocks(Severity::Critical),
-            report,
-        }
-    }
-
-    #[test]
-    fn the_outcome_counts_findings_by_severity_and_says_where_to_see_them() {
-        let found = outcome_message(
-            "print-version",
-            &verification(
-                VerificationVerdict::Fail,
-                &[Severity::Minor, Severity::Critical],
-            ),
-        );
-        assert_eq!(
-            crate::next_step::split(&found),
-            (
-                "print-version does not pass verification: 2 findings (1 critical, 1 minor)",
-                Some(NextStep::ShowFindings)
-            )
-        );
-        let passed = verification(VerificationVerdict::Pass, &[]);
-        assert_eq!(
-            outcome_message("print-version", &passed),
-            "print-version verified: no findings"
-        );
-        let minor = verification(VerificationVerdict::Pass, &[Severity::Minor]);
-        assert_eq!(
-            crate::next_step::split(&outcome_message("print-version", &minor)).0,
-            "print-version passes verification: 1 finding (1 minor)"
-        );
-        let failed = verification(VerificationVerdict::Fail, &[]);
-        assert_eq!(
-            outcome_message("print-version", &failed),
-            "print-version does not pass verification: The flag is not parsed."
-        );
     }
 }

@@ -94,7 +94,6 @@ fn step_words(step: &NextStep) -> String {
                 choices.join(", ")
             )
         }
-        NextStep::ShowFindings => ":copen".to_owned(),
     }
 }
 

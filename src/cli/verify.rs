@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{HeadlessRefusal, StopSignals, headless_manager, hinted, settle, with_next_step};
-use crate::agent::{LoopManager, LoopSettings, ProviderFactory};
+use crate::agent::{LoopManager, LoopSettings, ProviderFactory, finding_text};
 use crate::artifacts::StoredVerification;
 use crate::store::{LoopRecord, LoopStatus};
 
@@ -63,29 +63,16 @@ pub async fn run_verify(
 /// Each finding as `file:line: severity: message`, what compilers print and editors jump to.
 fn print_findings(out: &mut impl Write, verification: &StoredVerification) -> anyhow::Result<()> {
     for finding in &verification.report.findings {
-        let mut message = finding.message.trim().to_owned();
-        if let Some(requirement) = &finding.requirement {
-            message.push_str(&format!(" [{requirement}]"));
-        }
-        if let Some(fix) = finding
-            .fix
-            .as_deref()
-            .map(str::trim)
-            .filter(|fix| !fix.is_empty())
-        {
-            message.push_str(&format!(" Fix: {fix}"));
-        }
-        writeln!(
-            out,
-            "{}",
-            crate::terminal_text::for_terminal(&format!(
-                "{}:{}: {}: {}",
-                finding.file,
-                finding.line,
-                finding.severity.as_str(),
-                message.split_whitespace().collect::<Vec<_>>().join(" ")
-            ))
-        )?;
+        let line = format!(
+            "{}:{}: {}: {}",
+            finding.file,
+            finding.line,
+            finding.severity.as_str(),
+            finding_text(finding)
+        );
+        // One line each: the model wrote the text, and a line break must not start another.
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        writeln!(out, "{}", crate::terminal_text::for_terminal(&line))?;
     }
     Ok(())
 }

@@ -83,8 +83,6 @@ pub(super) fn clause(step: &NextStep) -> String {
         NextStep::NameVerifyTarget { choices } => {
             format!("; `loopr verify NAME` with one of {}", choices.join(", "))
         }
-        // `loopr verify` prints them on stdout as the notice goes to stderr.
-        NextStep::ShowFindings => "; they are listed on stdout".to_owned(),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::agent::code_loop::run_code_loop;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
+use crate::agent::verify_on_demand::run_verify_loop;
 use crate::agent::{ask_limits, limits};
 use crate::llm::ServerWindow;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
@@ -92,6 +93,9 @@ impl LoopManager {
             context.limits = ask_limits::ask_server(&context).await;
             match context.record.loop_type {
                 LoopType::Code => run_code_loop(&context).await.map(LoopOutcome::Code),
+                LoopType::Verify => run_verify_loop(&context)
+                    .await
+                    .map(|()| LoopOutcome::Verified),
                 _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),
             }
         });
@@ -131,6 +135,10 @@ impl LoopManager {
             }
             Ok(Ok(LoopOutcome::Artifact(outcome))) => {
                 self.on_artifact(project, record, settings, outcome);
+            }
+            Ok(Ok(LoopOutcome::Verified)) => {
+                tracing::info!(loop_id = %record.id, "verified on demand");
+                self.record_end(project, record, LoopStatus::Complete, None);
             }
             Ok(Ok(LoopOutcome::Code(iteration))) => {
                 tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
@@ -290,4 +298,6 @@ enum LoopOutcome {
     Artifact(ArtifactOutcome),
     /// The iteration whose validation passed.
     Code(u32),
+    /// A verification asked on demand answered (what it found is stored and told).
+    Verified,
 }
