@@ -13,7 +13,7 @@ macro_rules! say {
 mod verify;
 mod words;
 
-pub use verify::run_verify;
+pub use verify::{print_findings, run_verify};
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

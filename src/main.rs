@@ -481,7 +481,7 @@ fn run_verify(
 ) -> anyhow::Result<()> {
     let settings = parse_settings(settings)?;
     let runtime = runtime()?;
-    let passed = runtime.block_on(loopr::cli::run_verify(
+    let verification = runtime.block_on(loopr::cli::run_verify(
         loopr_home()?,
         provider_factory(credentials),
         root,
@@ -489,7 +489,9 @@ fn run_verify(
         settings,
     ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    if passed? {
+    let verification = verification?;
+    loopr::cli::print_findings(&mut std::io::stdout().lock(), &verification)?;
+    if !verification.blocking {
         Ok(())
     } else {
         anyhow::bail!("the verification does not pass; the findings are listed on stdout")

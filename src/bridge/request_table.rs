@@ -191,14 +191,6 @@ request_table! {
             .start_code(&params.root, &params.phase, params.settings)
             .map(LoopIdReply::new)
             .map_err(manager_error);
-    /// Starts verifying the working tree against a phase or spec (by name or loop id; empty:
-    /// the only one), changing nothing: a verification loop, named in the reply.
-    verify(VerifyParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |host, params| host
-            .manager
-            .start_verification(&params.root, &params.name, params.settings)
-            .map_err(manager_error)
-            .and_then(|id| named_reply(host, &params.root, id));
     /// Answers an approval a loop waits on; false when it was no longer waited on.
     approval(ApprovalParams) -> bool, Blocking, notification: true, sender: Lua
         => |host, params| Ok(host.approvals.resolve(params.id, params.decision()?));
@@ -219,6 +211,14 @@ request_table! {
             .await
             .map(|(loop_id, report)| UndoReply::new(loop_id.to_string(), report))
             .map_err(manager_error);
+    /// Starts verifying the working tree against a phase or spec (by name or loop id; empty:
+    /// the only one), changing nothing: a verification loop, named in the reply.
+    verify(VerifyParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
+        => |host, params| host
+            .manager
+            .start_verification(&params.root, &params.name, params.settings)
+            .map_err(manager_error)
+            .and_then(|id| named_reply(host, &params.root, id));
     /// The project's loops, newest first, with what they spent at these prices.
     status(StatusParams) -> Vec<LoopRecordReply>, Blocking, notification: true, sender: Lua
         => |host, params| host

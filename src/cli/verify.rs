@@ -13,16 +13,16 @@ use crate::agent::{LoopManager, LoopSettings, ProviderFactory, finding_text};
 use crate::artifacts::StoredVerification;
 use crate::store::{LoopRecord, LoopStatus};
 
-/// Verifies the working tree against phase or spec `name`; returns whether it passed (no
-/// finding at or above `verify.block_on`, and no failing verdict). A verification that could
-/// not finish is an error.
+/// Verifies the working tree against phase or spec `name`; returns what it found (it passed
+/// unless `blocking`: a finding at or above `verify.block_on`, or a failing verdict). A
+/// verification that could not finish is an error.
 pub async fn run_verify(
     loopr_home: PathBuf,
     provider_factory: ProviderFactory,
     root: PathBuf,
     name: &str,
     settings: LoopSettings,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<StoredVerification> {
     let mut signals = StopSignals::catch()?;
     // The verifier only reads: nothing is approved.
     let (manager, mut events) =
@@ -56,12 +56,14 @@ pub async fn run_verify(
                 .unwrap_or_default()
         ),
     };
-    print_findings(&mut std::io::stdout().lock(), &verification)?;
-    Ok(!verification.blocking)
+    Ok(verification)
 }
 
 /// Each finding as `file:line: severity: message`, what compilers print and editors jump to.
-fn print_findings(out: &mut impl Write, verification: &StoredVerification) -> anyhow::Result<()> {
+pub fn print_findings(
+    out: &mut impl Write,
+    verification: &StoredVerification,
+) -> anyhow::Result<()> {
     for finding in &verification.report.findings {
         let line = format!(
             "{}:{}: {}: {}",
