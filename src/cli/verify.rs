@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::{HeadlessRefusal, StopSignals, headless_manager, hinted, settle, with_next_step};
-use crate::agent::{LoopManager, LoopSettings, ProviderFactory, finding_text};
+use super::{
+    HeadlessRefusal, StopSignals, headless_manager, hinted, only_loop, settle, with_next_step,
+};
+use crate::agent::{LoopSettings, ProviderFactory, finding_text};
 use crate::artifacts::StoredVerification;
-use crate::store::{LoopRecord, LoopStatus};
+use crate::store::LoopStatus;
 
 /// Verifies the working tree against phase or spec `name`; returns what it found (it passed
 /// unless `blocking`: a finding at or above `verify.block_on`, or a failing verdict). A
@@ -32,13 +34,7 @@ pub async fn run_verify(
         .map_err(with_next_step)
         .context("starting the verification")?;
     say!("loopr: verification {verify_id} started for {name}");
-    let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
-        Ok(manager
-            .status(&root)?
-            .into_iter()
-            .filter(|record| record.id == verify_id)
-            .collect())
-    };
+    let select = only_loop(&root, &verify_id);
     settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     let record = select(&manager)?
         .into_iter()
