@@ -43,6 +43,7 @@ mod integration {
     mod transcript;
     mod trust;
     mod validation;
+    mod verification;
     mod verify;
     mod web;
     mod windows;
