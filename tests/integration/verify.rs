@@ -158,3 +158,25 @@ async fn verify_without_a_name_lists_the_phases_and_specs() {
         )
     );
 }
+
+/// A verification the model is slow to answer stops at `:LooprCancel` of its loop: nothing
+/// is stored beside the phase, and the quickfix lists are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_under_way_is_cancelled_like_any_loop() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, "{}", "true").await;
+    fake.push(crate::scenario::stalled_turn("Reading the code"));
+    assert_eq!(editor.command("LooprVerify print-version").await, None);
+    let running = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "verify" && data["status"] == "running"
+        })
+        .await;
+    let id = running["id"].as_str().expect("id").to_owned();
+    assert_eq!(editor.command(&format!("LooprCancel {id}")).await, None);
+    editor.wait_status(&id, "cancelled").await;
+    let stored = crate::scenario::files_ending_with(&editor.dirs.loopr_home, "verification.json");
+    assert!(stored.is_empty(), "{stored:?}");
+    let lists: i64 = editor.lua("return vim.fn.getqflist({ nr = '$' }).nr").await;
+    assert_eq!(lists, 0, "no quickfix list was made");
+}
