@@ -38,6 +38,7 @@ mod tree_ready;
 mod turn;
 mod verification;
 mod verification_text;
+mod verify_on_demand;
 
 pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyApprover};
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, FileDiff, SkipReason, UndoReport};

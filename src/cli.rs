@@ -11,7 +11,10 @@ macro_rules! say {
 }
 
 mod table;
+mod verify;
 mod words;
+
+pub use verify::{print_findings, run_verify};
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -284,15 +287,23 @@ pub async fn run_code(
         .context("starting the code loop")?;
     say!("loopr: code loop {code_id} started for phase {phase}");
     tell_about_loops_left(&manager, &root)?;
-    let select = |manager: &LoopManager| -> anyhow::Result<Vec<LoopRecord>> {
-        Ok(manager
-            .status(&root)?
-            .into_iter()
-            .filter(|record| record.id == code_id)
-            .collect())
-    };
+    let select = only_loop(&root, &code_id);
     settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     summarize(&manager, &root, &select(&manager)?)
+}
+
+/// What a run of one loop settles on: loop `id` of the project at `root`, alone.
+fn only_loop<'a>(
+    root: &'a Path,
+    id: &'a LoopId,
+) -> impl Fn(&LoopManager) -> anyhow::Result<Vec<LoopRecord>> + 'a {
+    move |manager| {
+        Ok(manager
+            .status(root)?
+            .into_iter()
+            .filter(|record| &record.id == id)
+            .collect())
+    }
 }
 
 /// Cancels loop `id` and every active loop below it, as `:LooprCancel` does, and says on

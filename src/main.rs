@@ -63,6 +63,19 @@ enum Command {
         #[arg(long, default_value = "{}")]
         settings: String,
     },
+    /// Verify the working tree against a phase or spec without Neovim, changing nothing: the
+    /// findings go to stdout as `file:line: severity: message`. Exits 0 when it passes, 1
+    /// when it does not.
+    Verify {
+        /// The phase or spec name (or loop id), as `loopr status` lists it.
+        name: String,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        /// Settings as JSON, as for `loopr plan`.
+        #[arg(long, default_value = "{}")]
+        settings: String,
+    },
     /// Resume the unfinished loops of a project (after a crash) without Neovim, until nothing
     /// can move. Exits 0 when every loop it resumed (and what they started) completed.
     Resume {
@@ -243,6 +256,11 @@ fn main() -> ExitCode {
             root,
             settings,
         } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
+        Command::Verify {
+            name,
+            root,
+            settings,
+        } => run_verify(credentials, &name, root, &settings),
         Command::Generate { check, root } => return run_generate(check, &root),
         Command::Cancel { id, root } => run_cancel(credentials, root, &id),
         Command::Transcript { id, root } => {
@@ -453,6 +471,31 @@ fn run_code(
     ));
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     require_all_complete(passed?)
+}
+
+fn run_verify(
+    credentials: SharedEnv,
+    name: &str,
+    root: PathBuf,
+    settings: &str,
+) -> anyhow::Result<()> {
+    let settings = parse_settings(settings)?;
+    let runtime = runtime()?;
+    let verification = runtime.block_on(loopr::cli::run_verify(
+        loopr_home()?,
+        provider_factory(credentials),
+        root,
+        name,
+        settings,
+    ));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    let verification = verification?;
+    loopr::cli::print_findings(&mut std::io::stdout().lock(), &verification)?;
+    if !verification.blocking {
+        Ok(())
+    } else {
+        anyhow::bail!("the verification does not pass; the findings are listed on stdout")
+    }
 }
 
 /// Where nothing confines commands, each must be seen by a person: `--yes` alone does not

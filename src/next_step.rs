@@ -43,6 +43,8 @@ pub enum NextStep {
     Review,
     /// See the ready phases' tasks, and start a code loop for one.
     RunPhases,
+    /// Name the phase or spec to verify, one of `choices` (their shortest names).
+    NameVerifyTarget { choices: Vec<String> },
 }
 
 /// Parts `attach` puts between a text and its hint: a control character no message
@@ -119,6 +121,9 @@ impl NextStep {
             NextStep::ShowMcpServers => "the MCP servers' status keeps the error".to_owned(),
             NextStep::Review => "approve it, or ask for a revision with feedback".to_owned(),
             NextStep::RunPhases => "start a code loop for one of them".to_owned(),
+            NextStep::NameVerifyTarget { choices } => {
+                format!("name one to verify: {}", choices.join(", "))
+            }
         }
     }
 }

@@ -280,11 +280,11 @@ pub struct ToolRegistry {
 
 impl ToolRegistry {
     /// The tools a loop of this type may use, one list per level, in the order offered (a
-    /// new tool is added here). Planning levels only read; the code loop also writes, edits
+    /// new tool is added here). Planning levels and verification only read; the code loop also writes, edits
     /// and runs commands. `web_fetch` joins any level's, only when the user enabled it.
     pub fn for_loop(loop_type: LoopType, web_fetch: bool) -> ToolRegistry {
         let mut tools: Vec<Arc<dyn Tool>> = match loop_type {
-            LoopType::Plan | LoopType::Spec | LoopType::Phase => vec![
+            LoopType::Plan | LoopType::Spec | LoopType::Phase | LoopType::Verify => vec![
                 Arc::new(ReadFileTool),
                 Arc::new(ListFilesTool),
                 Arc::new(GrepTool),

@@ -2246,3 +2246,65 @@ async fn status_shows_the_requirements_verified_and_each_phases_verification() {
     assert!(row("print-version").ends_with("  verified"), "{table}");
     assert!(row("exit-code").ends_with("  not verified yet"), "{table}");
 }
+
+/// `loopr verify` on a project edited by hand: the findings on stdout, one `file:line:
+/// severity: message` line each, exit 1 while the verification does not pass; exit 0 and no
+/// findings once it does. Nothing in the project changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_prints_the_findings_and_exits_1_until_the_verification_passes() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    let main = dirs.project.join("src/main.rs");
+    std::fs::write(&main, "fn main() {\n    println!(\"bye\");\n}\n").expect("edit");
+    let project_files = || -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        scenario::files_under(&dirs.project)
+            .into_iter()
+            .map(|path| {
+                let bytes = std::fs::read(&path).expect("read");
+                (path, bytes)
+            })
+            .collect()
+    };
+    let before = project_files();
+    let verdict = |verdict: &str, findings: Value| {
+        tool_turn(
+            "verdict",
+            "report_verification",
+            json!({"verdict": verdict, "summary": "Checked src/main.rs.", "findings": findings}),
+        )
+    };
+    fake.push(verdict(
+        "fail",
+        json!([{"severity": "critical", "requirement": "R1", "file": "src/main.rs", "line": 2,
+                "message": "--version is never matched", "fix": "Match --version first"}]),
+    ));
+    let failing = run_loopr(&dirs, &fake, &["verify", "print-version"]).await;
+    let stderr = String::from_utf8_lossy(&failing.stderr);
+    assert_eq!(failing.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&failing.stdout),
+        "src/main.rs:2: critical: --version is never matched [R1] Fix: Match --version first\n",
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("loopr: print-version: verification failed: 1 critical finding"),
+        "{stderr}"
+    );
+
+    fake.push(verdict("pass", json!([])));
+    let passing = run_loopr(&dirs, &fake, &["verify", "print-version"]).await;
+    let stderr = String::from_utf8_lossy(&passing.stderr);
+    assert_eq!(passing.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&passing.stdout), "", "{stderr}");
+    assert!(
+        stderr.contains("loopr: print-version: verification passed: no findings"),
+        "{stderr}"
+    );
+
+    assert_eq!(
+        project_files(),
+        before,
+        "verification changes nothing in the project"
+    );
+}

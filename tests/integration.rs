@@ -45,6 +45,8 @@ mod integration {
     mod transcript;
     mod trust;
     mod validation;
+    mod verification;
+    mod verify;
     mod web;
     mod windows;
 }

@@ -32,6 +32,7 @@ end
 ---| "phases" # the names of the current phases
 ---| "specs" # the names of the current specs
 ---| "run" # the names of the phases that may run
+---| "verify" # the names of the phases and specs a verification takes
 ---| loopr.Purpose # the ids of the loops the host says that action takes
 
 ---@type loopr.Command[]
@@ -108,6 +109,13 @@ return {
     desc = 'Loopr: implement a phase with a code loop (default: this phase)',
     complete = 'run',
     run = with_argument('run'),
+  },
+  {
+    name = 'LooprVerify',
+    nargs = '?',
+    desc = 'Loopr: verify the working tree against a phase or spec, changing nothing (default: this phase.md or spec.md)',
+    complete = 'verify',
+    run = with_argument('verify'),
   },
   {
     name = 'LooprChanges',

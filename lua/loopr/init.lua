@@ -435,6 +435,26 @@ function M.run(phase, on_done)
   return true
 end
 
+---Verify the working tree against a phase or a whole spec (`:LooprVerify`), changing nothing:
+---the host runs the verifier in the background; its findings fill a quickfix list and a
+---message says what it found. Returns at once.
+---@param name string|nil Phase or spec name (|loopr-phase-names|); default: the phase or spec
+---of the current phase.md or spec.md buffer, else the only one (the host names the choices).
+---@param on_done? fun(loop_id: string|nil) Called with the verification loop's id, nil on error.
+---@return boolean sent
+function M.verify(name, on_done)
+  local target = trimmed(name)
+  local here = not target and require('loopr.paths').buf_artifact()
+  if here and (here.kind == 'phase' or here.kind == 'spec') then
+    target = here.loop_id
+  end
+  local params = { root = config.root(), name = target or '', settings = config.settings() }
+  send_for_loop_id('verify', params, function(id, label)
+    notify(('Loopr: %s started (loop %s); its findings fill the quickfix list'):format(label, id), vim.log.levels.INFO)
+  end, on_done)
+  return true
+end
+
 ---The phase the quickfix list in the current window is about: the one its Loopr list was
 ---made for (its `context`), else the phase of the entry under the cursor (a task's).
 ---@return string|nil
@@ -604,7 +624,8 @@ end
 
 ---What <Tab> offers for a command's argument (`complete` of its row in
 ---lua/loopr/commands.lua), starting with `arglead`: the host's names of the current phases
----("phases") or specs ("specs") or of the phases that may run ("run"), each the shortest that picks its phase
+---("phases") or specs ("specs"), of the phases that may run ("run") or of the phases and specs
+---a verification takes ("verify"), each the shortest that picks its phase
 ---(|loopr-phase-names|); else the ids of every loop ("loops") or of the loops an action takes
 ---(a purpose), which take loop names too.
 ---@param what loopr.Completion
@@ -619,6 +640,8 @@ function M.complete(what, arglead)
     names = host.request('spec_names', { root = config.root() })
   elseif what == 'run' then
     names = host.request('loop_names', { root = config.root(), purpose = 'run' })
+  elseif what == 'verify' then
+    names = host.request('verify_names', { root = config.root() })
   else
     return loop_ids_for(arglead, what ~= 'loops' and what or nil)
   end

@@ -55,6 +55,7 @@ pub fn artifact_kind(loop_type: LoopType) -> Result<ArtifactKind, JobError> {
         LoopType::Spec => Ok(ArtifactKind::Spec),
         LoopType::Phase => Ok(ArtifactKind::Phase),
         LoopType::Code => Err(JobError::NoArtifact("code")),
+        LoopType::Verify => Err(JobError::NoArtifact("verify")),
     }
 }
 

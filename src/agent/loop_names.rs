@@ -1,8 +1,8 @@
 //! What a loop's name means. A loop sits on a path in its plan tree, `plan/spec/phase/code`:
 //! the plan is named by the first words of its task joined by `_`, a spec or phase by its
-//! name, a phase's code loop `code`. A selector is that path or any part of it that ends with
-//! the loop's own name (`phase`, `spec/phase`, `plan/phase`, `phase/code`), or the loop's id;
-//! any part may be a loop id too. A name planned twice means the newest plan's loop unless
+//! name, a phase's code loop `code`, a verification asked of a phase or spec `verify`. A
+//! selector is that path or any part of it that ends with the loop's own name (`phase`, `spec/phase`, `plan/phase`, `phase/code`), or the loop's
+//! id; any part may be a loop id too. A name planned twice means the newest plan's loop unless
 //! the plan is named; of loops on one path (a phase's code loops) the newest.
 
 use std::collections::HashMap;
@@ -14,6 +14,9 @@ const PLAN_NAME_CHARS: usize = 24;
 
 /// What a code loop is called on its path, below its phase.
 const CODE_LOOP_NAME: &str = "code";
+
+/// What a verification asked on demand is called on its path, below its phase or spec.
+const VERIFY_LOOP_NAME: &str = "verify";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LoopNameError {
@@ -267,7 +270,8 @@ impl<'a> LoopNames<'a> {
 
     /// The shortest selector that names `record` alone among the loops `wanted`: its own
     /// name, then with its spec, then with its plan, then its whole path; else its id. A
-    /// code loop is named with its phase at least (`phase/code`).
+    /// code loop is named with its phase at least (`phase/code`), a verification with its phase
+    /// or spec (`phase/verify`).
     pub fn shortest_selector(&self, record: &'a LoopRecord, wanted: &Wanted<'_>) -> String {
         let names: Vec<String> = self.lineage(record).into_iter().map(part_name).collect();
         let Some((own, before)) = names.split_last() else {
@@ -275,8 +279,9 @@ impl<'a> LoopNames<'a> {
         };
         // Every choice of the parts before its own (bit i: `before[i]`), fewest parts
         // first, then those nearest to it (`spec/phase` before `plan/phase`).
-        let nearest = (record.loop_type == LoopType::Code && !before.is_empty())
-            .then(|| 1u32 << (before.len() - 1));
+        let below_its_artifact = matches!(record.loop_type, LoopType::Code | LoopType::Verify);
+        let nearest =
+            (below_its_artifact && !before.is_empty()).then(|| 1u32 << (before.len() - 1));
         let mut masks: Vec<u32> = (0..1u32 << before.len())
             .filter(|mask| nearest.is_none_or(|bit| mask & bit != 0))
             .collect();
@@ -321,6 +326,7 @@ impl<'a> LoopNames<'a> {
 fn part_name(record: &LoopRecord) -> String {
     match (&record.name, record.loop_type) {
         (_, LoopType::Code) => CODE_LOOP_NAME.to_owned(),
+        (_, LoopType::Verify) => VERIFY_LOOP_NAME.to_owned(),
         (Some(name), _) if !name.is_empty() => name.clone(),
         _ => plan_name(&record.task),
     }

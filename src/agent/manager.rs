@@ -1,7 +1,7 @@
 //! `LoopManager`, the facade the shells drive, and what its parts share. Each part is one
 //! job: `project_registry` (open projects; adopting the loops of hosts that are gone),
 //! `new_loops`, `tree_operations` (approve, revise, retry, cancel), `queries`, `code_changes`
-//! (changes, undo), `scheduler` (what runs next), `supervisor` (one loop task and what
+//! (changes, undo), `verify` (verifying the working tree on demand), `scheduler` (what runs next), `supervisor` (one loop task and what
 //! follows its end) and `ready` (what a tree whose work stopped has ready). Tree semantics (what a revision invalidates, what a cancel reaches) are
 //! store transactions; the manager emits what they changed and stops what they stopped.
 
@@ -15,6 +15,7 @@ mod scheduler;
 mod supervisor;
 mod transcripts;
 mod tree_operations;
+mod verify;
 
 pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
@@ -121,6 +122,14 @@ pub enum ManagerError {
     Baseline(String),
     #[error("the stored artifact of loop {id} cannot be read: {message}")]
     StoredArtifact { id: String, message: String },
+    /// A name that means no phase or spec the working tree could be verified against.
+    #[error("no phase or spec named {name:?} to verify")]
+    NothingToVerify { name: String, choices: Vec<String> },
+    /// No name given, and more than one phase or spec it could mean.
+    #[error("which phase or spec to verify? This project has {}", .choices.len())]
+    WhichToVerify { choices: Vec<String> },
+    #[error("this project has no phase or spec to verify yet: plan a change first")]
+    NoVerifyTarget,
 }
 
 impl ManagerError {
@@ -138,6 +147,15 @@ impl ManagerError {
                 phase: phase.clone(),
             }),
             ManagerError::Settings(message) => crate::next_step::split(message).1,
+            ManagerError::NothingToVerify { choices, .. }
+            | ManagerError::WhichToVerify { choices }
+                if !choices.is_empty() =>
+            {
+                Some(NextStep::NameVerifyTarget {
+                    choices: choices.clone(),
+                })
+            }
+            ManagerError::NothingToVerify { .. } => Some(NextStep::ListLoops),
             _ => None,
         }
     }

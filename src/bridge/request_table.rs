@@ -13,7 +13,7 @@ use super::dto::{
     PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, RequirementsParams,
     RequirementsReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply, RunParams,
     StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
-    TranscriptReply, UndoParams, UndoReply, WireParams, to_value,
+    TranscriptReply, UndoParams, UndoReply, VerifyParams, WireParams, to_value,
 };
 use super::host_state::HostState;
 use super::words::manager_error;
@@ -211,6 +211,14 @@ request_table! {
             .await
             .map(|(loop_id, report)| UndoReply::new(loop_id.to_string(), report))
             .map_err(manager_error);
+    /// Starts verifying the working tree against a phase or spec (by name or loop id; empty:
+    /// the only one), changing nothing: a verification loop, named in the reply.
+    verify(VerifyParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
+        => |host, params| host
+            .manager
+            .start_verification(&params.root, &params.name, params.settings)
+            .map_err(manager_error)
+            .and_then(|id| named_reply(host, &params.root, id));
     /// The project's loops, newest first, with what they spent at these prices.
     status(StatusParams) -> Vec<LoopRecordReply>, Blocking, notification: true, sender: Lua
         => |host, params| host
@@ -296,6 +304,9 @@ request_table! {
     /// Spec names for completion.
     spec_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
         => |host, params| host.manager.spec_selectors(&params.root).map_err(manager_error);
+    /// Phase and spec names for completion of a verification's argument.
+    verify_names(RootParams) -> Vec<String>, Blocking, notification: false, sender: Lua
+        => |host, params| host.manager.verify_selectors(&params.root).map_err(manager_error);
     /// Replaces the provider variables (a notification since; see `credentials` below).
     credentials(CredentialsParams) -> (), Blocking, notification: false, sender: OlderPlugin
         => |host, params| {

@@ -88,6 +88,12 @@ fn step_words(step: &NextStep) -> String {
         NextStep::ShowMcpServers => ":LooprMcp shows the servers' state and errors".to_owned(),
         NextStep::Review => ":LooprApprove, :LooprRevise {feedback}".to_owned(),
         NextStep::RunPhases => ":LooprTasks, :LooprRun {phase}".to_owned(),
+        NextStep::NameVerifyTarget { choices } => {
+            format!(
+                ":LooprVerify {{phase|spec}} with one of {}",
+                choices.join(", ")
+            )
+        }
     }
 }
 

@@ -80,6 +80,9 @@ pub(super) fn clause(step: &NextStep) -> String {
              can ask for a revision instead"
             .to_owned(),
         NextStep::RunPhases => "; `loopr run <phase>` implements one".to_owned(),
+        NextStep::NameVerifyTarget { choices } => {
+            format!("; `loopr verify NAME` with one of {}", choices.join(", "))
+        }
     }
 }
 

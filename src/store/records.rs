@@ -74,8 +74,8 @@ impl fmt::Display for LoopId {
     }
 }
 
-/// The levels of the loop hierarchy. Only `Plan` runs today; the others are the levels later
-/// work adds (spec and phase loops, the code loop).
+/// The levels of the loop hierarchy, and `Verify`: a verification of the working tree against
+/// a phase or spec asked on demand, a child of that phase or spec loop that changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopType {
@@ -83,6 +83,7 @@ pub enum LoopType {
     Spec,
     Phase,
     Code,
+    Verify,
 }
 
 impl LoopType {
@@ -92,6 +93,7 @@ impl LoopType {
             LoopType::Spec => "spec",
             LoopType::Phase => "phase",
             LoopType::Code => "code",
+            LoopType::Verify => "verify",
         }
     }
 }
@@ -104,6 +106,7 @@ impl FromStr for LoopType {
             "spec" => Ok(LoopType::Spec),
             "phase" => Ok(LoopType::Phase),
             "code" => Ok(LoopType::Code),
+            "verify" => Ok(LoopType::Verify),
             other => Err(format!("unknown loop type {other:?}")),
         }
     }

@@ -196,6 +196,14 @@ pub fn runnable_phase(record: &LoopRecord) -> bool {
         && record.status == LoopStatus::Complete
 }
 
+/// A phase or spec loop the working tree may be verified against: it has an artifact and was
+/// not replaced by a revision (one that waits for review is verified against what it holds).
+pub fn verifiable(record: &LoopRecord) -> bool {
+    matches!(record.loop_type, LoopType::Phase | LoopType::Spec)
+        && record.iteration > 0
+        && record.status != LoopStatus::Invalidated
+}
+
 /// Whether a loop's error note says its changes were undone (it keeps the status it had).
 pub fn undone(error: Option<&str>) -> bool {
     error.is_some_and(|note| note.starts_with(UNDONE_NOTE_PREFIX))

@@ -222,7 +222,7 @@ impl TestNvim {
             .expect("channel id");
         test.exec(&format!(
             "vim.g.loopr_test_channel = {channel}
-             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprNotice', 'LooprReady', 'LooprTasksUpdated'}}) do
+             for _, pattern in ipairs({{'LooprLoopUpdated', 'LooprArtifactCreated', 'LooprProgress', 'LooprApprovalRequested', 'LooprValidation', 'LooprVerification', 'LooprNotice', 'LooprReady', 'LooprTasksUpdated'}}) do
                vim.api.nvim_create_autocmd('User', {{ pattern = pattern, callback = function(ev)
                  vim.rpcnotify({channel}, 'loopr_test_event', pattern, ev.data)
                end }})

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{LoopManager, ManagerError};
+use super::{LoopManager, ManagerError, Project};
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
 use crate::agent::settings::LoopSettings;
 use crate::store::{
@@ -22,19 +22,29 @@ impl LoopManager {
         if task.is_empty() {
             return Err(ManagerError::EmptyTask);
         }
-        settings.check().map_err(ManagerError::Settings)?;
-        // Fail now, not in the background, when the provider cannot be built (no API key).
-        (self.shared.provider_factory)(&settings)?;
-        let project = self.project(root)?;
-        // The shell's settings are the user's current ones: the loop's servers (stored without
-        // their env values) get theirs.
-        self.shared.mcp.use_current(&settings.mcp);
+        let project = self.project_for_a_new_loop(root, &settings)?;
         let record = LoopRecord::new_pending(LoopType::Plan, task, settings.to_json());
         project.db.insert(&record, self.shared.host_pid)?;
         tracing::info!(loop_id = %record.id, root = %project.root.path().display(), "plan loop created");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
         self.schedule(&project);
         Ok(record.id)
+    }
+
+    /// The project at `root`, once `settings` can start a loop there (checked, a provider
+    /// built: fail now, not in the background, when it cannot be, as without an API key); the
+    /// loop's MCP servers get the user's current settings (they are stored without their env
+    /// values).
+    pub(super) fn project_for_a_new_loop(
+        &self,
+        root: &Path,
+        settings: &LoopSettings,
+    ) -> Result<Project, ManagerError> {
+        settings.check().map_err(ManagerError::Settings)?;
+        (self.shared.provider_factory)(settings)?;
+        let project = self.project(root)?;
+        self.shared.mcp.use_current(&settings.mcp);
+        Ok(project)
     }
 
     /// Starts a code loop that implements phase `phase` (a phase name or a phase loop id) and
@@ -45,10 +55,7 @@ impl LoopManager {
         phase: &str,
         settings: LoopSettings,
     ) -> Result<LoopId, ManagerError> {
-        settings.check().map_err(ManagerError::Settings)?;
-        (self.shared.provider_factory)(&settings)?;
-        let project = self.project(root)?;
-        self.shared.mcp.use_current(&settings.mcp);
+        let project = self.project_for_a_new_loop(root, &settings)?;
         let records = project.db.list()?;
         let phase_record =
             resolve_phase(&records, phase, runnable_phase).map_err(|err| match err {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::{LoopManager, Project, lock};
 use crate::agent::events::LoopEvent;
 use crate::agent::tree_ready::{TreeReady, tree_of};
-use crate::store::LoopId;
+use crate::store::{LoopId, LoopType};
 
 impl LoopManager {
     /// Emits `TreeReady` for the tree of loop `id` if none of its loops runs or is about to,
@@ -22,7 +22,12 @@ impl LoopManager {
                 return;
             }
         };
-        let tree = tree_of(&records, id);
+        // A verification asked on demand is no work of the tree: it neither holds the tree's
+        // readiness back nor, ending, tells it again.
+        let tree: Vec<_> = tree_of(&records, id)
+            .into_iter()
+            .filter(|record| record.loop_type != LoopType::Verify)
+            .collect();
         let Some(ready) = TreeReady::of(&tree) else {
             return;
         };

@@ -15,6 +15,7 @@ use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
 use crate::agent::task_progress;
+use crate::agent::verify_on_demand::run_verify_loop;
 use crate::agent::{ask_limits, limits};
 use crate::llm::ServerWindow;
 use crate::store::{LoopRecord, LoopStatus, LoopType};
@@ -99,6 +100,9 @@ impl LoopManager {
                     }
                     implemented.map(LoopOutcome::Code)
                 }
+                LoopType::Verify => run_verify_loop(&context)
+                    .await
+                    .map(|()| LoopOutcome::Verified),
                 _ => run_artifact_loop(&context).await.map(LoopOutcome::Artifact),
             }
         });
@@ -138,6 +142,10 @@ impl LoopManager {
             }
             Ok(Ok(LoopOutcome::Artifact(outcome))) => {
                 self.on_artifact(project, record, settings, outcome);
+            }
+            Ok(Ok(LoopOutcome::Verified)) => {
+                tracing::info!(loop_id = %record.id, "verified on demand");
+                self.record_end(project, record, LoopStatus::Complete, None);
             }
             Ok(Ok(LoopOutcome::Code(iteration))) => {
                 tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
@@ -297,4 +305,6 @@ enum LoopOutcome {
     Artifact(ArtifactOutcome),
     /// The iteration whose validation passed.
     Code(u32),
+    /// A verification asked on demand answered (what it found is stored and told).
+    Verified,
 }

@@ -30,6 +30,7 @@ read_through_serde!(
     StatusParams,
     CancelParams,
     RunParams,
+    VerifyParams,
     PhaseParams,
     McpProbeParams,
     ProviderParams,
@@ -113,6 +114,17 @@ pub struct RunParams {
     pub root: PathBuf,
     /// A phase name or a phase loop id.
     pub phase: String,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyParams {
+    pub root: PathBuf,
+    /// A phase or spec name or loop id; empty or absent: the only one the project has.
+    #[serde(default)]
+    pub name: String,
     #[serde(default)]
     pub settings: LoopSettings,
 }
