@@ -244,7 +244,14 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     fake.push_routed(code_route(), scenario::stalled_turn("Looking."));
-    let run = ["run", "print-version", "--yes", "--unsandboxed"];
+    let run = [
+        "run",
+        "print-version",
+        "--yes",
+        "--unsandboxed",
+        "--settings",
+        r#"{"verify": false}"#,
+    ];
     scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 1).await;
     let (id, status) = code_loop_in_status(&dirs, &fake).await;
     assert_eq!(status, "interrupted");
@@ -564,7 +571,7 @@ async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
-    let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}}"#;
+    let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}, "verify": false}"#;
     let refused = run_loopr(
         &dirs,
         &fake,
