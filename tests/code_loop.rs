@@ -222,6 +222,18 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
     assert!(stderr.contains("wait for review"), "{stderr}");
 }
 
+/// `loopr run print-version --yes --unsandboxed --settings <settings>`.
+fn run_unsandboxed(settings: &str) -> [&str; 6] {
+    [
+        "run",
+        "print-version",
+        "--yes",
+        "--unsandboxed",
+        "--settings",
+        settings,
+    ]
+}
+
 /// The id and status of the first code loop in `loopr status`'s table.
 async fn code_loop_in_status(dirs: &TestDirs, fake: &FakeLlm) -> (String, String) {
     let status = run_loopr(dirs, fake, &["status"]).await;
@@ -244,14 +256,7 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     fake.push_routed(code_route(), scenario::stalled_turn("Looking."));
-    let run = [
-        "run",
-        "print-version",
-        "--yes",
-        "--unsandboxed",
-        "--settings",
-        r#"{"verify": false}"#,
-    ];
+    let run = run_unsandboxed(r#"{"verify": false}"#);
     scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 1).await;
     let (id, status) = code_loop_in_status(&dirs, &fake).await;
     assert_eq!(status, "interrupted");
@@ -670,14 +675,7 @@ async fn a_host_killed_while_it_verifies_resumes_the_verification() {
         scenario::edit_main_and_complete("e1", "\"hello\"", "\"sample 0.3.1\""),
     );
     fake.push_routed(verify, scenario::stalled_turn("Reading src/main.rs."));
-    let run = [
-        "run",
-        "print-version",
-        "--yes",
-        "--unsandboxed",
-        "--settings",
-        r#"{"verify": {"max_rounds": 2}}"#,
-    ];
+    let run = run_unsandboxed(r#"{"verify": {"max_rounds": 2}}"#);
     let killed = scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 2).await;
     assert!(
         first_user_text(&killed.body).contains(verify),
