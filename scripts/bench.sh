@@ -2,8 +2,9 @@
 # Prints the performance figures: stream parsing, request latency, how long :LooprPlan blocks
 # Neovim, plan-loop latency, the host's memory and cold start, Neovim's responsiveness while
 # loops stream into open transcripts (Neovim's TUI in tmux), and a whole hierarchy against the
-# dependency critical path; then a summary of the ratios. Figures only; nothing here passes or
-# fails on time, and nothing runs it in CI.
+# dependency critical path, and the tokens a verification of a 200-line diff sends; then a
+# summary of the ratios. Figures only; nothing here passes or fails on time, and nothing runs
+# it in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,7 +55,7 @@ output=$(mktemp "${TMPDIR:-/tmp}/loopr-bench.XXXXXX")
 cleanup() { rm -f "$output"; }
 trap cleanup EXIT
 cargo bench --locked --bench anthropic_stream --bench host --bench edits --bench editor \
-    --bench responsiveness --bench hierarchy | tee "$output"
+    --bench responsiveness --bench hierarchy --bench verification | tee "$output"
 echo
 echo "Summary ($(nproc) cores, load $(cut -d ' ' -f 1-3 /proc/loadavg)):"
 sed -n 's/^summary: /  /p' "$output"

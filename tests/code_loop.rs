@@ -223,6 +223,18 @@ async fn a_phase_still_waiting_for_review_cannot_run() {
     assert!(stderr.contains("wait for review"), "{stderr}");
 }
 
+/// `loopr run print-version --yes --unsandboxed --settings <settings>`.
+fn run_unsandboxed(settings: &str) -> [&str; 6] {
+    [
+        "run",
+        "print-version",
+        "--yes",
+        "--unsandboxed",
+        "--settings",
+        settings,
+    ]
+}
+
 /// The id and status of the first code loop in `loopr status`'s table.
 async fn code_loop_in_status(dirs: &TestDirs, fake: &FakeLlm) -> (String, String) {
     let status = run_loopr(dirs, fake, &["status"]).await;
@@ -245,7 +257,7 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
     fake.push_routed(code_route(), scenario::stalled_turn("Looking."));
-    let run = ["run", "print-version", "--yes", "--unsandboxed"];
+    let run = run_unsandboxed(r#"{"verify": false}"#);
     scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 1).await;
     let (id, status) = code_loop_in_status(&dirs, &fake).await;
     assert_eq!(status, "interrupted");
@@ -565,7 +577,7 @@ async fn run_yes_does_not_run_unsandboxed_commands_unless_told_so() {
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     scenario::plan_code_project(&fake, &dirs, "true").await;
-    let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}}"#;
+    let off = r#"{"plan_review_passes": 0, "spec_review": false, "sandbox": {"mode": "off"}, "verify": false}"#;
     let refused = run_loopr(
         &dirs,
         &fake,
@@ -648,4 +660,45 @@ async fn without_bubblewrap_auto_falls_back_to_landlock_and_then_to_asking() {
             assert!(without.starts_with("none:"), "{without}");
         }
     }
+}
+
+/// A host killed while it verifies a phase leaves the round in the code loop's run state:
+/// `loopr resume` verifies again instead of implementing again, and the phase completes,
+/// the verification printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_while_it_verifies_resumes_the_verification() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    scenario::plan_code_project(&fake, &dirs, "true").await;
+    let verify = "Verify phase `print-version` against its requirements.";
+    fake.push_routed(
+        code_route(),
+        scenario::edit_main_and_complete("e1", "\"hello\"", "\"sample 0.3.1\""),
+    );
+    fake.push_routed(verify, scenario::stalled_turn("Reading src/main.rs."));
+    let run = run_unsandboxed(r#"{"verify": {"max_rounds": 2}}"#);
+    let killed = scenario::killed_at_request(&dirs, &fake, &run, fake.requests().len() + 2).await;
+    assert!(
+        first_user_text(&killed.body).contains(verify),
+        "killed while it verified"
+    );
+    fake.push_routed(
+        verify,
+        tool_turn(
+            "v1",
+            "report_verification",
+            json!({"verdict": "pass", "summary": "R1 is met.", "findings": []}),
+        ),
+    );
+    let resumed = run_loopr(&dirs, &fake, &["resume", "--unsandboxed"]).await;
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("loopr: print-version: verification passed: no findings"),
+        "{stderr}"
+    );
+    let asked = |route: &str| scenario::requests_routed(&fake, route).len();
+    assert_eq!(asked(code_route()), 1, "the code was not implemented again");
+    assert_eq!(asked(verify), 2, "the verification was asked again");
+    assert_eq!(code_loop_in_status(&dirs, &fake).await.1, "complete");
 }

@@ -95,20 +95,7 @@ async fn a_failing_validation_fills_the_quickfix_list_and_the_next_iteration_pas
     let fake = FakeLlm::start().await;
     let validation = "grep -q CARGO_PKG_VERSION src/main.rs || { echo 'src/main.rs:2:5: error: the version is not printed'; exit 1; }";
     let mut editor = planned_editor(&fake, AUTO_APPROVE, validation).await;
-    let step = |id: &str, old: &str, new: &str| {
-        TurnBuilder::new()
-            .tool_use(
-                id,
-                "edit_file",
-                json!({"path": "src/main.rs", "old_string": old, "new_string": new}),
-            )
-            .tool_use(
-                &format!("{id}-done"),
-                "complete_phase",
-                json!({"summary": "prints the version"}),
-            )
-            .reply()
-    };
+    let step = crate::scenario::edit_main_and_complete;
     fake.push_routed(
         &code_route("print-version"),
         step("e1", "\"hello\"", "\"version\""),

@@ -5,9 +5,11 @@
 use serde_json::{Value, json};
 
 use super::code::planned_editor;
-use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
+use crate::fake_llm::{FakeLlm, Reply};
 use crate::nvim::TestNvim;
-use crate::scenario::{code_route, requests_routed, run_code_loop, tool_results, tool_turn};
+use crate::scenario::{
+    code_route, edit_main_and_complete, requests_routed, run_code_loop, tool_results, tool_turn,
+};
 
 /// Verification on (the shared setup turns it off), changes approved without asking.
 const VERIFYING: &str = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, \
@@ -18,20 +20,17 @@ fn verify_route(phase: &str) -> String {
     format!("Verify phase `{phase}` against its requirements.")
 }
 
-/// The code loop's turn that replaces `old` with `new` in src/main.rs and says it is done.
-fn edit_and_complete(id: &str, old: &str, new: &str) -> Reply {
-    TurnBuilder::new()
-        .tool_use(
-            id,
-            "edit_file",
-            json!({"path": "src/main.rs", "old_string": old, "new_string": new}),
-        )
-        .tool_use(
-            &format!("{id}-done"),
-            "complete_phase",
-            json!({"summary": "prints the version"}),
-        )
-        .reply()
+/// A planned editor whose phase print-version is verified, its code loop's first turn
+/// scripted to greet with `greeting` and complete; returns it with the routes of the code
+/// loop's and the verifier's conversations.
+async fn verifying_editor(fake: &FakeLlm, greeting: &str) -> (TestNvim, String, String) {
+    let editor = planned_editor(fake, VERIFYING, "true").await;
+    let code = code_route("print-version");
+    fake.push_routed(
+        &code,
+        edit_main_and_complete("e1", "\"hello\"", &format!("{greeting:?}")),
+    );
+    (editor, code, verify_route("print-version"))
 }
 
 fn report_turn(id: &str, report: Value) -> Reply {
@@ -56,6 +55,22 @@ async fn quickfix(editor: &TestNvim, title: &str) -> Value {
              return items"
         ))
         .await
+}
+
+/// Checks that the list `Loopr: print-version verification` holds one finding, at line 2 of
+/// src/main.rs, of `kind` (E, W, I), reading `text`.
+async fn assert_listed_at_main_line_2(editor: &TestNvim, kind: &str, text: &str) {
+    let project = editor.dirs.project.display().to_string();
+    assert_eq!(
+        quickfix(editor, "Loopr: print-version verification").await,
+        json!([{
+            "file": format!("{project}/src/main.rs"),
+            "lnum": 2,
+            "end_lnum": 0,
+            "type": kind,
+            "text": text
+        }])
+    );
 }
 
 async fn messages(editor: &TestNvim) -> String {
@@ -88,10 +103,7 @@ fn last_user_text(body: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_critical_finding_goes_back_to_the_code_loop_and_the_second_verification_passes() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, VERIFYING, "true").await;
-    let code = code_route("print-version");
-    let verify = verify_route("print-version");
-    fake.push_routed(&code, edit_and_complete("e1", "\"hello\"", "\"sample\""));
+    let (mut editor, code, verify) = verifying_editor(&fake, "sample").await;
     fake.push_routed(
         &verify,
         report_turn(
@@ -112,7 +124,7 @@ async fn a_critical_finding_goes_back_to_the_code_loop_and_the_second_verificati
     );
     fake.push_routed(
         &code,
-        edit_and_complete("e2", "\"sample\"", "\"sample 0.3.1\""),
+        edit_main_and_complete("e2", "\"sample\"", "\"sample 0.3.1\""),
     );
     fake.push_routed(
         &verify,
@@ -130,17 +142,12 @@ async fn a_critical_finding_goes_back_to_the_code_loop_and_the_second_verificati
         (blocked["label"].clone(), blocked["round"].clone()),
         (json!("print-version"), json!(1))
     );
-    let project = editor.dirs.project.display().to_string();
-    assert_eq!(
-        quickfix(&editor, "Loopr: print-version verification").await,
-        json!([{
-            "file": format!("{project}/src/main.rs"),
-            "lnum": 2,
-            "end_lnum": 0,
-            "type": "E",
-            "text": "It prints sample, not the version. [R1] Fix: Print sample 0.3.1."
-        }])
-    );
+    assert_listed_at_main_line_2(
+        &editor,
+        "E",
+        "It prints sample, not the version. [R1] Fix: Print sample 0.3.1.",
+    )
+    .await;
     let passed = editor
         .wait_event("LooprVerification", |data| data["blocking"] == false)
         .await;
@@ -217,19 +224,25 @@ async fn a_critical_finding_goes_back_to_the_code_loop_and_the_second_verificati
         code_record["iteration"], 2,
         "the findings took an iteration"
     );
+    // The code loop's transcript shows the findings it got, then the passing round.
+    crate::scenario::watch_transcripts(&editor).await;
+    let buf = crate::scenario::open_transcript(&editor, Some(&code_id)).await;
+    let transcript =
+        crate::scenario::transcript_with(&mut editor, buf, "Verification round 2 passed").await;
+    let found_at = transcript
+        .find("- critical src/main.rs:2: It prints sample, not the version.")
+        .expect("the findings in the transcript");
+    let passed_at = transcript
+        .find("Verification round 2 passed (no findings): R1 is met.")
+        .expect("the passing round in the transcript");
+    assert!(found_at < passed_at, "{transcript}");
     editor.quit().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finding_citing_a_missing_file_or_a_line_past_the_end_is_refused_and_corrected() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(&fake, VERIFYING, "true").await;
-    let code = code_route("print-version");
-    let verify = verify_route("print-version");
-    fake.push_routed(
-        &code,
-        edit_and_complete("e1", "\"hello\"", "\"sample 0.3.1\""),
-    );
+    let (mut editor, _code, verify) = verifying_editor(&fake, "sample 0.3.1").await;
     let finding = |file: &str, line: u32| json!({"severity": "minor", "file": file, "line": line, "message": "Say why in a comment."});
     fake.push_routed(
         &verify,
@@ -267,17 +280,7 @@ async fn a_finding_citing_a_missing_file_or_a_line_past_the_end_is_refused_and_c
         ),
         "{content}"
     );
-    let project = editor.dirs.project.display().to_string();
-    assert_eq!(
-        quickfix(&editor, "Loopr: print-version verification").await,
-        json!([{
-            "file": format!("{project}/src/main.rs"),
-            "lnum": 2,
-            "end_lnum": 0,
-            "type": "I",
-            "text": "Say why in a comment."
-        }])
-    );
+    assert_listed_at_main_line_2(&editor, "I", "Say why in a comment.").await;
     editor.quit().await;
 }
 

@@ -340,6 +340,23 @@ pub fn tool_turn(id: &str, tool: &str, input: Value) -> Reply {
         .reply()
 }
 
+/// A code loop's model turn that replaces `old` with `new` in src/main.rs and says the phase
+/// is done.
+pub fn edit_main_and_complete(id: &str, old: &str, new: &str) -> Reply {
+    crate::fake_llm::TurnBuilder::new()
+        .tool_use(
+            id,
+            "edit_file",
+            json!({"path": "src/main.rs", "old_string": old, "new_string": new}),
+        )
+        .tool_use(
+            &format!("{id}-done"),
+            "complete_phase",
+            json!({"summary": "prints the version"}),
+        )
+        .reply()
+}
+
 /// A code loop's model turn that says the phase is done with `summary`.
 pub fn complete_phase_turn(summary: &str) -> Reply {
     tool_turn("done", "complete_phase", json!({"summary": summary}))

@@ -102,6 +102,7 @@ fn doc_type(shape: &Shape) -> String {
             Shape::Text { .. } => "`string[]`".to_owned(),
             _ => "list".to_owned(),
         },
+        Shape::Record(record) if record.switch.is_some() => "`table` or `boolean`".to_owned(),
         Shape::Record(_) | Shape::Map { .. } => "`table`".to_owned(),
         Shape::Any => "any".to_owned(),
     }
