@@ -25,7 +25,7 @@ use crate::artifacts::{
 };
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec};
-use crate::tools::{NoJournal, ToolContext, ToolError, ToolRegistry};
+use crate::tools::{ToolContext, ToolError, ToolRegistry};
 
 use super::context::{LoopContext, LoopError, offered_mcp_tools};
 
@@ -144,16 +144,7 @@ pub async fn run_artifact_loop(context: &LoopContext) -> Result<ArtifactOutcome,
         .settings
         .model_for("review")
         .map_err(LoopError::Settings)?;
-    let tool_context = ToolContext {
-        root: context.root.clone(),
-        cancel: context.cancel.clone(),
-        policy: context.policy.clone(),
-        // Planning tools only read; the one that asks is `web_fetch` (per host), when enabled.
-        approver: context.approver.clone(),
-        loop_id: context.record.id.to_string(),
-        buffers: context.buffers.clone(),
-        journal: std::sync::Arc::new(NoJournal),
-    };
+    let tool_context = context.reading_tool_context();
     let max_turns = context.settings.max_turns;
     // What the model is told when it calls nothing, in the protocol it calls tools in.
     let text_protocol =

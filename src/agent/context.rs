@@ -206,6 +206,20 @@ pub struct LoopContext {
 }
 
 impl LoopContext {
+    /// What the read-only tools of this loop run with: nothing they do is journaled for
+    /// undo, and the one that may ask is `web_fetch` (per host), when enabled.
+    pub(super) fn reading_tool_context(&self) -> crate::tools::ToolContext {
+        crate::tools::ToolContext {
+            root: self.root.clone(),
+            cancel: self.cancel.clone(),
+            policy: self.policy.clone(),
+            approver: self.approver.clone(),
+            loop_id: self.record.id.to_string(),
+            buffers: self.buffers.clone(),
+            journal: Arc::new(crate::tools::NoJournal),
+        }
+    }
+
     /// Runs store work (SQLite writes, atomic file writes: each ends in an fsync) on the
     /// blocking pool, so the async workers that stream model answers never wait behind a
     /// disk. A panic in `work` goes on unwinding in the loop's task, whose supervisor reports

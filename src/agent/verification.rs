@@ -29,7 +29,7 @@ use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec, Usage};
 use crate::mcp::McpTools;
 use crate::store::{LoopId, LoopType, now_rfc3339, write_atomic};
-use crate::tools::{NoJournal, ToolContext, ToolRegistry, parse_input};
+use crate::tools::{ToolContext, ToolRegistry, parse_input};
 pub use findings::REPORT_VERIFICATION;
 use findings::SHOW_DIFF;
 use findings::{
@@ -157,16 +157,7 @@ async fn converse(
         batches,
     )
     .aside(transcript_id.clone(), spent);
-    let tool_context = ToolContext {
-        root: context.root.clone(),
-        cancel: context.cancel.clone(),
-        policy: context.policy.clone(),
-        // The tools only read; `web_fetch` (when enabled) asks per host.
-        approver: context.approver.clone(),
-        loop_id: context.record.id.to_string(),
-        buffers: context.buffers.clone(),
-        journal: Arc::new(NoJournal),
-    };
+    let tool_context = context.reading_tool_context();
     let nudge = prompts::nudge_to_call(
         &report_verification_spec(),
         TextProtocol::new(context.settings.tool_protocol, context.settings.tool_format),
