@@ -50,7 +50,8 @@ pub fn verification_findings(
     complete_tool: &str,
 ) -> String {
     let mut text = format!(
-        "Verification round {}/{max_rounds} checked the changes against the phase's          requirements and found problems that block the phase: {}\n",
+        "Verification round {}/{max_rounds} checked the changes against the phase's \
+         requirements and found problems that block the phase: {}\n",
         verification.round,
         verification.report.summary.trim()
     );
@@ -81,4 +82,43 @@ pub fn verification_passed(verification: &StoredVerification) -> String {
         findings_counted(&verification.report),
         verification.report.summary.trim()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::{VerificationScope, VerificationVerdict};
+
+    #[test]
+    fn the_findings_sent_back_read_as_sentences_one_finding_a_line() {
+        let verification = StoredVerification {
+            scope: VerificationScope::Phase("print-version".to_owned()),
+            at: "2026-11-26T10:00:00Z".to_owned(),
+            requirements: vec!["R1".to_owned()],
+            round: 1,
+            block_on: Severity::Critical,
+            blocking: true,
+            report: VerificationReport {
+                verdict: VerificationVerdict::Fail,
+                summary: "R1 is not met.".to_owned(),
+                findings: vec![Finding {
+                    severity: Severity::Critical,
+                    requirement: Some("R1".to_owned()),
+                    file: "src/main.rs".to_owned(),
+                    line: 2,
+                    end_line: Some(4),
+                    message: "--version is never matched".to_owned(),
+                    fix: Some("Match it first".to_owned()),
+                }],
+            },
+        };
+        assert_eq!(
+            verification_findings(&verification, 2, "complete_phase"),
+            "Verification round 1/2 checked the changes against the phase's requirements and \
+             found problems that block the phase: R1 is not met.\n\
+             - critical src/main.rs:2-4: --version is never matched [R1] Fix: Match it first\n\
+             Fix them, then call complete_phase again: the validation, then the verification, \
+             run again."
+        );
+    }
 }
