@@ -39,8 +39,8 @@ pub use shapes::{
 pub use spec::{CREATE_SPEC, create_spec_spec, linked_spec_document, validate_spec};
 pub use validation::{Checked, ValidationReport};
 pub use verification::{
-    Finding, Severity, StoredVerification, VerificationReport, VerificationScope,
-    VerificationVerdict,
+    Finding, MAX_FINDING_TEXT_CHARS, MAX_FINDINGS, MAX_SUMMARY_CHARS, Severity, StoredVerification,
+    VerificationReport, VerificationScope, VerificationVerdict,
 };
 
 /// The kinds of artifact a loop can produce.

@@ -33,7 +33,8 @@ use crate::tools::{ToolContext, ToolRegistry, parse_input};
 pub use findings::REPORT_VERIFICATION;
 use findings::SHOW_DIFF;
 use findings::{
-    ShowDiffInput, finding_problems, line_count, report_verification_spec, show_diff_spec,
+    ShowDiffInput, cite_checked_paths, finding_problems, line_count, report_verification_spec,
+    show_diff_spec,
 };
 use request::bounded_changes;
 pub(super) use request::system_prompt;
@@ -53,6 +54,9 @@ pub struct VerificationInput {
     /// The code loop's verification round; 0 when asked on demand.
     pub round: u32,
 }
+
+/// The most one `show_diff` answer holds, as read tools cap theirs.
+const SHOW_DIFF_MAX_BYTES: usize = 64 * 1024;
 
 /// The share of the context budget the first message's diff may take.
 const DIFF_SHARE_OF_BUDGET: u64 = 2;
@@ -350,15 +354,28 @@ impl VerifyCalls<'_> {
             .iter()
             .map(|requirement| requirement.id.clone())
             .collect();
-        let (root, owned_report, owned_checked) =
-            (context.root.clone(), report.clone(), checked.clone());
-        let problems = tokio::task::spawn_blocking(move || {
-            finding_problems(&owned_report, &owned_checked, &mut |file| {
-                line_count(&root, file)
-            })
-        })
-        .await
-        .map_err(|err| LoopError::Validation(format!("checking the findings crashed: {err}")))?;
+        let (root, policy, owned_report, owned_checked) = (
+            context.root.clone(),
+            self.tool_context.policy.clone(),
+            report.clone(),
+            checked.clone(),
+        );
+        // Counting lines reads files: off the async threads, and given up on cancel.
+        let checking = tokio::task::spawn_blocking(move || {
+            let problems = finding_problems(&owned_report, &owned_checked, &mut |file| {
+                line_count(&root, &policy, file)
+            });
+            let mut cited = owned_report;
+            cite_checked_paths(&root, &mut cited);
+            (problems, cited)
+        });
+        let (problems, report) = tokio::select! {
+            biased;
+            _ = context.cancel.cancelled() => return Err(LoopError::Cancelled),
+            checked = checking => checked.map_err(|err| {
+                LoopError::Validation(format!("checking the findings crashed: {err}"))
+            })?,
+        };
         if !problems.is_empty() {
             context.progress(format!(
                 "the report had {} problem(s); asking the model to fix them",
@@ -393,7 +410,9 @@ impl VerifyCalls<'_> {
     }
 }
 
-/// `show_diff`'s answer: the file's whole diff, or the changed files to choose from.
+/// `show_diff`'s answer: a page of the file's diff (from line `offset`, at most `limit`
+/// lines and `SHOW_DIFF_MAX_BYTES`, ending with where the next page starts), or the changed
+/// files to choose from.
 fn show_diff(diffs: &[FileDiff], input: serde_json::Value) -> CallResult {
     let wanted = match parse_input::<ShowDiffInput>(SHOW_DIFF, input) {
         Ok(wanted) => wanted,
@@ -401,17 +420,58 @@ fn show_diff(diffs: &[FileDiff], input: serde_json::Value) -> CallResult {
     };
     let file = wanted.file.trim().trim_start_matches("./");
     match diffs.iter().find(|diff| diff.path == file) {
-        Some(diff) => CallResult::ok(diff.diff.clone()),
+        Some(diff) => diff_page(
+            &diff.diff,
+            wanted.offset.unwrap_or(1).max(1),
+            wanted.limit.unwrap_or(usize::MAX).max(1),
+        ),
         None if diffs.is_empty() => CallResult::error("no file was changed".to_owned()),
         None => CallResult::error(format!(
             "{file} was not changed; the changed files are {}",
-            diffs
-                .iter()
-                .map(|diff| diff.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            request::file_list(
+                &diffs
+                    .iter()
+                    .map(|diff| diff.path.clone())
+                    .collect::<Vec<_>>()
+            )
         )),
     }
+}
+
+/// Lines `offset..` of `diff` (from 1), at most `limit` of them and `SHOW_DIFF_MAX_BYTES`;
+/// a line longer than a page is cut. A page that leaves lines says how to read on.
+fn diff_page(diff: &str, offset: usize, limit: usize) -> CallResult {
+    let total = diff.lines().count();
+    if offset > total {
+        return CallResult::error(format!(
+            "the diff has {total} line{}, so offset {offset} is past its end; call again with an \
+             offset from 1 to {total}",
+            if total == 1 { "" } else { "s" }
+        ));
+    }
+    let mut page = String::new();
+    let mut next = offset;
+    for line in diff.lines().skip(offset - 1).take(limit) {
+        if page.len() + line.len() + 1 > SHOW_DIFF_MAX_BYTES {
+            if page.is_empty() {
+                let cut = crate::markdown::char_boundary_at_or_before(line, SHOW_DIFF_MAX_BYTES);
+                page.push_str(&line[..cut]);
+                page.push_str(" [line cut]\n");
+                next += 1;
+            }
+            break;
+        }
+        page.push_str(line);
+        page.push('\n');
+        next += 1;
+    }
+    if next <= total {
+        page.push_str(&format!(
+            "[{} more lines, call again with offset={next}]\n",
+            total + 1 - next
+        ));
+    }
+    CallResult::ok(page)
 }
 
 /// Writes `verification` atomically beside the artifact of `artifact_loop` (the latest one
@@ -479,4 +539,69 @@ pub(super) fn sample_first_message(phase: &crate::artifacts::PhaseArtifact) -> S
             10_000,
         )),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn big_diff(lines: usize) -> FileDiff {
+        let mut diff = String::from("--- a/big.rs\n+++ b/big.rs\n");
+        for line in 0..lines {
+            diff.push_str(&format!(
+                "+line {line} of a large generated fixture, padded out\n"
+            ));
+        }
+        FileDiff {
+            path: "big.rs".to_owned(),
+            diff,
+        }
+    }
+
+    #[test]
+    fn show_diff_answers_a_large_diff_a_page_at_a_time() {
+        let diffs = [big_diff(100_000)];
+        let first = show_diff(&diffs, serde_json::json!({"file": "big.rs"}));
+        assert!(!first.is_error, "{}", first.content);
+        assert!(
+            first.content.len() <= SHOW_DIFF_MAX_BYTES + 200,
+            "the answer is {} bytes",
+            first.content.len()
+        );
+        assert!(
+            first.content.starts_with("--- a/big.rs\n"),
+            "{}",
+            &first.content[..80]
+        );
+        let hint = first.content.lines().last().unwrap_or_default().to_owned();
+        assert!(
+            hint.contains("more lines, call again with offset="),
+            "the answer ends: {hint}"
+        );
+        let offset: usize = hint
+            .rsplit("offset=")
+            .next()
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok())
+            .unwrap();
+        let next = show_diff(
+            &diffs,
+            serde_json::json!({"file": "big.rs", "offset": offset}),
+        );
+        assert!(!next.is_error, "{}", next.content);
+        let first_line_shown = diffs[0].diff.lines().nth(offset - 1).unwrap();
+        assert!(
+            next.content.starts_with(first_line_shown),
+            "page 2 starts: {}",
+            &next.content[..80]
+        );
+        let last = show_diff(
+            &diffs,
+            serde_json::json!({"file": "big.rs", "offset": 100_002, "limit": 5}),
+        );
+        assert_eq!(
+            last.content,
+            "+line 99999 of a large generated fixture, padded out\n"
+        );
+    }
 }

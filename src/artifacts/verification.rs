@@ -4,6 +4,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most findings a report may hold: each goes back to the code loop's model.
+pub const MAX_FINDINGS: usize = 50;
+/// The most characters of a finding's message, and of its fix.
+pub const MAX_FINDING_TEXT_CHARS: usize = 1000;
+/// The most characters of a report's summary.
+pub const MAX_SUMMARY_CHARS: usize = 2000;
+
 /// How much a finding matters; ordered `Minor < Major < Critical`.
 #[derive(
     Clone,
@@ -69,10 +76,11 @@ pub struct Finding {
     #[schemars(range(min = 1))]
     pub end_line: Option<u32>,
     /// What is wrong, in a sentence or two.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_FINDING_TEXT_CHARS))]
     pub message: String,
     /// How to fix it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_FINDING_TEXT_CHARS))]
     pub fix: Option<String>,
 }
 
@@ -82,10 +90,11 @@ pub struct Finding {
 pub struct VerificationReport {
     pub verdict: VerificationVerdict,
     /// The judgement in a few sentences.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_SUMMARY_CHARS))]
     pub summary: String,
     /// Every problem found; empty when none.
     #[serde(default)]
+    #[schemars(length(max = MAX_FINDINGS))]
     pub findings: Vec<Finding>,
 }
 

@@ -58,7 +58,7 @@ pub(super) async fn verify(
     let dir = context.layout.iteration_dir(&id, state.iteration);
     let log = dir.join("validation.log");
     let validation_output = context
-        .store(move |_, _| Ok(std::fs::read_to_string(log).ok()))
+        .store(move |_, _| Ok(validation_log_tail(&log)))
         .await?;
     let input = VerificationInput {
         scope: VerificationScope::Phase(phase.name.clone()),
@@ -179,4 +179,50 @@ pub(super) fn spec_of(context: &LoopContext) -> Option<SpecArtifact> {
     jobs::parent_artifact::<SpecArtifact>(&phase_record, &context.layout)
         .ok()
         .map(|(_, spec)| spec)
+}
+
+/// The bytes of the validation log's end a verification reads.
+const VALIDATION_LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The end of the validation log at `path` (where a runner sums up), read lossily so a
+/// stray byte loses no more than itself; `None` when there is none.
+fn validation_log_tail(path: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut log = std::fs::File::open(path).ok()?;
+    let size = log.metadata().ok()?.len();
+    let start = size.saturating_sub(VALIDATION_LOG_TAIL_BYTES);
+    log.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    log.take(VALIDATION_LOG_TAIL_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    // A line cut at the start is dropped whole.
+    let whole_lines = match bytes.iter().position(|byte| *byte == b'\n') {
+        Some(newline) if start > 0 => &bytes[newline + 1..],
+        _ => &bytes[..],
+    };
+    Some(String::from_utf8_lossy(whole_lines).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_validation_log_with_a_stray_byte_is_read_to_its_bounded_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("validation.log");
+        let mut bytes = "compiling\n".repeat(100_000).into_bytes();
+        bytes.extend_from_slice(b"warning: \xff odd byte\ntest result: FAILED. 1 failed\n");
+        std::fs::write(&log, &bytes).unwrap();
+        let tail = validation_log_tail(&log).expect("the log is read");
+        assert!(tail.ends_with("test result: FAILED. 1 failed\n"), "{tail}");
+        assert!(tail.contains("warning: \u{fffd} odd byte"), "{tail}");
+        assert!(
+            tail.len() as u64 <= VALIDATION_LOG_TAIL_BYTES,
+            "{} bytes read",
+            tail.len()
+        );
+        assert_eq!(validation_log_tail(&dir.path().join("missing.log")), None);
+    }
 }
