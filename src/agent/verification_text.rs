@@ -55,22 +55,45 @@ pub fn verification_findings(
         verification.round,
         verification.report.summary.trim()
     );
-    for finding in &verification.report.findings {
-        let lines = match finding.end_line {
-            Some(end) if end > finding.line => format!("{}-{end}", finding.line),
-            _ => finding.line.to_string(),
-        };
-        text.push_str(&format!(
-            "- {} {}:{lines}: {}\n",
-            finding.severity.as_str(),
-            finding.file,
-            finding_text(finding)
-        ));
-    }
+    text.push_str(&finding_lines(&verification.report.findings));
     text.push_str(&format!(
         "Fix them, then call {complete_tool} again: the validation, then the verification, \
          run again."
     ));
+    text
+}
+
+/// The most bytes of findings a round sends the code loop's model: they stay in its
+/// conversation, which the context budget never shortens.
+const MAX_FINDINGS_TEXT_BYTES: usize = 12 * 1024;
+
+/// `findings` a line each, the worst first, while they fit in `MAX_FINDINGS_TEXT_BYTES`;
+/// the rest counted.
+fn finding_lines(findings: &[Finding]) -> String {
+    let mut worst_first: Vec<&Finding> = findings.iter().collect();
+    worst_first.sort_by_key(|finding| std::cmp::Reverse(finding.severity));
+    let mut text = String::new();
+    for (shown, finding) in worst_first.iter().enumerate() {
+        let lines = match finding.end_line {
+            Some(end) if end > finding.line => format!("{}-{end}", finding.line),
+            _ => finding.line.to_string(),
+        };
+        let line = format!(
+            "- {} {}:{lines}: {}\n",
+            finding.severity.as_str(),
+            finding.file,
+            finding_text(finding)
+        );
+        if text.len() + line.len() > MAX_FINDINGS_TEXT_BYTES {
+            let left = findings.len() - shown;
+            text.push_str(&format!(
+                "- and {left} more finding{} not shown here; fix these first\n",
+                if left == 1 { "" } else { "s" }
+            ));
+            break;
+        }
+        text.push_str(&line);
+    }
     text
 }
 
@@ -119,6 +142,39 @@ mod tests {
              - critical src/main.rs:2-4: --version is never matched [R1] Fix: Match it first\n\
              Fix them, then call complete_phase again: the validation, then the verification, \
              run again."
+        );
+    }
+
+    #[test]
+    fn the_findings_sent_back_are_bounded_the_worst_first() {
+        let finding = |severity, line| Finding {
+            severity,
+            requirement: None,
+            file: "src/lib.rs".to_owned(),
+            line,
+            end_line: None,
+            message: "m".repeat(1000),
+            fix: Some("f".repeat(1000)),
+        };
+        let mut findings: Vec<Finding> = (1..=49)
+            .map(|line| finding(Severity::Minor, line))
+            .collect();
+        findings.push(finding(Severity::Critical, 50));
+        let lines = finding_lines(&findings);
+        assert!(
+            lines.len() <= MAX_FINDINGS_TEXT_BYTES + 200,
+            "{} bytes go to the model",
+            lines.len()
+        );
+        assert!(
+            lines.starts_with("- critical src/lib.rs:50: "),
+            "{}",
+            &lines[..60]
+        );
+        let last = lines.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("- and ") && last.contains(" more finding"),
+            "it ends: {last}"
         );
     }
 }

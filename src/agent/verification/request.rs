@@ -56,7 +56,7 @@ pub fn system_prompt(project_name: &str, read_tools: &[&str], with_diff: bool) -
     let diff = if with_diff {
         format!(
             " The first message shows the changes as a diff; {SHOW_DIFF} gives a changed \
-             file's whole diff."
+             file's diff, a page at a time."
         )
     } else {
         String::new()
