@@ -391,28 +391,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_spec_verification_covers_every_requirement() {
-        let whole = verification(
+    /// A passing verification of the whole spec when it had R1..R3.
+    fn whole_spec_passed() -> StoredVerification {
+        verification(
             VerificationScope::Spec("cli".to_owned()),
             "2026-11-26T10:00:00Z",
             &["R1", "R2", "R3"],
             PASS,
             vec![],
-        );
+        )
+    }
+
+    #[test]
+    fn a_spec_verification_covers_every_requirement() {
+        let whole = whole_spec_passed();
         let coverage = spec_coverage(&spec(&["R1", "R2", "R3"]), &[&whole]);
         assert_eq!(coverage.describe(), "requirements 3/3 verified");
     }
 
     #[test]
     fn a_spec_verification_leaves_a_requirement_added_since_unverified() {
-        let whole = verification(
-            VerificationScope::Spec("cli".to_owned()),
-            "2026-11-26T10:00:00Z",
-            &["R1", "R2", "R3"],
-            PASS,
-            vec![],
-        );
+        let whole = whole_spec_passed();
         let coverage = spec_coverage(&spec(&["R1", "R2", "R3", "R4"]), &[&whole]);
         assert_eq!(coverage.describe(), "requirements 3/4 verified");
         assert_eq!(

@@ -71,9 +71,8 @@ fn report_turn(verdict: &str, findings: Value) -> crate::fake_llm::Reply {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the_rest() {
-    let fake = FakeLlm::start().await;
+/// The plan, `spec_of_three` and its phases, each citing its requirement.
+fn script_the_spec(fake: &FakeLlm) {
     fake.push_routed(
         plan_route(),
         tool_turn("plan", "create_plan", one_spec_plan()),
@@ -88,18 +87,35 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
             tool_turn(phase, "create_phase", phase_citing(phase, id)),
         );
     }
-    let mut editor = start_editor(&fake, SETUP).await;
+}
+
+/// An editor on the project with the spec's plan approved and its 5 loops complete.
+async fn planned(fake: &FakeLlm) -> TestNvim {
+    let mut editor = start_editor(fake, SETUP).await;
     commit_everything(&editor.dirs.project);
     plan_and_approve(&mut editor).await;
     wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    editor
+}
 
-    // print-version's code loop is verified and passes; document-flag's verification finds
-    // R2 unmet (critical), which fails its code loop; exit-code never runs.
+/// print-version's code loop completes the phase; its verification passes.
+fn script_print_version_passing(fake: &FakeLlm) {
     fake.push_routed(&code_route("print-version"), complete_phase_turn("printed"));
     fake.push_routed(
         &verify_route("print-version"),
         report_turn("pass", json!([])),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the_rest() {
+    let fake = FakeLlm::start().await;
+    script_the_spec(&fake);
+    let mut editor = planned(&fake).await;
+
+    // print-version's code loop is verified and passes; document-flag's verification finds
+    // R2 unmet (critical), which fails its code loop; exit-code never runs.
+    script_print_version_passing(&fake);
     fake.push_routed(
         &code_route("document-flag"),
         complete_phase_turn("documented"),
@@ -263,20 +279,7 @@ async fn status_note(editor: &TestNvim, kind: &str, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verified_phase_revised_is_not_verified_any_more() {
     let fake = FakeLlm::start().await;
-    fake.push_routed(
-        plan_route(),
-        tool_turn("plan", "create_plan", one_spec_plan()),
-    );
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_of_three()),
-    );
-    for (phase, (id, _)) in ONE_SPEC_PHASES.iter().zip(REQUIREMENTS) {
-        fake.push_routed(
-            &phase_route(phase),
-            tool_turn(phase, "create_phase", phase_citing(phase, id)),
-        );
-    }
+    script_the_spec(&fake);
     // The revision of print-version.
     fake.push_routed(
         &phase_route("print-version"),
@@ -286,15 +289,8 @@ async fn a_verified_phase_revised_is_not_verified_any_more() {
             phase_citing("print-version", "R1"),
         ),
     );
-    let mut editor = start_editor(&fake, SETUP).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 1 + 1 + 3).await;
-    fake.push_routed(&code_route("print-version"), complete_phase_turn("printed"));
-    fake.push_routed(
-        &verify_route("print-version"),
-        report_turn("pass", json!([])),
-    );
+    let mut editor = planned(&fake).await;
+    script_print_version_passing(&fake);
     let code = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code, "complete").await;
     assert_eq!(
