@@ -5,7 +5,7 @@
 //! Run with `cargo bench --bench verification`.
 
 use loopr::agent::{FileDiff, LoopSettings, first_request_tokens, fit_limits};
-use loopr::artifacts::{Requirement, TaskItem};
+use loopr::artifacts::{PhaseArtifact, PhaseRequirements, Requirement, TaskItem};
 use loopr::llm::ServerWindow;
 use loopr::tools::file_diff;
 
@@ -37,7 +37,7 @@ fn main() {
                 && !line.starts_with("---")
         })
         .count();
-    let requirements: Vec<Requirement> = (1..=4)
+    let known: Vec<Requirement> = (1..=4)
         .map(|n| Requirement {
             id: format!("R{n}"),
             text: format!(
@@ -55,6 +55,22 @@ fn main() {
             requirements: vec![format!("R{n}")],
         })
         .collect();
+    // What a run checks, by the one rule: R1..R3 its tasks cite, R4 the spec assigned it.
+    let phase = PhaseArtifact {
+        name: "derive-values".to_owned(),
+        title: "Derive the values".to_owned(),
+        objective: "Derive every value from its line number.".to_owned(),
+        tasks,
+        validation_command: "cargo test".to_owned(),
+        success_criteria: Vec::new(),
+    };
+    let requirements = PhaseRequirements {
+        known,
+        assigned: vec!["R4".to_owned()],
+        spec_href: None,
+    }
+    .verified_against(&phase);
+    let tasks = phase.tasks;
     let validation = "running 42 tests\n".to_owned()
         + &"test values::derives ... ok\n".repeat(42)
         + "test result: ok. 42 passed; 0 failed\n";

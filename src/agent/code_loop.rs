@@ -535,28 +535,34 @@ async fn load_or_start(
         verifying: None,
         verify_rounds: 0,
     };
-    let first = Message::user_text(first_message(context, phase));
+    let first = Message::user_text(first_message(context, phase).await?);
     let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }
 
-/// The phase in full, with its spec and plan for context, as far as they can be read.
-fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> String {
-    let phase_record = context
-        .record
-        .parent
-        .as_ref()
-        .and_then(|parent| context.db.get(parent).ok().flatten());
-    let spec = verifying::spec_of(context);
-    let spec_record = phase_record
-        .as_ref()
-        .and_then(|record| record.parent.as_ref())
-        .and_then(|parent| context.db.get(parent).ok().flatten());
-    let plan = spec_record
-        .as_ref()
-        .and_then(|record| jobs::parent_artifact::<PlanArtifact>(record, &context.layout).ok())
-        .map(|(_, plan)| plan);
-    prompts::code_task_message(&render_phase_markdown(phase), spec.as_ref(), plan.as_ref())
+/// The phase in full, with its spec and plan for context, as far as they can be read (on the
+/// blocking pool).
+async fn first_message(context: &LoopContext, phase: &PhaseArtifact) -> Result<String, LoopError> {
+    let parent = context.record.parent.clone();
+    let (spec, plan) = context
+        .store(move |db, layout| {
+            let phase_record = parent.and_then(|parent| db.get(&parent).ok().flatten());
+            let spec = phase_record
+                .as_ref()
+                .and_then(|record| verifying::spec_of_phase(record, layout));
+            let plan = phase_record
+                .and_then(|record| record.parent)
+                .and_then(|parent| db.get(&parent).ok().flatten())
+                .and_then(|record| jobs::parent_artifact::<PlanArtifact>(&record, layout).ok())
+                .map(|(_, plan)| plan);
+            Ok((spec, plan))
+        })
+        .await?;
+    Ok(prompts::code_task_message(
+        &render_phase_markdown(phase),
+        spec.as_ref(),
+        plan.as_ref(),
+    ))
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ pub enum LoopError {
     /// Verification still finds what blocks the phase after its last round (or the last
     /// iteration): the loop stops, the findings in its verification.
     #[error(
-        "{phase}: verification still fails after {rounds} round{}: {findings}{}",
+        "{phase}: verification still fails after {rounds} round{}, {limit}: {findings}{}",
         if *.rounds == 1 { "" } else { "s" },
         first_finding_note(.first.as_deref())
     )]
@@ -55,6 +55,8 @@ pub enum LoopError {
         loop_id: crate::store::LoopId,
         phase: String,
         rounds: u32,
+        /// The limit that stopped it.
+        limit: VerifyLimit,
         /// The findings counted ("1 critical finding").
         findings: String,
         /// The worst finding, in a line.
@@ -106,6 +108,32 @@ pub enum LoopError {
     Journal(#[from] JournalError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What stopped a code loop whose verification still blocks: each names the setting that
+/// raises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyLimit {
+    /// The rounds `verify.max_rounds` allows were spent.
+    Rounds { max_rounds: u32 },
+    /// The iterations `code_max_iterations` allows were spent first.
+    Iterations { max_iterations: u32 },
+}
+
+impl std::fmt::Display for VerifyLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerifyLimit::Rounds { max_rounds } => write!(
+                f,
+                "all verify.max_rounds ({max_rounds}) allows; raise it for more rounds"
+            ),
+            VerifyLimit::Iterations { max_iterations } => write!(
+                f,
+                "and the phase's iterations ran out first (code_max_iterations is \
+                 {max_iterations}); raise it for more"
+            ),
+        }
+    }
 }
 
 impl LoopError {

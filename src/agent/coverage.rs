@@ -1,5 +1,6 @@
 //! The coverage of a project's specs from what is stored: each current spec's artifact, the
-//! latest verification of each of its current phases and its own (beside their artifacts),
+//! latest verification of each of its current phases and its own (beside their artifacts;
+//! only one of the artifact's current iteration counts),
 //! read through the rules of `artifacts::spec_coverage`. What the status lists show on spec
 //! and phase rows, and the requirements a spec has left to verify, each at its line in
 //! spec.md.
@@ -166,11 +167,14 @@ impl<'a> SpecVerifications<'a> {
                     && record.parent.as_ref() == Some(spec)
                     && record.status != LoopStatus::Invalidated
             })
-            .map(|phase| (phase, latest_verification(layout, &phase.id)))
+            .map(|phase| (phase, current_verification(layout, phase)))
             .collect();
         SpecVerifications {
             phases,
-            own: latest_verification(layout, spec),
+            own: records
+                .iter()
+                .find(|record| &record.id == spec)
+                .and_then(|record| current_verification(layout, record)),
         }
     }
 
@@ -191,9 +195,12 @@ fn stored_spec(layout: &ProjectLayout, record: &LoopRecord) -> Option<SpecArtifa
     read_stored(&artifacts.join("spec.json"), "a spec")
 }
 
-/// The latest verification stored beside loop `id`'s artifact, if any.
-fn latest_verification(layout: &ProjectLayout, id: &LoopId) -> Option<StoredVerification> {
-    read_stored(&layout.verification(id), "a verification")
+/// The latest verification stored beside `record`'s artifact, if it checked the artifact's
+/// current iteration: one of an iteration since revised is stale, as is one that finished
+/// after a revision landed.
+fn current_verification(layout: &ProjectLayout, record: &LoopRecord) -> Option<StoredVerification> {
+    read_stored::<StoredVerification>(&layout.verification(&record.id), "a verification")
+        .filter(|verification| verification.checked_iteration(record.iteration))
 }
 
 /// The JSON file at `path`, if there is one; one that does not read as `what` is logged and

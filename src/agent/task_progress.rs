@@ -252,7 +252,7 @@ fn implemented_artifact(record: &LoopRecord) -> Result<(LoopId, u32), LoopError>
 }
 
 /// The iteration of `iterations/NNN/...`, a path relative to a loop's directory.
-fn iteration_of(relative: &str) -> Option<u32> {
+pub(super) fn iteration_of(relative: &str) -> Option<u32> {
     let mut parts = Path::new(relative).components();
     if parts.next()?.as_os_str() != "iterations" {
         return None;

@@ -21,6 +21,7 @@ use super::context_budget::{RereadHints, estimate_text};
 use super::events::LoopEvent;
 use super::journal::Journal;
 use super::prompts;
+use super::task_progress::iteration_of;
 use super::turn::{CallHandler, CallResult, Conversation, stored_run};
 use crate::artifacts::{
     Requirement, StoredVerification, TaskItem, VerificationReport, VerificationScope,
@@ -28,7 +29,7 @@ use crate::artifacts::{
 use crate::llm::text_protocol::TextProtocol;
 use crate::llm::{Message, ToolCall, ToolSpec, Usage};
 use crate::mcp::McpTools;
-use crate::store::{LoopId, LoopType, now_rfc3339, write_atomic};
+use crate::store::{LoopId, LoopRecord, LoopType, now_rfc3339, write_atomic};
 use crate::tools::{ToolContext, ToolRegistry, parse_input};
 pub use findings::REPORT_VERIFICATION;
 use findings::SHOW_DIFF;
@@ -78,13 +79,22 @@ pub async fn run_verification(
     input: VerificationInput,
     journal_path: PathBuf,
 ) -> Result<StoredVerification, LoopError> {
-    let transcript_id =
-        LoopId::parse(&format!("{}-verify", context.record.id)).unwrap_or_else(LoopId::generate);
+    let transcript_id = transcript_id(&context.record);
     context.set_stage(Some(stage_words(context, input.round)));
     let verified = converse(context, &input, journal_path, &transcript_id).await;
     context.set_stage(None);
     context.transcripts.ended(&transcript_id);
     verified
+}
+
+/// Where the verification's live text goes: a code loop's aside of its own (its transcript
+/// is the code loop's conversation); a verification loop's own transcript, which is what
+/// following that loop shows.
+fn transcript_id(record: &LoopRecord) -> LoopId {
+    if record.loop_type != LoopType::Code {
+        return record.id.clone();
+    }
+    LoopId::parse(&format!("{}-verify", record.id)).unwrap_or_else(LoopId::generate)
 }
 
 /// "verifying, round 1/2" (or "verifying" on demand): the stage its progress lines name.
@@ -276,9 +286,13 @@ async fn changed_files(
     loop_dir: PathBuf,
 ) -> Result<Vec<FileDiff>, LoopError> {
     let root = context.root.clone();
-    let diffs = tokio::task::spawn_blocking(move || Baseline::at(&loop_dir).file_diffs(&root))
-        .await
-        .map_err(|err| LoopError::Validation(format!("reading the changes crashed: {err}")))?;
+    let reading = tokio::task::spawn_blocking(move || Baseline::at(&loop_dir).file_diffs(&root));
+    // A cancel does not wait for a large tree's diff: the read ends on its own, unheeded.
+    let diffs = tokio::select! {
+        read = reading => read
+            .map_err(|err| LoopError::Validation(format!("reading the changes crashed: {err}")))?,
+        () = context.cancel.cancelled() => return Err(LoopError::Cancelled),
+    };
     match diffs {
         Ok(diffs) => Ok(diffs),
         // Nothing recorded, nothing changed.
@@ -391,6 +405,11 @@ impl VerifyCalls<'_> {
             scope: self.input.scope.clone(),
             at: now_rfc3339(),
             requirements: checked,
+            artifact_iteration: context
+                .record
+                .triggered_by
+                .as_deref()
+                .and_then(iteration_of),
             round: self.input.round,
             block_on,
             blocking: report.blocks(block_on),
@@ -602,6 +621,28 @@ mod tests {
         assert_eq!(
             last.content,
             "+line 99999 of a large generated fixture, padded out\n"
+        );
+    }
+}
+
+#[cfg(test)]
+mod transcript_tests {
+    use super::*;
+
+    #[test]
+    fn a_verification_loop_streams_under_its_own_id_a_code_loop_aside() {
+        let verify =
+            crate::store::LoopRecord::new_pending(LoopType::Verify, "task", "{}".to_owned());
+        assert_eq!(
+            transcript_id(&verify),
+            verify.id,
+            "what following the loop shows"
+        );
+        let code = crate::store::LoopRecord::new_pending(LoopType::Code, "task", "{}".to_owned());
+        assert_eq!(
+            transcript_id(&code).as_str(),
+            format!("{}-verify", code.id),
+            "the code loop's transcript is its own conversation"
         );
     }
 }

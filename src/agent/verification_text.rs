@@ -118,6 +118,7 @@ mod tests {
             scope: VerificationScope::Phase("print-version".to_owned()),
             at: "2026-11-26T10:00:00Z".to_owned(),
             requirements: vec!["R1".to_owned()],
+            artifact_iteration: Some(1),
             round: 1,
             block_on: Severity::Critical,
             blocking: true,

@@ -1,5 +1,5 @@
 //! A verification asked on demand (`LoopType::Verify`): what it checks, gathered from the
-//! stored artifacts (a phase's tasks and the requirements its spec assigned it, or a whole
+//! stored artifacts (a phase's tasks and the requirements it is verified against, or a whole
 //! spec's requirements and its phases' tasks), and its run. It reads the project and changes
 //! nothing there: no command runs, no artifact gets an iteration; what it found is stored
 //! beside the artifact, and in its own directory.
@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use super::context::{LoopContext, LoopError};
 use super::jobs::{JobError, parent_artifact, read_json};
+use super::task_progress::iteration_of;
 use super::tasks::listed_phase;
 use super::verification::{VerificationInput, record_verification, run_verification};
 use crate::artifacts::{
@@ -24,8 +25,9 @@ pub struct VerifySubject {
     pub artifact_loop: LoopId,
     pub tasks: Vec<TaskItem>,
     pub requirements: Vec<Requirement>,
-    /// The directory of the phase's newest code loop, whose baseline gives the diff; `None`
-    /// for a spec, or for a phase no code loop ran for (code written without Loopr).
+    /// The directory of the phase's newest ended code loop of its current iteration, whose
+    /// baseline gives the diff; `None` for a spec, or for a phase no such code loop ran for
+    /// (code written without Loopr).
     pub baseline_dir: Option<PathBuf>,
 }
 
@@ -71,17 +73,9 @@ pub fn verify_subject(
     }
     let (_, phase) = parent_artifact::<PhaseArtifact>(record, layout)?;
     let (_, spec) = parent_artifact::<SpecArtifact>(target, layout)?;
-    let assigned = PhaseRequirements::of_spec(&spec, &phase.name, None);
-    let requirements = assigned
-        .assigned
-        .iter()
-        .filter_map(|id| assigned.known.iter().find(|known| &known.id == id))
-        .cloned()
-        .collect();
-    // Records are newest first: the first code loop of the phase is its newest.
-    let baseline_dir = records
-        .iter()
-        .find(|code| code.loop_type == LoopType::Code && code.parent.as_ref() == Some(&target.id))
+    let requirements =
+        PhaseRequirements::of_spec(&spec, &phase.name, None).verified_against(&phase);
+    let baseline_dir = diff_base(target, records)
         .map(|code| layout.loop_dir(&code.id))
         .filter(|dir| dir.is_dir());
     Ok(VerifySubject {
@@ -90,6 +84,18 @@ pub fn verify_subject(
         tasks: phase.tasks,
         requirements,
         baseline_dir,
+    })
+}
+
+/// The code loop whose baseline gives phase `target`'s diff: its newest (records are newest
+/// first) that implemented the phase's current iteration and has ended.
+/// One of an older iteration changed other code; one still running has a partial diff.
+fn diff_base<'a>(target: &LoopRecord, records: &'a [LoopRecord]) -> Option<&'a LoopRecord> {
+    records.iter().find(|code| {
+        code.loop_type == LoopType::Code
+            && code.parent.as_ref() == Some(&target.id)
+            && code.triggered_by.as_deref().and_then(iteration_of) == Some(target.iteration)
+            && !code.status.is_active()
     })
 }
 
@@ -228,14 +234,43 @@ mod tests {
         assert_eq!(subject.tasks[0].description, "do parse");
         assert_eq!(subject.baseline_dir, None, "no code loop ran");
 
-        let code = LoopRecord {
-            parent: Some(parse.id.clone()),
-            ..LoopRecord::new_pending(LoopType::Code, "task", "{}".to_owned())
+        // A code loop of the phase's iteration `iteration`, in `status`.
+        let code_loop = |iteration: u32, status: LoopStatus| {
+            let code = LoopRecord {
+                parent: Some(parse.id.clone()),
+                triggered_by: Some(format!("iterations/{iteration:03}/artifacts/phase.json")),
+                status,
+                ..LoopRecord::new_pending(LoopType::Code, "task", "{}".to_owned())
+            };
+            std::fs::create_dir_all(layout.loop_dir(&code.id)).expect("code dir");
+            code
         };
-        std::fs::create_dir_all(layout.loop_dir(&code.id)).expect("code dir");
+        let code = code_loop(1, LoopStatus::Complete);
         records.insert(0, code.clone());
         let subject = verify_subject(&verify_of(&parse), &records, &layout).expect("phase");
         assert_eq!(subject.baseline_dir, Some(layout.loop_dir(&code.id)));
+        // Newer ones still running, or of another iteration of the phase, are no diff base.
+        records.insert(0, code_loop(1, LoopStatus::Running));
+        records.insert(0, code_loop(2, LoopStatus::Complete));
+        let subject = verify_subject(&verify_of(&parse), &records, &layout).expect("phase");
+        assert_eq!(
+            subject.baseline_dir,
+            Some(layout.loop_dir(&code.id)),
+            "the newest ended code loop of the phase's current iteration"
+        );
+
+        // A phase is verified against what its tasks cite too, as its code loop's rounds are.
+        let exit = stored(
+            &layout,
+            LoopType::Phase,
+            Some(&spec),
+            "exit",
+            phase_json("exit", "R1"),
+        );
+        let mut with_exit = records.clone();
+        with_exit.insert(0, exit.clone());
+        let subject = verify_subject(&verify_of(&exit), &with_exit, &layout).expect("phase");
+        assert_eq!(ids(&subject), vec!["R1", "R2"], "cited R1, assigned R2");
 
         let whole = verify_subject(&verify_of(&spec), &records, &layout).expect("spec");
         assert_eq!(whole.scope, VerificationScope::Spec("cli".to_owned()));

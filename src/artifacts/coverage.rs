@@ -1,15 +1,16 @@
 //! Coverage: which of a spec's requirements the latest verifications found met, and how each
 //! phase's latest verification stands. Pure: the stored verifications come in.
 //!
-//! A requirement is verified when the newest verification that checked it (by `at`; a
-//! spec's own verification checks them all) is not blocking and none of its findings at or
+//! A requirement is verified when the newest verification that checked it (by `at`; one
+//! checked the requirements it lists, a spec's too: a requirement added since was not
+//! checked) is not blocking and none of its findings at or
 //! above its `block_on` concerns it.
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::shapes::{Requirement, SpecArtifact};
-use super::verification::{Finding, Severity, StoredVerification, VerificationScope};
+use super::verification::{Finding, Severity, StoredVerification};
 
 /// How many findings of each severity a verification reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -190,13 +191,13 @@ pub fn spec_coverage(spec: &SpecArtifact, verifications: &[&StoredVerification])
     SpecCoverage { requirements }
 }
 
-/// Whether `verification` checked requirement `id`: a spec's checks every one of them.
+/// Whether `verification` checked requirement `id`: it lists it (a spec's lists the
+/// requirements the spec had then).
 fn checked(verification: &StoredVerification, id: &str) -> bool {
-    matches!(verification.scope, VerificationScope::Spec(_))
-        || verification
-            .requirements
-            .iter()
-            .any(|checked| checked == id)
+    verification
+        .requirements
+        .iter()
+        .any(|checked| checked == id)
 }
 
 /// When the verifier answered; a time that does not parse sorts first, so it never hides a
@@ -226,7 +227,9 @@ fn unverified(id: &str, newest: Option<&StoredVerification>) -> Option<Unverifie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifacts::verification::{VerificationReport, VerificationVerdict};
+    use crate::artifacts::verification::{
+        VerificationReport, VerificationScope, VerificationVerdict,
+    };
 
     fn spec(requirements: &[&str]) -> SpecArtifact {
         let requirements: Vec<serde_json::Value> = requirements
@@ -273,6 +276,7 @@ mod tests {
             scope,
             at: at.to_owned(),
             requirements: requirements.iter().map(|id| (*id).to_owned()).collect(),
+            artifact_iteration: Some(1),
             round: 1,
             block_on: Severity::Critical,
             blocking: report.blocks(Severity::Critical),
@@ -368,7 +372,7 @@ mod tests {
         let new_block = verification(
             VerificationScope::Spec("cli".to_owned()),
             "2026-11-26T09:00:00.5Z",
-            &[],
+            &["R1"],
             PASS,
             vec![finding(Severity::Critical, "R1", "broken since")],
         );
@@ -387,17 +391,33 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_spec_verification_covers_every_requirement() {
-        let whole = verification(
+    /// A passing verification of the whole spec when it had R1..R3.
+    fn whole_spec_passed() -> StoredVerification {
+        verification(
             VerificationScope::Spec("cli".to_owned()),
             "2026-11-26T10:00:00Z",
-            &[],
+            &["R1", "R2", "R3"],
             PASS,
             vec![],
-        );
+        )
+    }
+
+    #[test]
+    fn a_spec_verification_covers_every_requirement() {
+        let whole = whole_spec_passed();
         let coverage = spec_coverage(&spec(&["R1", "R2", "R3"]), &[&whole]);
         assert_eq!(coverage.describe(), "requirements 3/3 verified");
+    }
+
+    #[test]
+    fn a_spec_verification_leaves_a_requirement_added_since_unverified() {
+        let whole = whole_spec_passed();
+        let coverage = spec_coverage(&spec(&["R1", "R2", "R3", "R4"]), &[&whole]);
+        assert_eq!(coverage.describe(), "requirements 3/4 verified");
+        assert_eq!(
+            states(&coverage)[3],
+            ("R4".to_owned(), "not verified yet".to_owned())
+        );
     }
 
     #[test]

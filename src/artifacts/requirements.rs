@@ -88,6 +88,23 @@ impl PhaseRequirements {
         }
     }
 
+    /// The requirements `phase` is verified against, with their text, in the spec's order:
+    /// those the spec assigned it and those its tasks cite. The one rule for a code loop's
+    /// verification rounds and a verification asked on demand.
+    pub fn verified_against(&self, phase: &PhaseArtifact) -> Vec<Requirement> {
+        self.known
+            .iter()
+            .filter(|requirement| {
+                self.assigned.contains(&requirement.id)
+                    || phase
+                        .tasks
+                        .iter()
+                        .any(|task| task.requirements.contains(&requirement.id))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The link of requirement `id` in spec.md, when spec.md has anchors.
     pub fn href(&self, id: &str) -> Option<String> {
         self.spec_href.as_ref().map(|href| format!("{href}#{id}"))

@@ -128,12 +128,25 @@ pub struct StoredVerification {
     pub at: String,
     /// The ids of the requirements it checked.
     pub requirements: Vec<String>,
+    /// The iteration of the phase's (or spec's) artifact it checked; a verification of
+    /// another iteration than the artifact's current one is stale and counts as none.
+    /// `None` (a record from before iterations were kept) is never current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_iteration: Option<u32>,
     /// The code loop's verification round (1, 2, ...); 0 for one asked on demand.
     pub round: u32,
     /// The `block_on` it was judged with: `blocking` is `report.blocks(block_on)`.
     pub block_on: Severity,
     pub blocking: bool,
     pub report: VerificationReport,
+}
+
+impl StoredVerification {
+    /// Whether it checked iteration `iteration` of its artifact (the current one, or it is
+    /// stale).
+    pub fn checked_iteration(&self, iteration: u32) -> bool {
+        self.artifact_iteration == Some(iteration)
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +186,7 @@ mod tests {
             scope: VerificationScope::Phase("add-flag".to_owned()),
             at: "2026-11-26T10:00:00Z".to_owned(),
             requirements: vec!["R1".to_owned()],
+            artifact_iteration: Some(2),
             round: 1,
             block_on: Severity::Critical,
             blocking: false,

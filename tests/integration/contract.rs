@@ -272,6 +272,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
                 scope: loopr::artifacts::VerificationScope::Phase("print-version".to_owned()),
                 at: "2026-11-26T10:00:00Z".to_owned(),
                 requirements: vec!["R1".to_owned()],
+                artifact_iteration: Some(1),
                 round: 1,
                 block_on: loopr::artifacts::Severity::Critical,
                 blocking: true,

@@ -8,10 +8,11 @@
 use serde_json::{Value, json};
 
 use crate::fake_llm::FakeLlm;
+use crate::nvim::TestNvim;
 use crate::scenario::{
     ONE_SPEC_PHASES, code_route, commit_everything, complete_phase_turn, one_spec_plan,
-    phase_input, phase_route, plan_and_approve, plan_route, run_code_loop, spec_input, spec_route,
-    start_editor, tool_turn, wait_all_complete,
+    phase_input, phase_route, plan_and_approve, plan_route, revise_current, run_code_loop,
+    spec_input, spec_route, start_editor, tool_turn, wait_all_complete,
 };
 
 /// Changes approved, phases verified, one round each: a blocking verification fails the
@@ -70,9 +71,8 @@ fn report_turn(verdict: &str, findings: Value) -> crate::fake_llm::Reply {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the_rest() {
-    let fake = FakeLlm::start().await;
+/// The plan, `spec_of_three` and its phases, each citing its requirement.
+fn script_the_spec(fake: &FakeLlm) {
     fake.push_routed(
         plan_route(),
         tool_turn("plan", "create_plan", one_spec_plan()),
@@ -87,18 +87,35 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
             tool_turn(phase, "create_phase", phase_citing(phase, id)),
         );
     }
-    let mut editor = start_editor(&fake, SETUP).await;
+}
+
+/// An editor on the project with the spec's plan approved and its 5 loops complete.
+async fn planned(fake: &FakeLlm) -> TestNvim {
+    let mut editor = start_editor(fake, SETUP).await;
     commit_everything(&editor.dirs.project);
     plan_and_approve(&mut editor).await;
     wait_all_complete(&mut editor, 1 + 1 + 3).await;
+    editor
+}
 
-    // print-version's code loop is verified and passes; document-flag's verification finds
-    // R2 unmet (critical), which fails its code loop; exit-code never runs.
+/// print-version's code loop completes the phase; its verification passes.
+fn script_print_version_passing(fake: &FakeLlm) {
     fake.push_routed(&code_route("print-version"), complete_phase_turn("printed"));
     fake.push_routed(
         &verify_route("print-version"),
         report_turn("pass", json!([])),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the_rest() {
+    let fake = FakeLlm::start().await;
+    script_the_spec(&fake);
+    let mut editor = planned(&fake).await;
+
+    // print-version's code loop is verified and passes; document-flag's verification finds
+    // R2 unmet (critical), which fails its code loop; exit-code never runs.
+    script_print_version_passing(&fake);
     fake.push_routed(
         &code_route("document-flag"),
         complete_phase_turn("documented"),
@@ -236,5 +253,101 @@ async fn status_counts_verified_requirements_and_the_quickfix_list_points_at_the
         current,
         json!({"title": "Loopr: version-flag requirements", "size": 2})
     );
+    editor.quit().await;
+}
+
+/// The NOTE cell of the `kind` `name` row of `:LooprStatus`.
+async fn status_note(editor: &TestNvim, kind: &str, name: &str) -> String {
+    editor.command("LooprStatus").await;
+    let lines: Vec<String> = editor
+        .lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('loopr://status'), 0, -1, false)")
+        .await;
+    let note_at = lines[0].find("NOTE").expect("a NOTE column");
+    let row = lines
+        .iter()
+        .find(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.first() == Some(&kind) && words.get(1) == Some(&name)
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name} row: {lines:#?}"));
+    let cells: String = row.chars().skip(note_at).collect();
+    cells.trim().to_owned()
+}
+
+/// A phase verified, then revised: its verification checked the old iteration of phase.md,
+/// so the phase shows not verified, and its requirement is listed as not verified yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_phase_revised_is_not_verified_any_more() {
+    let fake = FakeLlm::start().await;
+    script_the_spec(&fake);
+    // The revision of print-version.
+    fake.push_routed(
+        &phase_route("print-version"),
+        tool_turn(
+            "revised",
+            "create_phase",
+            phase_citing("print-version", "R1"),
+        ),
+    );
+    let mut editor = planned(&fake).await;
+    script_print_version_passing(&fake);
+    let code = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code, "complete").await;
+    assert_eq!(
+        status_note(&editor, "phase", "print-version").await,
+        "verified"
+    );
+    assert_eq!(
+        status_note(&editor, "spec", "version-flag").await,
+        "requirements 1/3 verified"
+    );
+
+    let records = editor.status_records().await;
+    let phase = records
+        .iter()
+        .find(|r| r["type"] == "phase" && r["name"] == "print-version")
+        .expect("print-version")
+        .clone();
+    let phase_md = phase["artifact_path"]
+        .as_str()
+        .expect("phase.md")
+        .to_owned();
+    editor
+        .exec(&format!("vim.cmd('cclose') vim.cmd.edit({phase_md:?})"))
+        .await;
+    revise_current(&editor, "Print the version on stderr too").await;
+    loop {
+        let records = editor.status_records().await;
+        let revised = records
+            .iter()
+            .any(|r| r["id"] == phase["id"] && r["iteration"] == 2 && r["status"] == "complete");
+        if revised {
+            break;
+        }
+        editor.wait_event("LooprLoopUpdated", |_| true).await;
+    }
+
+    assert_eq!(
+        status_note(&editor, "phase", "print-version").await,
+        "not verified yet"
+    );
+    assert_eq!(
+        status_note(&editor, "spec", "version-flag").await,
+        "requirements 0/3 verified"
+    );
+    assert_eq!(editor.command("LooprRequirements version-flag").await, None);
+    let texts: Vec<String> = editor
+        .lua(
+            "local texts = {}
+             for _, item in ipairs(vim.fn.getqflist()) do table.insert(texts, item.text) end
+             return texts",
+        )
+        .await;
+    assert_eq!(
+        texts.first(),
+        Some(&format!("R1: {} (not verified yet)", REQUIREMENTS[0].1)),
+        "{texts:#?}"
+    );
+    assert_eq!(texts.len(), 3, "{texts:#?}");
     editor.quit().await;
 }

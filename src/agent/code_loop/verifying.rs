@@ -5,7 +5,7 @@
 //! so a host killed meanwhile resumes it.
 
 use super::{COMPLETE_PHASE, CodeRunState};
-use crate::agent::context::{LoopContext, LoopError};
+use crate::agent::context::{LoopContext, LoopError, VerifyLimit};
 use crate::agent::jobs;
 use crate::agent::turn::Conversation;
 use crate::agent::verification::{VerificationInput, record_verification, run_verification};
@@ -15,7 +15,7 @@ use crate::artifacts::{
     VerificationScope,
 };
 use crate::llm::Usage;
-use crate::store::write_atomic;
+use crate::store::{LoopRecord, ProjectLayout, write_atomic};
 
 /// What came of a passing validation.
 pub(super) enum Settled {
@@ -63,7 +63,7 @@ pub(super) async fn verify(
     let input = VerificationInput {
         scope: VerificationScope::Phase(phase.name.clone()),
         tasks: phase.tasks.clone(),
-        requirements: phase_requirements(context, phase),
+        requirements: phase_requirements(context, phase).await?,
         baseline_dir: Some(context.layout.loop_dir(&id)),
         validation_output,
         round,
@@ -99,10 +99,10 @@ pub(super) async fn verify(
         max_rounds,
         COMPLETE_PHASE,
     ));
-    let out_of_iterations =
-        state.iteration >= state.last_allowed_iteration(context.settings.code_max_iterations);
+    let max_iterations = context.settings.code_max_iterations;
+    let out_of_iterations = state.iteration >= state.last_allowed_iteration(max_iterations);
     state.iteration += 1;
-    if round >= max_rounds || out_of_iterations {
+    if let Some(limit) = stopping_limit(round, max_rounds, out_of_iterations, max_iterations) {
         // A retry has the model fix the findings, with its rounds anew.
         state.verify_rounds = 0;
         conversation.commit(state).await?;
@@ -123,11 +123,29 @@ pub(super) async fn verify(
             loop_id: id,
             phase: phase.name.clone(),
             rounds: round,
+            limit,
             findings: verification_text::findings_counted(&verification.report),
             first: worst,
         });
     }
     Ok(Settled::Again)
+}
+
+/// The limit that stops a code loop whose round `round` still blocks, if one does: the
+/// rounds `verify.max_rounds` allows, else the iterations (`out_of_iterations`).
+fn stopping_limit(
+    round: u32,
+    max_rounds: u32,
+    out_of_iterations: bool,
+    max_iterations: u32,
+) -> Option<VerifyLimit> {
+    if round >= max_rounds {
+        Some(VerifyLimit::Rounds { max_rounds })
+    } else if out_of_iterations {
+        Some(VerifyLimit::Iterations { max_iterations })
+    } else {
+        None
+    }
 }
 
 /// The round's verification, kept in the validated iteration's directory too.
@@ -148,35 +166,42 @@ async fn keep_round(
         .await
 }
 
-/// The requirements the phase is verified against, with their text: those its spec assigned
-/// to it and those its tasks cite (a spec stored before requirements: its acceptance
-/// criteria as R1..Rn).
-fn phase_requirements(context: &LoopContext, phase: &PhaseArtifact) -> Vec<Requirement> {
-    let Some(spec) = spec_of(context) else {
-        return Vec::new();
+/// The requirements the phase is verified against (`PhaseRequirements::verified_against`;
+/// a spec stored before requirements: its acceptance criteria as R1..Rn). Read on the
+/// blocking pool.
+async fn phase_requirements(
+    context: &LoopContext,
+    phase: &PhaseArtifact,
+) -> Result<Vec<Requirement>, LoopError> {
+    let Some(spec) = spec_of(context).await? else {
+        return Ok(Vec::new());
     };
-    let of_phase = PhaseRequirements::of_spec(&spec, &phase.name, None);
-    of_phase
-        .known
-        .into_iter()
-        .filter(|requirement| {
-            of_phase.assigned.contains(&requirement.id)
-                || phase
-                    .tasks
-                    .iter()
-                    .any(|task| task.requirements.contains(&requirement.id))
-        })
-        .collect()
+    Ok(PhaseRequirements::of_spec(&spec, &phase.name, None).verified_against(phase))
 }
 
-/// The spec of the phase this code loop implements, as far as it can be read.
-pub(super) fn spec_of(context: &LoopContext) -> Option<SpecArtifact> {
-    let phase_record = context
-        .record
-        .parent
-        .as_ref()
-        .and_then(|parent| context.db.get(parent).ok().flatten())?;
-    jobs::parent_artifact::<SpecArtifact>(&phase_record, &context.layout)
+/// The spec of the phase this code loop implements, as far as it can be read (on the
+/// blocking pool: a database read and a file).
+async fn spec_of(context: &LoopContext) -> Result<Option<SpecArtifact>, LoopError> {
+    let Some(parent) = context.record.parent.clone() else {
+        return Ok(None);
+    };
+    context
+        .store(move |db, layout| {
+            Ok(db
+                .get(&parent)
+                .ok()
+                .flatten()
+                .and_then(|phase_record| spec_of_phase(&phase_record, layout)))
+        })
+        .await
+}
+
+/// The spec of phase loop `phase_record`, as far as it can be read. Blocking.
+pub(super) fn spec_of_phase(
+    phase_record: &LoopRecord,
+    layout: &ProjectLayout,
+) -> Option<SpecArtifact> {
+    jobs::parent_artifact::<SpecArtifact>(phase_record, layout)
         .ok()
         .map(|(_, spec)| spec)
 }
@@ -224,5 +249,38 @@ mod tests {
             tail.len()
         );
         assert_eq!(validation_log_tail(&dir.path().join("missing.log")), None);
+    }
+
+    fn stopped_by(limit: VerifyLimit) -> String {
+        LoopError::VerificationBlocking {
+            loop_id: crate::store::LoopId::generate(),
+            phase: "print-version".to_owned(),
+            rounds: 1,
+            limit,
+            findings: "1 critical finding".to_owned(),
+            first: None,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_loop_stopped_by_its_iterations_says_so_and_names_the_setting_that_raises_them() {
+        let limit = stopping_limit(1, 3, true, 2).expect("stopped");
+        assert_eq!(
+            stopped_by(limit),
+            "print-version: verification still fails after 1 round, and the phase's iterations \
+             ran out first (code_max_iterations is 2); raise it for more: 1 critical finding"
+        );
+    }
+
+    #[test]
+    fn a_loop_stopped_by_its_rounds_names_verify_max_rounds() {
+        let limit = stopping_limit(1, 1, true, 2).expect("stopped");
+        assert_eq!(
+            stopped_by(limit),
+            "print-version: verification still fails after 1 round, all verify.max_rounds (1) \
+             allows; raise it for more rounds: 1 critical finding"
+        );
+        assert_eq!(stopping_limit(1, 2, false, 5), None, "a round left");
     }
 }
