@@ -477,13 +477,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_retry_without_a_loop_takes_the_failed_code_loop_not_a_failed_verification() {
-        let phase = LoopRecord {
-            loop_type: LoopType::Phase,
+    /// A complete loop of `loop_type` with its artifact.
+    fn approved(loop_type: LoopType) -> LoopRecord {
+        LoopRecord {
+            loop_type,
             iteration: 1,
             ..record(LoopStatus::Complete, None)
-        };
+        }
+    }
+
+    #[test]
+    fn a_retry_without_a_loop_takes_the_failed_code_loop_not_a_failed_verification() {
+        let phase = approved(LoopType::Phase);
         let code = child(LoopType::Code, &phase, "parse", LoopStatus::Failed, &[]);
         // The user's :LooprVerify of the phase, after the code loop stopped at its findings,
         // was cancelled: it is the newest loop that ended without success.
@@ -508,11 +513,7 @@ mod tests {
 
     #[test]
     fn a_verification_below_a_spec_is_no_sibling_of_its_phases() {
-        let spec = LoopRecord {
-            loop_type: LoopType::Spec,
-            iteration: 1,
-            ..record(LoopStatus::Complete, None)
-        };
+        let spec = approved(LoopType::Spec);
         // A phase named like its spec failed; the spec's verification bears the spec's name
         // and reads the same artifact the phases were spawned by, and it completed.
         let failed = child(LoopType::Phase, &spec, "cli", LoopStatus::Failed, &[]);
