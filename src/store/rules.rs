@@ -490,8 +490,8 @@ mod tests {
     fn a_retry_without_a_loop_takes_the_failed_code_loop_not_a_failed_verification() {
         let phase = approved(LoopType::Phase);
         let code = child(LoopType::Code, &phase, "parse", LoopStatus::Failed, &[]);
-        // The user's :LooprVerify of the phase, after the code loop stopped at its findings,
-        // was cancelled: it is the newest loop that ended without success.
+        // The verification the user asked of the phase, after the code loop stopped at its
+        // findings, was cancelled: it is the newest loop that ended without success.
         let verify = child(
             LoopType::Verify,
             &phase,
