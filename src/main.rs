@@ -65,7 +65,7 @@ enum Command {
     },
     /// Verify the working tree against a phase or spec without Neovim, changing nothing: the
     /// findings go to stdout as `file:line: severity: message`. Exits 0 when it passes, 1
-    /// when it does not.
+    /// when it does not, 2 when it cannot run or finish (130/143 on a signal).
     Verify {
         /// The phase or spec name (or loop id), as `loopr status` lists it.
         name: String,
@@ -260,7 +260,18 @@ fn main() -> ExitCode {
             name,
             root,
             settings,
-        } => run_verify(credentials, &name, root, &settings),
+        } => {
+            return match run_verify(credentials, &name, root, &settings) {
+                Ok(Verdict::Passed) => ExitCode::SUCCESS,
+                Ok(Verdict::Blocking) => {
+                    eprintln!(
+                        "loopr: the verification does not pass; the findings are listed on stdout"
+                    );
+                    ExitCode::from(1)
+                }
+                Err(err) => failure(err, ExitCode::from(VERIFY_ERROR_STATUS)),
+            };
+        }
         Command::Generate { check, root } => return run_generate(check, &root),
         Command::Cancel { id, root } => run_cancel(credentials, root, &id),
         Command::Transcript { id, root } => {
@@ -333,25 +344,39 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            if loopr::cli::stdout_was_closed(&err) {
-                // The reader stopped early (`loopr transcript ID | head`): nothing to tell.
-                return ExitCode::from(loopr::cli::CLOSED_STDOUT_STATUS);
-            }
-            if let Some(signal) = err.downcast_ref::<loopr::cli::Interrupted>() {
-                eprintln!("loopr: {signal}");
-                tracing::info!(signal = signal.name(), "headless run stopped by a signal");
-                return ExitCode::from(signal.exit_status());
-            }
-            // stderr, never stdout: stdout is the RPC channel. The error may quote a server.
-            eprintln!(
-                "{}",
-                loopr::terminal_text::for_terminal(&format!("loopr: {err:#}"))
-            );
-            tracing::error!(error = %format!("{err:#}"), "host exited with an error");
-            ExitCode::FAILURE
-        }
+        Err(err) => failure(err, ExitCode::FAILURE),
     }
+}
+
+/// How `loopr verify` exits when the verification could not run or finish: apart from 1, its
+/// findings blocking.
+const VERIFY_ERROR_STATUS: u8 = 2;
+
+/// Tells the user why a subcommand failed and gives its exit status: `status`, unless the
+/// reader closed stdout or a signal stopped the run (each has its own).
+fn failure(err: anyhow::Error, status: ExitCode) -> ExitCode {
+    if loopr::cli::stdout_was_closed(&err) {
+        // The reader stopped early (`loopr transcript ID | head`): nothing to tell.
+        return ExitCode::from(loopr::cli::CLOSED_STDOUT_STATUS);
+    }
+    if let Some(signal) = err.downcast_ref::<loopr::cli::Interrupted>() {
+        eprintln!("loopr: {signal}");
+        tracing::info!(signal = signal.name(), "headless run stopped by a signal");
+        return ExitCode::from(signal.exit_status());
+    }
+    // stderr, never stdout: stdout is the RPC channel. The error may quote a server.
+    eprintln!(
+        "{}",
+        loopr::terminal_text::for_terminal(&format!("loopr: {err:#}"))
+    );
+    tracing::error!(error = %format!("{err:#}"), "host exited with an error");
+    status
+}
+
+/// What a verification that finished found: whether it passes.
+enum Verdict {
+    Passed,
+    Blocking,
 }
 
 fn run_rpc(
@@ -478,7 +503,7 @@ fn run_verify(
     name: &str,
     root: PathBuf,
     settings: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Verdict> {
     let settings = parse_settings(settings)?;
     let runtime = runtime()?;
     let verification = runtime.block_on(loopr::cli::run_verify(
@@ -491,11 +516,11 @@ fn run_verify(
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     let verification = verification?;
     loopr::cli::print_findings(&mut std::io::stdout().lock(), &verification)?;
-    if !verification.blocking {
-        Ok(())
+    Ok(if verification.blocking {
+        Verdict::Blocking
     } else {
-        anyhow::bail!("the verification does not pass; the findings are listed on stdout")
-    }
+        Verdict::Passed
+    })
 }
 
 /// Where nothing confines commands, each must be seen by a person: `--yes` alone does not

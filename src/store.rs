@@ -27,5 +27,5 @@ pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 pub use rules::{
     Awaited, Purpose, Standing, UNDONE_NOTE_PREFIX, approvable, awaited, awaits_approval,
     default_retry, held_at_budget, note, retried_with, retryable, runnable_phase, shown_status,
-    undone, verifiable, waits_for_budget,
+    siblings, tree_work, undone, verifiable, waits_for_budget,
 };

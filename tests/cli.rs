@@ -2249,7 +2249,7 @@ async fn status_shows_the_requirements_verified_and_each_phases_verification() {
 
 /// `loopr verify` on a project edited by hand: the findings on stdout, one `file:line:
 /// severity: message` line each, exit 1 while the verification does not pass; exit 0 and no
-/// findings once it does. Nothing in the project changes.
+/// findings once it does; exit 2 when it cannot run. Nothing in the project changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_prints_the_findings_and_exits_1_until_the_verification_passes() {
     let fake = FakeLlm::start().await;
@@ -2307,4 +2307,12 @@ async fn verify_prints_the_findings_and_exits_1_until_the_verification_passes() 
         before,
         "verification changes nothing in the project"
     );
+
+    // A verification that cannot run is an error (exit 2), told apart from findings that
+    // block (exit 1).
+    let unknown = run_loopr(&dirs, &fake, &["verify", "nope"]).await;
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"nope\""), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&unknown.stdout), "", "{stderr}");
 }

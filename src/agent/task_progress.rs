@@ -99,12 +99,19 @@ pub(super) async fn mark_tasks_done(
 /// Once a code loop completed its phase, every task counts as done. Its code is done whatever
 /// happens here: a failure to store the ticks is only told.
 pub(super) async fn mark_all_done(context: &LoopContext) {
-    let ticked = match jobs::parent_artifact::<PhaseArtifact>(&context.record, &context.layout) {
+    // The phase's artifact is a file read and parsed: the blocking pool's work.
+    let code_loop = context.record.clone();
+    let phase = context
+        .store(move |_, layout| {
+            jobs::parent_artifact::<PhaseArtifact>(&code_loop, layout).map_err(LoopError::Job)
+        })
+        .await;
+    let ticked = match phase {
         Ok((_, phase)) => {
             let every = (1..=phase.tasks.len()).collect();
             record(context, &phase, every).await.map(drop)
         }
-        Err(err) => Err(LoopError::Job(err)),
+        Err(err) => Err(err),
     };
     if let Err(err) = ticked {
         tracing::warn!(loop_id = %context.record.id, error = %err, "the tasks of a complete phase could not be ticked");

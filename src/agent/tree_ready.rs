@@ -6,7 +6,7 @@ use std::fmt;
 
 use crate::next_step::NextStep;
 use crate::store::{
-    LoopId, LoopRecord, LoopStatus, LoopType, held_at_budget, runnable_phase, undone,
+    LoopId, LoopRecord, LoopStatus, LoopType, held_at_budget, runnable_phase, siblings, undone,
     waits_for_budget,
 };
 
@@ -133,8 +133,7 @@ fn under_way(record: &LoopRecord, tree: &[&LoopRecord]) -> bool {
 fn dependencies_complete(record: &LoopRecord, tree: &[&LoopRecord]) -> bool {
     record.depends_on.iter().all(|dependency| {
         tree.iter().any(|sibling| {
-            sibling.parent == record.parent
-                && sibling.triggered_by == record.triggered_by
+            siblings(record, sibling)
                 && sibling.name.as_deref() == Some(dependency.as_str())
                 && sibling.status == LoopStatus::Complete
         })

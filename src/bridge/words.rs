@@ -69,10 +69,11 @@ fn step_words(step: &NextStep) -> String {
             ":LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
              in the phase's phase.md"
         ),
-        NextStep::FixFindings { id, phase } => format!(
+        // Named as the user types it: the phase's newest code loop is `{phase}/code`.
+        NextStep::FixFindings { phase, .. } => format!(
             "the findings are in the quickfix list \"Loopr: {phase} verification\" (:copen); \
-             :LooprRetry {id} has the model fix them, :LooprRevise {{feedback}} in the phase's \
-             phase.md changes the phase"
+             :LooprRetry {phase}/code has the model fix them, :LooprRevise {{feedback}} in the \
+             phase's phase.md changes the phase"
         ),
         NextStep::ListLoops => "see :LooprStatus".to_owned(),
         NextStep::NameTranscript => {
@@ -145,6 +146,20 @@ mod tests {
             lua_table("mcp.servers.my-git.command", "git"),
             "{ mcp = { servers = { [\"my-git\"] = { command = 'git' } } } }"
         );
+    }
+
+    #[test]
+    fn blocking_findings_name_the_code_loop_to_retry_by_its_phase_not_its_id() {
+        let step = NextStep::FixFindings {
+            id: "20261126-104822-005-40637fb6de".to_owned(),
+            phase: "print-version".to_owned(),
+        };
+        let words = step_words(&step);
+        assert!(
+            words.contains(":LooprRetry print-version/code has the model fix them"),
+            "{words}"
+        );
+        assert!(!words.contains("20261126"), "{words}");
     }
 
     #[test]

@@ -65,22 +65,31 @@ pub struct Awaited<'a> {
     pub sibling: Option<&'a LoopRecord>,
 }
 
+/// Whether `other` is a sibling of `record`: a loop of the same kind spawned by the same
+/// parent artifact, among which dependencies are named. A verification below a spec or a
+/// phase reads that same artifact and bears its name, yet is no sibling of the loops it
+/// spawned (a phase never waits for it, nor fails with it).
+pub fn siblings(record: &LoopRecord, other: &LoopRecord) -> bool {
+    record.parent.is_some()
+        && other.parent == record.parent
+        && other.triggered_by == record.triggered_by
+        && other.loop_type == record.loop_type
+}
+
 /// The dependencies of `record` that are not complete, among `records` (its siblings: the
 /// loops of the same parent artifact count; others are ignored). A loop starts only when
 /// none is left.
 pub fn awaited<'a>(record: &'a LoopRecord, records: &'a [LoopRecord]) -> Vec<Awaited<'a>> {
-    let Some(parent) = &record.parent else {
+    if record.parent.is_none() {
         return Vec::new();
-    };
+    }
     record
         .depends_on
         .iter()
         .map(|name| Awaited {
             name: name.as_str(),
             sibling: records.iter().find(|sibling| {
-                sibling.parent.as_ref() == Some(parent)
-                    && sibling.triggered_by == record.triggered_by
-                    && sibling.name.as_deref() == Some(name.as_str())
+                siblings(record, sibling) && sibling.name.as_deref() == Some(name.as_str())
             }),
         })
         .filter(|awaited| {
@@ -106,8 +115,7 @@ pub fn retried_with<'a>(target: &'a LoopRecord, records: &'a [LoopRecord]) -> Ve
             .filter(|sibling| retryable(sibling.status));
         let dependents = records.iter().filter(|other| {
             other.status == LoopStatus::Failed
-                && other.parent == current.parent
-                && other.triggered_by == current.triggered_by
+                && siblings(current, other)
                 && other
                     .error
                     .as_deref()
@@ -126,11 +134,20 @@ pub fn retried_with<'a>(target: &'a LoopRecord, records: &'a [LoopRecord]) -> Ve
     retried
 }
 
+/// Whether `record` is work of its plan tree: every loop but a verification asked on demand,
+/// which only reads. A tree's readiness and a retry without a loop named leave it out.
+pub fn tree_work(record: &LoopRecord) -> bool {
+    record.loop_type != LoopType::Verify
+}
+
 /// The loop a retry without a loop named takes, among `records` (newest first): the newest
-/// loop that ended without success, or, when it waits for a loop that did too, the loop at
-/// the root of that wait (retrying a loop whose dependency failed would leave it waiting).
+/// loop of the tree's work that ended without success, or, when it waits for a loop that did
+/// too, the loop at the root of that wait (retrying a loop whose dependency failed would
+/// leave it waiting). A failed verification is retried only when named.
 pub fn default_retry(records: &[LoopRecord]) -> Option<&LoopRecord> {
-    let mut current = records.iter().find(|record| retryable(record.status))?;
+    let mut current = records
+        .iter()
+        .find(|record| tree_work(record) && retryable(record.status))?;
     // At most one step per loop, so a dependency cycle cannot hang it.
     for _ in 0..records.len() {
         let failed_dependency = awaited(current, records)
@@ -440,6 +457,88 @@ mod tests {
         assert_eq!(waits, ["a"]);
         let done = siblings(LoopStatus::Complete, (LoopStatus::Pending, None));
         assert!(awaited(&done[0], &done).is_empty());
+    }
+
+    /// A loop of `loop_type` named `name` below `parent`, spawned by its first artifact.
+    fn child(
+        loop_type: LoopType,
+        parent: &LoopRecord,
+        name: &str,
+        status: LoopStatus,
+        depends_on: &[&str],
+    ) -> LoopRecord {
+        LoopRecord {
+            parent: Some(parent.id.clone()),
+            name: Some(name.to_owned()),
+            triggered_by: Some("iterations/001/artifacts/spec.json".to_owned()),
+            depends_on: depends_on.iter().map(|name| (*name).to_owned()).collect(),
+            status,
+            ..LoopRecord::new_pending(loop_type, "task", "{}".to_owned())
+        }
+    }
+
+    /// A complete loop of `loop_type` with its artifact.
+    fn approved(loop_type: LoopType) -> LoopRecord {
+        LoopRecord {
+            loop_type,
+            iteration: 1,
+            ..record(LoopStatus::Complete, None)
+        }
+    }
+
+    #[test]
+    fn a_retry_without_a_loop_takes_the_failed_code_loop_not_a_failed_verification() {
+        let phase = approved(LoopType::Phase);
+        let code = child(LoopType::Code, &phase, "parse", LoopStatus::Failed, &[]);
+        // The verification the user asked of the phase, after the code loop stopped at its
+        // findings, was cancelled: it is the newest loop that ended without success.
+        let verify = child(
+            LoopType::Verify,
+            &phase,
+            "parse",
+            LoopStatus::Cancelled,
+            &[],
+        );
+        let records = vec![verify, code, phase];
+        let chosen = default_retry(&records).expect("a loop to retry");
+        assert_eq!(chosen.loop_type, LoopType::Code, "{chosen:?}");
+        assert_eq!(chosen.id, records[1].id);
+        assert!(tree_work(&records[1]) && !tree_work(&records[0]));
+        let only_verify = vec![records[0].clone(), records[2].clone()];
+        assert!(
+            default_retry(&only_verify).is_none(),
+            "a verification is retried only when named"
+        );
+    }
+
+    #[test]
+    fn a_verification_below_a_spec_is_no_sibling_of_its_phases() {
+        let spec = approved(LoopType::Spec);
+        // A phase named like its spec failed; the spec's verification bears the spec's name
+        // and reads the same artifact the phases were spawned by, and it completed.
+        let failed = child(LoopType::Phase, &spec, "cli", LoopStatus::Failed, &[]);
+        let waiting = child(
+            LoopType::Phase,
+            &spec,
+            "print",
+            LoopStatus::Pending,
+            &["cli"],
+        );
+        let verify = child(LoopType::Verify, &spec, "cli", LoopStatus::Complete, &[]);
+        let records = vec![verify, waiting, failed, spec];
+        let waits = awaited(&records[1], &records);
+        assert_eq!(waits.len(), 1, "print still waits for phase cli: {waits:?}");
+        assert_eq!(
+            waits[0].sibling.map(|sibling| &sibling.id),
+            Some(&records[2].id),
+            "the phase named cli, not the verification"
+        );
+        assert!(!super::siblings(&records[1], &records[0]));
+        let retried: Vec<LoopType> = retried_with(&records[2], &records)
+            .iter()
+            .map(|record| record.loop_type)
+            .collect();
+        assert_eq!(retried, [LoopType::Phase], "{retried:?}");
     }
 
     #[test]

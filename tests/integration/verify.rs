@@ -180,3 +180,52 @@ async fn a_verification_under_way_is_cancelled_like_any_loop() {
     let lists: i64 = editor.lua("return vim.fn.getqflist({ nr = '$' }).nr").await;
     assert_eq!(lists, 0, "no quickfix list was made");
 }
+
+/// A verification asked of a tree already at its budget is held before it starts, and says so
+/// each time, not only for the first loop of the tree held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_held_at_the_budget_says_so_each_time() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, "{}", "true").await;
+    // The planning spent more than this: whatever starts now waits for the budget.
+    let ok: bool = editor
+        .lua(
+            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(),
+               { budget = { tokens = 1 } }))",
+        )
+        .await;
+    assert!(ok, "setup refused the budget");
+    let requests_before = fake.requests().len();
+    let mut told: Vec<String> = Vec::new();
+    for phase in ["print-version", "exit-code"] {
+        assert_eq!(editor.command(&format!("LooprVerify {phase}")).await, None);
+        let notice = editor
+            .wait_event("LooprNotice", |data| {
+                data["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("reached its budget"))
+                    && !told.iter().any(|id| data["loop_id"] == id.as_str())
+            })
+            .await;
+        let message = notice["message"].as_str().unwrap_or_default();
+        assert!(message.contains(":LooprApprove"), "{phase}: {notice}");
+        told.push(notice["loop_id"].as_str().expect("loop id").to_owned());
+    }
+    let records = editor.status_records().await;
+    for id in &told {
+        let record = records
+            .iter()
+            .find(|record| record["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no loop {id}: {records:#?}"));
+        assert_eq!(
+            (&record["type"], &record["status"]),
+            (&json!("verify"), &json!("pending")),
+            "held, not started: {record:#}"
+        );
+    }
+    assert_eq!(
+        fake.requests().len(),
+        requests_before,
+        "no verification asked the model"
+    );
+}

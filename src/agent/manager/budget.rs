@@ -11,7 +11,7 @@ use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::agent::settings::LoopSettings;
 use crate::budget::{Budget, may_go_on};
 use crate::pricing::{Price, PriceTable};
-use crate::store::{LoopId, LoopRecord, StoreError};
+use crate::store::{LoopId, LoopRecord, StoreError, tree_work};
 
 impl LoopManager {
     /// Holds every plan tree to `budget`, its dollars priced by `prices`, from now on (the
@@ -111,13 +111,15 @@ impl LoopManager {
     }
 
     /// Holds pending loop `record` back with `reason`, telling the shells (and the user, the
-    /// first time its tree waits for its budget).
+    /// first time its tree waits for its budget, and for each verification: the user just
+    /// asked for it, and the tree's readiness leaves it out, so nothing else would say why it
+    /// does not start).
     pub(super) fn hold(&self, project: &Project, record: &LoopRecord, reason: String) {
         match project.db.hold_pending(&record.id, &reason) {
             Ok(Some(held)) => {
                 tracing::info!(loop_id = %record.id, reason = %crate::next_step::neutral(&reason), "held at the budget");
                 self.emit_change(held.change);
-                if held.first_in_tree {
+                if held.first_in_tree || !tree_work(record) {
                     self.shared.events.emit(LoopEvent::Notice {
                         loop_id: record.id.to_string(),
                         level: NoticeLevel::Warn,

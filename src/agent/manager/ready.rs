@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::{LoopManager, Project, lock};
 use crate::agent::events::LoopEvent;
 use crate::agent::tree_ready::{TreeReady, tree_of};
-use crate::store::{LoopId, LoopType};
+use crate::store::{LoopId, tree_work};
 
 impl LoopManager {
     /// Emits `TreeReady` for the tree of loop `id` if none of its loops runs or is about to,
@@ -26,7 +26,7 @@ impl LoopManager {
         // readiness back nor, ending, tells it again.
         let tree: Vec<_> = tree_of(&records, id)
             .into_iter()
-            .filter(|record| record.loop_type != LoopType::Verify)
+            .filter(|record| tree_work(record))
             .collect();
         let Some(ready) = TreeReady::of(&tree) else {
             return;

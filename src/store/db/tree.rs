@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use super::{LoopDb, RawRecord, SELECT_RECORD, StoreError, insert_row, store_to_sqlite};
 use crate::store::records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 use crate::store::rules::{
-    approvable, awaited, dependency_ended_note, retried_with, retryable, revisable,
+    approvable, awaited, dependency_ended_note, retried_with, retryable, revisable, siblings,
 };
 
 /// Why the store refused to change a loop: the state it found, read in the same transaction
@@ -490,7 +490,7 @@ fn fail_waiting_dependents(
     };
     for sibling in children_in(connection, parent, path)? {
         let waits_for_it = sibling.status == LoopStatus::Pending
-            && sibling.triggered_by == ended.triggered_by
+            && siblings(ended, &sibling)
             && sibling
                 .depends_on
                 .iter()
