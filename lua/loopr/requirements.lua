@@ -39,8 +39,8 @@ function M.open(spec, root, loop_id)
   local items, title = M.convert(reply)
   local id = require('loopr.qf').set({ title = title, items = items })
   if #items == 0 then
-    local message = 'Loopr: spec %s: requirements %d/%d verified'
-    require('loopr.notify').notify(message:format(reply.spec, reply.verified, reply.total), vim.log.levels.INFO)
+    local message = ('Loopr: spec %s: %s'):format(reply.spec, reply.coverage)
+    require('loopr.notify').notify(message, vim.log.levels.INFO)
     return id
   end
   vim.cmd('botright copen')

@@ -43,8 +43,8 @@ pub struct RequirementsLeft {
     pub spec: String,
     pub loop_id: LoopId,
     pub markdown_path: PathBuf,
-    pub verified: usize,
-    pub total: usize,
+    /// `requirements 5/6 verified`.
+    pub coverage: String,
     pub unverified: Vec<RequirementPlace>,
 }
 
@@ -145,8 +145,7 @@ pub fn requirements_left(
         markdown_path: layout
             .artifacts_dir(&spec_record.id, spec_record.iteration)
             .join("spec.md"),
-        verified: coverage.verified(),
-        total: coverage.total(),
+        coverage: coverage.describe(),
         unverified,
     })
 }
@@ -191,8 +190,9 @@ impl<'a> SpecVerifications<'a> {
 }
 
 fn stored_spec(layout: &ProjectLayout, record: &LoopRecord) -> Option<SpecArtifact> {
-    let artifacts = layout.artifacts_dir(&record.id, record.iteration);
-    read_stored(&artifacts.join("spec.json"), "a spec")
+    super::jobs::current_artifact(record, layout)
+        .map_err(|err| tracing::warn!("{err}"))
+        .ok()
 }
 
 /// The latest verification stored beside `record`'s artifact, if it checked the artifact's

@@ -41,6 +41,8 @@ pub enum JobError {
     Unnamed { kind: &'static str },
     #[error("reading the parent artifact {path}: {message}")]
     Parent { path: String, message: String },
+    #[error("reading the artifact {path}: {message}")]
+    Artifact { path: String, message: String },
     #[error("the parent artifact {path} has no {kind} named {name:?}")]
     NotInParent {
         path: String,
@@ -312,6 +314,23 @@ pub fn parent_artifact<T: serde::de::DeserializeOwned>(
         message: err.to_string(),
     })?;
     Ok((shown, parsed))
+}
+
+/// `record`'s own artifact as it stands (`<kind>.json` of its current iteration).
+pub fn current_artifact<T: serde::de::DeserializeOwned>(
+    record: &LoopRecord,
+    layout: &ProjectLayout,
+) -> Result<T, JobError> {
+    let kind = artifact_kind(record.loop_type)?;
+    let path = layout
+        .artifacts_dir(&record.id, record.iteration)
+        .join(format!("{}.json", kind.as_str()));
+    let unreadable = |message: String| JobError::Artifact {
+        path: path.display().to_string(),
+        message,
+    };
+    let value = read_json(&path).map_err(unreadable)?;
+    serde_json::from_value(value).map_err(|err| unreadable(err.to_string()))
 }
 
 pub fn read_json(path: &Path) -> Result<Value, String> {

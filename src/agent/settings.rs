@@ -120,8 +120,9 @@ pub struct LoopSettings {
     /// Whether a phase whose validation passed is verified against its requirements before
     /// it counts as done, and what blocks it; `false` turns verification off.
     // `x-switch`: a boolean given for the table is its `enabled` (Lua's option check and
-    // types read it so; the host's `Deserialize` of `VerifySettings` does the same).
+    // types read it so; the host's `verify_switch_or_table` does the same).
     #[schemars(extend("x-switch" = "enabled"))]
+    #[serde(deserialize_with = "verify_switch_or_table")]
     pub verify: VerifySettings,
     /// How long a phase's validation command may run.
     #[schemars(range(min = 1))]
@@ -251,7 +252,7 @@ const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
 pub const MODEL_LEVELS: [&str; 6] = ["plan", "spec", "phase", "review", "code", "verify"];
 
 /// How a phase is verified once its validation passes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct VerifySettings {
     /// Whether phases are verified; `verify = false` is short for `enabled = false`.
@@ -273,44 +274,23 @@ impl Default for VerifySettings {
     }
 }
 
-/// `verify = false` (or `true`) reads as the defaults with `enabled` set.
-impl<'de> Deserialize<'de> for VerifySettings {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(default, deny_unknown_fields)]
-        struct Table {
-            enabled: bool,
-            block_on: Severity,
-            max_rounds: u32,
-        }
-        impl Default for Table {
-            fn default() -> Table {
-                let defaults = VerifySettings::default();
-                Table {
-                    enabled: defaults.enabled,
-                    block_on: defaults.block_on,
-                    max_rounds: defaults.max_rounds,
-                }
-            }
-        }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Given {
-            Switch(bool),
-            Table(Table),
-        }
-        Ok(match Given::deserialize(deserializer)? {
-            Given::Switch(enabled) => VerifySettings {
-                enabled,
-                ..VerifySettings::default()
-            },
-            Given::Table(table) => VerifySettings {
-                enabled: table.enabled,
-                block_on: table.block_on,
-                max_rounds: table.max_rounds,
-            },
-        })
+/// `verify = false` (or `true`) reads as the defaults with `enabled` set; a table as itself.
+fn verify_switch_or_table<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<VerifySettings, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Switch(bool),
+        Table(VerifySettings),
     }
+    Ok(match Given::deserialize(deserializer)? {
+        Given::Switch(enabled) => VerifySettings {
+            enabled,
+            ..VerifySettings::default()
+        },
+        Given::Table(table) => table,
+    })
 }
 
 /// A model per level; unset levels use `model`.

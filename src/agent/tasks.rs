@@ -92,8 +92,7 @@ pub fn phase_tasks(
         .filter_map(|record| {
             let artifacts = layout.artifacts_dir(&record.id, record.iteration);
             let markdown_path = artifacts.join("phase.md");
-            let bytes = std::fs::read(artifacts.join("phase.json")).ok()?;
-            let phase: PhaseArtifact = serde_json::from_slice(&bytes).ok()?;
+            let phase: PhaseArtifact = super::jobs::current_artifact(record, layout).ok()?;
             let task_lines = render_phase(&phase).task_lines;
             let done = done_tasks(layout, &record.id, record.iteration);
             let tasks = phase

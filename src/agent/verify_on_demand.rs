@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::context::{LoopContext, LoopError};
-use super::jobs::{JobError, parent_artifact, read_json};
+use super::jobs::{JobError, current_artifact, parent_artifact};
 use super::task_progress::iteration_of;
 use super::tasks::listed_phase;
 use super::verification::{VerificationInput, record_verification, run_verification};
@@ -53,15 +53,8 @@ pub fn verify_subject(
             .iter()
             .rev()
             .filter(|phase| listed_phase(phase) && phase.parent.as_ref() == Some(&target.id))
-            .filter_map(|phase| {
-                let path = layout
-                    .artifacts_dir(&phase.id, phase.iteration)
-                    .join("phase.json");
-                let artifact: PhaseArtifact =
-                    serde_json::from_value(read_json(&path).ok()?).ok()?;
-                Some(artifact.tasks)
-            })
-            .flatten()
+            .filter_map(|phase| current_artifact::<PhaseArtifact>(phase, layout).ok())
+            .flat_map(|artifact| artifact.tasks)
             .collect();
         return Ok(VerifySubject {
             scope: VerificationScope::Spec(name),

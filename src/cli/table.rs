@@ -117,7 +117,7 @@ fn tokens_cell(count: u64, estimated: bool) -> String {
     }
 }
 
-/// An estimate as `:LooprStatus` shows it: `?` when no model is priced, `+?` after an
+/// An estimate as the status views show it: `?` when no model is priced, `+?` after an
 /// estimate that leaves some model out.
 fn cost_cell(cost: &Cost) -> String {
     let Some(usd) = cost.known_usd() else {

@@ -90,12 +90,11 @@
 ---@field text string
 ---@field why string Why it is not verified: `not verified yet`, `finding: <message>`, ...
 ---@class loopr.RequirementsReply A spec's requirements not yet verified, each at its line in spec.md.
+---@field coverage string How many requirements are verified, in words: `requirements 5/6 verified`.
 ---@field items loopr.RequirementItem[]
 ---@field loop_id string
 ---@field path string Its spec.md.
 ---@field spec string The spec's name.
----@field total integer
----@field verified integer
 ---@class loopr.ResumeReply What opening a project for `resume` found.
 ---@field active integer Loops not finished (pending, running, awaiting approval, paused).
 ---@field resuming integer Loops that run or will.

@@ -344,8 +344,8 @@ pub struct RequirementsReply {
     pub loop_id: String,
     /// Its spec.md.
     pub path: String,
-    pub verified: usize,
-    pub total: usize,
+    /// How many requirements are verified, in words: `requirements 5/6 verified`.
+    pub coverage: String,
     pub items: Vec<RequirementItemReply>,
 }
 
@@ -368,8 +368,7 @@ impl From<RequirementsLeft> for RequirementsReply {
             spec: left.spec,
             loop_id: left.loop_id.to_string(),
             path: left.markdown_path.to_string_lossy().into_owned(),
-            verified: left.verified,
-            total: left.total,
+            coverage: left.coverage,
             items: left
                 .unverified
                 .into_iter()
