@@ -115,7 +115,7 @@ function handlers.tasks_updated(ev)
   local path = str(ev.path)
   if path then
     -- Ticked in place on disk: an open phase.md shows it without the user doing anything.
-    require('loopr.review').changed_in_place(path)
+    require('loopr.edits').reload_unmodified(path)
   end
   fire('LooprTasksUpdated', { loop_id = ev.loop_id, path = path, done = ev.done })
 end

@@ -207,13 +207,6 @@ function M.refresh()
   end
 end
 
----Shows again an artifact the host changed in place (a phase.md whose tasks it ticked) where a
----buffer holds it, unless the user changed that buffer.
----@param path string The artifact's markdown.
-function M.changed_in_place(path)
-  require('loopr.edits').reload_unmodified(path)
-end
-
 -- Loaded when the first artifact is read: from then on a loop's change updates the hints.
 vim.api.nvim_create_autocmd('User', {
   group = GROUP,
