@@ -25,7 +25,8 @@ pub use layout::{ProjectLayout, loopr_home_from_env};
 pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 pub use rules::{
-    Awaited, Purpose, Standing, UNDONE_NOTE_PREFIX, approvable, awaited, awaits_approval,
-    default_retry, held_at_budget, note, retried_with, retryable, runnable_phase, shown_status,
-    siblings, tree_work, undone, verifiable, waits_for_budget,
+    Awaited, Purpose, REWOUND_NOTE_PREFIX, Standing, UNDONE_NOTE_PREFIX, approvable, awaited,
+    awaits_approval, default_retry, held_at_budget, note, retried_with, retryable, rewound,
+    runnable_phase, shown_status, siblings, tree_work, undone, verifiable, waits_for_budget,
+    work_stands,
 };

@@ -8,6 +8,7 @@
 mod budget;
 mod code_changes;
 mod new_loops;
+mod phase_done;
 mod project_registry;
 mod queries;
 mod ready;

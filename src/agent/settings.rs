@@ -103,8 +103,10 @@ pub struct LoopSettings {
     /// How long a streamed answer may send nothing before it is given up.
     #[schemars(range(min = 1))]
     pub stream_idle_timeout_ms: u64,
-    /// Loop levels whose artifact waits for the user's approval before children spawn.
-    #[schemars(extend("items" = { "type": "string", "enum": LEVELS }))]
+    /// Loop levels whose work waits for the user's approval before what follows it: a plan's,
+    /// spec's or phase's artifact before its children spawn, a phase's code (`"code"`) before
+    /// it counts as done and a plan or spec run goes on.
+    #[schemars(extend("items" = { "type": "string", "enum": GATE_LEVELS }))]
     pub review_gates: Vec<String>,
     /// Loops this host runs at once.
     #[schemars(range(min = 1))]
@@ -124,6 +126,16 @@ pub struct LoopSettings {
     #[schemars(extend("x-switch" = "enabled"))]
     #[serde(deserialize_with = "verify_switch_or_table")]
     pub verify: VerifySettings,
+    /// `"phase"`: each phase that is done (validated, verified, approved when gated) is
+    /// committed, only the files it changed, with the user's hooks; Loopr never pushes.
+    pub commit: CommitMode,
+    /// A folder of the project (`docs/plans`) the current plan, specs and phases are mirrored
+    /// to as markdown, one folder per plan; unset, they stay in Loopr's state only.
+    #[schemars(
+        length(min = 1),
+        extend("x-expects" = "a path relative to the project root")
+    )]
+    pub export_dir: Option<String>,
     /// How long a phase's validation command may run.
     #[schemars(range(min = 1))]
     pub validation_timeout_secs: u64,
@@ -198,6 +210,8 @@ impl Default for LoopSettings {
             spec_review: true,
             code_max_iterations: 5,
             verify: VerifySettings::default(),
+            commit: CommitMode::Off,
+            export_dir: None,
             validation_timeout_secs: 600,
             approvals: ApprovalSettings::default(),
             approve_validation: false,
@@ -248,8 +262,51 @@ pub fn settings_schema() -> serde_json::Value {
     SCHEMA.clone()
 }
 
-const LEVELS: [&str; 3] = ["plan", "spec", "phase"];
+/// What `review_gates` may name.
+const GATE_LEVELS: [&str; 4] = ["plan", "spec", "phase", "code"];
 pub const MODEL_LEVELS: [&str; 6] = ["plan", "spec", "phase", "review", "code", "verify"];
+
+/// `dir` as a relative path that stays below the project root and outside `.git`.
+fn export_dir_relative(dir: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::{Component, Path};
+    let path = Path::new(dir.trim());
+    let mut relative = std::path::PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) if part == ".git" => {
+                return Err(format!(
+                    "export_dir is {dir:?}; name a folder outside .git, as \"docs/plans\""
+                ));
+            }
+            Component::Normal(part) => relative.push(part),
+            Component::CurDir => {}
+            _ => {
+                return Err(format!(
+                    "export_dir is {dir:?}; name a folder relative to the project root, without \"..\", as \"docs/plans\""
+                ));
+            }
+        }
+    }
+    if relative.as_os_str().is_empty() {
+        return Err(format!(
+            "export_dir is {dir:?}; name a folder below the project root, as \"docs/plans\""
+        ));
+    }
+    Ok(relative)
+}
+
+/// Whether Loopr commits a phase's changes once the phase is done.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitMode {
+    /// The user commits.
+    #[default]
+    Off,
+    /// One commit per phase that is done.
+    Phase,
+}
 
 /// How a phase is verified once its validation passes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -366,11 +423,19 @@ impl LoopSettings {
         if let Some(level) = self
             .review_gates
             .iter()
-            .find(|level| !LEVELS.contains(&level.as_str()))
+            .find(|level| !GATE_LEVELS.contains(&level.as_str()))
         {
+            let known: Vec<String> = GATE_LEVELS
+                .iter()
+                .map(|level| format!("{level:?}"))
+                .collect();
             return Err(format!(
-                "review_gates has {level:?}; use any of \"plan\", \"spec\", \"phase\""
+                "review_gates has {level:?}; use any of {}",
+                known.join(", ")
             ));
+        }
+        if let Some(dir) = &self.export_dir {
+            export_dir_relative(dir)?;
         }
         Ok(())
     }
@@ -449,6 +514,12 @@ impl LoopSettings {
     /// The prices in effect for these settings: the user's over the defaults.
     pub fn price_table(&self) -> PriceTable {
         PriceTable::new(self.prices.clone())
+    }
+
+    /// `export_dir` as a path below the project root, when set (checked by `check`).
+    pub fn export_dir(&self) -> Option<std::path::PathBuf> {
+        let dir = self.export_dir.as_deref()?;
+        export_dir_relative(dir).ok()
     }
 
     pub fn gates(&self, level: &str) -> bool {
@@ -689,6 +760,55 @@ mod tests {
             review_gates: vec!["plans".to_owned()],
             ..LoopSettings::default()
         };
-        assert!(settings.check().expect_err("invalid").contains("\"plans\""));
+        let refused = settings.check().expect_err("invalid");
+        assert!(refused.contains("\"plans\""), "{refused}");
+        assert!(
+            refused.contains("\"code\""),
+            "the code gate is offered: {refused}"
+        );
+        let code_gate = LoopSettings {
+            review_gates: vec!["code".to_owned()],
+            ..LoopSettings::default()
+        };
+        assert_eq!(code_gate.check(), Ok(()));
+        assert!(code_gate.gates("code"));
+    }
+
+    #[test]
+    fn export_dir_stays_below_the_root_and_outside_git() {
+        for (dir, fix) in [
+            ("/tmp/plans", "relative to the project root"),
+            ("docs/../../x", "without \"..\""),
+            (".git/plans", "outside .git"),
+            ("./", "below the project root"),
+        ] {
+            let settings = LoopSettings {
+                export_dir: Some(dir.to_owned()),
+                ..LoopSettings::default()
+            };
+            let refused = settings.check().expect_err(dir);
+            assert!(refused.contains(fix), "{dir}: {refused}");
+            assert_eq!(settings.export_dir(), None);
+        }
+        let settings = LoopSettings {
+            export_dir: Some("./docs/plans".to_owned()),
+            ..LoopSettings::default()
+        };
+        assert_eq!(settings.check(), Ok(()));
+        assert_eq!(
+            settings.export_dir(),
+            Some(std::path::PathBuf::from("docs/plans"))
+        );
+    }
+
+    #[test]
+    fn commit_mode_reads_off_and_phase() {
+        let settings: LoopSettings =
+            serde_json::from_value(serde_json::json!({ "commit": "phase" })).expect("phase");
+        assert_eq!(settings.commit, CommitMode::Phase);
+        assert_eq!(LoopSettings::default().commit, CommitMode::Off);
+        assert!(
+            serde_json::from_value::<LoopSettings>(serde_json::json!({ "commit": "yes" })).is_err()
+        );
     }
 }

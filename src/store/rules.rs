@@ -16,6 +16,13 @@ pub const UNDONE_NOTE_PREFIX: &str = "undone:";
 /// it keeps for every rule.
 pub const UNDONE_SHOWN_STATUS: &str = "undone";
 
+/// How the note of a code loop whose changes a rewind took back begins; the loop keeps its
+/// status, and a run of its plan or spec implements its phase again.
+pub const REWOUND_NOTE_PREFIX: &str = "rewound:";
+
+/// The word a status list shows for a loop whose changes a rewind took back.
+pub const REWOUND_SHOWN_STATUS: &str = "rewound";
+
 impl LoopStatus {
     /// Not finished: running, or able to run or be approved later.
     pub fn is_active(self) -> bool {
@@ -226,22 +233,38 @@ pub fn undone(error: Option<&str>) -> bool {
     error.is_some_and(|note| note.starts_with(UNDONE_NOTE_PREFIX))
 }
 
-/// What a status list shows in a loop's status column: its status, or `undone` when its
-/// changes were undone. The loop keeps its status (a completed code loop stays complete for
-/// retry, run and approval); only the user's view says what became of its work.
+/// Whether a loop's error note says a rewind took its changes back (it keeps its status).
+pub fn rewound(error: Option<&str>) -> bool {
+    error.is_some_and(|note| note.starts_with(REWOUND_NOTE_PREFIX))
+}
+
+/// Whether a code loop's work stands in the working tree: it completed, and neither an undo
+/// nor a rewind took its changes back. A plan or spec run counts a phase done by it.
+pub fn work_stands(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Code
+        && record.status == LoopStatus::Complete
+        && !undone(record.error.as_deref())
+        && !rewound(record.error.as_deref())
+}
+
+/// What a status list shows in a loop's status column: its status, or `undone` / `rewound`
+/// when its changes were taken back. The loop keeps its status (a completed code loop stays
+/// complete for retry, run and approval); only the user's view says what became of its work.
 pub fn shown_status(status: LoopStatus, error: Option<&str>) -> &'static str {
     if undone(error) {
         UNDONE_SHOWN_STATUS
+    } else if rewound(error) {
+        REWOUND_SHOWN_STATUS
     } else {
         status.as_str()
     }
 }
 
 /// The part of a loop's error text that is a note about it, not an error: all of it once
-/// its changes were undone (the note tells what the undo restored, and how the loop had
-/// ended). A status list shows it apart from errors.
+/// its changes were undone or rewound (the note tells what was restored, and how the loop
+/// had ended). A status list shows it apart from errors.
 pub fn note(error: Option<&str>) -> Option<&str> {
-    error.filter(|text| undone(Some(text)))
+    error.filter(|text| undone(Some(text)) || rewound(Some(text)))
 }
 
 /// Where a loop stands, as its status (as seen) and its error note say: what it waits for and

@@ -80,6 +80,13 @@ return {
     expect = 'an integer >= 1',
     host = true,
   },
+  commit = {
+    check = { kind = 'one_of', values = { 'off', 'phase' } },
+    default = 'off',
+    description = '`"phase"`: each phase that is done (validated, verified, approved when gated) is committed, only the files it changed, with the user\'s hooks; Loopr never pushes.',
+    expect = 'one of "off", "phase"',
+    host = true,
+  },
   context_budget = {
     check = { kind = 'integer', min = 1024 },
     description = "Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server's context window where it says one, else 100,000.",
@@ -102,6 +109,12 @@ return {
     },
     description = 'Regular expressions; a matching command never runs, whatever is approved.',
     expect = 'a list of regular expressions',
+    host = true,
+  },
+  export_dir = {
+    check = { kind = 'string', nonempty = true },
+    description = "A folder of the project (`docs/plans`) the current plan, specs and phases are mirrored to as markdown, one folder per plan; unset, they stay in Loopr's state only.",
+    expect = 'a path relative to the project root',
     host = true,
   },
   layout = {
@@ -278,10 +291,10 @@ return {
     expect = 'a boolean',
   },
   review_gates = {
-    check = { item = { kind = 'one_of', values = { 'plan', 'spec', 'phase' } }, kind = 'list' },
+    check = { item = { kind = 'one_of', values = { 'plan', 'spec', 'phase', 'code' } }, kind = 'list' },
     default = { 'plan' },
-    description = "Loop levels whose artifact waits for the user's approval before children spawn.",
-    expect = 'a list of "plan", "spec", "phase"',
+    description = 'Loop levels whose work waits for the user\'s approval before what follows it: a plan\'s, spec\'s or phase\'s artifact before its children spawn, a phase\'s code (`"code"`) before it counts as done and a plan or spec run goes on.',
+    expect = 'a list of "plan", "spec", "phase", "code"',
     host = true,
   },
   root_markers = {

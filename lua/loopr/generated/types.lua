@@ -12,6 +12,7 @@
 ---@class loopr.Budget A plan tree's limit: it pauses once its spend since the last grant reaches either.
 ---@field tokens? integer Every token read or written, cached or not.
 ---@field usd? number Estimated from the prices; models without a price count nothing.
+---@alias loopr.CommitMode "off"|"phase"
 ---@alias loopr.Layout "vsplit"|"split"|"tab"
 ---@class loopr.LevelModels A model per level; unset levels use `model`.
 ---@field code? string
@@ -63,9 +64,11 @@
 ---@field budget? loopr.Budget The spend of each plan tree after which its loops pause until approved.
 ---@field code_max_iterations? integer Validation runs a code loop may use before it fails.
 ---@field command_timeout_secs? integer How long a `run_command` may run unless the model asks for less.
+---@field commit? loopr.CommitMode `"phase"`: each phase that is done (validated, verified, approved when gated) is committed, only the files it changed, with the user's hooks; Loopr never pushes.
 ---@field context_budget? integer Estimated input tokens a request may reach before older tool results are shortened; unset: fitted to the server's context window where it says one, else 100,000.
 ---@field context_keep_turns? integer The latest turns whose tool results are always sent whole.
 ---@field deny_commands? string[] Regular expressions; a matching command never runs, whatever is approved.
+---@field export_dir? string A folder of the project (`docs/plans`) the current plan, specs and phases are mirrored to as markdown, one folder per plan; unset, they stay in Loopr's state only.
 ---@field layout? loopr.Layout Where Loopr's windows open: a split to the right, a split below, or a new tab page.
 ---@field log_file? string The host's log file.
 ---@field log_level? loopr.LogLevel Verbosity of the host's log file.
@@ -85,7 +88,7 @@
 ---@field provider? loopr.ProviderName Who answers: `anthropic`, `openai` (and every server speaking its chat completions) or `ollama`.
 ---@field request_timeout_ms? integer How long a request waits for its answer to begin, and then for each next piece of it.
 ---@field resume? boolean Whether loops a host left unfinished resume when Neovim starts.
----@field review_gates? ("plan"|"spec"|"phase")[] Loop levels whose artifact waits for the user's approval before children spawn.
+---@field review_gates? ("plan"|"spec"|"phase"|"code")[] Loop levels whose work waits for the user's approval before what follows it: a plan's, spec's or phase's artifact before its children spawn, a phase's code (`"code"`) before it counts as done and a plan or spec run goes on.
 ---@field root_markers? string[] Files or directories marking the project root.
 ---@field rules_files? string[] The project's rules files, relative to its root, read into every loop's system prompt (a code loop also reads the nearest `AGENTS.md` above each file its phase works on).
 ---@field rules_max_bytes? integer Bytes of rules a system prompt takes at most; the rest is cut, with a note.
@@ -112,9 +115,11 @@
 ---@field budget loopr.Budget
 ---@field code_max_iterations integer
 ---@field command_timeout_secs integer
+---@field commit loopr.CommitMode
 ---@field context_budget? integer
 ---@field context_keep_turns integer
 ---@field deny_commands string[]
+---@field export_dir? string
 ---@field layout loopr.Layout
 ---@field log_file string
 ---@field log_level loopr.LogLevel
@@ -134,7 +139,7 @@
 ---@field provider loopr.ProviderName
 ---@field request_timeout_ms integer
 ---@field resume boolean
----@field review_gates ("plan"|"spec"|"phase")[]
+---@field review_gates ("plan"|"spec"|"phase"|"code")[]
 ---@field root_markers string[]
 ---@field rules_files string[]
 ---@field rules_max_bytes integer

@@ -149,7 +149,9 @@ impl LoopManager {
             }
             Ok(Ok(LoopOutcome::Code(iteration))) => {
                 tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
-                self.record_end(project, record, LoopStatus::Complete, None);
+                if self.record_end(project, record, LoopStatus::Complete, None) {
+                    self.after_phase_done(project, record, settings);
+                }
             }
             Ok(Err(LoopError::Cancelled)) => {
                 self.record_end(project, record, LoopStatus::Cancelled, None);
@@ -248,7 +250,9 @@ impl LoopManager {
                 }
             }
             // No longer running as it paused: a cancel asked meanwhile wins.
-            Ok(None) => self.record_end(project, record, LoopStatus::Cancelled, None),
+            Ok(None) => {
+                self.record_end(project, record, LoopStatus::Cancelled, None);
+            }
             Err(err) => {
                 tracing::error!(loop_id = %record.id, error = %err, "recording the loop's pause");
                 self.record_end(
@@ -274,28 +278,33 @@ impl LoopManager {
         });
     }
 
+    /// Records how a running loop ended; whether it was recorded (not when the host shuts
+    /// down, nor when a cancel or revision changed the loop meanwhile).
     fn record_end(
         &self,
         project: &Project,
         record: &LoopRecord,
         status: LoopStatus,
         error: Option<String>,
-    ) {
+    ) -> bool {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             // Left running in the store for the next host to resume.
-            return;
+            return false;
         }
         match project.db.end_running(&record.id, status, error.as_deref()) {
             Ok(Some(changes)) => {
                 for change in changes {
                     self.emit_change(change);
                 }
+                true
             }
             Ok(None) => {
-                tracing::debug!(loop_id = %record.id, "loop state changed meanwhile; end not recorded")
+                tracing::debug!(loop_id = %record.id, "loop state changed meanwhile; end not recorded");
+                false
             }
             Err(err) => {
-                tracing::error!(loop_id = %record.id, error = %err, "recording the loop's end")
+                tracing::error!(loop_id = %record.id, error = %err, "recording the loop's end");
+                false
             }
         }
     }
