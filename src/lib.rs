@@ -8,6 +8,7 @@ pub mod artifacts;
 pub mod bridge;
 pub mod budget;
 pub mod cli;
+pub mod git;
 pub mod llm;
 pub mod logging;
 pub mod markdown;
