@@ -60,7 +60,8 @@ fn calls(code: &str, name: &str) -> bool {
         !code[..at]
             .chars()
             .next_back()
-            .is_some_and(|before| before.is_alphanumeric() || before == '_')
+            // A method of the same name (a child process's `.stdout()` pipe) is not the call.
+            .is_some_and(|before| before.is_alphanumeric() || before == '_' || before == '.')
     })
 }
 
