@@ -8,6 +8,7 @@ mod artifact_loop;
 mod artifact_store;
 mod ask_limits;
 mod baseline;
+mod checkpoint;
 mod code_loop;
 mod context;
 mod context_budget;
@@ -49,8 +50,8 @@ pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};
 pub use manager::{
-    Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
-    Spend, StatusRow, provider_factory,
+    Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, RewindReport,
+    ShellServices, Spend, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;

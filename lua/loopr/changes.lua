@@ -123,6 +123,31 @@ function M.undo(phase, root, force, on_done)
   end)
 end
 
+---The lines naming the files left as they are and, when ! would overwrite some, how.
+---@param skipped {path: string, reason: string, message: string}[]
+---@param command string The command that overwrites them with !, and its argument.
+---@return string[]
+local function left_lines(skipped, command)
+  local lines = {}
+  local reasons = {}
+  for _, file in ipairs(skipped) do
+    table.insert(lines, ('  %s: %s'):format(vim.fn.fnamemodify(file.path, ':.'), file.message))
+    reasons[file.reason] = true
+  end
+  -- Only these are overwritten with !; unsaved buffers and unrestorable files never are.
+  local forcible = {}
+  if reasons.changed_since then
+    table.insert(forcible, 'changed since')
+  end
+  if reasons.changed_during_command then
+    table.insert(forcible, 'changed during a command')
+  end
+  if #forcible > 0 then
+    table.insert(lines, ('Review them; %s overwrites the files %s.'):format(command, table.concat(forcible, ' or ')))
+  end
+  return lines
+end
+
 ---Tell what an undo did (or why not).
 ---@param phase string
 ---@param reply any The host's reply.
@@ -136,9 +161,6 @@ function M.show_undo(phase, reply, err)
   reply = type(reply) == 'table' and reply or {}
   local restored = type(reply.restored) == 'table' and reply.restored or {}
   local skipped = type(reply.skipped) == 'table' and reply.skipped or {}
-  local relative = function(path)
-    return vim.fn.fnamemodify(path, ':.')
-  end
   if #skipped == 0 then
     require('loopr.notify').notify(
       ('Loopr: restored %d file(s) changed by %s'):format(#restored, phase),
@@ -147,26 +169,61 @@ function M.show_undo(phase, reply, err)
     return reply
   end
   local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
-  local reasons = {}
-  for _, file in ipairs(skipped) do
-    table.insert(lines, ('  %s: %s'):format(relative(file.path), file.message))
-    reasons[file.reason] = true
-  end
-  -- Only these are overwritten with !; unsaved buffers and unrestorable files never are.
-  local forcible = {}
-  if reasons.changed_since then
-    table.insert(forcible, 'changed since')
-  end
-  if reasons.changed_during_command then
-    table.insert(forcible, 'changed during a command')
-  end
-  if #forcible > 0 then
-    table.insert(
-      lines,
-      ('Review them; :LooprUndo! %s overwrites the files %s.'):format(phase, table.concat(forcible, ' or '))
-    )
-  end
+  vim.list_extend(lines, left_lines(skipped, (':LooprUndo! %s'):format(phase)))
   require('loopr.notify').notify(table.concat(lines, '\n'), vim.log.levels.WARN)
+  return reply
+end
+
+---Put the working tree back as it was before `phase`: what its code loop and every later one
+---changed goes back (a file changed since stays unless `force`); those loops show `rewound`.
+---@param phase string Phase name or phase loop id.
+---@param root string Project root.
+---@param force? boolean Also restore files changed since a loop changed them (`:LooprRewind!`).
+---@param on_done? fun(reply: loopr.RewindReply|nil) Called with the host's reply, nil on error (notified).
+function M.rewind(phase, root, force, on_done)
+  local params = { root = root, phase = phase, force = force == true }
+  require('loopr.host').send('rewind', params, function(reply, err)
+    local shown = M.show_rewind(phase, reply, err)
+    if shown and type(shown.loop_id) == 'string' then
+      M.refresh(shown.loop_id, root)
+    end
+    if on_done then
+      on_done(shown)
+    end
+  end)
+end
+
+---Tell what a rewind did (or why not), and how to undo it.
+---@param phase string
+---@param reply any The host's reply.
+---@param err string|nil The host's error.
+---@return loopr.RewindReply|nil
+function M.show_rewind(phase, reply, err)
+  if err then
+    require('loopr.notify').notify(err, vim.log.levels.ERROR)
+    return nil
+  end
+  reply = type(reply) == 'table' and reply or {}
+  local restored = type(reply.restored) == 'table' and reply.restored or {}
+  local skipped = type(reply.skipped) == 'table' and reply.skipped or {}
+  local lines = {
+    ('Loopr: rewound to before %s: restored %d file(s), %d code loop(s) rewound'):format(
+      phase,
+      #restored,
+      tonumber(reply.rewound) or 0
+    ),
+  }
+  if #skipped > 0 then
+    lines[1] = lines[1] .. '; left as they are:'
+    vim.list_extend(lines, left_lines(skipped, (':LooprRewind! %s'):format(phase)))
+  end
+  if reply.undoable then
+    table.insert(lines, (':LooprUndo %s undoes the rewind.'):format(phase))
+  else
+    table.insert(lines, 'Made from the baselines (no git checkpoint): it cannot be undone.')
+  end
+  local level = #skipped > 0 and vim.log.levels.WARN or vim.log.levels.INFO
+  require('loopr.notify').notify(table.concat(lines, '\n'), level)
   return reply
 end
 

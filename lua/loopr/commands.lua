@@ -135,6 +135,16 @@ return {
     end,
   },
   {
+    name = 'LooprRewind',
+    nargs = '?',
+    bang = true,
+    desc = 'Loopr: put the working tree back as before a phase, later phases too (! also files changed since)',
+    complete = 'phases',
+    run = function(args)
+      require('loopr').rewind(args.args, args.bang)
+    end,
+  },
+  {
     name = 'LooprRetry',
     nargs = '?',
     desc = 'Loopr: run a failed, cancelled or interrupted loop again (default: this artifact, else the newest)',

@@ -516,6 +516,22 @@ function M.undo(phase, force, on_done)
   return true
 end
 
+---Put the working tree back as it was before `phase`'s code loop started: its changes and
+---every later phase's go (`:LooprRewind`, `:LooprRewind!`). Returns at once; the outcome is
+---notified.
+---@param phase string|nil Phase name; default: the phase of the current phase.md buffer.
+---@param force? boolean Also restore files changed since a loop changed them.
+---@param on_done? fun(reply: loopr.RewindReply|nil) Called with the host's reply, nil on error (already notified).
+---@return boolean sent false when refused before asking the host (already notified).
+function M.rewind(phase, force, on_done)
+  local target = phase_argument(phase, 'LooprRewind')
+  if not target then
+    return false
+  end
+  require('loopr.changes').rewind(target, config.root(), force, on_done)
+  return true
+end
+
 ---Ask the host to resume loops left unfinished by a host that died, when this project has
 ---Loopr state. The host itself answers whether it has (`loopr has-state`, run in the
 ---background so startup never waits); without state no host is started. Silent when there
@@ -672,7 +688,7 @@ function M.complete_awaiting_ids(arglead)
 end
 
 ---Complete names of current (not invalidated) phases (for `:LooprTasks`, `:LooprRun`,
----`:LooprChanges`, `:LooprUndo`), as the host names them: `spec/phase` where two specs have a
+---`:LooprChanges`, `:LooprUndo`, `:LooprRewind`), as the host names them: `spec/phase` where two specs have a
 ---phase of the same name.
 ---@param arglead string
 ---@return string[]

@@ -17,13 +17,14 @@ mod file_diffs;
 mod file_state;
 
 pub use file_diffs::FileDiff;
+pub(crate) use file_state::{current_state, hash_of, what_is_at};
 
 use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{
     BufferCheck, BufferEdit, ChangeJournal, FileStat, OpenBuffers, ProjectRoot, ReadBudget,
     ToolError, ToolPolicy, TreeStats, bounded_line_diff, read_regular,
 };
-use file_state::{Found, current_state, found_at, hash_of, what_is_at};
+use file_state::{Found, found_at};
 
 /// Files larger than this are listed but not copied; they cannot be restored.
 const MAX_SNAPSHOT_FILE: u64 = 2 * 1024 * 1024;
@@ -460,6 +461,14 @@ impl Baseline {
         self.save_ledger(&ledger)
     }
 
+    /// Each file the loop changed, with what the loop left there (`None`: it deleted it).
+    pub fn touched(&self) -> Vec<(String, Option<String>)> {
+        self.ledger()
+            .into_iter()
+            .map(|(relative, entry)| (relative, entry.after))
+            .collect()
+    }
+
     fn ledger(&self) -> Ledger {
         std::fs::read(self.dir.join("ledger.json"))
             .ok()
@@ -623,7 +632,7 @@ impl ChangeJournal for Baseline {
 /// Puts `before` back at `path` (or removes it when `before` is `None`); through the
 /// editor's buffer when the file is open there and both texts are text. False when an open
 /// buffer with unsaved changes keeps it from being restored.
-async fn restore_file(
+pub(crate) async fn restore_file(
     path: &Path,
     current: Option<Vec<u8>>,
     before: Option<Vec<u8>>,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use async_trait::async_trait;
 
 use super::baseline::{Baseline, BaselineError};
+use super::checkpoint::{self, CheckpointRecord, Checkpoints};
 use super::context::{LoopContext, LoopError, offered_mcp_tools};
 use super::context_budget::RereadHints;
 use super::events::LoopEvent;
@@ -103,6 +104,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     // `complete_phase`, the loop's own, answers with the defaults.
     let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
     record_baseline(context).await?;
+    take_checkpoint(context).await;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
         .tasks
@@ -338,6 +340,47 @@ async fn record_baseline(context: &LoopContext) -> Result<(), LoopError> {
             kind: "baseline",
             source: std::io::Error::other(err.to_string()),
         }),
+    }
+}
+
+/// The working tree as git sees it before the loop changes anything, as a commit under
+/// `refs/loopr/<loop>/before`, for a rewind; kept across resumes. Outside a git work tree
+/// there is none. One that cannot be taken (too slow, git fails) leaves the loop going on
+/// without it, saying so.
+async fn take_checkpoint(context: &LoopContext) {
+    let loop_dir = context.layout.loop_dir(&context.record.id);
+    if CheckpointRecord::read(&loop_dir).is_some() {
+        return;
+    }
+    let Some(checkpoints) = Checkpoints::find(context.root.path()).await else {
+        return;
+    };
+    context.progress("recording a checkpoint of the working tree (git)");
+    let taken = tokio::select! {
+        biased;
+        _ = context.cancel.cancelled() => return,
+        taken = checkpoints.take(&context.record.id, checkpoint::BEFORE, &loop_dir, checkpoint::TAKE_TIMEOUT) => taken,
+    };
+    let record = match taken {
+        Ok(commit) => CheckpointRecord {
+            before: Some(commit),
+            missing: None,
+        },
+        Err(err) => {
+            tracing::warn!(loop_id = %context.record.id, error = %err, "no checkpoint");
+            context.progress(format!(
+                "no checkpoint of the working tree (a rewind of this phase will use the \
+                 baselines): {err}"
+            ));
+            CheckpointRecord {
+                before: None,
+                missing: Some(err.to_string()),
+            }
+        }
+    };
+    let written = tokio::task::spawn_blocking(move || record.write(&loop_dir)).await;
+    if !matches!(written, Ok(Ok(()))) {
+        tracing::warn!(loop_id = %context.record.id, "recording the checkpoint's commit failed");
     }
 }
 

@@ -47,6 +47,9 @@ pub enum Entry {
     },
     /// The loop's own state after the turn (review stage, iteration, ...): the turn is whole.
     State { state: Value },
+    /// Something that happened to the loop's work outside the conversation (a rewind), for
+    /// the transcript; never sent to the model.
+    Note { at: String, text: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +173,7 @@ impl Journal {
                         push_alternating(messages, Role::Assistant, content);
                     }
                 }
-                Entry::Retry { .. } => {}
+                Entry::Retry { .. } | Entry::Note { .. } => {}
                 Entry::State { state } => {
                     whole_lines = number + 1;
                     batches += 1;
@@ -260,6 +263,27 @@ impl Journal {
     /// Appends a turn's entries and the state after it, in one write.
     pub fn append(&self, entries: &[Entry], state: &impl Serialize) -> std::io::Result<()> {
         self.log.append(&Journal::lines(entries, state)?)
+    }
+
+    /// Appends a note for the transcript, as a whole batch of its own that repeats the last
+    /// state; a journal without a whole turn yet takes no note. Blocking.
+    pub fn note(&self, text: &str) -> Result<(), JournalError> {
+        let whole = self.whole_entries()?;
+        let Some(state) = whole.entries.iter().rev().find_map(|entry| match entry {
+            Entry::State { state } => Some(state.clone()),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let note = Entry::Note {
+            at: now_rfc3339(),
+            text: text.to_owned(),
+        };
+        self.append(&[note], &state)
+            .map_err(|source| JournalError::Io {
+                path: self.log.path().display().to_string(),
+                source,
+            })
     }
 
     /// Like `append`, on disk only with the next `append` (`AppendLog::append_unsynced`): for

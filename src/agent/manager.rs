@@ -12,6 +12,7 @@ mod phase_done;
 mod project_registry;
 mod queries;
 mod ready;
+mod rewind;
 mod scheduler;
 mod supervisor;
 mod transcripts;
@@ -20,6 +21,7 @@ mod verify;
 
 pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
+pub use rewind::RewindReport;
 pub use tree_operations::Cancelled;
 
 use std::collections::HashMap;

@@ -11,8 +11,8 @@ use super::dto::{
     ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
     LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, NoParams,
     PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, RequirementsParams,
-    RequirementsReply, ResumeReply, ReviseParams, RootParams, RulesParams, RulesReply, RunParams,
-    StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
+    RequirementsReply, ResumeReply, ReviseParams, RewindReply, RootParams, RulesParams, RulesReply,
+    RunParams, StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
     TranscriptReply, UndoParams, UndoReply, VerifyParams, WireParams, to_value,
 };
 use super::host_state::HostState;
@@ -210,6 +210,15 @@ request_table! {
             .undo(&params.root, &params.phase, params.force)
             .await
             .map(|(loop_id, report)| UndoReply::new(loop_id.to_string(), report))
+            .map_err(manager_error);
+    /// Puts the working tree back as it was before a phase: its code loop's and every later
+    /// one's changes go (from its checkpoint, else the baselines).
+    rewind(UndoParams) -> RewindReply, Async, notification: true, sender: Lua
+        => |host, params| host
+            .manager
+            .rewind(&params.root, &params.phase, params.force)
+            .await
+            .map(|(loop_id, report)| RewindReply::new(loop_id.to_string(), report))
             .map_err(manager_error);
     /// Starts verifying the working tree against a phase or spec (by name or loop id; empty:
     /// the only one), changing nothing: a verification loop, named in the reply.

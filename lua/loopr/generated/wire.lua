@@ -99,6 +99,12 @@
 ---@field active integer Loops not finished (pending, running, awaiting approval, paused).
 ---@field resuming integer Loops that run or will.
 ---@field waiting_for_budget integer Loops paused or held at their plan tree's budget.
+---@class loopr.RewindReply What a rewind did: the files as an undo tells them, and what became of the loops.
+---@field loop_id string
+---@field restored string[]
+---@field rewound integer How many code loops the rewind took back: the phase's and every later one.
+---@field skipped loopr.UndoSkipped[]
+---@field undoable boolean Whether an undo of the phase undoes the rewind (it was made from a git checkpoint).
 ---@class loopr.RulesReply
 ---@field refused loopr.RefusedRules[]
 ---@field used string[] `AGENTS.md (1204 bytes)`, in the order they go into the system prompt.

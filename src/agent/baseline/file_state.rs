@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use super::{MAX_COMPARED_FILE, MAX_HASHED_FILE, STAT_FINGERPRINT};
 use crate::tools::{FileStat, ProjectFile, ProjectRoot, ReadBudget, ReadError};
 
-pub(super) fn hash_of(bytes: &[u8]) -> String {
+pub(crate) fn hash_of(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
 /// What is at `path` now, without following a link, as the ledger's `after` says it: the
 /// fingerprint of a regular file, a description of anything else, `None` when nothing is.
-pub(super) fn what_is_at(
+pub(crate) fn what_is_at(
     root: &ProjectRoot,
     path: &Path,
     budget: &ReadBudget,
@@ -82,16 +82,16 @@ pub(super) fn found_at(root: &ProjectRoot, path: &Path) -> Found {
 }
 
 /// A changed file as undo finds it.
-pub(super) struct Current {
+pub(crate) struct Current {
     /// What it holds, when it exists and is no larger than `MAX_COMPARED_FILE`.
-    pub(super) bytes: Option<Vec<u8>>,
+    pub(crate) bytes: Option<Vec<u8>>,
     /// What identifies it the way `after` (the ledger's) does; `None` when it does not exist.
-    pub(super) fingerprint: Option<String>,
+    pub(crate) fingerprint: Option<String>,
 }
 
 /// What is at `path` now, for undo; an error when it is not a regular file reached without a
 /// link, which undo does not replace.
-pub(super) fn current_state(
+pub(crate) fn current_state(
     root: &ProjectRoot,
     path: &Path,
     after: Option<&str>,

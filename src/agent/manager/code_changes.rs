@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::baseline::{Baseline, ChangedHunk, UndoReport};
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
-use crate::store::{LoopId, LoopRecord, LoopType, UNDONE_NOTE_PREFIX, undone};
+use crate::store::{LoopId, LoopRecord, LoopType, UNDONE_NOTE_PREFIX, rewound, undone};
 
 impl LoopManager {
     /// What the newest code loop of `phase` changed, one entry per hunk. Blocking (it reads
@@ -41,6 +41,9 @@ impl LoopManager {
                 status: code.status.as_str(),
                 hint: "its code loop still runs; cancel it first",
             });
+        }
+        if rewound(code.error.as_deref()) {
+            return self.undo_rewind(&project, &code, force).await;
         }
         let report = Baseline::at(&project.layout.loop_dir(&code.id))
             .undo(&project.root, self.shared.buffers.as_ref(), force)
@@ -92,7 +95,7 @@ impl LoopManager {
 /// The newest code loop of the phase `phase` names (a phase name, `spec/phase`, a phase
 /// loop id) or the code loop with id `phase`. Only phases that had a code loop compete for a
 /// name.
-fn newest_code_loop(project: &Project, phase: &str) -> Result<LoopRecord, ManagerError> {
+pub(super) fn newest_code_loop(project: &Project, phase: &str) -> Result<LoopRecord, ManagerError> {
     let records = project.db.list()?;
     let newest_code_loop_of = |phase_id: &LoopId| {
         records

@@ -118,8 +118,8 @@ impl LoopManager {
     }
 
     /// Removes the temporary files hosts that were killed left in the project's state (now:
-    /// it is small) and in the project itself (in the background: a tree walk, which a shell
-    /// waiting for quiet waits for).
+    /// it is small) and in the project itself, then the checkpoints of loops that are gone (in
+    /// the background: a tree walk and git, which a shell waiting for quiet waits for).
     fn remove_leftovers(&self, project: &Project) {
         let home = self.shared.loopr_home.clone();
         let removed = sweep_state_dir(project.layout.project_dir(), &home);
@@ -130,6 +130,7 @@ impl LoopManager {
             );
         }
         let root = project.root.clone();
+        let db = project.db.clone();
         self.shared.busy.send_modify(|busy| *busy += 1);
         let manager = self.clone();
         let spawned = std::thread::Builder::new()
@@ -139,6 +140,16 @@ impl LoopManager {
                     for entry in walker.flatten() {
                         remove_if_leftover(entry.path(), &home);
                     }
+                }
+                // Checkpoints of loops the store no longer holds (a deleted plan's).
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        runtime.block_on(super::rewind::prune_checkpoints(root.path(), &db));
+                    }
+                    Err(err) => tracing::warn!(error = %err, "pruning checkpoints"),
                 }
                 manager.shared.busy.send_modify(|busy| *busy -= 1);
             });

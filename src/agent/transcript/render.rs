@@ -80,6 +80,10 @@ impl Renderer {
                 reason,
             } => self.retry(*attempt, *delay_ms, reason),
             Entry::State { .. } => String::new(),
+            Entry::Note { at, text } => {
+                self.turn_open = false;
+                self.block(format!("## {text} ({at})\n"))
+            }
         }
     }
 

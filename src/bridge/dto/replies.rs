@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::agent::{
-    ChangedHunk, LoopCoverage, LoopSettings, RequirementsLeft, TaskList, UndoReport,
+    ChangedHunk, LoopCoverage, LoopSettings, RequirementsLeft, RewindReport, TaskList, UndoReport,
 };
 use crate::bridge::words;
 use crate::store::{
@@ -208,6 +208,32 @@ impl UndoReply {
                     message: reason.describe(),
                 })
                 .collect(),
+        }
+    }
+}
+
+/// What a rewind did: the files as an undo tells them, and what became of the loops.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.RewindReply")]
+pub struct RewindReply {
+    pub loop_id: String,
+    pub restored: Vec<String>,
+    pub skipped: Vec<SkippedFileReply>,
+    /// How many code loops the rewind took back: the phase's and every later one.
+    pub rewound: usize,
+    /// Whether an undo of the phase undoes the rewind (it was made from a git checkpoint).
+    pub undoable: bool,
+}
+
+impl RewindReply {
+    pub fn new(loop_id: String, report: RewindReport) -> RewindReply {
+        let files = UndoReply::new(loop_id, report.files);
+        RewindReply {
+            loop_id: files.loop_id,
+            restored: files.restored,
+            skipped: files.skipped,
+            rewound: report.rewound.len(),
+            undoable: report.undoable,
         }
     }
 }

@@ -1,0 +1,298 @@
+//! Checkpoints: the working tree (tracked files and untracked ones git does not ignore) kept
+//! as a git commit under `refs/loopr/<code-loop-id>/<name>`, and read back path by path. A
+//! checkpoint is taken through a temporary index in Loopr's own state directory, so HEAD, the
+//! index, branches, the stash, HEAD's reflog and the user's hooks are never touched; every
+//! path goes to git as data (`-z`, `--stdin`, never a shell). Only refs under `refs/loopr/`
+//! are written or deleted.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+mod restore;
+
+pub use restore::{PathToRestore, Restored, restore_paths};
+
+use crate::git::{Git, GitError};
+use crate::store::{LoopId, write_atomic};
+
+/// The checkpoint taken before a code loop changes anything.
+pub const BEFORE: &str = "before";
+/// The working tree as a rewind found it, so the rewind can be undone.
+pub const REWOUND: &str = "rewound";
+/// Where Loopr's refs live; nothing outside it is ever written.
+const REF_ROOT: &str = "refs/loopr/";
+/// How long taking a checkpoint may take: a huge or endless file in the tree makes the loop go
+/// on without one rather than wait.
+pub const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Who a checkpoint's commit names (no user configuration needed).
+const AUTHOR: (&str, &str) = ("Loopr", "loopr@localhost");
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("git answered something unexpected: {0}")]
+    Unexpected(String),
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+}
+
+/// What a checkpoint holds at one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A regular file (executable or not) and its blob.
+    File { blob: String, executable: bool },
+    /// A symbolic link; its blob holds the target.
+    Symlink { blob: String },
+    /// A submodule or anything else a rewind does not write.
+    Other,
+}
+
+/// The checkpoints of one project, in the git work tree that holds it.
+#[derive(Clone, Debug)]
+pub struct Checkpoints {
+    git: Git,
+    /// The project root relative to the top of the work tree (empty at the top), with `/`.
+    prefix: String,
+}
+
+impl Checkpoints {
+    /// The checkpoints of the project at `root`; `None` outside a git work tree or without git.
+    pub async fn find(root: &Path) -> Option<Checkpoints> {
+        let git = Git::find(root).await?;
+        let top = git.work_tree().canonicalize().ok()?;
+        let root = root.canonicalize().ok()?;
+        let relative = root.strip_prefix(&top).ok()?;
+        let mut prefix = String::new();
+        for part in relative.components() {
+            prefix.push_str(part.as_os_str().to_str()?);
+            prefix.push('/');
+        }
+        Some(Checkpoints { git, prefix })
+    }
+
+    /// The ref of checkpoint `name` of `loop_id`.
+    pub fn ref_name(loop_id: &LoopId, name: &str) -> String {
+        format!("{REF_ROOT}{loop_id}/{name}")
+    }
+
+    /// Records the working tree as checkpoint `name` of `loop_id`; returns its commit. The
+    /// temporary index lives in `scratch_dir` (Loopr's state, never the project) and is gone
+    /// when this returns.
+    pub async fn take(
+        &self,
+        loop_id: &LoopId,
+        name: &str,
+        scratch_dir: &Path,
+        timeout: Duration,
+    ) -> Result<String, CheckpointError> {
+        let index = scratch_dir.join(format!("checkpoint-{name}.index"));
+        let taken = tokio::time::timeout(timeout, self.take_with(loop_id, name, &index)).await;
+        let _ = std::fs::remove_file(&index);
+        let _ = std::fs::remove_file(index.with_extension("index.lock"));
+        taken.unwrap_or_else(|_| {
+            Err(CheckpointError::Git(GitError::TimedOut {
+                command: "add".to_owned(),
+                seconds: timeout.as_secs(),
+            }))
+        })
+    }
+
+    async fn take_with(
+        &self,
+        loop_id: &LoopId,
+        name: &str,
+        index: &Path,
+    ) -> Result<String, CheckpointError> {
+        if let Some(dir) = index.parent() {
+            std::fs::create_dir_all(dir).map_err(|err| CheckpointError::Io {
+                path: dir.to_owned(),
+                message: err.to_string(),
+            })?;
+        }
+        let _ = std::fs::remove_file(index);
+        let with_index = |args: &[&str]| {
+            self.git
+                .command(args.iter().copied())
+                .env("GIT_INDEX_FILE", index)
+        };
+        let head = self.head().await?;
+        if head.is_some() {
+            with_index(&["read-tree", "HEAD"]).output().await?;
+        }
+        // The whole work tree, as `git add -A` from its top takes it (FIFOs and devices are
+        // skipped by git itself).
+        with_index(&["add", "-A", "--", ":/"]).output().await?;
+        let tree = one_line(with_index(&["write-tree"]).output().await?.stdout)?;
+        let message = format!("loopr checkpoint {name} code loop {loop_id}\n");
+        let mut commit = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
+        if let Some(head) = head.as_deref() {
+            commit.extend(["-p", head]);
+        }
+        let mut command = self.git.command(commit).stdin(message.into_bytes());
+        for (variable, value) in [
+            ("GIT_AUTHOR_NAME", AUTHOR.0),
+            ("GIT_AUTHOR_EMAIL", AUTHOR.1),
+            ("GIT_COMMITTER_NAME", AUTHOR.0),
+            ("GIT_COMMITTER_EMAIL", AUTHOR.1),
+        ] {
+            command = command.env(variable, value);
+        }
+        let commit = one_line(command.output().await?.stdout)?;
+        let reference = Checkpoints::ref_name(loop_id, name);
+        self.git
+            .command(["update-ref", "--no-deref", &reference, &commit])
+            .output()
+            .await?;
+        Ok(commit)
+    }
+
+    /// HEAD's commit, `None` in a repository without one yet.
+    async fn head(&self) -> Result<Option<String>, CheckpointError> {
+        let (found, output) = self
+            .git
+            .command(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+            .checked_output()
+            .await?;
+        if found {
+            one_line(output.stdout).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// What commit `commit` holds under the project root, by path relative to the root.
+    pub async fn entries(&self, commit: &str) -> Result<BTreeMap<String, Entry>, CheckpointError> {
+        let listed = self
+            .git
+            .command(["ls-tree", "-r", "-z", "--full-tree", commit])
+            .output()
+            .await?;
+        let mut entries = BTreeMap::new();
+        for record in listed.stdout.split(|byte| *byte == 0) {
+            if record.is_empty() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(record);
+            let (meta, path) = text
+                .split_once('\t')
+                .ok_or_else(|| CheckpointError::Unexpected(text.to_string()))?;
+            let Some(relative) = path.strip_prefix(self.prefix.as_str()) else {
+                continue;
+            };
+            let mut fields = meta.split(' ');
+            let (mode, _kind, blob) = (fields.next(), fields.next(), fields.next());
+            let blob = blob.unwrap_or_default().to_owned();
+            let entry = match mode {
+                Some("100644") => Entry::File {
+                    blob,
+                    executable: false,
+                },
+                Some("100755") => Entry::File {
+                    blob,
+                    executable: true,
+                },
+                Some("120000") => Entry::Symlink { blob },
+                _ => Entry::Other,
+            };
+            entries.insert(relative.to_owned(), entry);
+        }
+        Ok(entries)
+    }
+
+    /// The bytes of blob `blob` (bounded by the git runner's output limit).
+    pub async fn blob(&self, blob: &str) -> Result<Vec<u8>, CheckpointError> {
+        Ok(self
+            .git
+            .command(["cat-file", "blob", blob])
+            .output()
+            .await?
+            .stdout)
+    }
+
+    /// The loops that have refs under `refs/loopr/`, with those refs.
+    pub async fn refs_by_loop(&self) -> Result<BTreeMap<String, Vec<String>>, CheckpointError> {
+        let listed = self
+            .git
+            .command(["for-each-ref", "--format=%(refname)", REF_ROOT])
+            .output()
+            .await?;
+        let mut by_loop: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for reference in String::from_utf8_lossy(&listed.stdout).lines() {
+            if let Some((loop_id, _)) = reference
+                .strip_prefix(REF_ROOT)
+                .and_then(|rest| rest.split_once('/'))
+            {
+                by_loop
+                    .entry(loop_id.to_owned())
+                    .or_default()
+                    .push(reference.to_owned());
+            }
+        }
+        Ok(by_loop)
+    }
+
+    /// Deletes `references`, each of which must be under `refs/loopr/`.
+    pub async fn delete_refs(&self, references: &[String]) -> Result<(), CheckpointError> {
+        let mut commands = String::new();
+        for reference in references {
+            if reference.starts_with(REF_ROOT) && !reference.contains(['\n', '\0']) {
+                commands.push_str(&format!("delete {reference}\n"));
+            }
+        }
+        if commands.is_empty() {
+            return Ok(());
+        }
+        self.git
+            .command(["update-ref", "--no-deref", "--stdin"])
+            .stdin(commands.into_bytes())
+            .output()
+            .await?;
+        Ok(())
+    }
+}
+
+/// The commit of each checkpoint a code loop has, kept beside the loop.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// The `before` checkpoint's commit.
+    pub before: Option<String>,
+    /// Why there is none, when taking it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+}
+
+impl CheckpointRecord {
+    fn path(loop_dir: &Path) -> PathBuf {
+        loop_dir.join("checkpoint.json")
+    }
+
+    /// The record in `loop_dir`, `None` when no checkpoint was tried there.
+    pub fn read(loop_dir: &Path) -> Option<CheckpointRecord> {
+        let bytes = std::fs::read(CheckpointRecord::path(loop_dir)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes the record into `loop_dir`, atomically. Blocking.
+    pub fn write(&self, loop_dir: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        write_atomic(&CheckpointRecord::path(loop_dir), &json)
+    }
+}
+
+fn one_line(stdout: Vec<u8>) -> Result<String, CheckpointError> {
+    let text = String::from_utf8(stdout)
+        .map_err(|err| CheckpointError::Unexpected(err.to_string()))?
+        .trim()
+        .to_owned();
+    if text.is_empty() || text.contains(char::is_whitespace) {
+        return Err(CheckpointError::Unexpected(text));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Checkpoints against a real git: what they hold, what they leave alone, and restoring from
+//! them.
+
+use std::path::Path;
+
+use super::*;
+use crate::agent::baseline::SkipReason;
+use crate::tools::{NoBuffers, ProjectRoot};
+
+/// Runs git in `dir` as a user would (with a name for commits and stashes); its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn write(dir: &Path, relative: &str, text: &str) {
+    let path = dir.join(relative);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+/// What a checkpoint must leave exactly as it was.
+fn user_state(dir: &Path) -> Vec<String> {
+    [
+        &["rev-parse", "HEAD"][..],
+        &["status", "--porcelain=v1", "-z"],
+        &["branch", "-a", "-v"],
+        &["stash", "list"],
+        &["reflog", "show", "HEAD"],
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/heads",
+            "refs/tags",
+        ],
+    ]
+    .iter()
+    .map(|args| git(dir, args))
+    .collect()
+}
+
+/// A repository with a commit, a branch, a stash, a staged change, an unstaged one, an
+/// untracked file and an ignored one.
+fn busy_repository() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().expect("repo");
+    let dir = repo.path();
+    git(dir, &["init", "-q", "-b", "main"]);
+    write(dir, "a.txt", "a\n");
+    write(dir, "staged.txt", "one\n");
+    write(dir, ".gitignore", "ignored.log\n");
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "first"]);
+    git(dir, &["branch", "side"]);
+    write(dir, "a.txt", "stashed\n");
+    git(dir, &["stash", "-q"]);
+    write(dir, "staged.txt", "two, staged\n");
+    git(dir, &["add", "staged.txt"]);
+    write(dir, "a.txt", "a, unstaged\n");
+    write(dir, "new.txt", "untracked\n");
+    write(dir, "ignored.log", "noise\n");
+    repo
+}
+
+#[tokio::test]
+async fn a_checkpoint_holds_the_working_tree_and_leaves_head_index_branches_stash_and_reflog() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    write(dir, "-x", "looks like an option\n");
+    write(dir, "we\"ird\nname.txt", "quoted\n");
+    #[cfg(unix)]
+    crate::test_support::mkfifo(&dir.join("pipe"));
+    let state = tempfile::tempdir().expect("state");
+    let before = user_state(dir);
+
+    let checkpoints = Checkpoints::find(dir).await.expect("a git work tree");
+    let id = LoopId::parse("20261126-120000-000-aaaaaaaaaa").expect("id");
+    let commit = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+
+    assert_eq!(user_state(dir), before, "nothing of the user's changed");
+    assert_eq!(
+        git(dir, &["rev-parse", &Checkpoints::ref_name(&id, BEFORE)]).trim(),
+        commit
+    );
+    assert_eq!(
+        git(dir, &["rev-parse", &format!("{commit}^")]),
+        git(dir, &["rev-parse", "HEAD"]),
+        "its parent is HEAD"
+    );
+    let entries = checkpoints.entries(&commit).await.expect("entries");
+    let names: Vec<&str> = entries.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        vec![
+            "-x",
+            ".gitignore",
+            "a.txt",
+            "new.txt",
+            "staged.txt",
+            "we\"ird\nname.txt"
+        ],
+        "no ignored file, no FIFO"
+    );
+    let Some(Entry::File { blob, .. }) = entries.get("a.txt") else {
+        panic!("{entries:?}");
+    };
+    assert_eq!(
+        checkpoints.blob(blob).await.expect("blob"),
+        b"a, unstaged\n",
+        "the working tree's content, not the index's"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(state.path())
+        .expect("state")
+        .flatten()
+        .map(|entry| entry.file_name())
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "the temporary index is gone: {leftovers:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_repository_without_a_commit_gets_a_checkpoint_without_a_parent() {
+    let repo = tempfile::tempdir().expect("repo");
+    git(repo.path(), &["init", "-q"]);
+    write(repo.path(), "only.txt", "x\n");
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(repo.path()).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-bbbbbbbbbb").expect("id");
+    let commit = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    assert_eq!(
+        git(repo.path(), &["status", "--porcelain"]),
+        "?? only.txt\n"
+    );
+    let entries = checkpoints.entries(&commit).await.expect("entries");
+    assert_eq!(entries.keys().collect::<Vec<_>>(), vec!["only.txt"]);
+}
+
+#[tokio::test]
+async fn restoring_brings_back_modified_and_deleted_files_removes_created_ones_and_keeps_the_users()
+{
+    let repo = busy_repository();
+    let dir = repo.path();
+    write(dir, "bin/run.sh", "#!/bin/sh\necho run\n");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("bin/run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        std::os::unix::fs::symlink("a.txt", dir.join("link")).expect("link");
+    }
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-cccccccccc").expect("id");
+    let commit = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    // The phase's work, then the user's edit of a file the phase changed.
+    write(dir, "a.txt", "the phase's\n");
+    std::fs::remove_file(dir.join("bin/run.sh")).expect("rm");
+    std::fs::remove_dir(dir.join("bin")).expect("rmdir");
+    std::fs::remove_file(dir.join("link")).expect("rm link");
+    write(dir, "created.txt", "by the phase\n");
+    write(dir, "new.txt", "the phase's, then the user's\n");
+    let root = ProjectRoot::new(dir).expect("root");
+    let fingerprint = |text: &str| Some(crate::agent::baseline::hash_of(text.as_bytes()));
+    let paths = vec![
+        PathToRestore {
+            relative: "a.txt".to_owned(),
+            expected: fingerprint("the phase's\n"),
+        },
+        PathToRestore {
+            relative: "bin/run.sh".to_owned(),
+            expected: None,
+        },
+        PathToRestore {
+            relative: "link".to_owned(),
+            expected: None,
+        },
+        PathToRestore {
+            relative: "created.txt".to_owned(),
+            expected: fingerprint("by the phase\n"),
+        },
+        PathToRestore {
+            relative: "new.txt".to_owned(),
+            expected: fingerprint("the phase's\n"),
+        },
+    ];
+    let restored = restore_paths(&checkpoints, &commit, &root, paths, false, &NoBuffers)
+        .await
+        .expect("restored");
+
+    let read = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
+    assert_eq!(read("a.txt").as_deref(), Some("a, unstaged\n"));
+    assert_eq!(read("bin/run.sh").as_deref(), Some("#!/bin/sh\necho run\n"));
+    assert_eq!(read("created.txt"), None);
+    assert_eq!(
+        read("new.txt").as_deref(),
+        Some("the phase's, then the user's\n"),
+        "changed since: kept"
+    );
+    assert_eq!(
+        restored.report.skipped,
+        vec![(dir.join("new.txt"), SkipReason::ChangedSince)]
+    );
+    assert_eq!(restored.report.restored.len(), 4);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("bin/run.sh"))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "executable again");
+        assert_eq!(
+            std::fs::read_link(dir.join("link")).expect("a link"),
+            Path::new("a.txt"),
+            "the link as git stored it"
+        );
+    }
+    assert_eq!(restored.now.get("created.txt"), Some(&None));
+}
+
+#[tokio::test]
+async fn only_refs_under_refs_loopr_are_listed_and_deleted() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-dddddddddd").expect("id");
+    checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    let by_loop = checkpoints.refs_by_loop().await.expect("refs");
+    let name = Checkpoints::ref_name(&id, BEFORE);
+    assert_eq!(
+        by_loop.get(id.as_str()),
+        Some(&vec![name.clone()]),
+        "{by_loop:?}"
+    );
+    let branches = git(dir, &["branch", "--list"]);
+    checkpoints
+        .delete_refs(&[name, "refs/heads/side".to_owned()])
+        .await
+        .expect("deleted");
+    assert!(checkpoints.refs_by_loop().await.expect("refs").is_empty());
+    assert_eq!(
+        git(dir, &["branch", "--list"]),
+        branches,
+        "a branch is never deleted"
+    );
+}

@@ -1,0 +1,349 @@
+//! Rewinding the working tree to before a phase (its code loop's checkpoint, else the
+//! baselines), undoing a rewind, and dropping the checkpoints of loops the store no longer has.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::code_changes::newest_code_loop;
+use super::{LoopManager, ManagerError, Project};
+use crate::agent::baseline::{Baseline, UndoReport};
+use crate::agent::checkpoint::{
+    self, CheckpointRecord, Checkpoints, PathToRestore, Restored, restore_paths,
+};
+use crate::store::{
+    LoopDb, LoopId, LoopRecord, LoopType, REWOUND_NOTE_PREFIX, rewound, undone, write_atomic,
+};
+
+/// What a rewind did.
+#[derive(Debug, Default)]
+pub struct RewindReport {
+    /// Files put back as they were before the phase, and files left as they are.
+    pub files: UndoReport,
+    /// The code loops whose changes the rewind took back, newest first.
+    pub rewound: Vec<LoopId>,
+    /// Whether the rewind can be undone (it was made from a checkpoint).
+    pub undoable: bool,
+}
+
+/// A rewind as kept beside each code loop it rewound, for its undo.
+#[derive(Debug, Serialize, Deserialize)]
+struct RewindRecord {
+    /// The tree as the rewind found it: the `rewound` checkpoint's commit.
+    snapshot: String,
+    /// The code loops it rewound, each with the note it had before.
+    loops: Vec<(LoopId, Option<String>)>,
+    /// Each path the rewind wrote, and what it left there (`None`: it removed the file).
+    restored: BTreeMap<String, Option<String>>,
+}
+
+const REWIND_RECORD: &str = "rewind.json";
+
+impl LoopManager {
+    /// Puts the working tree back as it was before the newest code loop of `phase` started,
+    /// for every path that loop and every later code loop of the project (not undone or
+    /// rewound already) changed. A file changed since the last loop wrote it is kept unless
+    /// `force`. Those loops are noted rewound. Refused while a code loop is active.
+    pub async fn rewind(
+        &self,
+        root: &Path,
+        phase: &str,
+        force: bool,
+    ) -> Result<(LoopId, RewindReport), ManagerError> {
+        let project = self.project(root)?;
+        let code = newest_code_loop(&project, phase)?;
+        if rewound(code.error.as_deref()) {
+            return Err(ManagerError::WrongState {
+                id: code.id.to_string(),
+                status: "rewound",
+                hint: "its phase was rewound already; undo the rewind to bring its work back",
+            });
+        }
+        let records = project.db.list()?;
+        if let Some(active) = records
+            .iter()
+            .find(|record| record.loop_type == LoopType::Code && record.status.is_active())
+        {
+            return Err(ManagerError::WrongState {
+                id: active.id.to_string(),
+                status: active.status.as_str(),
+                hint: "a code loop still runs; cancel it first",
+            });
+        }
+        // Newest first: the target and every later code loop whose work stands.
+        let position = records
+            .iter()
+            .position(|record| record.id == code.id)
+            .unwrap_or_default();
+        let loops: Vec<LoopRecord> = records[..=position]
+            .iter()
+            .filter(|record| {
+                record.id == code.id
+                    || (record.loop_type == LoopType::Code
+                        && !undone(record.error.as_deref())
+                        && !rewound(record.error.as_deref()))
+            })
+            .cloned()
+            .collect();
+        let code_dir = project.layout.loop_dir(&code.id);
+        let before = {
+            let dir = code_dir.clone();
+            blocking(move || CheckpointRecord::read(&dir).and_then(|record| record.before)).await?
+        };
+        let checkpoints = match before {
+            Some(_) => Checkpoints::find(project.root.path()).await,
+            None => None,
+        };
+        let mut report = RewindReport::default();
+        match (checkpoints, before) {
+            (Some(checkpoints), Some(before)) => {
+                let dirs: Vec<PathBuf> = loops
+                    .iter()
+                    .map(|record| project.layout.loop_dir(&record.id))
+                    .collect();
+                let paths = blocking(move || changed_paths(&dirs)).await?;
+                let snapshot = checkpoints
+                    .take(
+                        &code.id,
+                        checkpoint::REWOUND,
+                        &code_dir,
+                        checkpoint::TAKE_TIMEOUT,
+                    )
+                    .await
+                    .map_err(|err| {
+                        ManagerError::Baseline(format!(
+                            "the working tree could not be recorded before the rewind, so \
+                             nothing was changed: {err}"
+                        ))
+                    })?;
+                let Restored { report: files, now } = restore_paths(
+                    &checkpoints,
+                    &before,
+                    &project.root,
+                    paths,
+                    force,
+                    self.shared.buffers.as_ref(),
+                )
+                .await
+                .map_err(|err| ManagerError::Baseline(format!("rewinding: {err}")))?;
+                let record = RewindRecord {
+                    snapshot,
+                    loops: loops
+                        .iter()
+                        .map(|record| (record.id.clone(), record.error.clone()))
+                        .collect(),
+                    restored: now,
+                };
+                let dirs: Vec<PathBuf> = loops
+                    .iter()
+                    .map(|record| project.layout.loop_dir(&record.id))
+                    .collect();
+                blocking(move || write_records(&dirs, &record)).await??;
+                report.files = files;
+                report.undoable = true;
+            }
+            _ => {
+                // Without a checkpoint: each loop's baseline, newest first, down to the phase's.
+                for record in &loops {
+                    let undone = Baseline::at(&project.layout.loop_dir(&record.id))
+                        .undo(&project.root, self.shared.buffers.as_ref(), force)
+                        .await
+                        .map_err(|err| ManagerError::Baseline(err.to_string()))?;
+                    report.files.restored.extend(undone.restored);
+                    report.files.skipped.extend(undone.skipped);
+                }
+            }
+        }
+        let at = time::OffsetDateTime::now_utc();
+        let (hour, minute, restored) = (at.hour(), at.minute(), report.files.restored.len());
+        let note = format!(
+            "{REWOUND_NOTE_PREFIX} to before phase {} at {hour:02}:{minute:02} UTC; {restored} \
+             file(s) restored",
+            code.label()
+        );
+        for record in &loops {
+            self.note_loop(&project, record, Some(note.clone())).await?;
+            report.rewound.push(record.id.clone());
+        }
+        let journal = crate::agent::journal::Journal::of(&project.layout, &code.id);
+        let line = format!(
+            "Rewound to before this phase at {hour:02}:{minute:02} UTC; {restored} file(s) restored"
+        );
+        if let Err(err) = blocking(move || journal.note(&line)).await? {
+            tracing::warn!(error = %err, "noting the rewind in the journal");
+        }
+        tracing::info!(loop_id = %code.id, restored = report.files.restored.len(), skipped = report.files.skipped.len(), "rewound");
+        Ok((code.id, report))
+    }
+
+    /// Undoes the rewind that took back `code`'s changes: the paths it wrote go back to what
+    /// the rewind found there (a path changed since is kept unless `force`); once all are
+    /// back, the loops it rewound lose their note.
+    pub(super) async fn undo_rewind(
+        &self,
+        project: &Project,
+        code: &LoopRecord,
+        force: bool,
+    ) -> Result<(LoopId, UndoReport), ManagerError> {
+        let dir = project.layout.loop_dir(&code.id);
+        let record = blocking(move || read_record(&dir)).await?.ok_or_else(|| {
+            ManagerError::Baseline(
+                "this rewind was made from the baselines, without git, and cannot be undone"
+                    .to_owned(),
+            )
+        })?;
+        let checkpoints = Checkpoints::find(project.root.path())
+            .await
+            .ok_or_else(|| {
+                ManagerError::Baseline(
+                    "the project is no longer in a git work tree, which held the rewind's snapshot"
+                        .to_owned(),
+                )
+            })?;
+        let paths = record
+            .restored
+            .iter()
+            .map(|(relative, now)| PathToRestore {
+                relative: relative.clone(),
+                expected: now.clone(),
+            })
+            .collect();
+        let Restored { report, now } = restore_paths(
+            &checkpoints,
+            &record.snapshot,
+            &project.root,
+            paths,
+            force,
+            self.shared.buffers.as_ref(),
+        )
+        .await
+        .map_err(|err| ManagerError::Baseline(format!("undoing the rewind: {err}")))?;
+        let left: BTreeMap<String, Option<String>> = record
+            .restored
+            .iter()
+            .filter(|(relative, _)| !now.contains_key(*relative))
+            .filter(|(relative, _)| {
+                let path = project.root.path().join(relative);
+                report.skipped.iter().any(|(skipped, _)| *skipped == path)
+            })
+            .map(|(relative, expected)| (relative.clone(), expected.clone()))
+            .collect();
+        let dirs: Vec<PathBuf> = record
+            .loops
+            .iter()
+            .map(|(id, _)| project.layout.loop_dir(id))
+            .collect();
+        if left.is_empty() {
+            for (id, before) in &record.loops {
+                if let Some(looped) = project.db.get(id)?
+                    && rewound(looped.error.as_deref())
+                {
+                    self.note_loop(project, &looped, before.clone()).await?;
+                }
+            }
+            blocking(move || {
+                for dir in dirs {
+                    let _ = std::fs::remove_file(dir.join(REWIND_RECORD));
+                }
+            })
+            .await?;
+        } else {
+            let kept = RewindRecord {
+                restored: left,
+                ..record
+            };
+            blocking(move || write_records(&dirs, &kept)).await??;
+        }
+        Ok((code.id.clone(), report))
+    }
+
+    /// Sets `record`'s note while it keeps the status it had, and tells the shells.
+    async fn note_loop(
+        &self,
+        project: &Project,
+        record: &LoopRecord,
+        note: Option<String>,
+    ) -> Result<(), ManagerError> {
+        let db = project.db.clone();
+        let (id, status, stored) = (record.id.clone(), record.status, note.clone());
+        let noted =
+            blocking(move || db.set_error_if_status(&id, status, stored.as_deref())).await??;
+        if noted {
+            self.emit_status(&record.id, record.loop_type, record.status, note);
+        }
+        Ok(())
+    }
+}
+
+/// Deletes the checkpoint refs of loops `db` no longer holds. Bounded (each git call is);
+/// run it off the async workers' hot path.
+pub(super) async fn prune_checkpoints(root: &Path, db: &LoopDb) {
+    let Some(checkpoints) = Checkpoints::find(root).await else {
+        return;
+    };
+    let by_loop = match checkpoints.refs_by_loop().await {
+        Ok(by_loop) => by_loop,
+        Err(err) => {
+            tracing::warn!(error = %err, "listing Loopr's checkpoints");
+            return;
+        }
+    };
+    let gone: Vec<String> = by_loop
+        .into_iter()
+        .filter(|(loop_id, _)| {
+            LoopId::parse(loop_id).is_some_and(|id| matches!(db.get(&id), Ok(None)))
+        })
+        .flat_map(|(_, refs)| refs)
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    match checkpoints.delete_refs(&gone).await {
+        Ok(()) => tracing::info!(
+            count = gone.len(),
+            "deleted checkpoints of loops that are gone"
+        ),
+        Err(err) => tracing::warn!(error = %err, "deleting checkpoints of loops that are gone"),
+    }
+}
+
+/// Every path the loops in `dirs` (newest first) changed, each with what the newest of them
+/// left there. Blocking.
+fn changed_paths(dirs: &[PathBuf]) -> Vec<PathToRestore> {
+    let mut expected: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for dir in dirs {
+        for (relative, after) in Baseline::at(dir).touched() {
+            expected.entry(relative).or_insert(after);
+        }
+    }
+    expected
+        .into_iter()
+        .map(|(relative, expected)| PathToRestore { relative, expected })
+        .collect()
+}
+
+fn read_record(dir: &Path) -> Option<RewindRecord> {
+    let bytes = std::fs::read(dir.join(REWIND_RECORD)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn write_records(dirs: &[PathBuf], record: &RewindRecord) -> Result<(), ManagerError> {
+    let json = serde_json::to_vec(record)
+        .map_err(|err| ManagerError::Baseline(format!("recording the rewind: {err}")))?;
+    for dir in dirs {
+        write_atomic(&dir.join(REWIND_RECORD), &json).map_err(|err| {
+            ManagerError::Baseline(format!("recording the rewind in {}: {err}", dir.display()))
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs blocking work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ManagerError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ManagerError::Baseline(format!("the rewind's work crashed: {err}")))
+}
