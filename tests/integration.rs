@@ -11,6 +11,7 @@ mod scenario;
 mod integration {
     mod approve;
     mod cancel_and_restart;
+    mod checkpoints;
     mod code;
     mod commands;
     mod contract;

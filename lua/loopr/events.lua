@@ -60,8 +60,9 @@ function handlers.loop_updated(ev)
     -- Visible in statuslines before the loop's first progress message.
     progress.touch(ev.id, ('%s running'):format(ev.type or 'loop'))
   end
-  -- An undone loop keeps its status; its note says so, and `:LooprUndo` reported it already.
-  if ev.status == 'failed' and not ev.undone then
+  -- An undone or rewound loop keeps its status; its note says so, and `:LooprUndo` or
+  -- `:LooprRewind` reported it already.
+  if ev.status == 'failed' and not ev.undone and not ev.rewound then
     -- The loop by name, why, and (kept whole on the command line) what to do next.
     local row = row_of(ev)
     local way_on = row and str(row.way_on)

@@ -286,6 +286,8 @@ pub struct Standing {
     pub retryable: bool,
     /// Its changes were undone; it keeps its status (`undone`).
     pub undone: bool,
+    /// A rewind took its changes back; it keeps its status (`rewound`).
+    pub rewound: bool,
     /// The word a status column shows for it: its status, or `undone` (`shown_status`).
     pub shown_status: &'static str,
 }
@@ -301,6 +303,7 @@ impl Standing {
             cancellable: status.is_cancellable(),
             retryable: retryable(status),
             undone: undone(error),
+            rewound: rewound(error),
             shown_status: shown_status(status, error),
         }
     }

@@ -365,7 +365,7 @@ async fn an_edit_to_a_buffer_with_unsaved_changes_is_not_applied() {
 }
 
 /// Keeps every `vim.notify` message in `_G.loopr_notes` instead of showing it.
-async fn capture_notifications(editor: &TestNvim) {
+pub(super) async fn capture_notifications(editor: &TestNvim) {
     editor
         .exec(
             "_G.loopr_notes = {} vim.notify = function(msg) table.insert(_G.loopr_notes, msg) end",
@@ -373,7 +373,7 @@ async fn capture_notifications(editor: &TestNvim) {
         .await;
 }
 
-async fn notifications(editor: &TestNvim) -> Vec<String> {
+pub(super) async fn notifications(editor: &TestNvim) -> Vec<String> {
     editor.lua("return _G.loopr_notes").await
 }
 

@@ -58,6 +58,7 @@
 ---@field parent? string
 ---@field retryable boolean A retry runs it again (`retryable`).
 ---@field review_passes integer
+---@field rewound boolean A rewind took its changes back; it keeps its status (`rewound`).
 ---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field spend loopr.Spend What the loop spent.
 ---@field status string
@@ -168,6 +169,7 @@
 ---@field id string
 ---@field idle boolean Neither running nor waiting to run: what it last reported is over (`LoopStatus::is_idle`).
 ---@field retryable boolean A retry runs it again (`retryable`).
+---@field rewound boolean A rewind took its changes back; it keeps its status (`rewound`).
 ---@field root? string The root of the loop's project: where Lua asks about the loop.
 ---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field status string

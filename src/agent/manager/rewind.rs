@@ -160,7 +160,7 @@ impl LoopManager {
         let note = format!(
             "{REWOUND_NOTE_PREFIX} to before phase {} at {hour:02}:{minute:02} UTC; {restored} \
              file(s) restored",
-            code.label()
+            code.name.as_deref().unwrap_or(phase)
         );
         for record in &loops {
             self.note_loop(&project, record, Some(note.clone())).await?;

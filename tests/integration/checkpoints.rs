@@ -1,0 +1,194 @@
+//! `:LooprRewind`: the working tree back as it was before a phase, from the git checkpoint its
+//! code loop took, with the user's git state (HEAD, index, branches, stash) untouched; and the
+//! rewind undone with `:LooprUndo`.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::fake_llm::{FakeLlm, TurnBuilder};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    AUTO_APPROVE, code_route, commit_everything, open_transcript, plan_and_approve, run_code_loop,
+    start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
+};
+
+/// Runs git in `dir` as the user would; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What neither a checkpoint nor a rewind may change: HEAD, the index (`git status`'s index
+/// part, exactly), the branches, the stash and HEAD's reflog.
+fn users_git_state(dir: &Path) -> Vec<String> {
+    [
+        &["rev-parse", "HEAD"][..],
+        &["diff", "--cached", "--raw", "--abbrev=40"],
+        &["branch", "--list", "-v", "--no-abbrev"],
+        &["stash", "list"],
+        &["reflog", "show", "HEAD"],
+    ]
+    .iter()
+    .map(|args| git(dir, args))
+    .collect()
+}
+
+/// The `error` (note) of loop `id` in the status list.
+async fn note_of(editor: &TestNvim, id: &str) -> Value {
+    let records = editor.status_records().await;
+    records
+        .iter()
+        .find(|record| record["id"] == id)
+        .map(|record| record["error"].clone())
+        .expect("the loop")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_restores_the_tree_before_a_phase_keeps_the_users_edit_and_git_state_and_undo_brings_it_back()
+ {
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    let project = editor.dirs.project.clone();
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    // The user's git state: a branch, a stash, a staged new file.
+    git(&project, &["branch", "side"]);
+    std::fs::write(project.join("README.md"), "# sample\n\nstashed words\n").expect("write");
+    git(&project, &["stash", "-q"]);
+    std::fs::write(project.join("staged.txt"), "the user's staged file\n").expect("write");
+    git(&project, &["add", "staged.txt"]);
+    let git_state = users_git_state(&project);
+    let (main_before, cargo_before, readme_before) = (
+        read("src/main.rs").expect("main.rs"),
+        read("Cargo.toml").expect("Cargo.toml"),
+        read("README.md").expect("README.md"),
+    );
+
+    // print-version modifies, creates and deletes; document-flag, a later phase, edits too.
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
+            .tool_use("w2", "write_file", json!({"path": "docs/guide.md", "content": "the loop's guide\n"}))
+            .tool_use("c1", "run_command", json!({"command": "rm Cargo.toml"}))
+            .tool_use("done", "complete_phase", json!({"summary": "four changes"}))
+            .reply(),
+    );
+    fake.push_routed(
+        &code_route("document-flag"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "README.md", "old_string": "A tiny CLI.", "new_string": "A tiny CLI with --version."}))
+            .tool_use("done", "complete_phase", json!({"summary": "documented"}))
+            .reply(),
+    );
+    let first = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&first, "complete").await;
+    let second = run_code_loop(&mut editor, "document-flag").await;
+    editor.wait_status(&second, "complete").await;
+    assert_eq!(
+        users_git_state(&project),
+        git_state,
+        "taking the checkpoints changed nothing of the user's git state"
+    );
+    let (main_after, readme_after) = (
+        read("src/main.rs").expect("main.rs"),
+        read("README.md").expect("README.md"),
+    );
+    assert!(main_after.contains("bye"), "{main_after}");
+    assert_eq!(read("Cargo.toml"), None);
+    // The user edits a file the phase created.
+    std::fs::write(project.join("docs/guide.md"), "my guide now\n").expect("write");
+
+    super::code::capture_notifications(&editor).await;
+    assert_eq!(editor.command("LooprRewind print-version").await, None);
+    assert_eq!(
+        read("src/main.rs"),
+        Some(main_before.clone()),
+        "modified: restored"
+    );
+    assert_eq!(read("src/version.rs"), None, "created: removed");
+    assert_eq!(read("Cargo.toml"), Some(cargo_before), "deleted: back");
+    assert_eq!(
+        read("README.md"),
+        Some(readme_before),
+        "the later phase's change: gone"
+    );
+    assert_eq!(
+        read("docs/guide.md").as_deref(),
+        Some("my guide now\n"),
+        "the user's edit: kept"
+    );
+    assert_eq!(
+        read("staged.txt").as_deref(),
+        Some("the user's staged file\n")
+    );
+    assert_eq!(
+        users_git_state(&project),
+        git_state,
+        "the rewind left git alone"
+    );
+    assert_eq!(
+        super::code::notifications(&editor).await,
+        vec![
+            "Loopr: rewound to before print-version: restored 4 file(s), 2 code loop(s) \
+             rewound; left as they are:\n  docs/guide.md: changed since the loop changed it\n\
+             Review them; :LooprRewind! print-version overwrites the files changed since.\n\
+             :LooprUndo print-version undoes the rewind."
+        ]
+    );
+    for id in [&first, &second] {
+        let note = note_of(&editor, id).await;
+        let note = note.as_str().unwrap_or_default().to_owned();
+        assert!(
+            note.starts_with("rewound: to before phase print-version at ")
+                && note.ends_with(" UTC; 4 file(s) restored"),
+            "{note}"
+        );
+    }
+    watch_transcripts(&editor).await;
+    let buf = open_transcript(&editor, Some(&first)).await;
+    let transcript = transcript_with(&mut editor, buf, "## Rewound to before this phase at ").await;
+    assert!(
+        transcript.contains(" UTC; 4 file(s) restored"),
+        "{transcript}"
+    );
+    assert_eq!(editor.command("wincmd p").await, None);
+
+    // Undoing the rewind brings the phases' work back; the user's edit stays.
+    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(read("src/main.rs"), Some(main_after));
+    assert_eq!(
+        read("src/version.rs").as_deref(),
+        Some("pub const VERSION: &str = \"0.3.1\";\n")
+    );
+    assert_eq!(read("Cargo.toml"), None);
+    assert_eq!(read("README.md"), Some(readme_after));
+    assert_eq!(read("docs/guide.md").as_deref(), Some("my guide now\n"));
+    assert_eq!(users_git_state(&project), git_state);
+    assert_eq!(
+        super::code::notifications(&editor)
+            .await
+            .last()
+            .map(String::as_str),
+        Some("Loopr: restored 4 file(s) changed by print-version")
+    );
+    for id in [&first, &second] {
+        assert_eq!(note_of(&editor, id).await, Value::Null, "no longer rewound");
+    }
+    editor.quit().await;
+}
