@@ -10,10 +10,12 @@ macro_rules! say {
     };
 }
 
+mod rewind;
 mod table;
 mod verify;
 mod words;
 
+pub use rewind::rewind;
 pub use verify::{print_findings, run_verify};
 
 use std::collections::{HashMap, HashSet};

@@ -105,6 +105,20 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Put the working tree back as it was before a phase, as :LooprRewind does: what its code
+    /// loop and every later one changed goes back (from the git checkpoint taken when the
+    /// phase's code loop started, else the baselines); files changed since stay unless
+    /// --force.
+    Rewind {
+        /// The phase (a name, spec/phase, or its code loop's id).
+        id: String,
+        /// Also restore files changed since a loop changed them.
+        #[arg(long)]
+        force: bool,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
     /// Exit 0 when the project has Loopr state (its database under $LOOPR_HOME), 1 when it
     /// has none, 2 on error. Creates nothing; the plugin asks this at startup so that it
     /// starts no host in projects Loopr was never used in.
@@ -274,6 +288,17 @@ fn main() -> ExitCode {
         }
         Command::Generate { check, root } => return run_generate(check, &root),
         Command::Cancel { id, root } => run_cancel(credentials, root, &id),
+        Command::Rewind { id, force, root } => runtime().and_then(|runtime| {
+            let rewound = runtime.block_on(loopr::cli::rewind(
+                loopr_home()?,
+                provider_factory(credentials),
+                root,
+                &id,
+                force,
+            ));
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            rewound
+        }),
         Command::Transcript { id, root } => {
             loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))
         }

@@ -136,6 +136,14 @@ impl SkipReason {
         }
     }
 
+    /// Whether a forced undo or rewind overwrites the file.
+    pub fn forcible(&self) -> bool {
+        matches!(
+            self,
+            SkipReason::ChangedSince | SkipReason::ChangedDuringCommand
+        )
+    }
+
     pub fn describe(&self) -> String {
         match self {
             SkipReason::ChangedSince => "changed since the loop changed it".to_owned(),

@@ -192,3 +192,59 @@ async fn rewind_restores_the_tree_before_a_phase_keeps_the_users_edit_and_git_st
     }
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_git_loopr_rewind_restores_from_the_baselines_and_says_it_cannot_be_undone() {
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    let project = editor.dirs.project.clone();
+    assert!(!project.join(".git").exists(), "no git here");
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    let main_before = read("src/main.rs").expect("main.rs");
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
+            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
+            .reply(),
+    );
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+
+    let cli = std::process::Command::new(crate::nvim::host_binary())
+        .args(["rewind", "print-version"])
+        .current_dir(&project)
+        .env("LOOPR_HOME", &editor.dirs.loopr_home)
+        .output()
+        .expect("loopr rewind");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&cli.stdout),
+        "rewound to before print-version: restored 2 file(s), 1 code loop(s) rewound\n  \
+         restored src/main.rs\n  restored src/version.rs\nmade from the baselines (no git \
+         checkpoint): it cannot be undone\n"
+    );
+    assert_eq!(read("src/main.rs"), Some(main_before));
+    assert_eq!(read("src/version.rs"), None);
+    let note = note_of(&editor, &code_id).await;
+    assert!(
+        note.as_str()
+            .is_some_and(|note| note.starts_with("rewound: to before phase print-version at ")),
+        "{note}"
+    );
+
+    let refused = editor.command("LooprUndo print-version").await;
+    assert_eq!(
+        refused.as_deref(),
+        Some("Loopr: this rewind was made from the baselines, without git, and cannot be undone")
+    );
+    editor.quit().await;
+}
