@@ -295,6 +295,7 @@ fn main() -> ExitCode {
                 root,
                 &id,
                 force,
+                &mut std::io::stdout().lock(),
             ));
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));
             rewound

@@ -1,5 +1,6 @@
 //! `loopr rewind [--force] ID`: the working tree back as it was before a phase, as
-//! `:LooprRewind` does, without Neovim. What was restored and what was left goes to stdout.
+//! `:LooprRewind` does, without Neovim. What was restored and what was left goes to `out`
+//! (stdout, from `main.rs`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ pub async fn rewind(
     root: PathBuf,
     phase: &str,
     force: bool,
+    out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let (manager, _events) =
         headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
@@ -35,7 +37,6 @@ pub async fn rewind(
             .to_string();
         crate::terminal_text::for_terminal(&path).into_owned()
     };
-    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "rewound to before {phase}: restored {} file(s), {} code loop(s) rewound",
