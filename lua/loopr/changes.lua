@@ -111,9 +111,21 @@ end
 ---@param force? boolean Also restore files changed since the loop changed them or while its commands ran (`:LooprUndo!`).
 ---@param on_done? fun(reply: loopr.UndoReply|nil) Called with the host's reply, nil on error (notified).
 function M.undo(phase, root, force, on_done)
+  M.restore('undo', M.show_undo, phase, root, force, on_done)
+end
+
+---Sends `method` (`undo` or `rewind`) for `phase`, tells the outcome with `show`, re-lists
+---the changes lists of the code loop it names and passes what was shown to `on_done`.
+---@param method string
+---@param show fun(phase: string, reply: any, err: string|nil): table|nil
+---@param phase string
+---@param root string
+---@param force? boolean
+---@param on_done? fun(reply: table|nil)
+function M.restore(method, show, phase, root, force, on_done)
   local params = { root = root, phase = phase, force = force == true }
-  require('loopr.host').send('undo', params, function(reply, err)
-    local shown = M.show_undo(phase, reply, err)
+  require('loopr.host').send(method, params, function(reply, err)
+    local shown = show(phase, reply, err)
     if shown and type(shown.loop_id) == 'string' then
       M.refresh(shown.loop_id, root)
     end
@@ -181,16 +193,7 @@ end
 ---@param force? boolean Also restore files changed since a loop changed them (`:LooprRewind!`).
 ---@param on_done? fun(reply: loopr.RewindReply|nil) Called with the host's reply, nil on error (notified).
 function M.rewind(phase, root, force, on_done)
-  local params = { root = root, phase = phase, force = force == true }
-  require('loopr.host').send('rewind', params, function(reply, err)
-    local shown = M.show_rewind(phase, reply, err)
-    if shown and type(shown.loop_id) == 'string' then
-      M.refresh(shown.loop_id, root)
-    end
-    if on_done then
-      on_done(shown)
-    end
-  end)
+  M.restore('rewind', M.show_rewind, phase, root, force, on_done)
 end
 
 ---Tell what a rewind did (or why not), and how to undo it.
