@@ -103,8 +103,12 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     tool_specs.push(complete_phase_spec(&phase.validation_command));
     // `complete_phase`, the loop's own, answers with the defaults.
     let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
+    // Before the baseline: a loop resumed after its baseline (or started by an older Loopr)
+    // may have changed the tree already, so it takes none.
+    if !Baseline::at(&context.layout.loop_dir(&record.id)).exists() {
+        take_checkpoint(context).await;
+    }
     record_baseline(context).await?;
-    take_checkpoint(context).await;
     let journal = Journal::of(&context.layout, &record.id);
     let worked_on = phase
         .tasks

@@ -347,3 +347,66 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|err| ManagerError::Baseline(format!("the rewind's work crashed: {err}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let output = std::process::Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git runs");
+        assert!(output.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    #[test]
+    fn pruning_deletes_the_checkpoints_of_loops_the_store_no_longer_has_and_nothing_else() {
+        let repo = tempfile::tempdir().expect("repo");
+        let state = tempfile::tempdir().expect("state");
+        git(repo.path(), &["init", "-q"]);
+        std::fs::write(repo.path().join("a.txt"), "a\n").expect("write");
+        git(repo.path(), &["add", "-A"]);
+        git(repo.path(), &["commit", "-qm", "a"]);
+        git(
+            repo.path(),
+            &["update-ref", "refs/loopr-not-ours/x", "HEAD"],
+        );
+        let db = LoopDb::open(&state.path().join("loops.db")).expect("db");
+        let kept = LoopRecord::new_pending(LoopType::Code, "kept", "{}".to_owned());
+        db.insert(&kept, 1).expect("insert");
+        let gone = LoopId::parse("20261126-120000-000-eeeeeeeeee").expect("id");
+        // Off the async workers, as a host opening the project does it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let checkpoints = Checkpoints::find(repo.path()).await.expect("git");
+            for id in [&kept.id, &gone] {
+                checkpoints
+                    .take(
+                        id,
+                        checkpoint::BEFORE,
+                        state.path(),
+                        checkpoint::TAKE_TIMEOUT,
+                    )
+                    .await
+                    .expect("taken");
+            }
+            prune_checkpoints(repo.path(), &db).await;
+        });
+        let refs = git(repo.path(), &["for-each-ref", "--format=%(refname)"]);
+        assert_eq!(
+            refs,
+            format!(
+                "refs/heads/{}\nrefs/loopr-not-ours/x\n{}\n",
+                git(repo.path(), &["branch", "--show-current"]).trim(),
+                Checkpoints::ref_name(&kept.id, checkpoint::BEFORE)
+            )
+        );
+    }
+}
