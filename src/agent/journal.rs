@@ -451,6 +451,28 @@ mod tests {
     }
 
     #[test]
+    fn a_note_is_a_whole_entry_the_run_replays_around_unchanged() {
+        let (_dir, journal, _, _) = journal();
+        journal.note("before any run").expect("no run: no note");
+        assert!(journal.whole_entries().expect("entries").entries.is_empty());
+        journal
+            .start_run(&Message::user_text("task"), &state("drafting", 0))
+            .expect("start");
+        journal
+            .append(&[assistant("a1"), user("r1")], &state("reviewing", 1))
+            .expect("turn");
+        journal.note("Rewound to before this phase").expect("note");
+        let run = journal.load::<TestState>().expect("load").expect("run");
+        assert_eq!(run.messages.len(), 3, "the note is not a message");
+        assert_eq!(run.state, state("reviewing", 1), "the state as it was");
+        let whole = journal.whole_entries().expect("entries");
+        assert!(whole.entries.iter().any(|entry| matches!(
+            entry,
+            Entry::Note { text, .. } if text == "Rewound to before this phase"
+        )));
+    }
+
+    #[test]
     fn a_turn_without_its_state_line_and_a_torn_line_are_not_replayed() {
         let (_dir, journal, layout, id) = journal();
         journal

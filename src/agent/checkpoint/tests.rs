@@ -271,3 +271,33 @@ async fn only_refs_under_refs_loopr_are_listed_and_deleted() {
         "a branch is never deleted"
     );
 }
+
+#[tokio::test]
+async fn a_checkpoint_that_takes_too_long_is_given_up_leaving_no_ref_no_index_and_git_as_it_was() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    // A huge file: hashing it takes far longer than the time allowed here.
+    std::fs::File::create(dir.join("huge.bin"))
+        .and_then(|file| file.set_len(8 * 1024 * 1024 * 1024))
+        .expect("sparse file");
+    let state = tempfile::tempdir().expect("state");
+    let before = user_state(dir);
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-ffffffffff").expect("id");
+    let started = std::time::Instant::now();
+    let taken = checkpoints
+        .take(&id, BEFORE, state.path(), Duration::from_millis(300))
+        .await;
+    assert!(
+        matches!(taken, Err(CheckpointError::Git(GitError::TimedOut { .. }))),
+        "{taken:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(checkpoints.refs_by_loop().await.expect("refs").is_empty());
+    assert_eq!(
+        std::fs::read_dir(state.path()).expect("state").count(),
+        0,
+        "no temporary index left"
+    );
+    assert_eq!(user_state(dir), before);
+}
