@@ -22,6 +22,7 @@ mod journal;
 mod limits;
 mod loop_names;
 mod manager;
+mod phase_commit;
 mod phases;
 mod plan_tree;
 mod policy_cache;
