@@ -574,4 +574,4 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

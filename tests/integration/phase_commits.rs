@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::code::shown_messages;
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
@@ -69,12 +70,6 @@ async fn run_phase(editor: &mut TestNvim, phase: &str) -> String {
         })
         .await;
     notice["message"].as_str().expect("message").to_owned()
-}
-
-async fn shown_messages(editor: &TestNvim) -> String {
-    editor
-        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
-        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

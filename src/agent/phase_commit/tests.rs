@@ -6,11 +6,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::tools::{AcceptAll, ApprovalRequest, Approver, Decision, Sandbox};
+use crate::tools::tests::RecordingApprover;
+use crate::tools::{AcceptAll, Approver, Decision, Sandbox};
 
 /// A repository with a.txt, b.txt and c.txt committed, and an identity of its own.
 struct Repo {
@@ -285,21 +285,6 @@ async fn an_unborn_branch_gets_a_root_commit_and_no_identity_is_named() {
     );
 }
 
-/// Refuses every request, and counts them.
-struct Refuse(std::sync::Mutex<Vec<ApprovalRequest>>);
-
-#[async_trait]
-impl Approver for Refuse {
-    async fn decide(
-        &self,
-        request: ApprovalRequest,
-        _cancel: &CancellationToken,
-    ) -> Option<Decision> {
-        self.0.lock().expect("lock").push(request);
-        Some(Decision::Reject("not now".to_owned()))
-    }
-}
-
 #[tokio::test]
 async fn unsandboxed_hooks_are_asked_about_and_a_refusal_commits_nothing() {
     let repo = Repo::new();
@@ -309,7 +294,10 @@ async fn unsandboxed_hooks_are_asked_about_and_a_refusal_commits_nothing() {
     );
     let files = repo.phase_and_user_changes();
     let head = repo.head();
-    let approver = Arc::new(Refuse(Default::default()));
+    let approver = Arc::new(RecordingApprover {
+        decision: Decision::Reject("not now".to_owned()),
+        asked: Default::default(),
+    });
     let why = not_committed(repo.commit_with(&files, approver.clone()).await).to_string();
     assert_eq!(
         why,
@@ -317,7 +305,7 @@ async fn unsandboxed_hooks_are_asked_about_and_a_refusal_commits_nothing() {
     );
     assert!(!repo.dir.path().join(".git/ran").exists());
     assert_eq!(repo.head(), head);
-    let asked = approver.0.lock().expect("lock");
+    let asked = approver.asked.lock().expect("lock");
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].kind.as_str(), "command");
     assert!(
