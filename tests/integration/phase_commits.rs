@@ -7,8 +7,8 @@ use super::code::shown_messages;
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    code_route, commit_everything, plan_and_approve, push_one_spec_hierarchy, run_code_loop,
-    start_editor, tool_turn, wait_all_complete,
+    code_route, commit_everything, open_transcript, plan_and_approve, push_one_spec_hierarchy,
+    run_code_loop, start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
 };
 
 const SETUP: &str =
@@ -56,9 +56,9 @@ fn write_and_complete(files: &[(&str, &str)]) -> Reply {
         .reply()
 }
 
-/// Runs phase `phase`'s code loop to completion and returns the notice that tells how its
+/// Runs phase `phase`'s code loop to completion; its id and the notice that tells how its
 /// commit went.
-async fn run_phase(editor: &mut TestNvim, phase: &str) -> String {
+async fn run_phase(editor: &mut TestNvim, phase: &str) -> (String, String) {
     let code_id = run_code_loop(editor, phase).await;
     editor.wait_status(&code_id, "complete").await;
     let notice: Value = editor
@@ -69,7 +69,17 @@ async fn run_phase(editor: &mut TestNvim, phase: &str) -> String {
                     .is_some_and(|message| message.contains("ommitted"))
         })
         .await;
-    notice["message"].as_str().expect("message").to_owned()
+    let message = notice["message"].as_str().expect("message").to_owned();
+    (code_id, message)
+}
+
+/// Makes `script` the repository's hook `name`.
+fn install_hook(editor: &TestNvim, name: &str, script: &str) {
+    let hook = editor.dirs.project.join(".git/hooks").join(name);
+    std::fs::write(&hook, script).expect("hook");
+    let mut permissions = std::fs::metadata(&hook).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&hook, permissions).expect("chmod");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +99,13 @@ async fn each_phase_is_committed_alone_and_the_user_s_edit_and_staged_change_sta
             ("tests/print-version.rs", "#[test]\nfn prints() {}\n"),
         ]),
     );
-    let first = run_phase(&mut editor, "print-version").await;
+    // A commit-msg hook, run in the sandbox, may add to the message as it would for yours.
+    install_hook(
+        &editor,
+        "commit-msg",
+        "#!/bin/sh\nprintf 'Signed-off-by: Ada Lovelace <ada@example.com>\\n' >> \"$1\"\n",
+    );
+    let (_, first) = run_phase(&mut editor, "print-version").await;
     let first_short = git(&editor, &["rev-parse", "--short", "HEAD"]);
     assert_eq!(
         first,
@@ -103,7 +119,7 @@ async fn each_phase_is_committed_alone_and_the_user_s_edit_and_staged_change_sta
         &code_route("document-flag"),
         write_and_complete(&[("docs/flag.md", "# --version\n")]),
     );
-    let second = run_phase(&mut editor, "document-flag").await;
+    let (_, second) = run_phase(&mut editor, "document-flag").await;
     assert!(
         second.starts_with("Loopr: Committed phase document-flag as "),
         "{second}"
@@ -127,8 +143,10 @@ async fn each_phase_is_committed_alone_and_the_user_s_edit_and_staged_change_sta
     );
     assert_eq!(
         git(&editor, &["log", "-2", "--format=%(trailers)"]),
-        "Loopr-Plan: Add a --version flag\nLoopr-Phase: document-flag\n\n\
-         Loopr-Plan: Add a --version flag\nLoopr-Phase: print-version\n\n"
+        "Loopr-Plan: Add a --version flag\nLoopr-Phase: document-flag\n\
+         Signed-off-by: Ada Lovelace <ada@example.com>\n\n\
+         Loopr-Plan: Add a --version flag\nLoopr-Phase: print-version\n\
+         Signed-off-by: Ada Lovelace <ada@example.com>\n\n"
     );
     let body = git(&editor, &["log", "-1", "--format=%b", "HEAD~1"]);
     assert!(
@@ -157,22 +175,18 @@ async fn a_failing_pre_commit_hook_runs_in_the_sandbox_and_leaves_the_phase_unco
     let mut editor = planned_editor(&fake).await;
     let project = editor.dirs.project.clone();
     // The hook would write .git (the sandbox keeps it read-only) and then fails.
-    let hook = project.join(".git/hooks/pre-commit");
-    std::fs::write(
-        &hook,
+    install_hook(
+        &editor,
+        "pre-commit",
         "#!/bin/sh\ntouch .git/hook-wrote-here 2>/dev/null\necho 'lint: src/main.rs is not formatted' >&2\nexit 1\n",
-    )
-    .expect("hook");
-    let mut permissions = std::fs::metadata(&hook).expect("meta").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&hook, permissions).expect("chmod");
+    );
     let head = git(&editor, &["rev-parse", "HEAD"]);
 
     fake.push_routed(
         &code_route("print-version"),
         write_and_complete(&[("src/main.rs", "fn main() {println!(\"0.3.1\");}\n")]),
     );
-    let told = run_phase(&mut editor, "print-version").await;
+    let (code_id, told) = run_phase(&mut editor, "print-version").await;
     assert_eq!(
         told,
         "Loopr: Phase print-version was not committed: the pre-commit hook failed (exit status \
@@ -189,6 +203,18 @@ async fn a_failing_pre_commit_hook_runs_in_the_sandbox_and_leaves_the_phase_unco
     assert!(
         !project.join(".git/hook-wrote-here").exists(),
         "the hook ran in the sandbox"
+    );
+    // The code loop's transcript ends with what became of the commit.
+    watch_transcripts(&editor).await;
+    let buf = open_transcript(&editor, Some(&code_id)).await;
+    let transcript = transcript_with(&mut editor, buf, "was not committed").await;
+    assert!(
+        transcript.contains("> Phase print-version was not committed: the pre-commit hook failed"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("> lint: src/main.rs is not formatted."),
+        "{transcript}"
     );
     editor.quit().await;
 }
