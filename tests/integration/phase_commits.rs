@@ -7,8 +7,9 @@ use super::code::shown_messages;
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    code_route, commit_everything, open_transcript, plan_and_approve, push_one_spec_hierarchy,
-    run_code_loop, start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
+    code_route, commit_everything, edit_main_and_complete, open_transcript, plan_and_approve,
+    push_one_spec_hierarchy, run_code_loop, start_editor, tool_turn, transcript_with,
+    wait_all_complete, watch_transcripts,
 };
 
 const SETUP: &str =
@@ -215,6 +216,46 @@ async fn a_failing_pre_commit_hook_runs_in_the_sandbox_and_leaves_the_phase_unco
     assert!(
         transcript.contains("> lint: src/main.rs is not formatted."),
         "{transcript}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_phase_s_commit_names_the_requirements_its_verification_found_met() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ commit = 'phase', verify = { max_rounds = 1 }, approvals = { write = 'auto', \
+                 edit = 'auto', command = 'auto' } }";
+    let mut editor = super::code::planned_editor(&fake, setup, "true").await;
+    git(&editor, &["config", "user.name", "Ada Lovelace"]);
+    git(&editor, &["config", "user.email", "ada@example.com"]);
+    fake.push_routed(
+        &code_route("print-version"),
+        edit_main_and_complete("e1", "\"hello\"", "\"sample 0.3.1\""),
+    );
+    fake.push_routed(
+        &super::verification::verify_route("print-version"),
+        tool_turn(
+            "v1",
+            "report_verification",
+            json!({"verdict": "pass", "summary": "R1 is met.", "findings": []}),
+        ),
+    );
+    let (_, told) = run_phase(&mut editor, "print-version").await;
+    assert!(
+        told.starts_with("Loopr: Committed phase print-version as "),
+        "{told}"
+    );
+    assert_eq!(
+        git(&editor, &["log", "-1", "--format=%b"]),
+        "Carry out print-version: recognise --version in src/main.rs and print the crate \
+         version.\n\n\
+         Tasks done:\n\
+         - Match --version before other arguments and print the version\n\
+         - Add a test for print-version\n\n\
+         Requirements covered:\n\
+         - R1: WHEN the user runs sample --version THE SYSTEM SHALL print sample 0.3.1 and exit 0\n\n\
+         Loopr-Plan: Add a --version flag\n\
+         Loopr-Phase: print-version\n\n"
     );
     editor.quit().await;
 }
