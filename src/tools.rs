@@ -574,4 +574,6 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
+#[cfg(test)]
+pub(crate) use tests::RecordingApprover;

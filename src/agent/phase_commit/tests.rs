@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::tools::tests::RecordingApprover;
-use crate::tools::{AcceptAll, Approver, Decision, Sandbox};
+use crate::tools::{AcceptAll, Approver, Decision, RecordingApprover, Sandbox};
 
 /// A repository with a.txt, b.txt and c.txt committed, and an identity of its own.
 struct Repo {
