@@ -23,6 +23,7 @@ mod journal;
 mod limits;
 mod loop_names;
 mod manager;
+mod phase_commit;
 mod phases;
 mod plan_tree;
 mod policy_cache;

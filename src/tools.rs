@@ -575,3 +575,5 @@ async fn run_blocking<T: Send + 'static>(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) use tests::RecordingApprover;

@@ -27,6 +27,7 @@ mod integration {
     mod mcp;
     mod messages;
     mod model_api;
+    mod phase_commits;
     mod phases;
     mod picking;
     mod plan_flow;

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 
 use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted};
 use crate::artifacts::{
-    PhaseVerification, ReferenceLinks, SpecArtifact, SpecCoverage, StoredVerification, render_spec,
-    spec_coverage,
+    PhaseVerification, ReferenceLinks, Requirement, SpecArtifact, SpecCoverage, StoredVerification,
+    render_spec, spec_coverage,
 };
 use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout};
 
@@ -148,6 +148,31 @@ pub fn requirements_left(
         coverage: coverage.describe(),
         unverified,
     })
+}
+
+/// The requirements of its spec that phase loop `phase`'s current verification found met (none
+/// without one, or when the spec cannot be read).
+pub fn requirements_met_by_phase(
+    layout: &ProjectLayout,
+    records: &[LoopRecord],
+    phase: &LoopRecord,
+) -> Vec<Requirement> {
+    let Some(verification) = current_verification(layout, phase) else {
+        return Vec::new();
+    };
+    let Some(spec) = records
+        .iter()
+        .find(|record| Some(&record.id) == phase.parent.as_ref())
+        .and_then(|record| stored_spec(layout, record))
+    else {
+        return Vec::new();
+    };
+    spec_coverage(&spec, &[&verification])
+        .requirements
+        .into_iter()
+        .filter(|entry| entry.unverified.is_none())
+        .map(|entry| entry.requirement)
+        .collect()
 }
 
 /// The latest verification of each current (not invalidated) phase of a spec, and the

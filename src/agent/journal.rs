@@ -47,8 +47,8 @@ pub enum Entry {
     },
     /// The loop's own state after the turn (review stage, iteration, ...): the turn is whole.
     State { state: Value },
-    /// Something that happened to the loop's work outside the conversation (a rewind), for
-    /// the transcript; never sent to the model.
+    /// What the host did for the loop outside its conversation (a phase's commit), for the
+    /// transcript only: never part of what the model is sent.
     Note { at: String, text: String },
 }
 
@@ -260,30 +260,32 @@ impl Journal {
         ]
     }
 
-    /// Appends a turn's entries and the state after it, in one write.
-    pub fn append(&self, entries: &[Entry], state: &impl Serialize) -> std::io::Result<()> {
-        self.log.append(&Journal::lines(entries, state)?)
-    }
-
-    /// Appends a note for the transcript, as a whole batch of its own that repeats the last
-    /// state; a journal without a whole turn yet takes no note. Blocking.
-    pub fn note(&self, text: &str) -> Result<(), JournalError> {
+    /// Appends a note (`Entry::Note`) as a batch of its own, the loop's last state repeated
+    /// after it so the batch is whole and a replay reads the same state; returns the batch's
+    /// number and the note, for the live transcript. A journal with no whole turn takes none.
+    pub fn append_note(&self, text: &str) -> Result<Option<(u64, Entry)>, JournalError> {
         let whole = self.whole_entries()?;
         let Some(state) = whole.entries.iter().rev().find_map(|entry| match entry {
             Entry::State { state } => Some(state.clone()),
             _ => None,
         }) else {
-            return Ok(());
+            return Ok(None);
         };
         let note = Entry::Note {
             at: now_rfc3339(),
             text: text.to_owned(),
         };
-        self.append(&[note], &state)
+        self.append(std::slice::from_ref(&note), &state)
             .map_err(|source| JournalError::Io {
                 path: self.log.path().display().to_string(),
                 source,
-            })
+            })?;
+        Ok(Some((whole.batches, note)))
+    }
+
+    /// Appends a turn's entries and the state after it, in one write.
+    pub fn append(&self, entries: &[Entry], state: &impl Serialize) -> std::io::Result<()> {
+        self.log.append(&Journal::lines(entries, state)?)
     }
 
     /// Like `append`, on disk only with the next `append` (`AppendLog::append_unsynced`): for
@@ -451,25 +453,30 @@ mod tests {
     }
 
     #[test]
-    fn a_note_is_a_whole_entry_the_run_replays_around_unchanged() {
+    fn a_note_is_a_whole_batch_of_its_own_that_replay_leaves_out() {
         let (_dir, journal, _, _) = journal();
-        journal.note("before any run").expect("no run: no note");
-        assert!(journal.whole_entries().expect("entries").entries.is_empty());
+        assert!(journal.append_note("too early").expect("note").is_none());
         journal
             .start_run(&Message::user_text("task"), &state("drafting", 0))
             .expect("start");
         journal
-            .append(&[assistant("a1"), user("r1")], &state("reviewing", 1))
+            .append(&[assistant("a1"), user("r1")], &state("done", 1))
             .expect("turn");
-        journal.note("Rewound to before this phase").expect("note");
-        let run = journal.load::<TestState>().expect("load").expect("run");
-        assert_eq!(run.messages.len(), 3, "the note is not a message");
-        assert_eq!(run.state, state("reviewing", 1), "the state as it was");
+        let before = journal.load::<TestState>().expect("load").expect("run");
+        let (batch, note) = journal
+            .append_note("Committed phase p as abc1234: P")
+            .expect("note")
+            .expect("a whole turn to follow");
+        assert_eq!(batch, before.batches);
+        assert!(
+            matches!(&note, Entry::Note { text, .. } if text == "Committed phase p as abc1234: P")
+        );
+        let after = journal.load::<TestState>().expect("load").expect("run");
+        assert_eq!(after.messages, before.messages);
+        assert_eq!(after.state, state("done", 1));
+        assert_eq!(after.batches, before.batches + 1);
         let whole = journal.whole_entries().expect("entries");
-        assert!(whole.entries.iter().any(|entry| matches!(
-            entry,
-            Entry::Note { text, .. } if text == "Rewound to before this phase"
-        )));
+        assert!(whole.entries.contains(&note));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod budget;
 mod code_changes;
+mod commit_phase;
 mod new_loops;
 mod phase_done;
 mod project_registry;

@@ -520,9 +520,9 @@ async fn assert_child_gone(pid_file: &std::path::Path) {
 }
 
 /// Decides every request with `decision` and keeps what it was asked.
-struct RecordingApprover {
-    decision: Decision,
-    asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+pub(crate) struct RecordingApprover {
+    pub(crate) decision: Decision,
+    pub(crate) asked: std::sync::Mutex<Vec<ApprovalRequest>>,
 }
 
 #[async_trait::async_trait]

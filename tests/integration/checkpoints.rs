@@ -162,7 +162,7 @@ async fn rewind_restores_the_tree_before_a_phase_keeps_the_users_edit_and_git_st
     }
     watch_transcripts(&editor).await;
     let buf = open_transcript(&editor, Some(&first)).await;
-    let transcript = transcript_with(&mut editor, buf, "## Rewound to before this phase at ").await;
+    let transcript = transcript_with(&mut editor, buf, "> Rewound to before this phase at ").await;
     assert!(
         transcript.contains(" UTC; 4 file(s) restored"),
         "{transcript}"

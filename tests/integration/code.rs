@@ -912,7 +912,7 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_retry_and_cancel(
 }
 
 /// What `:messages` shows.
-async fn shown_messages(editor: &TestNvim) -> String {
+pub(super) async fn shown_messages(editor: &TestNvim) -> String {
     editor
         .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
         .await

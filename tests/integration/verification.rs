@@ -16,7 +16,7 @@ const VERIFYING: &str = "{ approvals = { write = 'auto', edit = 'auto', command 
                          verify = { max_rounds = 2 } }";
 
 /// The opening words of a verification's first message for `phase`.
-fn verify_route(phase: &str) -> String {
+pub(super) fn verify_route(phase: &str) -> String {
     format!("Verify phase `{phase}` against its requirements.")
 }
 

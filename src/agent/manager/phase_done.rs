@@ -15,7 +15,7 @@ impl LoopManager {
         code: &LoopRecord,
         settings: &LoopSettings,
     ) {
+        self.commit_phase(project, code, settings);
         tracing::info!(loop_id = %code.id, "phase done");
-        let _ = (project, settings);
     }
 }

@@ -170,8 +170,15 @@ impl LoopManager {
         let line = format!(
             "Rewound to before this phase at {hour:02}:{minute:02} UTC; {restored} file(s) restored"
         );
-        if let Err(err) = blocking(move || journal.note(&line)).await? {
-            tracing::warn!(error = %err, "noting the rewind in the journal");
+        match blocking(move || journal.append_note(&line)).await? {
+            Ok(Some((batch, entry))) => crate::agent::transcript::emit_batch(
+                &self.shared.transcripts,
+                &code.id,
+                batch,
+                &[entry],
+            ),
+            Ok(None) => {}
+            Err(err) => tracing::warn!(error = %err, "noting the rewind in the transcript"),
         }
         tracing::info!(loop_id = %code.id, restored = report.files.restored.len(), skipped = report.files.skipped.len(), "rewound");
         Ok((code.id, report))

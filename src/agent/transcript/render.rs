@@ -81,8 +81,8 @@ impl Renderer {
             } => self.retry(*attempt, *delay_ms, reason),
             Entry::State { .. } => String::new(),
             Entry::Note { at, text } => {
-                self.turn_open = false;
-                self.block(format!("## {text} ({at})\n"))
+                let quoted: Vec<String> = text.lines().map(|line| format!("> {line}")).collect();
+                self.block(format!("> Loopr, {at}:\n{}\n", quoted.join("\n")))
             }
         }
     }
@@ -558,6 +558,19 @@ mod tests {
         assert!(
             answer.starts_with("→ **review_plan**: **revise**\n- No tests\n- Wrong path\n\n"),
             "{answer}"
+        );
+    }
+
+    #[test]
+    fn a_note_is_quoted_with_its_time() {
+        let text = Renderer::default().entry(&Entry::Note {
+            at: "2026-11-26T12:00:00Z".to_owned(),
+            text: "Phase p was not committed: the pre-commit hook failed\nlint: bad".to_owned(),
+        });
+        assert_eq!(
+            text,
+            "> Loopr, 2026-11-26T12:00:00Z:\n> Phase p was not committed: the pre-commit hook \
+             failed\n> lint: bad\n\n"
         );
     }
 

@@ -1,0 +1,261 @@
+//! `commit = "phase"`: each phase that is done is committed alone, with the user's hooks run in
+//! the sandbox; the user's own edits and staged changes stay as they were.
+
+use serde_json::{Value, json};
+
+use super::code::shown_messages;
+use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
+use crate::nvim::TestNvim;
+use crate::scenario::{
+    code_route, commit_everything, edit_main_and_complete, open_transcript, plan_and_approve,
+    push_one_spec_hierarchy, run_code_loop, start_editor, tool_turn, transcript_with,
+    wait_all_complete, watch_transcripts,
+};
+
+const SETUP: &str =
+    "{ commit = 'phase', approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+
+/// An editor with `commit = "phase"` on a git project whose one-spec plan is approved, its
+/// three phases validated by `true`, and a git identity of the project's own.
+async fn planned_editor(fake: &FakeLlm) -> TestNvim {
+    push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(fake, SETUP).await;
+    commit_everything(&editor.dirs.project);
+    git(&editor, &["config", "user.name", "Ada Lovelace"]);
+    git(&editor, &["config", "user.email", "ada@example.com"]);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
+}
+
+/// Runs git in `editor`'s project; its output.
+fn git(editor: &TestNvim, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(&editor.dirs.project)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The model's turn that writes `files` and says the phase is done.
+fn write_and_complete(files: &[(&str, &str)]) -> Reply {
+    let mut turn = TurnBuilder::new();
+    for (index, (path, content)) in files.iter().enumerate() {
+        turn = turn.tool_use(
+            &format!("w{index}"),
+            "write_file",
+            json!({"path": path, "content": content}),
+        );
+    }
+    turn.tool_use("done", "complete_phase", json!({"summary": "written"}))
+        .reply()
+}
+
+/// Runs phase `phase`'s code loop to completion; its id and the notice that tells how its
+/// commit went.
+async fn run_phase(editor: &mut TestNvim, phase: &str) -> (String, String) {
+    let code_id = run_code_loop(editor, phase).await;
+    editor.wait_status(&code_id, "complete").await;
+    let notice: Value = editor
+        .wait_event("LooprNotice", |data| {
+            data["loop_id"] == code_id.as_str()
+                && data["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("ommitted"))
+        })
+        .await;
+    let message = notice["message"].as_str().expect("message").to_owned();
+    (code_id, message)
+}
+
+/// Makes `script` the repository's hook `name`.
+fn install_hook(editor: &TestNvim, name: &str, script: &str) {
+    let hook = editor.dirs.project.join(".git/hooks").join(name);
+    std::fs::write(&hook, script).expect("hook");
+    let mut permissions = std::fs::metadata(&hook).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&hook, permissions).expect("chmod");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_phase_is_committed_alone_and_the_user_s_edit_and_staged_change_stay() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake).await;
+    let project = editor.dirs.project.clone();
+    // The user's own work, before and between the phases: an edit, and a staged new file.
+    std::fs::write(project.join("README.md"), "# sample\n\nMy words.\n").expect("write");
+    std::fs::write(project.join("notes.txt"), "my notes\n").expect("write");
+    git(&editor, &["add", "notes.txt"]);
+
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[
+            ("src/main.rs", "fn main() {\n    println!(\"0.3.1\");\n}\n"),
+            ("tests/print-version.rs", "#[test]\nfn prints() {}\n"),
+        ]),
+    );
+    // A commit-msg hook, run in the sandbox, may add to the message as it would for yours.
+    install_hook(
+        &editor,
+        "commit-msg",
+        "#!/bin/sh\nprintf 'Signed-off-by: Ada Lovelace <ada@example.com>\\n' >> \"$1\"\n",
+    );
+    let (_, first) = run_phase(&mut editor, "print-version").await;
+    let first_short = git(&editor, &["rev-parse", "--short", "HEAD"]);
+    assert_eq!(
+        first,
+        format!(
+            "Loopr: Committed phase print-version as {}: Phase print-version",
+            first_short.trim()
+        )
+    );
+
+    fake.push_routed(
+        &code_route("document-flag"),
+        write_and_complete(&[("docs/flag.md", "# --version\n")]),
+    );
+    let (_, second) = run_phase(&mut editor, "document-flag").await;
+    assert!(
+        second.starts_with("Loopr: Committed phase document-flag as "),
+        "{second}"
+    );
+    assert!(
+        shown_messages(&editor).await.contains(&first),
+        "the notice is shown"
+    );
+
+    assert_eq!(
+        git(&editor, &["log", "--format=%s"]),
+        "Phase document-flag\nPhase print-version\ninitial\n"
+    );
+    assert_eq!(
+        git(&editor, &["show", "--name-only", "--format=", "HEAD~1"]),
+        "src/main.rs\ntests/print-version.rs\n"
+    );
+    assert_eq!(
+        git(&editor, &["show", "--name-only", "--format=", "HEAD"]),
+        "docs/flag.md\n"
+    );
+    assert_eq!(
+        git(&editor, &["log", "-2", "--format=%(trailers)"]),
+        "Loopr-Plan: Add a --version flag\nLoopr-Phase: document-flag\n\
+         Signed-off-by: Ada Lovelace <ada@example.com>\n\n\
+         Loopr-Plan: Add a --version flag\nLoopr-Phase: print-version\n\
+         Signed-off-by: Ada Lovelace <ada@example.com>\n\n"
+    );
+    let body = git(&editor, &["log", "-1", "--format=%b", "HEAD~1"]);
+    assert!(
+        body.contains("Tasks done:\n- Match --version before other arguments and print the version\n- Add a test for print-version\n"),
+        "{body}"
+    );
+    assert_eq!(
+        git(&editor, &["log", "-1", "--format=%an <%ae>"]),
+        "Ada Lovelace <ada@example.com>\n"
+    );
+    assert_eq!(
+        git(&editor, &["status", "--porcelain"]),
+        " M README.md\nA  notes.txt\n",
+        "the user's edit and staged file, uncommitted; the phases' files clean"
+    );
+    assert_eq!(
+        git(&editor, &["diff", "--cached", "--name-only"]),
+        "notes.txt\n"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_pre_commit_hook_runs_in_the_sandbox_and_leaves_the_phase_uncommitted() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake).await;
+    let project = editor.dirs.project.clone();
+    // The hook would write .git (the sandbox keeps it read-only) and then fails.
+    install_hook(
+        &editor,
+        "pre-commit",
+        "#!/bin/sh\ntouch .git/hook-wrote-here 2>/dev/null\necho 'lint: src/main.rs is not formatted' >&2\nexit 1\n",
+    );
+    let head = git(&editor, &["rev-parse", "HEAD"]);
+
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[("src/main.rs", "fn main() {println!(\"0.3.1\");}\n")]),
+    );
+    let (code_id, told) = run_phase(&mut editor, "print-version").await;
+    assert_eq!(
+        told,
+        "Loopr: Phase print-version was not committed: the pre-commit hook failed (exit status \
+         1); its output ended with:\nlint: src/main.rs is not formatted. Its changes stay in the \
+         working tree, uncommitted."
+    );
+    assert!(
+        shown_messages(&editor)
+            .await
+            .contains("the pre-commit hook failed")
+    );
+    assert_eq!(git(&editor, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&editor, &["status", "--porcelain"]), " M src/main.rs\n");
+    assert!(
+        !project.join(".git/hook-wrote-here").exists(),
+        "the hook ran in the sandbox"
+    );
+    // The code loop's transcript ends with what became of the commit.
+    watch_transcripts(&editor).await;
+    let buf = open_transcript(&editor, Some(&code_id)).await;
+    let transcript = transcript_with(&mut editor, buf, "was not committed").await;
+    assert!(
+        transcript.contains("> Phase print-version was not committed: the pre-commit hook failed"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("> lint: src/main.rs is not formatted."),
+        "{transcript}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_phase_s_commit_names_the_requirements_its_verification_found_met() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ commit = 'phase', verify = { max_rounds = 1 }, approvals = { write = 'auto', \
+                 edit = 'auto', command = 'auto' } }";
+    let mut editor = super::code::planned_editor(&fake, setup, "true").await;
+    git(&editor, &["config", "user.name", "Ada Lovelace"]);
+    git(&editor, &["config", "user.email", "ada@example.com"]);
+    fake.push_routed(
+        &code_route("print-version"),
+        edit_main_and_complete("e1", "\"hello\"", "\"sample 0.3.1\""),
+    );
+    fake.push_routed(
+        &super::verification::verify_route("print-version"),
+        tool_turn(
+            "v1",
+            "report_verification",
+            json!({"verdict": "pass", "summary": "R1 is met.", "findings": []}),
+        ),
+    );
+    let (_, told) = run_phase(&mut editor, "print-version").await;
+    assert!(
+        told.starts_with("Loopr: Committed phase print-version as "),
+        "{told}"
+    );
+    assert_eq!(
+        git(&editor, &["log", "-1", "--format=%b"]),
+        "Carry out print-version: recognise --version in src/main.rs and print the crate \
+         version.\n\n\
+         Tasks done:\n\
+         - Match --version before other arguments and print the version\n\
+         - Add a test for print-version\n\n\
+         Requirements covered:\n\
+         - R1: WHEN the user runs sample --version THE SYSTEM SHALL print sample 0.3.1 and exit 0\n\n\
+         Loopr-Plan: Add a --version flag\n\
+         Loopr-Phase: print-version\n\n"
+    );
+    editor.quit().await;
+}
