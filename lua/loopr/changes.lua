@@ -101,6 +101,25 @@ function M.refresh(loop_id, root)
   end
 end
 
+---The callback for the host's reply to an undo or a rewind of `phase`: tells the outcome with
+---`show`, re-lists the changes lists of the code loop it names, passes what was shown on.
+---@param show fun(phase: string, reply: any, err: string|nil): table|nil
+---@param phase string
+---@param root string
+---@param on_done? fun(reply: table|nil)
+---@return fun(reply: any, err: string|nil)
+local function on_restored(show, phase, root, on_done)
+  return function(reply, err)
+    local shown = show(phase, reply, err)
+    if shown and type(shown.loop_id) == 'string' then
+      M.refresh(shown.loop_id, root)
+    end
+    if on_done then
+      on_done(shown)
+    end
+  end
+end
+
 ---Undo what `phase`'s newest code loop changed: only the files its tools and commands
 ---changed go back to what they held before. A file changed since the loop changed it, or
 ---first changed while a command of the loop ran (it may hold the user's saves), is left
@@ -111,28 +130,8 @@ end
 ---@param force? boolean Also restore files changed since the loop changed them or while its commands ran (`:LooprUndo!`).
 ---@param on_done? fun(reply: loopr.UndoReply|nil) Called with the host's reply, nil on error (notified).
 function M.undo(phase, root, force, on_done)
-  M.restore('undo', M.show_undo, phase, root, force, on_done)
-end
-
----Sends `method` (`undo` or `rewind`) for `phase`, tells the outcome with `show`, re-lists
----the changes lists of the code loop it names and passes what was shown to `on_done`.
----@param method string
----@param show fun(phase: string, reply: any, err: string|nil): table|nil
----@param phase string
----@param root string
----@param force? boolean
----@param on_done? fun(reply: table|nil)
-function M.restore(method, show, phase, root, force, on_done)
   local params = { root = root, phase = phase, force = force == true }
-  require('loopr.host').send(method, params, function(reply, err)
-    local shown = show(phase, reply, err)
-    if shown and type(shown.loop_id) == 'string' then
-      M.refresh(shown.loop_id, root)
-    end
-    if on_done then
-      on_done(shown)
-    end
-  end)
+  require('loopr.host').send('undo', params, on_restored(M.show_undo, phase, root, on_done))
 end
 
 ---The lines naming the files left as they are and, when ! would overwrite some, how.
@@ -193,7 +192,8 @@ end
 ---@param force? boolean Also restore files changed since a loop changed them (`:LooprRewind!`).
 ---@param on_done? fun(reply: loopr.RewindReply|nil) Called with the host's reply, nil on error (notified).
 function M.rewind(phase, root, force, on_done)
-  M.restore('rewind', M.show_rewind, phase, root, force, on_done)
+  local params = { root = root, phase = phase, force = force == true }
+  require('loopr.host').send('rewind', params, on_restored(M.show_rewind, phase, root, on_done))
 end
 
 ---Tell what a rewind did (or why not), and how to undo it.
