@@ -1,5 +1,5 @@
-//! What the unit tests of several modules share to make hostile project files and to watch
-//! what reading them costs.
+//! What the unit tests of several modules share to make hostile project files, to watch
+//! what reading them costs, and to run git as a user.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,6 +9,23 @@ pub fn mkfifo(path: &Path) {
     let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
     // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
     assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// Runs git in `dir` as a user would (a name and address for commits and stashes); its
+/// standard output. A failure fails the test with git's words.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// What `work` returns, run on a thread of its own; a panic naming `what` if it has not

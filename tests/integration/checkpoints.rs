@@ -9,25 +9,9 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, code_route, commit_everything, open_transcript, plan_and_approve, run_code_loop,
-    start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
+    AUTO_APPROVE, code_route, commit_everything, git_in as git, open_transcript, plan_and_approve,
+    run_code_loop, start_editor, tool_turn, transcript_with, wait_all_complete, watch_transcripts,
 };
-
-/// Runs git in `dir` as the user would; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = std::process::Command::new("git")
-        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// What neither a checkpoint nor a rewind may change: HEAD, the index (`git status`'s index
 /// part, exactly), the branches, the stash and HEAD's reflog.

@@ -549,6 +549,23 @@ pub async fn run_print_version(editor: &mut TestNvim) -> String {
     std::fs::read_to_string(editor.dirs.project.join("src/main.rs")).expect("main.rs")
 }
 
+/// Runs git in `dir` as the user would (a name and address for commits and stashes); its
+/// standard output. A failure fails the test with git's words.
+pub fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Makes the project a real git repository with one commit.
 pub fn commit_everything(project: &std::path::Path) {
     for args in [

@@ -5,23 +5,8 @@ use std::path::Path;
 
 use super::*;
 use crate::agent::baseline::SkipReason;
+use crate::test_support::git;
 use crate::tools::{NoBuffers, ProjectRoot};
-
-/// Runs git in `dir` as a user would (with a name for commits and stashes); its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = std::process::Command::new("git")
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn write(dir: &Path, relative: &str, text: &str) {
     let path = dir.join(relative);

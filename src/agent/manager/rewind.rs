@@ -358,17 +358,7 @@ async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let output = std::process::Command::new("git")
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("git runs");
-        assert!(output.status.success(), "git {args:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
+    use crate::test_support::git;
 
     #[test]
     fn pruning_deletes_the_checkpoints_of_loops_the_store_no_longer_has_and_nothing_else() {
