@@ -172,14 +172,14 @@ function M.show_undo(phase, reply, err)
   reply = type(reply) == 'table' and reply or {}
   local restored = type(reply.restored) == 'table' and reply.restored or {}
   local skipped = type(reply.skipped) == 'table' and reply.skipped or {}
+  local done = reply.rewind_undone
+      and ('Loopr: undid the rewind to before %s: restored %d file(s)'):format(phase, #restored)
+    or ('Loopr: restored %d file(s) changed by %s'):format(#restored, phase)
   if #skipped == 0 then
-    require('loopr.notify').notify(
-      ('Loopr: restored %d file(s) changed by %s'):format(#restored, phase),
-      vim.log.levels.INFO
-    )
+    require('loopr.notify').notify(done, vim.log.levels.INFO)
     return reply
   end
-  local lines = { ('Loopr: restored %d file(s) changed by %s; left as they are:'):format(#restored, phase) }
+  local lines = { done .. '; left as they are:' }
   vim.list_extend(lines, left_lines(skipped, (':LooprUndo! %s'):format(phase)))
   require('loopr.notify').notify(table.concat(lines, '\n'), vim.log.levels.WARN)
   return reply

@@ -164,6 +164,8 @@ pub struct UndoReport {
     pub restored: Vec<PathBuf>,
     /// Files left as they are, with the reason.
     pub skipped: Vec<(PathBuf, SkipReason)>,
+    /// What was undone was a rewind (the files it wrote got back what they held before it).
+    pub rewind_undone: bool,
 }
 
 /// One file of an undo, as planned from the ledger.

@@ -169,7 +169,7 @@ async fn rewind_restores_the_tree_before_a_phase_keeps_the_users_edit_and_git_st
             .await
             .last()
             .map(String::as_str),
-        Some("Loopr: restored 4 file(s) changed by print-version")
+        Some("Loopr: undid the rewind to before print-version: restored 4 file(s)")
     );
     for id in [&first, &second] {
         assert_eq!(note_of(&editor, id).await, Value::Null, "no longer rewound");

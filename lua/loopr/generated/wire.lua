@@ -142,6 +142,7 @@
 ---@class loopr.UndoReply
 ---@field loop_id string
 ---@field restored string[]
+---@field rewind_undone boolean What was undone was a rewind of the phase (and of the later phases it took back).
 ---@field skipped loopr.UndoSkipped[]
 ---@class loopr.UndoSkipped
 ---@field message string

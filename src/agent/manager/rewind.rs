@@ -216,7 +216,7 @@ impl LoopManager {
                 expected: now.clone(),
             })
             .collect();
-        let Restored { report, now } = restore_paths(
+        let Restored { mut report, now } = restore_paths(
             &checkpoints,
             &record.snapshot,
             &project.root,
@@ -262,6 +262,7 @@ impl LoopManager {
             };
             blocking(move || write_records(&dirs, &kept)).await??;
         }
+        report.rewind_undone = true;
         Ok((code.id.clone(), report))
     }
 

@@ -182,6 +182,8 @@ pub struct UndoReply {
     pub loop_id: String,
     pub restored: Vec<String>,
     pub skipped: Vec<SkippedFileReply>,
+    /// What was undone was a rewind of the phase (and of the later phases it took back).
+    pub rewind_undone: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -208,6 +210,7 @@ impl UndoReply {
                     message: reason.describe(),
                 })
                 .collect(),
+            rewind_undone: report.rewind_undone,
         }
     }
 }
