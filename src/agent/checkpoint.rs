@@ -17,6 +17,7 @@ pub use restore::{PathToRestore, Restored, restore_paths};
 
 use crate::git::{Git, GitError};
 use crate::store::{LoopId, write_atomic};
+use crate::tools::{ProjectRoot, project_walker};
 
 /// The checkpoint taken before a code loop changes anything.
 pub const BEFORE: &str = "before";
@@ -38,7 +39,13 @@ pub enum CheckpointError {
     Unexpected(String),
     #[error("{path}: {message}")]
     Io { path: PathBuf, message: String },
+    #[error("{0} is not a regular file, and git would wait on it forever")]
+    UnfitGitFile(String),
 }
+
+/// Files git reads while it adds the tree: one a command replaced with a FIFO or a device
+/// would hang it (a link it does not follow).
+const FILES_GIT_READS: [&str; 3] = [".gitignore", ".gitattributes", ".gitmodules"];
 
 /// What a checkpoint holds at one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +62,8 @@ pub enum Entry {
 #[derive(Clone, Debug)]
 pub struct Checkpoints {
     git: Git,
+    /// The project root, the only part of the tree a checkpoint adds from disk.
+    root: PathBuf,
     /// The project root relative to the top of the work tree (empty at the top), with `/`.
     prefix: String,
 }
@@ -71,7 +80,7 @@ impl Checkpoints {
             prefix.push_str(part.as_os_str().to_str()?);
             prefix.push('/');
         }
-        Some(Checkpoints { git, prefix })
+        Some(Checkpoints { git, root, prefix })
     }
 
     /// The ref of checkpoint `name` of `loop_id`.
@@ -119,13 +128,24 @@ impl Checkpoints {
                 .command(args.iter().copied())
                 .env("GIT_INDEX_FILE", index)
         };
+        let root = self.root.clone();
+        let unfit = tokio::task::spawn_blocking(move || unfit_git_file(&root))
+            .await
+            .map_err(|err| CheckpointError::Unexpected(err.to_string()))?;
+        if let Some(unfit) = unfit {
+            return Err(CheckpointError::UnfitGitFile(unfit));
+        }
         let head = self.head().await?;
         if head.is_some() {
             with_index(&["read-tree", "HEAD"]).output().await?;
         }
-        // The whole work tree, as `git add -A` from its top takes it (FIFOs and devices are
-        // skipped by git itself).
-        with_index(&["add", "-A", "--", ":/"]).output().await?;
+        // The project's part of the work tree as `git add -A` takes it (FIFOs and devices are
+        // skipped by git itself); the rest stays as HEAD has it.
+        let pathspec = match self.prefix.trim_end_matches('/') {
+            "" => ":/".to_owned(),
+            prefix => format!(":(top,literal){prefix}"),
+        };
+        with_index(&["add", "-A", "--", &pathspec]).output().await?;
         let tree = one_line(with_index(&["write-tree"]).output().await?.stdout)?;
         let message = format!("loopr checkpoint {name} code loop {loop_id}\n");
         let mut commit = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
@@ -281,6 +301,22 @@ impl CheckpointRecord {
         let json = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         write_atomic(&CheckpointRecord::path(loop_dir), &json)
     }
+}
+
+/// The first file git would read while adding the project (`FILES_GIT_READS`) that is neither
+/// a regular file nor a link, relative to `root`; the walk honours the ignore files as git
+/// does and opens none of them blocking. Blocking.
+fn unfit_git_file(root: &Path) -> Option<String> {
+    let root = ProjectRoot::new(root).ok()?;
+    let walker = project_walker(&root, root.path(), None).ok()?;
+    walker.flatten().find_map(|entry| {
+        let named = FILES_GIT_READS
+            .iter()
+            .any(|name| entry.file_name() == std::ffi::OsStr::new(name));
+        let kind = entry.file_type()?;
+        (named && !kind.is_file() && !kind.is_symlink() && !kind.is_dir())
+            .then(|| root.relative_display(entry.path()))
+    })
 }
 
 fn one_line(stdout: Vec<u8>) -> Result<String, CheckpointError> {

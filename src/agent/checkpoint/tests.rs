@@ -286,3 +286,46 @@ async fn a_checkpoint_that_takes_too_long_is_given_up_leaving_no_ref_no_index_an
     );
     assert_eq!(user_state(dir), before);
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_in_place_of_a_gitignore_means_no_checkpoint_instead_of_a_hang() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    std::fs::create_dir(dir.join("src")).expect("mkdir");
+    crate::test_support::mkfifo(&dir.join("src/.gitignore"));
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-abababab00").expect("id");
+    let taken = tokio::time::timeout(
+        Duration::from_secs(20),
+        checkpoints.take(&id, BEFORE, state.path(), TAKE_TIMEOUT),
+    )
+    .await
+    .expect("no hang");
+    assert_eq!(
+        taken.map_err(|err| err.to_string()),
+        Err("src/.gitignore is not a regular file, and git would wait on it forever".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_project_below_the_top_of_the_work_tree_is_checkpointed_by_its_own_paths() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    write(dir, "project/inner.txt", "inner\n");
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(&dir.join("project")).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-abababab01").expect("id");
+    let commit = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    let entries = checkpoints.entries(&commit).await.expect("entries");
+    assert_eq!(entries.keys().collect::<Vec<_>>(), vec!["inner.txt"]);
+    let whole = git(dir, &["ls-tree", "-r", "--name-only", &commit]);
+    assert_eq!(
+        whole, ".gitignore\na.txt\nproject/inner.txt\nstaged.txt\n",
+        "outside the project: HEAD's tree, not the working tree's"
+    );
+}
