@@ -185,6 +185,7 @@ async fn record(
         markdown_path,
         done: done.iter().copied().collect(),
     });
+    super::export::refresh(context).await;
     Ok(done)
 }
 
