@@ -185,7 +185,6 @@ async fn record(
         markdown_path,
         done: done.iter().copied().collect(),
     });
-    super::export::refresh(context).await;
     Ok(done)
 }
 

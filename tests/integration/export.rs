@@ -4,11 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::json;
+
+use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    files_under, plan_and_approve, plan_route, revise_current, script_revised_spec, start_editor,
-    tool_turn, valid_plan, wait_all_complete, wait_settled,
+    code_route, complete_phase_turn, files_under, plan_and_approve, plan_route, revise_current,
+    run_code_loop, script_revised_spec, start_editor, tool_turn, valid_plan, wait_all_complete,
+    wait_settled,
 };
 
 const EXPORTING: &str =
@@ -165,5 +169,49 @@ async fn a_link_planted_at_the_export_folder_is_refused_with_a_message() {
         0,
         "nothing was written through the link"
     );
+    editor.quit().await;
+}
+
+/// The task boxes of an exported phase file.
+fn exported_boxes(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .expect("the exported phase")
+        .lines()
+        .filter(|line| {
+            line.starts_with("- [") && line[6..].starts_with(|c: char| c.is_ascii_digit())
+        })
+        .map(|line| line[..8].to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exported_phase_shows_the_tasks_ticked_as_the_code_loop_goes() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ export_dir = 'docs/plans', approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+    let mut editor = planned_editor(&fake, setup, "true").await;
+    let phase_file = editor
+        .dirs
+        .project
+        .join(PLAN_DIR)
+        .join("version-flag/01-print-version.md");
+    assert_eq!(exported_boxes(&phase_file), ["- [ ] 1.", "- [ ] 2."]);
+
+    let route = code_route("print-version");
+    fake.push_routed(
+        &route,
+        tool_turn("first", "mark_tasks_done", json!({"tasks": [1]})),
+    );
+    let (complete, release) = complete_phase_turn("prints the version").held();
+    fake.push_routed(&route, complete);
+    let asked = fake.requests().len();
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    // The turn after the tick is asked once the tick is answered, which is after the export.
+    fake.wait_for_requests(asked + 2).await;
+    assert_eq!(exported_boxes(&phase_file), ["- [x] 1.", "- [ ] 2."]);
+
+    release.notify_one();
+    // The loop's end is recorded after its last ticks are exported.
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(exported_boxes(&phase_file), ["- [x] 1.", "- [x] 2."]);
     editor.quit().await;
 }

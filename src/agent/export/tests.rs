@@ -1,3 +1,6 @@
+//! The export against a real store and project folder: edits kept and told once, replaced
+//! parts removed, a planted link refused.
+
 use serde_json::json;
 
 use super::*;

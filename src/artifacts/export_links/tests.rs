@@ -1,3 +1,5 @@
+//! The export layout: every relative link of every file resolves, done tasks ticked, slugs.
+
 use std::collections::BTreeMap;
 
 use serde_json::json;
