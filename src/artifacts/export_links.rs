@@ -7,10 +7,12 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::Path;
 
+use super::plan::plan_document;
 use super::references::{LinkedDocument, ReferenceLinks, ReferenceScope, check_references};
 use super::render::{render_phase_with, render_plan, render_spec, set_task_boxes};
 use super::requirements::PhaseRequirements;
 use super::shapes::{PhaseArtifact, PlanArtifact, SpecArtifact};
+use super::spec::spec_document;
 use super::{linked_plan_document, linked_spec_document};
 
 /// The file every folder opens with on a forge: the plan's, and each spec's.
@@ -165,12 +167,7 @@ pub fn export_files(tree: &ExportTree) -> Vec<ExportedFile> {
 fn plan_file(tree: &ExportTree, layout: &Layout) -> String {
     let plan = &tree.plan;
     let draft = render_plan(plan, &ReferenceLinks::none());
-    let outputs = plan.specs.iter().map(|spec| spec.name.clone());
-    let own = LinkedDocument::own(
-        "this plan",
-        &draft.markdown,
-        outputs.zip(draft.section_lines.iter().copied()),
-    );
+    let own = plan_document(plan, &draft, "this plan", String::new());
     let mut links = links_for(&own, None, plan.specs.iter().map(|s| &s.references));
     link_outputs(
         &mut links,
@@ -199,12 +196,7 @@ fn spec_file(
 ) -> String {
     let spec = &exported.spec;
     let draft = render_spec(spec, &ReferenceLinks::none());
-    let outputs = spec.phases.iter().map(|phase| phase.name.clone());
-    let own = LinkedDocument::own(
-        "this spec",
-        &draft.markdown,
-        outputs.zip(draft.section_lines.iter().copied()),
-    );
+    let own = spec_document(spec, &draft, "this spec", String::new());
     let parent = linked_plan_document(&tree.plan, format!("../{FOLDER_PAGE}"), plan_markdown);
     let references = || spec.phases.iter().map(|p| &p.references);
     let mut links = links_for(&own, Some(parent), references());
