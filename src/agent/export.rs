@@ -19,6 +19,7 @@ use super::context::LoopContext;
 use super::events::{LoopEvent, NoticeLevel};
 use super::jobs::{self, JobError};
 use super::loop_names::plan_name;
+use super::settings::LoopSettings;
 use super::task_progress::done_tasks;
 use crate::artifacts::{
     ExportPhase, ExportSpec, ExportTree, PhaseArtifact, PlanArtifact, SpecArtifact, export_files,
@@ -45,6 +46,14 @@ static EXPORTING: Mutex<()> = Mutex::new(());
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    #[error(
+        "the plan could not be exported to {export_dir}: {source}; make it a folder of the \
+         project or set export_dir to another one"
+    )]
+    Failed {
+        export_dir: String,
+        source: Box<ExportError>,
+    },
     #[error(transparent)]
     Folder(#[from] FolderError),
     #[error("reading the plan tree: {0}")]
@@ -89,32 +98,23 @@ struct FileRecord {
     warned: Option<String>,
 }
 
-/// Mirrors the plan tree `loop_id` belongs to, when `export_dir` is set; tells the user what
-/// it left alone, and that it failed if it did. Never fails the loop.
+/// Mirrors the plan tree of the loop of `context`, when its plan was started with
+/// `export_dir` set; tells the user what it left alone, and that it failed if it did. Never
+/// fails the loop.
 pub(super) async fn refresh(context: &LoopContext) {
-    let Some(export_dir) = context.settings.export_dir() else {
-        return;
-    };
-    let (root, id, shown) = (
-        context.root.clone(),
-        context.record.id.clone(),
-        export_dir.display().to_string(),
-    );
+    let (root, id) = (context.root.clone(), context.record.id.clone());
     let exported = context
-        .store(move |db, layout| Ok(export_plan_tree(db, layout, &root, &export_dir, &id)))
+        .store(move |db, layout| Ok(export_plan_tree(db, layout, &root, &id)))
         .await;
     let notices = match exported {
         Ok(Ok(kept)) => kept,
         Ok(Err(err)) => {
             tracing::warn!(loop_id = %context.record.id, error = %err, "exporting the plan");
-            vec![format!(
-                "the plan could not be exported to {shown}: {err}; make it a folder of the \
-                 project or set export_dir to another one (the loop goes on)"
-            )]
+            vec![format!("{err}; the loop goes on")]
         }
         Err(err) => {
             tracing::warn!(loop_id = %context.record.id, error = %err, "exporting the plan");
-            vec![format!("the plan could not be exported to {shown}: {err}")]
+            vec![format!("the plan could not be exported: {err}")]
         }
     };
     for message in notices {
@@ -127,20 +127,36 @@ pub(super) async fn refresh(context: &LoopContext) {
 }
 
 /// Mirrors the current artifacts of the plan tree `loop_id` belongs to into
-/// `<export_dir>/<plan>/` below `root`; returns what to tell the user of the files it left
-/// alone (each change once). Blocking.
+/// `<export_dir>/<plan>/` below `root`, `export_dir` as the plan was started with (the whole
+/// tree goes to one folder, whatever a later code loop was started with); returns what to
+/// tell the user of the files it left alone (each change once). Blocking.
 pub fn export_plan_tree(
     db: &LoopDb,
     layout: &ProjectLayout,
     root: &ProjectRoot,
-    export_dir: &Path,
     loop_id: &LoopId,
 ) -> Result<Vec<String>, ExportError> {
-    let _one_at_a_time = EXPORTING.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(plan) = plan_of(db, loop_id)? else {
         return Ok(Vec::new());
     };
-    let Some(tree) = current_tree(db, layout, &plan)? else {
+    let Some(export_dir) = LoopSettings::from_stored(&plan.settings).export_dir() else {
+        return Ok(Vec::new());
+    };
+    let _one_at_a_time = EXPORTING.lock().unwrap_or_else(PoisonError::into_inner);
+    export_tree(db, layout, root, &export_dir, &plan).map_err(|source| ExportError::Failed {
+        export_dir: export_dir.display().to_string(),
+        source: Box::new(source),
+    })
+}
+
+fn export_tree(
+    db: &LoopDb,
+    layout: &ProjectLayout,
+    root: &ProjectRoot,
+    export_dir: &Path,
+    plan: &LoopRecord,
+) -> Result<Vec<String>, ExportError> {
+    let Some(tree) = current_tree(db, layout, plan)? else {
         return Ok(Vec::new());
     };
     let record_path = layout.project_dir().join(EXPORT_RECORD);

@@ -156,7 +156,7 @@ async fn a_link_planted_at_the_export_folder_is_refused_with_a_message() {
         notice["message"],
         "Loopr: the plan could not be exported to docs/plans: docs/plans is a symbolic link or \
          something else that is not a folder; Loopr does not write through links; make it a \
-         folder of the project or set export_dir to another one (the loop goes on)"
+         folder of the project or set export_dir to another one; the loop goes on"
     );
     assert!(
         messages(&editor)

@@ -55,8 +55,11 @@ impl Fixture {
         let layout = ProjectLayout::new(&temp.path().join("home"), &project);
         std::fs::create_dir_all(layout.project_dir()).expect("home");
         let db = LoopDb::open(&layout.database()).expect("db");
-        let mut plan =
-            LoopRecord::new_pending(LoopType::Plan, "Add a --version flag", "{}".to_owned());
+        let mut plan = LoopRecord::new_pending(
+            LoopType::Plan,
+            "Add a --version flag",
+            r#"{"export_dir": "docs/plans"}"#.to_owned(),
+        );
         db.insert(&plan, 1).expect("plan");
         let plan_json = json!({"title": "Version", "overview": "O.", "specs": [
             {"name": "version-flag", "title": "Parse", "description": "D.", "dependencies": []}],
@@ -89,13 +92,7 @@ impl Fixture {
     }
 
     fn export(&self) -> Result<Vec<String>, ExportError> {
-        export_plan_tree(
-            &self.db,
-            &self.layout,
-            &self.root,
-            Path::new("docs/plans"),
-            &self.spec.id,
-        )
+        export_plan_tree(&self.db, &self.layout, &self.root, &self.spec.id)
     }
 
     fn file(&self, path: &str) -> String {
@@ -213,8 +210,9 @@ fn a_link_planted_at_the_export_folder_is_refused() {
     let err = fixture.export().expect_err("refused");
     assert_eq!(
         err.to_string(),
-        "docs/plans is a symbolic link or something else that is not a folder; Loopr does not \
-         write through links"
+        "the plan could not be exported to docs/plans: docs/plans is a symbolic link or \
+         something else that is not a folder; Loopr does not write through links; make it a \
+         folder of the project or set export_dir to another one"
     );
     assert_eq!(std::fs::read_dir(outside.path()).expect("list").count(), 0);
 }
