@@ -351,12 +351,23 @@ impl Sync<'_> {
         let (folder, name) = self.folder_of(path)?;
         let existing = folder.existing(name, MAX_EXPORTED_FILE_BYTES).map_err(io)?;
         let wanted = sha256(bytes);
+        if matches!(&existing, Existing::File(current) if sha256(current) == wanted) {
+            // Already there: not written again, so an open buffer is not told it changed.
+            self.files.insert(
+                shown,
+                FileRecord {
+                    sha256: wanted,
+                    warned: None,
+                },
+            );
+            return Ok(());
+        }
         let leave_alone = match existing {
             Existing::Absent => None,
             Existing::File(ref current) => {
                 let current = sha256(current);
                 let recorded = self.recorded(&shown);
-                if current == wanted || Some(&current) == recorded.as_ref() {
+                if Some(&current) == recorded.as_ref() {
                     None
                 } else {
                     let why = match recorded {

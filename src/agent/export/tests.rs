@@ -115,6 +115,18 @@ fn an_edited_file_is_kept_and_told_once_while_the_others_are_updated() {
             .file("version-flag/README.md")
             .contains("# Spec: First title")
     );
+    let inode = |path: &str| {
+        use std::os::unix::fs::MetadataExt;
+        let dir = fixture.project.join("docs/plans/add-a-version-flag");
+        std::fs::metadata(dir.join(path)).expect("exported").ino()
+    };
+    let before = inode("README.md");
+    fixture.export().expect("again");
+    assert_eq!(
+        inode("README.md"),
+        before,
+        "an unchanged file is not written again"
+    );
 
     let edited = fixture
         .project
