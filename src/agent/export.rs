@@ -47,8 +47,8 @@ static EXPORTING: Mutex<()> = Mutex::new(());
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error(
-        "the plan could not be exported to {export_dir}: {source}; make it a folder of the \
-         project or set export_dir to another one"
+        "the plan could not be exported to {export_dir}: {source}{}",
+        folder_advice(.source)
     )]
     Failed {
         export_dir: String,
@@ -70,6 +70,16 @@ pub enum ExportError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What to do when the folder itself is in the way (a link, a file).
+fn folder_advice(source: &ExportError) -> &'static str {
+    match source {
+        ExportError::Folder(_) => {
+            "; make it a folder of the project or set export_dir to another one"
+        }
+        _ => "",
+    }
 }
 
 /// `export.json`: per plan loop, its folder and each file Loopr wrote there.
