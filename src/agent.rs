@@ -14,6 +14,7 @@ mod context_budget;
 mod coverage;
 mod cut_off;
 mod events;
+mod export;
 mod failure_locations;
 #[cfg(test)]
 mod first_requests;

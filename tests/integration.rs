@@ -17,6 +17,7 @@ mod integration {
     mod cost;
     mod coverage;
     mod editor;
+    mod export;
     mod failures;
     mod hierarchy;
     mod lifecycle;

@@ -13,6 +13,7 @@ use crate::agent::artifact_loop::{ArtifactOutcome, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
+use crate::agent::export;
 use crate::agent::settings::LoopSettings;
 use crate::agent::task_progress;
 use crate::agent::verify_on_demand::run_verify_loop;
@@ -97,6 +98,7 @@ impl LoopManager {
                     let implemented = run_code_loop(&context).await;
                     if implemented.is_ok() && !context.cancel.is_cancelled() {
                         task_progress::mark_all_done(&context).await;
+                        export::refresh(&context).await;
                     }
                     implemented.map(LoopOutcome::Code)
                 }
