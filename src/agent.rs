@@ -23,6 +23,7 @@ mod limits;
 mod loop_names;
 mod manager;
 mod phases;
+mod plan_run;
 mod plan_tree;
 mod policy_cache;
 mod progress;
@@ -50,7 +51,7 @@ pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
-    Spend, StatusRow, provider_factory,
+    Spend, Started, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;

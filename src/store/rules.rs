@@ -48,6 +48,26 @@ impl LoopStatus {
     }
 }
 
+/// A code loop that holds the working tree: it runs. One code loop of a project runs at a
+/// time; the others wait their turn, pending.
+pub fn holds_working_tree(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Code && record.status == LoopStatus::Running
+}
+
+/// The code loop a pending code loop waits its turn for, among `records` (as the user sees
+/// them: a running loop whose host is gone, interrupted, holds nothing).
+pub fn code_turn_holder<'a>(
+    record: &LoopRecord,
+    records: &'a [LoopRecord],
+) -> Option<&'a LoopRecord> {
+    if record.loop_type != LoopType::Code || record.status != LoopStatus::Pending {
+        return None;
+    }
+    records
+        .iter()
+        .find(|other| other.id != record.id && holds_working_tree(other))
+}
+
 /// A loop that ended without success, which a retry runs again.
 pub fn retryable(status: LoopStatus) -> bool {
     matches!(
@@ -218,6 +238,13 @@ pub fn runnable_phase(record: &LoopRecord) -> bool {
     record.loop_type == LoopType::Phase
         && record.iteration > 0
         && record.status == LoopStatus::Complete
+}
+
+/// A plan or spec loop a run of every phase of its tree may start for: one not replaced by a
+/// revision (a run waits for what is not written or reviewed yet).
+pub fn runs_as_a_tree(record: &LoopRecord) -> bool {
+    matches!(record.loop_type, LoopType::Plan | LoopType::Spec)
+        && record.status != LoopStatus::Invalidated
 }
 
 /// A phase or spec loop the working tree may be verified against: it has an artifact and was

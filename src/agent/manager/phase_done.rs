@@ -16,6 +16,7 @@ impl LoopManager {
         settings: &LoopSettings,
     ) {
         tracing::info!(loop_id = %code.id, "phase done");
-        let _ = (project, settings);
+        let _ = settings;
+        self.advance_plan_runs(project);
     }
 }
