@@ -26,7 +26,7 @@ pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 pub use rules::{
     Awaited, Purpose, REWOUND_NOTE_PREFIX, Standing, UNDONE_NOTE_PREFIX, approvable, awaited,
-    awaits_approval, code_turn_holder, default_retry, held_at_budget, holds_working_tree, note, retried_with, retryable, rewound, runs_as_a_tree,
-    runnable_phase, shown_status, siblings, tree_work, undone, verifiable, waits_for_budget,
-    work_stands,
+    awaits_approval, code_turn_holder, default_retry, held_at_budget, holds_working_tree, note,
+    retried_with, retryable, rewound, runnable_phase, runs_as_a_tree, shown_status, siblings,
+    tree_work, undone, verifiable, waits_for_budget, work_stands,
 };

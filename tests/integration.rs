@@ -29,6 +29,7 @@ mod integration {
     mod phases;
     mod picking;
     mod plan_flow;
+    mod plan_run;
     mod progress;
     mod providers_llamacpp;
     mod providers_ollama;

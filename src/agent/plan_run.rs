@@ -75,7 +75,11 @@ impl RunView<'_> {
     pub fn words(&self) -> String {
         let at = self.place();
         match &self.step {
-            RunStep::Start(_) | RunStep::Wait { why: Waiting::CodeRuns, .. } => {
+            RunStep::Start(_)
+            | RunStep::Wait {
+                why: Waiting::CodeRuns,
+                ..
+            } => {
                 format!("{at}: its code loop runs")
             }
             RunStep::Wait { on, why } => match why {
@@ -333,12 +337,24 @@ mod tests {
     /// `2` (`2` of `a` before `1`, which depends on it), all approved; newest first.
     fn tree() -> Vec<LoopRecord> {
         let plan = record(LoopType::Plan, None, "plan", LoopStatus::Complete, &[]);
-        let b = record(LoopType::Spec, Some(&plan), "b", LoopStatus::Complete, &["a"]);
+        let b = record(
+            LoopType::Spec,
+            Some(&plan),
+            "b",
+            LoopStatus::Complete,
+            &["a"],
+        );
         let a = record(LoopType::Spec, Some(&plan), "a", LoopStatus::Complete, &[]);
         let phases = [
             record(LoopType::Phase, Some(&b), "b1", LoopStatus::Complete, &[]),
             record(LoopType::Phase, Some(&b), "b2", LoopStatus::Complete, &[]),
-            record(LoopType::Phase, Some(&a), "a1", LoopStatus::Complete, &["a2"]),
+            record(
+                LoopType::Phase,
+                Some(&a),
+                "a1",
+                LoopStatus::Complete,
+                &["a2"],
+            ),
             record(LoopType::Phase, Some(&a), "a2", LoopStatus::Complete, &[]),
         ];
         let mut records = vec![plan, b, a];
@@ -357,7 +373,13 @@ mod tests {
     /// A code loop of `phase` in `status`, as the newest loop.
     fn code(records: &mut Vec<LoopRecord>, phase: &str, status: LoopStatus) -> LoopId {
         let phase = named(records, phase).clone();
-        let code = record(LoopType::Code, Some(&phase), phase.name.as_deref().unwrap_or(""), status, &[]);
+        let code = record(
+            LoopType::Code,
+            Some(&phase),
+            phase.name.as_deref().unwrap_or(""),
+            status,
+            &[],
+        );
         let id = code.id.clone();
         records.insert(0, code);
         id
@@ -399,10 +421,19 @@ mod tests {
         let view = evaluate(plan(&records), &records, Some(&id));
         assert_eq!(view.done, 1);
         assert_eq!(view.position(), "phase 2 of 4");
-        assert!(matches!(view.step, RunStep::Wait { why: Waiting::CodeRuns, .. }));
+        assert!(matches!(
+            view.step,
+            RunStep::Wait {
+                why: Waiting::CodeRuns,
+                ..
+            }
+        ));
         records[0].status = LoopStatus::Complete;
         records[0].error = Some("undone: 1 file(s) restored".to_owned());
-        assert_eq!(started(&evaluate(plan(&records), &records, Some(&id))), "a1");
+        assert_eq!(
+            started(&evaluate(plan(&records), &records, Some(&id))),
+            "a1"
+        );
     }
 
     #[test]
@@ -429,7 +460,10 @@ mod tests {
         let view = evaluate(plan(&records), &records, None);
         assert!(matches!(
             view.step,
-            RunStep::Wait { why: Waiting::CodeAwaitsApproval, .. }
+            RunStep::Wait {
+                why: Waiting::CodeAwaitsApproval,
+                ..
+            }
         ));
         let mut records = tree();
         code(&mut records, "a2", LoopStatus::Complete);
@@ -447,7 +481,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(view.position(), "2 of 2 phases done", "b's phases are not known yet");
+        assert_eq!(
+            view.position(),
+            "2 of 2 phases done",
+            "b's phases are not known yet"
+        );
     }
 
     #[test]

@@ -65,9 +65,7 @@ impl LoopManager {
             Err(LoopNameError::NotFound(_)) => return Err(unknown_phase),
             Err(ambiguous) => return Err(ManagerError::Name(ambiguous)),
         };
-        project
-            .db
-            .start_plan_run(&target.id, &settings.to_json())?;
+        project.db.start_plan_run(&target.id, &settings.to_json())?;
         tracing::info!(loop_id = %target.id, "plan run started");
         self.advance_plan_runs(&project);
         Ok(Started::Tree(target.id.clone()))
@@ -112,8 +110,10 @@ impl LoopManager {
                         )?;
                     }
                     Err(err) => {
-                        let words =
-                            format!("stopped at {}: its code loop cannot start: {err}", view.place());
+                        let words = format!(
+                            "stopped at {}: its code loop cannot start: {err}",
+                            view.place()
+                        );
                         self.stop_run(project, run, target, run.code_loop.as_ref(), &words, None)?;
                     }
                 }

@@ -9,8 +9,8 @@ use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
 use crate::budget::Grant;
 use crate::store::{
-    LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, approvable, awaits_approval, default_retry,
-    waits_for_budget,
+    LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, approvable, awaits_approval,
+    default_retry, waits_for_budget,
 };
 
 /// What a cancel did.
@@ -98,9 +98,10 @@ impl LoopManager {
     /// Approves the changes of a code loop the `"code"` gate holds: it completes, its phase
     /// is done, and what follows a done phase runs.
     fn approve_code(&self, project: &Project, record: &LoopRecord) -> Result<LoopId, ManagerError> {
-        if let Err(refused) = project
-            .db
-            .approve(&record.id, record.iteration, &[], self.shared.host_pid)?
+        if let Err(refused) =
+            project
+                .db
+                .approve(&record.id, record.iteration, &[], self.shared.host_pid)?
         {
             return Err(ManagerError::WrongState {
                 id: record.id.to_string(),
@@ -110,7 +111,11 @@ impl LoopManager {
         }
         self.emit_completed(record, &[]);
         tracing::info!(loop_id = %record.id, "code approved");
-        self.after_phase_done(project, record, &LoopSettings::from_stored(&record.settings));
+        self.after_phase_done(
+            project,
+            record,
+            &LoopSettings::from_stored(&record.settings),
+        );
         self.schedule(project);
         self.tell_if_ready(project, &record.id);
         Ok(record.id.clone())

@@ -8,8 +8,8 @@ use crate::agent::{
 };
 use crate::bridge::words;
 use crate::store::{
-    LoopRecord, LoopStatus, Standing, awaited, code_turn_holder, default_retry, held_at_budget, retried_with,
-    retryable,
+    LoopRecord, LoopStatus, Standing, awaited, code_turn_holder, default_retry, held_at_budget,
+    retried_with, retryable,
 };
 
 /// What opening a project for `resume` found.

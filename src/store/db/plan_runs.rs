@@ -91,9 +91,7 @@ impl LoopDb {
                 .query_map([], raw_run)?
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        rows.into_iter()
-            .map(|raw| self.run_from(raw))
-            .collect()
+        rows.into_iter().map(|raw| self.run_from(raw)).collect()
     }
 
     /// The run of `target`, if it has one.
@@ -156,7 +154,13 @@ impl LoopDb {
 type RawRun = (String, String, Option<String>, String, String);
 
 fn raw_run(row: &Row<'_>) -> rusqlite::Result<RawRun> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
 }
 
 /// The table, created by the schema's version 7.
