@@ -245,14 +245,6 @@ impl LoopManager {
 /// Each run's words, by its plan or spec.
 pub(super) fn run_words(runs: &[PlanRun]) -> HashMap<LoopId, String> {
     runs.iter()
-        .map(|run| {
-            let words = match run.state {
-                PlanRunState::Running => format!("run: {}", run.note),
-                PlanRunState::Stopped => format!("run {}", run.note),
-                PlanRunState::Done => format!("run done: {}", run.note),
-                PlanRunState::Cancelled => format!("run {}", run.note),
-            };
-            (run.target.clone(), words)
-        })
+        .map(|run| (run.target.clone(), run.shown()))
         .collect()
 }

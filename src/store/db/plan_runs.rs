@@ -61,6 +61,18 @@ pub struct PlanRun {
     pub settings: String,
 }
 
+impl PlanRun {
+    /// The run as a status list shows it on its plan's or spec's row: `run: phase 3 of 7
+    /// (parse): its code loop runs`, `run stopped at ...`, `run done: 7 of 7 phases done`.
+    pub fn shown(&self) -> String {
+        match self.state {
+            PlanRunState::Running => format!("run: {}", self.note),
+            PlanRunState::Done => format!("run done: {}", self.note),
+            PlanRunState::Stopped | PlanRunState::Cancelled => format!("run {}", self.note),
+        }
+    }
+}
+
 impl LoopDb {
     /// Starts (or starts again) the run of `target`, with the settings its code loops get.
     pub fn start_plan_run(&self, target: &LoopId, settings: &str) -> Result<(), StoreError> {
