@@ -592,6 +592,32 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_code_loop_waits_its_turn_while_another_code_loop_runs() {
+        let phase = approved(LoopType::Phase);
+        let running = child(LoopType::Code, &phase, "parse", LoopStatus::Running, &[]);
+        let waiting = child(LoopType::Code, &phase, "print", LoopStatus::Pending, &[]);
+        let plan = record(LoopStatus::Running, None);
+        let records = vec![waiting.clone(), running.clone(), plan.clone()];
+        assert_eq!(
+            code_turn_holder(&waiting, &records).map(|holder| &holder.id),
+            Some(&running.id)
+        );
+        assert!(code_turn_holder(&running, &records).is_none(), "it runs");
+        assert!(
+            code_turn_holder(&plan, &records).is_none(),
+            "only code loops wait"
+        );
+        let interrupted = LoopRecord {
+            status: LoopStatus::Interrupted,
+            ..running
+        };
+        assert!(
+            code_turn_holder(&waiting, &[waiting.clone(), interrupted]).is_none(),
+            "a loop whose host is gone holds nothing"
+        );
+    }
+
+    #[test]
     fn a_code_loop_starts_only_for_a_complete_phase_with_an_artifact() {
         let phase = |status, iteration| LoopRecord {
             loop_type: LoopType::Phase,
