@@ -2325,37 +2325,14 @@ async fn run_of_a_spec_implements_each_phase_in_order_and_status_says_it_is_done
     let fake = FakeLlm::start().await;
     let dirs = TestDirs::new();
     let phases = ["print-version", "document-flag", "exit-code"];
-    let mut plan = valid_plan();
-    plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
-    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", plan));
-    fake.push_routed(
-        &spec_route("version-flag"),
-        tool_turn("spec", "create_spec", spec_input("version-flag", &phases)),
-    );
     for phase in phases {
-        let mut input = phase_input(phase);
-        input["validation_command"] = json!("true");
-        fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));
         fake.push_routed(
             &scenario::code_route(phase),
             scenario::complete_phase_turn(&format!("{phase} done")),
         );
     }
-    let settings = r#"{"plan_review_passes": 0, "spec_review": false, "verify": false}"#;
-    let planned = run_loopr(
-        &dirs,
-        &fake,
-        &[
-            "plan",
-            "Add a --version flag",
-            "--approve-all",
-            "--settings",
-            settings,
-        ],
-    )
-    .await;
-    assert!(planned.status.success(), "{planned:?}");
-
+    scenario::plan_one_spec_headless(&fake, &dirs, |_| Some("true")).await;
+    let settings = r#"{"verify": false}"#;
     let run = run_loopr(
         &dirs,
         &fake,

@@ -85,6 +85,16 @@ fn plan_row(records: &[Value]) -> Value {
         .expect("plan row")
 }
 
+/// The run words on spec `name`'s row.
+fn spec_run(records: &[Value], name: &str) -> String {
+    records
+        .iter()
+        .find(|r| r["type"] == "spec" && r["name"] == name)
+        .and_then(|r| r["run"].as_str())
+        .unwrap_or_else(|| panic!("spec {name} with a run: {records:#?}"))
+        .to_owned()
+}
+
 fn code_of<'a>(records: &'a [Value], phase: &str) -> Vec<&'a Value> {
     records
         .iter()
@@ -159,15 +169,9 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
         "the changes list opens"
     );
     assert_eq!(code_order(&fake), ["a-1"], "a-2 waits for the approval");
-    let spec = editor
-        .status_records()
-        .await
-        .into_iter()
-        .find(|r| r["type"] == "spec" && r["name"] == "a")
-        .expect("spec a");
     assert_eq!(
-        spec["run"], "run: phase 1 of 3 (a-1): its changes await approval",
-        "{spec:#}"
+        spec_run(&editor.status_records().await, "a"),
+        "run: phase 1 of 3 (a-1): its changes await approval"
     );
     // Named by its phase.
     assert_eq!(editor.command("LooprApprove a-1").await, None);
@@ -193,11 +197,7 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
     assert_eq!(editor.command("LooprApprove").await, None);
     let records = wait_all_complete(&mut editor, 9 + 3).await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
-    let spec = records
-        .iter()
-        .find(|r| r["type"] == "spec" && r["name"] == "a")
-        .expect("spec a");
-    assert_eq!(spec["run"], "run done: 3 of 3 phases done");
+    assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
     editor.quit().await;
 }
 
@@ -227,13 +227,7 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
         .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('the run of spec \"a\" stopped at phase 2 of 3 (a-2): its code loop failed', 1, true) ~= nil end, 5)")
         .await;
     assert!(stopped, "the user is told: {}", messages(&editor).await);
-    let spec = editor
-        .status_records()
-        .await
-        .into_iter()
-        .find(|r| r["type"] == "spec" && r["name"] == "a")
-        .expect("spec a");
-    let run = spec["run"].as_str().expect("run words");
+    let run = spec_run(&editor.status_records().await, "a");
     assert!(
         run.starts_with("run stopped at phase 2 of 3 (a-2): its code loop failed"),
         "{run}"
@@ -255,11 +249,7 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
         1,
         "the retried loop went on"
     );
-    let spec = records
-        .iter()
-        .find(|r| r["type"] == "spec" && r["name"] == "a")
-        .expect("spec a");
-    assert_eq!(spec["run"], "run done: 3 of 3 phases done");
+    assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
     editor.quit().await;
 }
 
@@ -339,10 +329,6 @@ async fn a_run_whose_host_was_killed_goes_on_after_the_restart() {
     for phase in ["a-1", "a-2", "a-3"] {
         assert_eq!(code_of(&records, phase).len(), 1, "{phase}: one code loop");
     }
-    let spec = records
-        .iter()
-        .find(|r| r["type"] == "spec" && r["name"] == "a")
-        .expect("spec a");
-    assert_eq!(spec["run"], "run done: 3 of 3 phases done");
+    assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
     editor.quit().await;
 }
