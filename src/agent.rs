@@ -25,6 +25,7 @@ mod loop_names;
 mod manager;
 mod phase_commit;
 mod phases;
+mod plan_run;
 mod plan_tree;
 mod policy_cache;
 mod progress;
@@ -52,7 +53,7 @@ pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, ShellServices,
-    Spend, StatusRow, provider_factory,
+    Spend, Started, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;

@@ -31,6 +31,7 @@ mod integration {
     mod phases;
     mod picking;
     mod plan_flow;
+    mod plan_run;
     mod progress;
     mod providers_llamacpp;
     mod providers_ollama;

@@ -151,7 +151,10 @@ impl LoopManager {
             }
             Ok(Ok(LoopOutcome::Code(iteration))) => {
                 tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
-                if self.record_end(project, record, LoopStatus::Complete, None) {
+                if settings.gates(record.loop_type.as_str()) {
+                    // Done once the user approves its changes (`approve`).
+                    self.record_end(project, record, LoopStatus::AwaitingApproval, None);
+                } else if self.record_end(project, record, LoopStatus::Complete, None) {
                     self.after_phase_done(project, record, settings);
                 }
             }
@@ -177,6 +180,8 @@ impl LoopManager {
             }
         }
         self.schedule(project);
+        // A run waits for what this loop was: written, failed, or its phase done.
+        self.advance_plan_runs(project);
         self.tell_if_ready(project, &record.id);
     }
 
