@@ -348,7 +348,8 @@ pub enum Purpose {
     Cancel,
     /// Loops a retry runs again (`retryable`).
     Retry,
-    /// Phase loops a code loop may start for (`runnable_phase`).
+    /// Phase loops a code loop may start for (`runnable_phase`), and plans and specs a run
+    /// of their phases may start for (`runs_as_a_tree`).
     Run,
 }
 
@@ -358,7 +359,7 @@ impl Purpose {
             Purpose::Approve => awaits_approval(record),
             Purpose::Cancel => record.status.is_cancellable(),
             Purpose::Retry => retryable(record.status),
-            Purpose::Run => runnable_phase(record),
+            Purpose::Run => runnable_phase(record) || runs_as_a_tree(record),
         }
     }
 }
