@@ -15,6 +15,7 @@ mod context_budget;
 mod coverage;
 mod cut_off;
 mod events;
+mod export;
 mod failure_locations;
 #[cfg(test)]
 mod first_requests;
@@ -25,6 +26,7 @@ mod loop_names;
 mod manager;
 mod phase_commit;
 mod phases;
+mod plan_run;
 mod plan_tree;
 mod policy_cache;
 mod progress;
@@ -52,7 +54,7 @@ pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};
 pub use manager::{
     Cancelled, LoopManager, ManagerError, OnOpen, ProviderFactory, ResumeCounts, RewindReport,
-    ShellServices, Spend, StatusRow, provider_factory,
+    ShellServices, Spend, Started, StatusRow, provider_factory,
 };
 pub use phases::PhaseLookupError;
 pub use progress::approximate_tokens;

@@ -4,6 +4,7 @@
 //! through a probe the caller supplies).
 
 mod coverage;
+mod export_links;
 mod phase;
 mod plan;
 mod references;
@@ -17,6 +18,9 @@ mod verification;
 
 pub use coverage::{
     FindingCounts, PhaseVerification, RequirementCoverage, SpecCoverage, Unverified, spec_coverage,
+};
+pub use export_links::{
+    ExportPhase, ExportSpec, ExportTree, ExportedFile, export_files, path_slug, unique_slug,
 };
 pub use phase::{CREATE_PHASE, FileState, create_phase_spec, validate_phase};
 pub use plan::{CREATE_PLAN, create_plan_spec, linked_plan_document, validate_plan};

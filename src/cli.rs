@@ -27,11 +27,14 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{
-    LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, TreeReady,
+    LoopEvent, LoopManager, LoopSettings, OnOpen, ProviderFactory, ShellServices, Started,
+    TreeReady,
 };
 use crate::mcp::McpSettings;
 use crate::pricing::PriceTable;
-use crate::store::{LoopDb, LoopId, LoopRecord, LoopStatus, ProjectLayout, host_is_alive};
+use crate::store::{
+    LoopDb, LoopId, LoopRecord, LoopStatus, PlanRunState, ProjectLayout, host_is_alive,
+};
 use crate::tools::{AcceptAll, ApprovalRequest, Approver, ChangeKind, Decision, NoBuffers};
 use table::{Spent, write_table};
 use tokio_util::sync::CancellationToken;
@@ -283,15 +286,42 @@ pub async fn run_code(
 ) -> anyhow::Result<bool> {
     let mut signals = StopSignals::catch()?;
     let (manager, mut events) = headless_manager(loopr_home, provider_factory, approver);
-    let code_id = manager
-        .start_code(&root, phase, settings)
+    let started = manager
+        .run(&root, phase, settings)
         .map_err(with_next_step)
         .context("starting the code loop")?;
+    let code_id = match started {
+        Started::Code(code_id) => code_id,
+        Started::Tree(target) => {
+            return follow_run(&manager, &root, &target, &mut events, &mut signals).await;
+        }
+    };
     say!("loopr: code loop {code_id} started for phase {phase}");
     tell_about_loops_left(&manager, &root)?;
     let select = only_loop(&root, &code_id);
     settle(&manager, &root, false, &mut events, &select, &mut signals).await?;
     summarize(&manager, &root, &select(&manager)?)
+}
+
+/// Follows the run of every phase of plan or spec `target` until nothing of it can move;
+/// returns whether the run is done (every phase implemented).
+async fn follow_run(
+    manager: &LoopManager,
+    root: &Path,
+    target: &LoopId,
+    events: &mut UnboundedReceiver<LoopEvent>,
+    signals: &mut StopSignals,
+) -> anyhow::Result<bool> {
+    say!("loopr: running every phase of loop {target}");
+    tell_about_loops_left(manager, root)?;
+    let select = |manager: &LoopManager| trees_of(manager, root, std::slice::from_ref(target));
+    settle(manager, root, false, events, &select, signals).await?;
+    summarize(manager, root, &select(manager)?)?;
+    let run = manager.plan_run(root, target)?;
+    if let Some(run) = &run {
+        say!("loopr: {}", crate::next_step::neutral(&run.shown()));
+    }
+    Ok(run.is_some_and(|run| run.state == PlanRunState::Done))
 }
 
 /// What a run of one loop settles on: loop `id` of the project at `root`, alone.
@@ -660,12 +690,12 @@ pub fn print_status(
         .with_context(|| format!("project root {}", root.display()))?;
     let layout = ProjectLayout::new(loopr_home, &root);
     let database = layout.database();
-    let (mut records, usage) = if database.exists() {
+    let (mut records, usage, runs) = if database.exists() {
         let db = LoopDb::open(&database)?;
         let records = db.list_as_seen(|owner| !host_is_alive(loopr_home, owner))?;
-        (records, db.usage_by_loop()?)
+        (records, db.usage_by_loop()?, db.plan_runs()?)
     } else {
-        (Vec::new(), HashMap::new())
+        (Vec::new(), HashMap::new(), Vec::new())
     };
     records.reverse();
     let coverage = crate::agent::coverage_by_loop(&layout, &records);
@@ -678,6 +708,17 @@ pub fn print_status(
         },
         &coverage,
     )?;
+    // Where each run of a plan or spec stands, below the table.
+    let mut stdout = std::io::stdout().lock();
+    for run in &runs {
+        let label = records
+            .iter()
+            .find(|record| record.id == run.target)
+            .map_or_else(|| run.target.to_string(), LoopRecord::label);
+        let line = format!("{label}: {}", run.shown());
+        writeln!(stdout, "{}", crate::terminal_text::for_terminal(&line))?;
+    }
+    drop(stdout);
     let interrupted = records
         .iter()
         .filter(|record| record.status == LoopStatus::Interrupted)

@@ -46,9 +46,10 @@ enum Command {
         log_level: String,
     },
     /// Implement a phase without Neovim: a code loop edits the project and runs the phase's
-    /// validation command until it passes. Exits 0 when it does.
+    /// validation command until it passes. Exits 0 when it does. Given a plan or spec, runs
+    /// every phase of it in order, one code loop at a time; exits 0 when all are done.
     Run {
-        /// The phase name (or phase loop id), as `loopr status` lists it.
+        /// The phase, spec or plan name (or its loop id), as `loopr status` lists it.
         phase: String,
         /// Accept every write, edit, command and fetch without asking (nobody can be asked here).
         #[arg(long)]

@@ -17,8 +17,8 @@ pub use atomic::{
     write_new_files,
 };
 pub use db::{
-    CancelledTree, CodeLoopRefused, Held, LoopDb, Paused, Refused, StatusChange, StoreError,
-    TreeSpend, WentOn,
+    CancelledTree, CodeLoopRefused, Held, LoopDb, Paused, PlanRun, PlanRunState, Refused,
+    StatusChange, StoreError, TreeSpend, WentOn,
 };
 pub use host_lock::{HostLock, host_is_alive};
 pub use layout::{ProjectLayout, loopr_home_from_env};
@@ -26,7 +26,7 @@ pub use leftovers::{remove_if_leftover, sweep_state_dir};
 pub use records::{LoopId, LoopRecord, LoopStatus, LoopType, now_rfc3339};
 pub use rules::{
     Awaited, Purpose, REWOUND_NOTE_PREFIX, Standing, UNDONE_NOTE_PREFIX, approvable, awaited,
-    awaits_approval, default_retry, held_at_budget, note, retried_with, retryable, rewound,
-    runnable_phase, shown_status, siblings, tree_work, undone, verifiable, waits_for_budget,
-    work_stands,
+    awaits_approval, code_turn_holder, default_retry, held_at_budget, holds_working_tree, note,
+    retried_with, retryable, rewound, runnable_phase, runs_as_a_tree, shown_status, siblings,
+    tree_work, undone, verifiable, waits_for_budget, work_stands,
 };

@@ -12,6 +12,7 @@ mod output;
 mod policy;
 mod project_file;
 mod project_walk;
+mod project_write;
 mod read_file;
 mod run_command;
 mod sandbox;
@@ -44,6 +45,7 @@ pub use output::{CappedOutput, CommandOutput};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use project_file::{ProjectFile, ReadBudget, ReadError, read_regular};
 pub use project_walk::project_walker;
+pub use project_write::{Existing, FolderError, ProjectFolder};
 pub use read_file::ReadFileTool;
 pub use run_command::{RunCommandTool, unsandboxed_note};
 pub use sandbox::{

@@ -2316,3 +2316,54 @@ async fn verify_prints_the_findings_and_exits_1_until_the_verification_passes() 
     assert!(stderr.contains("\"nope\""), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&unknown.stdout), "", "{stderr}");
 }
+
+/// `loopr run <spec>` runs every phase of the spec, in order, one code loop after another,
+/// follows the run to its end and exits 0 once every phase is done; `loopr status` says
+/// where the run stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_of_a_spec_implements_each_phase_in_order_and_status_says_it_is_done() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let phases = ["print-version", "document-flag", "exit-code"];
+    for phase in phases {
+        fake.push_routed(
+            &scenario::code_route(phase),
+            scenario::complete_phase_turn(&format!("{phase} done")),
+        );
+    }
+    scenario::plan_one_spec_headless(&fake, &dirs, |_| Some("true")).await;
+    let settings = r#"{"verify": false}"#;
+    let run = run_loopr(
+        &dirs,
+        &fake,
+        &["run", "version-flag", "--yes", "--settings", settings],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("loopr: run done: 3 of 3 phases done"),
+        "{stderr}"
+    );
+    let order: Vec<&str> = fake
+        .requests()
+        .iter()
+        .filter_map(|request| {
+            let text = first_user_text(&request.body);
+            phases
+                .into_iter()
+                .find(|phase| text.contains(&scenario::code_route(phase)))
+        })
+        .collect();
+    assert_eq!(
+        order, phases,
+        "one code loop per phase, in the spec's order"
+    );
+
+    let status = run_loopr(&dirs, &fake, &["status"]).await;
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        table.contains("spec \"version-flag\": run done: 3 of 3 phases done"),
+        "{table}"
+    );
+}

@@ -18,6 +18,7 @@ mod integration {
     mod cost;
     mod coverage;
     mod editor;
+    mod export;
     mod failures;
     mod hierarchy;
     mod lifecycle;
@@ -31,6 +32,7 @@ mod integration {
     mod phases;
     mod picking;
     mod plan_flow;
+    mod plan_run;
     mod progress;
     mod providers_llamacpp;
     mod providers_ollama;

@@ -31,7 +31,7 @@ end
 ---| "loops" # the ids of every loop of the project
 ---| "phases" # the names of the current phases
 ---| "specs" # the names of the current specs
----| "run" # the names of the phases that may run
+---| "run" # the names of the phases that may run, and of plans and specs
 ---| "verify" # the names of the phases and specs a verification takes
 ---| loopr.Purpose # the ids of the loops the host says that action takes
 
@@ -106,7 +106,7 @@ return {
   {
     name = 'LooprRun',
     nargs = '?',
-    desc = 'Loopr: implement a phase with a code loop (default: this phase)',
+    desc = 'Loopr: implement a phase with a code loop, or every phase of a plan or spec in order (default: this buffer\'s)',
     complete = 'run',
     run = with_argument('run'),
   },

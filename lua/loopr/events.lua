@@ -73,10 +73,15 @@ function handlers.loop_updated(ev)
     )
   end
   if ev.status == 'awaiting_approval' then
+    local row = row_of(ev)
     notify.notify(
-      ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev, row_of(ev))),
+      ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev, row)),
       vim.log.levels.INFO
     )
+    -- A code loop the "code" gate holds: its changes are what the user reviews.
+    if ev.type == 'code' then
+      require('loopr.changes').open(ev.id, str(ev.root) or require('loopr.config').root())
+    end
   end
   fire('LooprLoopUpdated', { id = ev.id, type = ev.type, status = ev.status })
 end

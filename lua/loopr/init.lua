@@ -409,11 +409,12 @@ function M.run(phase, on_done)
   local root = config.root()
   local target = trimmed(phase)
   local here = not target and require('loopr.paths').buf_artifact()
-  if here and here.kind == 'phase' then
+  -- A phase.md runs its phase; a plan.md or spec.md every phase of its tree.
+  if here and (here.kind == 'phase' or here.kind == 'spec' or here.kind == 'plan') then
     target = here.loop_id
   end
   if not target then
-    notify('LooprRun needs a phase: :LooprRun {phase} (see :LooprStatus)')
+    notify('LooprRun needs a phase, spec or plan: :LooprRun {phase|spec|plan} (see :LooprStatus)')
     return false
   end
   local function announce(label)
@@ -430,7 +431,8 @@ function M.run(phase, on_done)
     return true
   end
   with_record_of(root, by_id, function(r)
-    send_for_loop_id('run', params, announce((r and type(r.name) == 'string') and r.name or by_id), on_done)
+    local label = r and (type(r.name) == 'string' and r.name or r.label) or by_id
+    send_for_loop_id('run', params, announce(label), on_done)
   end)
   return true
 end

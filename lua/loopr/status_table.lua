@@ -224,13 +224,20 @@ local COLUMNS = {
   {
     title = 'NOTE',
     cap = ERROR_WIDTH,
-    -- What an undo restored; else, as the host words it, a spec's requirements verified
-    -- (`requirements 5/6 verified`) or a phase's latest verification and its findings.
+    -- What an undo restored; else, as the host words them, where a run of a plan or spec
+    -- stands (`run: phase 3 of 7 ...`) and a spec's requirements verified (`requirements 5/6
+    -- verified`) or a phase's latest verification and its findings.
     cell = function(r)
       if M.text(r.note) ~= '' then
         return M.text(r.note)
       end
-      return type(r.coverage) == 'table' and M.text(r.coverage.text) or ''
+      local parts = {}
+      for _, text in ipairs({ M.text(r.run), type(r.coverage) == 'table' and M.text(r.coverage.text) or '' }) do
+        if text ~= '' then
+          table.insert(parts, text)
+        end
+      end
+      return table.concat(parts, '; ')
     end,
   },
 }

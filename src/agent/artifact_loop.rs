@@ -334,6 +334,8 @@ async fn create_call(
         .await?;
     state.stored_iteration = iteration;
     tracing::info!(loop_id = %context.record.id, iteration, path = %stored.markdown_path.display(), "artifact stored");
+    // Every iteration of every artifact is stored here: the one point the export follows.
+    super::export::refresh(context).await;
     // A revision (asked for or not) settles the pass under way.
     let next_pass = match state.stage {
         Stage::Drafting | Stage::Done => 0,

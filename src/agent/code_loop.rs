@@ -16,6 +16,7 @@ use super::checkpoint::{self, CheckpointRecord, Checkpoints};
 use super::context::{LoopContext, LoopError, offered_mcp_tools};
 use super::context_budget::RereadHints;
 use super::events::LoopEvent;
+use super::export;
 use super::failure_locations::{self, FailureLocation};
 use super::jobs;
 use super::journal::Journal;
@@ -278,7 +279,10 @@ impl CallHandler for CodeCalls<'_> {
             };
         }
         if name == MARK_TASKS_DONE {
-            return task_progress::mark_tasks_done(context, self.phase, call.input).await;
+            let marked = task_progress::mark_tasks_done(context, self.phase, call.input).await;
+            // The exported phase shows the ticks too (export reads them from task_progress).
+            export::refresh(context).await;
+            return marked;
         }
         context.progress(describe_tool_call(
             &[self.tools, self.mcp_tools],

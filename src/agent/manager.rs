@@ -1,6 +1,6 @@
 //! `LoopManager`, the facade the shells drive, and what its parts share. Each part is one
 //! job: `project_registry` (open projects; adopting the loops of hosts that are gone),
-//! `new_loops`, `tree_operations` (approve, revise, retry, cancel), `queries`, `code_changes`
+//! `new_loops`, `tree_operations` (approve, revise, retry, cancel), `plan_runs` (running every phase of a plan or spec), `queries`, `code_changes`
 //! (changes, undo), `verify` (verifying the working tree on demand), `scheduler` (what runs next), `supervisor` (one loop task and what
 //! follows its end) and `ready` (what a tree whose work stopped has ready). Tree semantics (what a revision invalidates, what a cancel reaches) are
 //! store transactions; the manager emits what they changed and stops what they stopped.
@@ -10,6 +10,7 @@ mod code_changes;
 mod commit_phase;
 mod new_loops;
 mod phase_done;
+mod plan_runs;
 mod project_registry;
 mod queries;
 mod ready;
@@ -20,6 +21,7 @@ mod transcripts;
 mod tree_operations;
 mod verify;
 
+pub use plan_runs::Started;
 pub use project_registry::ResumeCounts;
 pub use queries::{Spend, StatusRow};
 pub use rewind::RewindReport;
@@ -207,6 +209,8 @@ struct Shared {
     running: Mutex<HashMap<LoopId, CancellationToken>>,
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
     scheduling: Mutex<()>,
+    /// Serialises moving plan runs on, so two loops ending at once start one next phase.
+    advancing_runs: Mutex<()>,
     shutting_down: AtomicBool,
     /// Loop tasks under way, including their supervision (recording the end, scheduling what
     /// follows); a shell waiting for quiet watches it.
@@ -258,6 +262,7 @@ impl LoopManager {
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),
+                advancing_runs: Mutex::new(()),
                 shutting_down: AtomicBool::new(false),
                 busy: tokio::sync::watch::Sender::new(0),
                 transcripts: super::transcript::TranscriptHub::new(),

@@ -103,7 +103,9 @@ pub fn linked_plan_document(
     plan_document(plan, &rendered, "plan.md", href).confirmed_by(stored_markdown)
 }
 
-fn plan_document(
+/// The plan's markdown as references see it, each output by the section that describes
+/// it.
+pub(super) fn plan_document(
     plan: &PlanArtifact,
     rendered: &RenderedSections,
     name: &str,

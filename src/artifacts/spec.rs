@@ -146,7 +146,9 @@ pub fn linked_spec_document(
     spec_document(spec, &rendered, "spec.md", href).confirmed_by(stored_markdown)
 }
 
-fn spec_document(
+/// The spec's markdown as references see it, each output by the section that describes
+/// it.
+pub(super) fn spec_document(
     spec: &SpecArtifact,
     rendered: &RenderedSections,
     name: &str,

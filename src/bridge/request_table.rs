@@ -184,13 +184,17 @@ request_table! {
                 .map(LoopIdReply::new)
                 .map_err(manager_error)
         };
-    /// Starts a code loop for a phase (by name or loop id).
+    /// Starts a code loop for a phase, or a run of every phase of a plan or spec (each by
+    /// name or loop id); a run is named in the reply.
     run(RunParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
-        => |host, params| host
+        => |host, params| match host
             .manager
-            .start_code(&params.root, &params.phase, params.settings)
-            .map(LoopIdReply::new)
-            .map_err(manager_error);
+            .run(&params.root, &params.phase, params.settings)
+            .map_err(manager_error)?
+        {
+            crate::agent::Started::Code(id) => Ok(LoopIdReply::new(id)),
+            crate::agent::Started::Tree(id) => named_reply(host, &params.root, id),
+        };
     /// Answers an approval a loop waits on; false when it was no longer waited on.
     approval(ApprovalParams) -> bool, Blocking, notification: true, sender: Lua
         => |host, params| Ok(host.approvals.resolve(params.id, params.decision()?));

@@ -1,6 +1,7 @@
 //! The SQLite loop database (`LoopDb`): the connection, the schema and its migrations, and
 //! single-row reads and updates. Changes that reach beyond one loop live in `db/tree.rs`, the
-//! budget's in `db/budget.rs`, which host owns a loop in `db/owners.rs`.
+//! budget's in `db/budget.rs`, which host owns a loop in `db/owners.rs`, runs of a plan or
+//! spec in `db/plan_runs.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,9 +17,11 @@ use crate::pricing::ModelUsage;
 
 mod budget;
 mod owners;
+mod plan_runs;
 mod tree;
 
 pub use budget::{Held, Paused, TreeSpend, WentOn};
+pub use plan_runs::{PlanRun, PlanRunState};
 pub use tree::{CancelledTree, CodeLoopRefused, Refused, StatusChange};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +64,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -699,6 +702,10 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<Migrated> {
         transaction.execute_batch(
             "ALTER TABLE loop_usage ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;",
         )?;
+    }
+    if version < 7 {
+        // Runs of a plan or spec: every phase in order, surviving the host.
+        transaction.execute_batch(plan_runs::CREATE_PLAN_RUNS)?;
     }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()?;

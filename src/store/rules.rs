@@ -48,6 +48,26 @@ impl LoopStatus {
     }
 }
 
+/// A code loop that holds the working tree: it runs. One code loop of a project runs at a
+/// time; the others wait their turn, pending.
+pub fn holds_working_tree(record: &LoopRecord) -> bool {
+    record.loop_type == LoopType::Code && record.status == LoopStatus::Running
+}
+
+/// The code loop a pending code loop waits its turn for, among `records` (as the user sees
+/// them: a running loop whose host is gone, interrupted, holds nothing).
+pub fn code_turn_holder<'a>(
+    record: &LoopRecord,
+    records: &'a [LoopRecord],
+) -> Option<&'a LoopRecord> {
+    if record.loop_type != LoopType::Code || record.status != LoopStatus::Pending {
+        return None;
+    }
+    records
+        .iter()
+        .find(|other| other.id != record.id && holds_working_tree(other))
+}
+
 /// A loop that ended without success, which a retry runs again.
 pub fn retryable(status: LoopStatus) -> bool {
     matches!(
@@ -220,6 +240,13 @@ pub fn runnable_phase(record: &LoopRecord) -> bool {
         && record.status == LoopStatus::Complete
 }
 
+/// A plan or spec loop a run of every phase of its tree may start for: one not replaced by a
+/// revision (a run waits for what is not written or reviewed yet).
+pub fn runs_as_a_tree(record: &LoopRecord) -> bool {
+    matches!(record.loop_type, LoopType::Plan | LoopType::Spec)
+        && record.status != LoopStatus::Invalidated
+}
+
 /// A phase or spec loop the working tree may be verified against: it has an artifact and was
 /// not replaced by a revision (one that waits for review is verified against what it holds).
 pub fn verifiable(record: &LoopRecord) -> bool {
@@ -324,7 +351,8 @@ pub enum Purpose {
     Cancel,
     /// Loops a retry runs again (`retryable`).
     Retry,
-    /// Phase loops a code loop may start for (`runnable_phase`).
+    /// Phase loops a code loop may start for (`runnable_phase`), and plans and specs a run
+    /// of their phases may start for (`runs_as_a_tree`).
     Run,
 }
 
@@ -334,7 +362,7 @@ impl Purpose {
             Purpose::Approve => awaits_approval(record),
             Purpose::Cancel => record.status.is_cancellable(),
             Purpose::Retry => retryable(record.status),
-            Purpose::Run => runnable_phase(record),
+            Purpose::Run => runnable_phase(record) || runs_as_a_tree(record),
         }
     }
 }
@@ -565,6 +593,32 @@ mod tests {
             .map(|record| record.loop_type)
             .collect();
         assert_eq!(retried, [LoopType::Phase], "{retried:?}");
+    }
+
+    #[test]
+    fn a_pending_code_loop_waits_its_turn_while_another_code_loop_runs() {
+        let phase = approved(LoopType::Phase);
+        let running = child(LoopType::Code, &phase, "parse", LoopStatus::Running, &[]);
+        let waiting = child(LoopType::Code, &phase, "print", LoopStatus::Pending, &[]);
+        let plan = record(LoopStatus::Running, None);
+        let records = vec![waiting.clone(), running.clone(), plan.clone()];
+        assert_eq!(
+            code_turn_holder(&waiting, &records).map(|holder| &holder.id),
+            Some(&running.id)
+        );
+        assert!(code_turn_holder(&running, &records).is_none(), "it runs");
+        assert!(
+            code_turn_holder(&plan, &records).is_none(),
+            "only code loops wait"
+        );
+        let interrupted = LoopRecord {
+            status: LoopStatus::Interrupted,
+            ..running
+        };
+        assert!(
+            code_turn_holder(&waiting, &[waiting.clone(), interrupted]).is_none(),
+            "a loop whose host is gone holds nothing"
+        );
     }
 
     #[test]

@@ -66,20 +66,26 @@ impl ProjectFile {
         for name in dirs {
             dir = open_directory(&dir, name)?;
         }
-        let stat = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        ProjectFile::open_in(&dir, name)
+    }
+
+    /// Opens `name` in the directory `dir` (opened without a link on the way) if it is a
+    /// regular file and not a link.
+    pub(super) fn open_in(dir: &OwnedFd, name: &OsStr) -> Result<ProjectFile, ReadError> {
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => stat,
             Err(Errno::NOENT) => return Err(ReadError::NotFound),
             Err(errno) => return Err(errno.into()),
         };
         let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
         if kind == rustix::fs::FileType::Symlink {
-            return Err(symlink_error(&dir, name));
+            return Err(symlink_error(dir, name));
         }
         if kind != rustix::fs::FileType::RegularFile {
             return Err(ReadError::NotRegular(kind_name(kind)));
         }
         let opened = rustix::fs::openat(
-            &dir,
+            dir,
             name,
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
             Mode::empty(),
@@ -88,7 +94,7 @@ impl ProjectFile {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Err(ReadError::NotFound),
             // Replaced by a link since the look above.
-            Err(Errno::LOOP) => return Err(symlink_error(&dir, name)),
+            Err(Errno::LOOP) => return Err(symlink_error(dir, name)),
             // A socket cannot be opened at all.
             Err(Errno::NXIO) => return Err(ReadError::NotRegular("a socket")),
             Err(errno) => return Err(errno.into()),
@@ -241,7 +247,7 @@ fn names_below<'a>(
 }
 
 /// The directory `name` in `dir`, never through a link.
-fn open_directory(dir: &OwnedFd, name: &OsStr) -> Result<OwnedFd, ReadError> {
+pub(super) fn open_directory(dir: &OwnedFd, name: &OsStr) -> Result<OwnedFd, ReadError> {
     match rustix::fs::openat(
         dir,
         name,

@@ -153,21 +153,33 @@ async fn a_phase_name_two_specs_share_is_named_spec_slash_phase() {
         "{tasks:#}"
     );
 
-    // Completion qualifies only the shared name.
+    // Completion qualifies only the shared name; the plan and its specs, which a run of
+    // every phase takes, come with the phases.
     let completions: Vec<String> = editor
         .lua("return vim.fn.getcompletion('LooprRun ', 'cmdline')")
         .await;
-    assert_eq!(
-        completions,
-        [
-            "changelog",
-            "cli/parse",
-            "docs/parse",
-            "exit-code",
-            "print-version",
-            "readme"
-        ]
+    let plan = loopr::agent::plan_name(
+        editor
+            .status_records()
+            .await
+            .iter()
+            .find(|r| r["type"] == "plan")
+            .and_then(|r| r["task"].as_str())
+            .expect("the plan's task"),
     );
+    let mut expected = vec![
+        "changelog".to_owned(),
+        "cli".to_owned(),
+        "cli/parse".to_owned(),
+        "docs".to_owned(),
+        "docs/parse".to_owned(),
+        "exit-code".to_owned(),
+        "print-version".to_owned(),
+        "readme".to_owned(),
+        plan,
+    ];
+    expected.sort();
+    assert_eq!(completions, expected);
     let completions: Vec<String> = editor
         .lua("return vim.fn.getcompletion('LooprChanges cli/', 'cmdline')")
         .await;

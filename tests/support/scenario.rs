@@ -619,6 +619,19 @@ pub fn script_revised_spec(fake: &FakeLlm) -> String {
 /// Plans a one-spec hierarchy headless (`loopr plan --approve-all`, no review passes) whose
 /// phases are `print-version` (validated by `validation`), `document-flag` and `exit-code`.
 pub async fn plan_code_project(fake: &FakeLlm, dirs: &crate::nvim::TestDirs, validation: &str) {
+    plan_one_spec_headless(fake, dirs, |phase| {
+        (phase == "print-version").then_some(validation)
+    })
+    .await;
+}
+
+/// Plans the one-spec hierarchy of `plan_code_project` headless, each phase validated by
+/// what `validation_of` gives for it (else the phase's own command).
+pub async fn plan_one_spec_headless<'v>(
+    fake: &FakeLlm,
+    dirs: &crate::nvim::TestDirs,
+    validation_of: impl Fn(&str) -> Option<&'v str>,
+) {
     let phases = ["print-version", "document-flag", "exit-code"];
     let mut plan = valid_plan();
     plan["specs"] = json!([{"name": "version-flag", "title": "Parse --version", "description": "Print the version from src/main.rs when asked, then exit 0.", "dependencies": []}]);
@@ -629,7 +642,7 @@ pub async fn plan_code_project(fake: &FakeLlm, dirs: &crate::nvim::TestDirs, val
     );
     for phase in phases {
         let mut input = phase_input(phase);
-        if phase == "print-version" {
+        if let Some(validation) = validation_of(phase) {
             input["validation_command"] = json!(validation);
         }
         fake.push_routed(&phase_route(phase), tool_turn(phase, "create_phase", input));

@@ -293,7 +293,7 @@ return {
   review_gates = {
     check = { item = { kind = 'one_of', values = { 'plan', 'spec', 'phase', 'code' } }, kind = 'list' },
     default = { 'plan' },
-    description = 'Loop levels whose work waits for the user\'s approval before what follows it: a plan\'s, spec\'s or phase\'s artifact before its children spawn, a phase\'s code (`"code"`) before it counts as done and a plan or spec run goes on.',
+    description = "Loop levels whose work waits for the user's approval before what follows it: a plan's, spec's or phase's artifact before its children spawn, a phase's code (`\"code\"`) before it counts as done and a plan or spec run goes on.",
     expect = 'a list of "plan", "spec", "phase", "code"',
     host = true,
   },

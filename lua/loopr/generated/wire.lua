@@ -59,6 +59,7 @@
 ---@field retryable boolean A retry runs it again (`retryable`).
 ---@field review_passes integer
 ---@field rewound boolean A rewind took its changes back; it keeps its status (`rewound`).
+---@field run? string Where the run of every phase of this plan or spec stands, worded: `run: phase 3 of 7 (parse): its code loop runs`.
 ---@field shown_status string The word a status column shows for it: its status, or `undone` (`shown_status`).
 ---@field spend loopr.Spend What the loop spent.
 ---@field status string

@@ -62,6 +62,18 @@ impl LoopManager {
                 PhaseLookupError::NotFound(_) => ManagerError::UnknownPhase(phase.to_owned()),
                 ambiguous => ManagerError::Name(ambiguous),
             })?;
+        self.start_code_for(&project, phase_record, &settings)
+    }
+
+    /// Starts a code loop that implements `phase_record` (a phase that may run) with
+    /// `settings`; refused while the phase has an active code loop or changed meanwhile.
+    pub(super) fn start_code_for(
+        &self,
+        project: &Project,
+        phase_record: &LoopRecord,
+        settings: &LoopSettings,
+    ) -> Result<LoopId, ManagerError> {
+        let phase = phase_record.name.as_deref().unwrap_or_default();
         let record = LoopRecord {
             parent: Some(phase_record.id.clone()),
             name: phase_record.name.clone(),
@@ -103,7 +115,7 @@ impl LoopManager {
         }
         tracing::info!(loop_id = %record.id, phase, "code loop created");
         self.emit_status(&record.id, record.loop_type, LoopStatus::Pending, None);
-        self.schedule(&project);
+        self.schedule(project);
         Ok(record.id)
     }
 }

@@ -17,5 +17,6 @@ impl LoopManager {
     ) {
         self.commit_phase(project, code, settings);
         tracing::info!(loop_id = %code.id, "phase done");
+        self.advance_plan_runs(project);
     }
 }

@@ -57,8 +57,13 @@ impl LoopManager {
         self.remove_leftovers(&project);
         if self.shared.on_open == OnOpen::ResumeInterrupted {
             self.take_over_interrupted(&project)?;
+            self.schedule(&project);
+            // Runs go on with the loops: one whose phase got done as its host went away
+            // starts the next.
+            self.advance_plan_runs(&project);
+        } else {
+            self.schedule(&project);
         }
-        self.schedule(&project);
         Ok(project)
     }
 
@@ -90,6 +95,7 @@ impl LoopManager {
         let project = self.project(root)?;
         self.take_over_interrupted(&project)?;
         self.schedule(&project);
+        self.advance_plan_runs(&project);
         let mut counts = ResumeCounts::default();
         for record in project.db.list()? {
             counts.active += usize::from(record.status.is_active());

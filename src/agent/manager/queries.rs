@@ -27,6 +27,9 @@ pub struct StatusRow {
     pub tree: Option<Spend>,
     /// A spec's requirements verified, a phase's latest verification.
     pub coverage: Option<LoopCoverage>,
+    /// Where the run of a plan or spec stands: `run: phase 3 of 7 (parse): its code loop
+    /// runs`.
+    pub run: Option<String>,
 }
 
 /// Tokens of every kind and what they cost.
@@ -123,6 +126,7 @@ impl LoopManager {
         let mut usage_by_loop = project.db.usage_by_loop()?;
         let records: Vec<LoopRecord> = rows.iter().map(|(record, _)| record.clone()).collect();
         let mut coverage = coverage_by_loop(&project.layout, &records);
+        let mut runs = super::plan_runs::run_words(&project.db.plan_runs()?);
         let trees = PlanTrees::of(rows.iter().map(|(record, _)| record));
         let mut by_tree: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
         let mut with_usage = Vec::with_capacity(rows.len());
@@ -147,6 +151,7 @@ impl LoopManager {
                     )
                 });
                 StatusRow {
+                    run: runs.remove(&record.id),
                     spend: Spend::of(&usage, prices),
                     coverage: coverage.remove(&record.id),
                     tree,

@@ -1,5 +1,5 @@
 //! What runs next: pending loops of this host whose dependencies are complete, while slots
-//! are free and their plan tree is within its budget.
+//! are free and their plan tree is within its budget; one code loop of a project at a time.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{LoopManager, Project, lock};
 use crate::agent::settings::LoopSettings;
+use crate::store::{LoopType, holds_working_tree};
 
 impl LoopManager {
     /// Starts every pending loop of this host whose dependencies are complete, while slots
@@ -24,8 +25,20 @@ impl LoopManager {
                 return;
             }
         };
+        // One code loop changes the working tree at a time; the others wait their turn.
+        let mut working_tree_held = match self.seen(project) {
+            Ok(records) => records.iter().any(holds_working_tree),
+            Err(err) => {
+                tracing::error!(error = %err, "listing the project's loops");
+                return;
+            }
+        };
         let mut reached_by_tree = BTreeMap::new();
         for record in ready {
+            let is_code = record.loop_type == LoopType::Code;
+            if is_code && working_tree_held {
+                continue;
+            }
             let settings = LoopSettings::from_stored(&record.settings);
             let limit = usize::try_from(settings.max_concurrent_loops).unwrap_or(usize::MAX);
             if self.running_count() >= limit {
@@ -50,6 +63,7 @@ impl LoopManager {
             lock(&self.shared.running).insert(record.id.clone(), cancel.clone());
             match project.db.claim(&record.id, self.shared.host_pid) {
                 Ok(true) => {
+                    working_tree_held |= is_code;
                     crate::test_hooks::hold_point("after_claim");
                     self.launch(project, record, settings, cancel);
                 }

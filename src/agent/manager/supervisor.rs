@@ -13,6 +13,7 @@ use crate::agent::artifact_loop::{ArtifactOutcome, run_artifact_loop};
 use crate::agent::code_loop::run_code_loop;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{LoopEvent, NoticeLevel};
+use crate::agent::export;
 use crate::agent::settings::LoopSettings;
 use crate::agent::task_progress;
 use crate::agent::verify_on_demand::run_verify_loop;
@@ -97,6 +98,7 @@ impl LoopManager {
                     let implemented = run_code_loop(&context).await;
                     if implemented.is_ok() && !context.cancel.is_cancelled() {
                         task_progress::mark_all_done(&context).await;
+                        export::refresh(&context).await;
                     }
                     implemented.map(LoopOutcome::Code)
                 }
@@ -149,7 +151,10 @@ impl LoopManager {
             }
             Ok(Ok(LoopOutcome::Code(iteration))) => {
                 tracing::info!(loop_id = %record.id, iteration, "phase implemented and validated");
-                if self.record_end(project, record, LoopStatus::Complete, None) {
+                if settings.gates(record.loop_type.as_str()) {
+                    // Done once the user approves its changes (`approve`).
+                    self.record_end(project, record, LoopStatus::AwaitingApproval, None);
+                } else if self.record_end(project, record, LoopStatus::Complete, None) {
                     self.after_phase_done(project, record, settings);
                 }
             }
@@ -175,6 +180,8 @@ impl LoopManager {
             }
         }
         self.schedule(project);
+        // A run waits for what this loop was: written, failed, or its phase done.
+        self.advance_plan_runs(project);
         self.tell_if_ready(project, &record.id);
     }
 

@@ -9,8 +9,8 @@ use crate::agent::jobs::{self, ChildLoop};
 use crate::agent::settings::LoopSettings;
 use crate::budget::Grant;
 use crate::store::{
-    LoopId, LoopRecord, LoopStatus, ProjectLayout, approvable, awaits_approval, default_retry,
-    waits_for_budget,
+    LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, approvable, awaits_approval,
+    default_retry, waits_for_budget,
 };
 
 /// What a cancel did.
@@ -41,6 +41,14 @@ impl LoopManager {
         };
         if waits_for_budget(&record) || (record.parent.is_none() && !approvable(&record)) {
             return self.resume_paused(&project, &record);
+        }
+        // A phase named: the code loop whose changes await approval.
+        let record = match gated_code_of(&project.db.list()?, &record) {
+            Some(code) => code,
+            None => record,
+        };
+        if record.loop_type == LoopType::Code && record.status == LoopStatus::AwaitingApproval {
+            return self.approve_code(&project, &record);
         }
         let wrong_state = |status: LoopStatus| ManagerError::WrongState {
             id: record.id.to_string(),
@@ -82,8 +90,35 @@ impl LoopManager {
         self.emit_completed(&record, &children);
         tracing::info!(loop_id = %record.id, iteration = record.iteration, "approved");
         self.schedule(&project);
+        self.advance_plan_runs(&project);
         self.tell_if_ready(&project, &record.id);
         Ok(record.id)
+    }
+
+    /// Approves the changes of a code loop the `"code"` gate holds: it completes, its phase
+    /// is done, and what follows a done phase runs.
+    fn approve_code(&self, project: &Project, record: &LoopRecord) -> Result<LoopId, ManagerError> {
+        if let Err(refused) =
+            project
+                .db
+                .approve(&record.id, record.iteration, &[], self.shared.host_pid)?
+        {
+            return Err(ManagerError::WrongState {
+                id: record.id.to_string(),
+                status: refused.status.as_str(),
+                hint: "its changes were approved, undone or cancelled meanwhile",
+            });
+        }
+        self.emit_completed(record, &[]);
+        tracing::info!(loop_id = %record.id, "code approved");
+        self.after_phase_done(
+            project,
+            record,
+            &LoopSettings::from_stored(&record.settings),
+        );
+        self.schedule(project);
+        self.tell_if_ready(project, &record.id);
+        Ok(record.id.clone())
     }
 
     /// Lets the paused loops of `record`'s plan tree go on from their journals (and its held
@@ -181,6 +216,8 @@ impl LoopManager {
             self.emit_change(change);
         }
         self.schedule(&project);
+        // A run stopped at this loop goes on from it.
+        self.advance_plan_runs(&project);
         Ok(record.id)
     }
 
@@ -221,6 +258,7 @@ impl LoopManager {
                 None => run_elsewhere.push(id),
             }
         }
+        self.cancel_plan_runs(&project, &target);
         tracing::info!(loop_id = %target.id, run_elsewhere = run_elsewhere.len(), "cancel requested");
         self.tell_if_ready(&project, &target.id);
         Ok(Cancelled {
@@ -236,6 +274,21 @@ impl LoopManager {
             self.emit_status(&child.id, child.loop_type, LoopStatus::Pending, None);
         }
     }
+}
+
+/// The code loop of phase `record` whose changes await approval, if it has one.
+fn gated_code_of(records: &[LoopRecord], record: &LoopRecord) -> Option<LoopRecord> {
+    if record.loop_type != LoopType::Phase {
+        return None;
+    }
+    records
+        .iter()
+        .find(|code| {
+            code.loop_type == LoopType::Code
+                && code.parent.as_ref() == Some(&record.id)
+                && code.status == LoopStatus::AwaitingApproval
+        })
+        .cloned()
 }
 
 /// The loops that `parent`'s accepted artifact of iteration `iteration` spawns, pending and

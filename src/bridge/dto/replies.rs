@@ -8,8 +8,8 @@ use crate::agent::{
 };
 use crate::bridge::words;
 use crate::store::{
-    LoopRecord, LoopStatus, Standing, awaited, default_retry, held_at_budget, retried_with,
-    retryable,
+    LoopRecord, LoopStatus, Standing, awaited, code_turn_holder, default_retry, held_at_budget,
+    retried_with, retryable,
 };
 
 /// What opening a project for `resume` found.
@@ -505,6 +505,12 @@ pub fn waits_for(record: &LoopRecord, records: &[LoopRecord]) -> Option<String> 
     if record.status != LoopStatus::Pending || held_at_budget(record) {
         return None;
     }
+    if let Some(holder) = code_turn_holder(record, records) {
+        return Some(format!(
+            "waits its turn: {} is running, and one code loop runs at a time",
+            holder.label()
+        ));
+    }
     let awaited: Vec<String> = awaited(record, records)
         .into_iter()
         .map(|awaited| match awaited.sibling {
@@ -564,6 +570,9 @@ pub struct LoopRecordReply {
     pub tree: Option<SpendReply>,
     /// A spec's requirements verified, a current phase's latest verification.
     pub coverage: Option<CoverageReply>,
+    /// Where the run of every phase of this plan or spec stands, worded: `run: phase 3 of 7
+    /// (parse): its code loop runs`.
+    pub run: Option<String>,
     /// What the host's loop rules answer for it: the plugin keeps no copy of a rule.
     #[serde(flatten)]
     pub standing: Standing,
@@ -631,6 +640,7 @@ impl LoopRecordReply {
             spend: SpendReply::from(&row.spend),
             tree: row.tree.as_ref().map(SpendReply::from),
             coverage: row.coverage.as_ref().map(CoverageReply::from),
+            run: row.run,
             ..LoopRecordReply::from(row.record)
         }
     }
@@ -643,6 +653,7 @@ impl From<LoopRecord> for LoopRecordReply {
             label: record.label(),
             waits_for: None,
             way_on: None,
+            run: None,
             artifact_path: None,
             id: record.id.to_string(),
             loop_type: record.loop_type.as_str(),

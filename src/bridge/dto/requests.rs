@@ -112,7 +112,7 @@ pub struct CancelParams {
 #[serde(deny_unknown_fields)]
 pub struct RunParams {
     pub root: PathBuf,
-    /// A phase name or a phase loop id.
+    /// A phase, spec or plan name, or its loop id (a spec or plan runs all its phases).
     pub phase: String,
     #[serde(default)]
     pub settings: LoopSettings,

@@ -65,11 +65,13 @@ pub fn inline(value: &Value, quote: Quote) -> String {
     }
 }
 
-/// A Lua string literal. Single quotes give way to double ones for a text holding only the
-/// first, as StyLua's `AutoPreferSingle` writes it (`scripts/fmt.sh` then changes nothing).
+/// A Lua string literal. Single quotes give way to double ones for a text holding more of
+/// the first than of the second (fewer escapes), as StyLua's `AutoPreferSingle` writes it
+/// (`scripts/fmt.sh` then changes nothing).
 pub fn string(text: &str, quote: Quote) -> String {
+    let count = |mark| text.chars().filter(|c| *c == mark).count();
     let mark = match quote {
-        Quote::Single if text.contains('\'') && !text.contains('"') => '"',
+        Quote::Single if count('\'') > count('"') => '"',
         Quote::Single => '\'',
         Quote::Double => '"',
     };
@@ -116,5 +118,17 @@ mod tests {
             "\"say \\\"hi\\\"\""
         );
         assert_eq!(inline(&json!(2.5), Quote::Single), "2.5");
+    }
+
+    #[test]
+    fn the_quote_needing_fewer_escapes_is_chosen_as_stylua_does() {
+        assert_eq!(
+            string("a plan's, spec's, phase's (`\"code\"`)", Quote::Single),
+            "\"a plan's, spec's, phase's (`\\\"code\\\"`)\""
+        );
+        assert_eq!(
+            string("it's \"x\" and \"y\"", Quote::Single),
+            "'it\\'s \"x\" and \"y\"'"
+        );
     }
 }
