@@ -106,7 +106,7 @@ return {
   {
     name = 'LooprRun',
     nargs = '?',
-    desc = 'Loopr: implement a phase with a code loop, or every phase of a plan or spec in order (default: this buffer\'s)',
+    desc = "Loopr: implement a phase with a code loop, or every phase of a plan or spec in order (default: this buffer's)",
     complete = 'run',
     run = with_argument('run'),
   },
