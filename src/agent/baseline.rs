@@ -480,6 +480,20 @@ impl Baseline {
             .collect()
     }
 
+    /// What the loop's first change of `relative` found there: `None` when the loop did not
+    /// change it; else its bytes (`None`: it did not exist), or why they are not known.
+    /// Blocking.
+    pub fn before_of(&self, relative: &str) -> Option<Result<Option<Vec<u8>>, String>> {
+        let entry = self.ledger().remove(relative)?;
+        Some(match entry.before {
+            Before::Absent => Ok(None),
+            Before::Stored(hash) => self.read_blob(&hash).map(Some),
+            Before::Unknown => {
+                Err("a command changed it and what it held before is unknown".to_owned())
+            }
+        })
+    }
+
     fn ledger(&self) -> Ledger {
         std::fs::read(self.dir.join("ledger.json"))
             .ok()

@@ -98,8 +98,23 @@ impl Checkpoints {
         scratch_dir: &Path,
         timeout: Duration,
     ) -> Result<String, CheckpointError> {
+        self.take_also(loop_id, name, scratch_dir, timeout, Vec::new())
+            .await
+    }
+
+    /// As `take`, and adds `also` (paths relative to the root that exist) even where git
+    /// ignores them: the files a loop changed, so a rewind's snapshot holds every one it writes.
+    pub async fn take_also(
+        &self,
+        loop_id: &LoopId,
+        name: &str,
+        scratch_dir: &Path,
+        timeout: Duration,
+        also: Vec<String>,
+    ) -> Result<String, CheckpointError> {
         let index = scratch_dir.join(format!("checkpoint-{name}.index"));
-        let taken = tokio::time::timeout(timeout, self.take_with(loop_id, name, &index)).await;
+        let taken =
+            tokio::time::timeout(timeout, self.take_with(loop_id, name, &index, also)).await;
         let _ = std::fs::remove_file(&index);
         let _ = std::fs::remove_file(index.with_extension("index.lock"));
         taken.unwrap_or_else(|_| {
@@ -115,6 +130,7 @@ impl Checkpoints {
         loop_id: &LoopId,
         name: &str,
         index: &Path,
+        also: Vec<String>,
     ) -> Result<String, CheckpointError> {
         if let Some(dir) = index.parent() {
             std::fs::create_dir_all(dir).map_err(|err| CheckpointError::Io {
@@ -146,6 +162,14 @@ impl Checkpoints {
             prefix => format!(":(top,literal){prefix}"),
         };
         with_index(&["add", "-A", "--", &pathspec]).output().await?;
+        let forced = self.present_paths(also).await?;
+        if !forced.is_empty() {
+            with_index(&["add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul"])
+                .env("GIT_LITERAL_PATHSPECS", "1")
+                .stdin(forced)
+                .output()
+                .await?;
+        }
         let tree = one_line(with_index(&["write-tree"]).output().await?.stdout)?;
         let message = format!("loopr checkpoint {name} code loop {loop_id}\n");
         let mut commit = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
@@ -168,6 +192,26 @@ impl Checkpoints {
             .output()
             .await?;
         Ok(commit)
+    }
+
+    /// Those of `relatives` that exist under the root, as paths from the top of the work tree
+    /// each ended by a NUL (git's `--pathspec-file-nul`).
+    async fn present_paths(&self, relatives: Vec<String>) -> Result<Vec<u8>, CheckpointError> {
+        let (root, prefix) = (self.root.clone(), self.prefix.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut listed = Vec::new();
+            for relative in relatives {
+                if std::fs::symlink_metadata(root.join(&relative)).is_ok_and(|meta| !meta.is_dir())
+                {
+                    listed.extend_from_slice(prefix.as_bytes());
+                    listed.extend_from_slice(relative.as_bytes());
+                    listed.push(0);
+                }
+            }
+            listed
+        })
+        .await
+        .map_err(|err| CheckpointError::Unexpected(err.to_string()))
     }
 
     /// HEAD's commit, `None` in a repository without one yet.

@@ -232,3 +232,42 @@ async fn without_git_loopr_rewind_restores_from_the_baselines_and_says_it_cannot
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_brings_the_edit_back() {
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let project = editor.dirs.project.clone();
+    std::fs::write(project.join(".gitignore"), "*.log\n").expect("write");
+    std::fs::write(project.join("notes.log"), "the user's notes\n").expect("write");
+    commit_everything(&project);
+    assert_eq!(git(&project, &["ls-files", "notes.log"]), "", "ignored");
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "notes.log", "old_string": "the user's notes", "new_string": "the loop's notes"}))
+            .tool_use("done", "complete_phase", json!({"summary": "notes"}))
+            .reply(),
+    );
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(read("notes.log").as_deref(), Some("the loop's notes\n"));
+
+    assert_eq!(editor.command("LooprRewind print-version").await, None);
+    assert_eq!(
+        read("notes.log").as_deref(),
+        Some("the user's notes\n"),
+        "the ignored file is back as it was, not deleted"
+    );
+    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(
+        read("notes.log").as_deref(),
+        Some("the loop's notes\n"),
+        "undo brings the phase's edit back"
+    );
+    editor.quit().await;
+}

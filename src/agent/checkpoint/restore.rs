@@ -1,6 +1,7 @@
 //! Puts chosen paths of the working tree back as a checkpoint holds them: a file comes back
 //! with its bytes and mode, a link as git stored it (never followed), a path the checkpoint
-//! lacks is removed. A path whose file is not what the last loop (or the rewind) left there
+//! lacks is removed, unless the baseline of the loop that first changed it knew it (a file git
+//! ignores is in no checkpoint): then it gets what that baseline found. A path whose file is not what the last loop (or the rewind) left there
 //! is the user's since, and is kept unless forced, as undo does; writes go through open
 //! buffers; nothing is written outside the root or through a link on the way.
 
@@ -10,7 +11,9 @@ use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 use super::{CheckpointError, Checkpoints, Entry};
-use crate::agent::baseline::{SkipReason, UndoReport, current_state, restore_file, what_is_at};
+use crate::agent::baseline::{
+    Baseline, SkipReason, UndoReport, current_state, restore_file, what_is_at,
+};
 use crate::tools::{OpenBuffers, ProjectRoot, ReadBudget};
 
 /// A path to put back, with what should be there now for it to be restored without force
@@ -18,6 +21,9 @@ use crate::tools::{OpenBuffers, ProjectRoot, ReadBudget};
 pub struct PathToRestore {
     pub relative: String,
     pub expected: Option<String>,
+    /// The directory of the loop whose baseline saw the path before any rewound loop changed
+    /// it: asked when the checkpoint lacks the path (git ignores it), so it is not deleted.
+    pub earlier: Option<PathBuf>,
 }
 
 /// What a restore did: the undo-like report, and what each restored path now holds (its
@@ -69,12 +75,22 @@ pub async fn restore_paths(
             continue;
         }
         let written = match entries.get(&wanted.relative) {
-            None if current.fingerprint.is_none() => continue,
-            None => restore_file(&path, current.bytes, None, buffers)
-                .await
-                .map_err(|err| err.to_string()),
+            None => match before_in_baseline(wanted.earlier.clone(), &wanted.relative).await {
+                Err(err) => Err(err),
+                Ok(before) if before.is_none() && current.fingerprint.is_none() => continue,
+                Ok(before) if before.is_some() && before == current.bytes => continue,
+                Ok(before) => restore_file(&path, current.bytes, before, buffers)
+                    .await
+                    .map_err(|err| err.to_string()),
+            },
             Some(Entry::File { blob, executable }) => {
-                let bytes = checkpoints.blob(blob).await?;
+                let bytes = match checkpoints.blob(blob).await {
+                    Ok(bytes) => bytes,
+                    Err(err) => {
+                        skip(&mut restored, SkipReason::Unrestorable(err.to_string()));
+                        continue;
+                    }
+                };
                 if current.bytes.as_ref() == Some(&bytes) {
                     continue;
                 }
@@ -86,10 +102,10 @@ pub async fn restore_paths(
                     other => other,
                 }
             }
-            Some(Entry::Symlink { blob }) => {
-                let target = checkpoints.blob(blob).await?;
-                put_link(&path, &target)
-            }
+            Some(Entry::Symlink { blob }) => match checkpoints.blob(blob).await {
+                Ok(target) => put_link(&path, &target),
+                Err(err) => Err(err.to_string()),
+            },
             Some(Entry::Other) => {
                 skip(
                     &mut restored,
@@ -112,6 +128,23 @@ pub async fn restore_paths(
         }
     }
     Ok(restored)
+}
+
+/// What was at `relative` before the rewound loops changed it, for a path the checkpoint lacks:
+/// what the baseline in `earlier` found, else nothing (the loops created it).
+async fn before_in_baseline(
+    earlier: Option<PathBuf>,
+    relative: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    let Some(dir) = earlier else {
+        return Ok(None);
+    };
+    let relative = relative.to_owned();
+    tokio::task::spawn_blocking(move || Baseline::at(&dir).before_of(&relative))
+        .await
+        .map_err(|err| err.to_string())?
+        .unwrap_or(Ok(None))
+        .map_err(|err| format!("it is in no checkpoint and {err}"))
 }
 
 fn set_executable(path: &Path) -> Result<(), String> {

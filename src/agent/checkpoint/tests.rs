@@ -173,22 +173,27 @@ async fn restoring_brings_back_modified_and_deleted_files_removes_created_ones_a
         PathToRestore {
             relative: "a.txt".to_owned(),
             expected: fingerprint("the phase's\n"),
+            earlier: None,
         },
         PathToRestore {
             relative: "bin/run.sh".to_owned(),
             expected: None,
+            earlier: None,
         },
         PathToRestore {
             relative: "link".to_owned(),
             expected: None,
+            earlier: None,
         },
         PathToRestore {
             relative: "created.txt".to_owned(),
             expected: fingerprint("by the phase\n"),
+            earlier: None,
         },
         PathToRestore {
             relative: "new.txt".to_owned(),
             expected: fingerprint("the phase's\n"),
+            earlier: None,
         },
     ];
     let restored = restore_paths(&checkpoints, &commit, &root, paths, false, &NoBuffers)

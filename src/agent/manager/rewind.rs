@@ -103,12 +103,14 @@ impl LoopManager {
                     .map(|record| project.layout.loop_dir(&record.id))
                     .collect();
                 let paths = blocking(move || changed_paths(&dirs)).await?;
+                let changed = paths.iter().map(|path| path.relative.clone()).collect();
                 let snapshot = checkpoints
-                    .take(
+                    .take_also(
                         &code.id,
                         checkpoint::REWOUND,
                         &code_dir,
                         checkpoint::TAKE_TIMEOUT,
+                        changed,
                     )
                     .await
                     .map_err(|err| {
@@ -214,6 +216,7 @@ impl LoopManager {
             .map(|(relative, now)| PathToRestore {
                 relative: relative.clone(),
                 expected: now.clone(),
+                earlier: None,
             })
             .collect();
         let Restored { mut report, now } = restore_paths(
@@ -317,18 +320,23 @@ pub(super) async fn prune_checkpoints(root: &Path, db: &LoopDb) {
 }
 
 /// Every path the loops in `dirs` (newest first) changed, each with what the newest of them
-/// left there. Blocking.
+/// left there and the oldest's directory (its baseline saw the path before them all).
+/// Blocking.
 fn changed_paths(dirs: &[PathBuf]) -> Vec<PathToRestore> {
-    let mut expected: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut changed: BTreeMap<String, PathToRestore> = BTreeMap::new();
     for dir in dirs {
         for (relative, after) in Baseline::at(dir).touched() {
-            expected.entry(relative).or_insert(after);
+            changed
+                .entry(relative.clone())
+                .or_insert(PathToRestore {
+                    relative,
+                    expected: after,
+                    earlier: None,
+                })
+                .earlier = Some(dir.clone());
         }
     }
-    expected
-        .into_iter()
-        .map(|(relative, expected)| PathToRestore { relative, expected })
-        .collect()
+    changed.into_values().collect()
 }
 
 fn read_record(dir: &Path) -> Option<RewindRecord> {
