@@ -64,8 +64,8 @@ pub async fn rewind(
         writeln!(
             out,
             "the tree as it was before the rewind is kept as git ref \
-             refs/loopr/{code_id}/rewound; undoing the phase's changes in the editor undoes \
-             the rewind"
+             refs/loopr/{code_id}/rewound; `loopr` cannot undo it: in Neovim, \
+             :LooprUndo {phase} does"
         )?;
     } else {
         writeln!(

@@ -28,6 +28,22 @@ fn users_git_state(dir: &Path) -> Vec<String> {
     .collect()
 }
 
+/// What `loopr rewind {phase}` printed in the editor's project; it must succeed.
+fn loopr_rewind(editor: &TestNvim, phase: &str) -> String {
+    let cli = std::process::Command::new(crate::nvim::host_binary())
+        .args(["rewind", phase])
+        .current_dir(&editor.dirs.project)
+        .env("LOOPR_HOME", &editor.dirs.loopr_home)
+        .output()
+        .expect("loopr rewind");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    String::from_utf8_lossy(&cli.stdout).into_owned()
+}
+
 /// The `error` (note) of loop `id` in the status list.
 async fn note_of(editor: &TestNvim, id: &str) -> Value {
     let records = editor.status_records().await;
@@ -199,19 +215,8 @@ async fn without_git_loopr_rewind_restores_from_the_baselines_and_says_it_cannot
     let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
-    let cli = std::process::Command::new(crate::nvim::host_binary())
-        .args(["rewind", "print-version"])
-        .current_dir(&project)
-        .env("LOOPR_HOME", &editor.dirs.loopr_home)
-        .output()
-        .expect("loopr rewind");
-    assert!(
-        cli.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cli.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&cli.stdout),
+        loopr_rewind(&editor, "print-version"),
         "rewound to before print-version: restored 2 file(s), 1 code loop(s) rewound\n  \
          restored src/main.rs\n  restored src/version.rs\nmade from the baselines (no git \
          checkpoint): it cannot be undone\n"
@@ -257,7 +262,15 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
     editor.wait_status(&code_id, "complete").await;
     assert_eq!(read("notes.log").as_deref(), Some("the loop's notes\n"));
 
-    assert_eq!(editor.command("LooprRewind print-version").await, None);
+    assert_eq!(
+        loopr_rewind(&editor, "print-version"),
+        format!(
+            "rewound to before print-version: restored 1 file(s), 1 code loop(s) rewound\n  \
+             restored notes.log\nthe tree as it was before the rewind is kept as git ref \
+             refs/loopr/{code_id}/rewound; `loopr` cannot undo it: in Neovim, \
+             :LooprUndo print-version does\n"
+        )
+    );
     assert_eq!(
         read("notes.log").as_deref(),
         Some("the user's notes\n"),
