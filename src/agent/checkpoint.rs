@@ -25,6 +25,8 @@ pub const BEFORE: &str = "before";
 pub const REWOUND: &str = "rewound";
 /// Where Loopr's refs live; nothing outside it is ever written.
 const REF_ROOT: &str = "refs/loopr/";
+/// The trailer of a checkpoint commit naming the project root it was taken for.
+const ROOT_TRAILER: &str = "Loopr-Root";
 /// How long taking a checkpoint may take: a huge or endless file in the tree makes the loop go
 /// on without one rather than wait.
 pub const TAKE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -171,7 +173,12 @@ impl Checkpoints {
                 .await?;
         }
         let tree = one_line(with_index(&["write-tree"]).output().await?.stdout)?;
-        let message = format!("loopr checkpoint {name} code loop {loop_id}\n");
+        // The trailer says which project the ref belongs to: refs are the repository's, shared
+        // by every project (and worktree) in it, and each prunes only its own.
+        let message = format!(
+            "loopr checkpoint {name} code loop {loop_id}\n\n{ROOT_TRAILER}: {}\n",
+            self.root.display()
+        );
         let mut commit = vec!["commit-tree", "--no-gpg-sign", tree.as_str()];
         if let Some(head) = head.as_deref() {
             commit.extend(["-p", head]);
@@ -277,15 +284,26 @@ impl Checkpoints {
             .stdout)
     }
 
-    /// The loops that have refs under `refs/loopr/`, with those refs.
+    /// The loops of this project (its root named by the checkpoint's trailer) that have refs
+    /// under `refs/loopr/`, with those refs.
     pub async fn refs_by_loop(&self) -> Result<BTreeMap<String, Vec<String>>, CheckpointError> {
+        let format =
+            format!("--format=%(refname) %(trailers:key={ROOT_TRAILER},valueonly,separator=%x2C)");
         let listed = self
             .git
-            .command(["for-each-ref", "--format=%(refname)", REF_ROOT])
+            .command(["for-each-ref", format.as_str(), REF_ROOT])
             .output()
             .await?;
+        let ours = self.root.display().to_string();
         let mut by_loop: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for reference in String::from_utf8_lossy(&listed.stdout).lines() {
+        for line in String::from_utf8_lossy(&listed.stdout).lines() {
+            // Another project's checkpoint (or one that names none) is never this project's.
+            let Some((reference, root)) = line.split_once(' ') else {
+                continue;
+            };
+            if root != ours {
+                continue;
+            }
             if let Some((loop_id, _)) = reference
                 .strip_prefix(REF_ROOT)
                 .and_then(|rest| rest.split_once('/'))

@@ -287,8 +287,12 @@ impl LoopManager {
     }
 }
 
-/// Deletes the checkpoint refs of loops `db` no longer holds. Bounded (each git call is);
-/// run it off the async workers' hot path.
+/// How long the checkpoints of a code loop that is over are kept after it last changed.
+pub const CHECKPOINT_RETENTION: time::Duration = time::Duration::days(30);
+
+/// Deletes this project's checkpoint refs of loops `db` no longer holds, and of loops over
+/// (not active) for longer than `CHECKPOINT_RETENTION`. Bounded (each git call is); run it
+/// off the async workers' hot path.
 pub(super) async fn prune_checkpoints(root: &Path, db: &LoopDb) {
     let Some(checkpoints) = Checkpoints::find(root).await else {
         return;
@@ -303,7 +307,11 @@ pub(super) async fn prune_checkpoints(root: &Path, db: &LoopDb) {
     let gone: Vec<String> = by_loop
         .into_iter()
         .filter(|(loop_id, _)| {
-            LoopId::parse(loop_id).is_some_and(|id| matches!(db.get(&id), Ok(None)))
+            LoopId::parse(loop_id).is_some_and(|id| match db.get(&id) {
+                Ok(None) => true,
+                Ok(Some(record)) => over_for_long(&record),
+                Err(_) => false,
+            })
         })
         .flat_map(|(_, refs)| refs)
         .collect();
@@ -317,6 +325,17 @@ pub(super) async fn prune_checkpoints(root: &Path, db: &LoopDb) {
         ),
         Err(err) => tracing::warn!(error = %err, "deleting checkpoints of loops that are gone"),
     }
+}
+
+/// Whether `record` is over (neither running, waiting nor awaiting approval) and last changed
+/// longer ago than `CHECKPOINT_RETENTION`.
+fn over_for_long(record: &LoopRecord) -> bool {
+    let changed = time::OffsetDateTime::parse(
+        &record.updated_at,
+        &time::format_description::well_known::Rfc3339,
+    );
+    !record.status.is_active()
+        && changed.is_ok_and(|at| time::OffsetDateTime::now_utc() - at > CHECKPOINT_RETENTION)
 }
 
 /// Every path the loops in `dirs` (newest first) changed, each with what the newest of them
@@ -367,10 +386,11 @@ async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::LoopStatus;
     use crate::test_support::git;
 
     #[test]
-    fn pruning_deletes_the_checkpoints_of_loops_the_store_no_longer_has_and_nothing_else() {
+    fn pruning_deletes_this_projects_checkpoints_of_loops_gone_or_long_over_and_nothing_else() {
         let repo = tempfile::tempdir().expect("repo");
         let state = tempfile::tempdir().expect("state");
         git(repo.path(), &["init", "-q"]);
@@ -385,6 +405,16 @@ mod tests {
         let kept = LoopRecord::new_pending(LoopType::Code, "kept", "{}".to_owned());
         db.insert(&kept, 1).expect("insert");
         let gone = LoopId::parse("20261126-120000-000-eeeeeeeeee").expect("id");
+        // Over for longer than the retention: its checkpoints go too.
+        let old = LoopRecord {
+            status: LoopStatus::Complete,
+            updated_at: "2026-01-01T00:00:00Z".to_owned(),
+            ..LoopRecord::new_pending(LoopType::Code, "old", "{}".to_owned())
+        };
+        db.insert(&old, 1).expect("insert");
+        // A project beside this one in the same repository: its refs are not this one's.
+        std::fs::create_dir(repo.path().join("neighbour")).expect("neighbour");
+        let neighbours = LoopId::parse("20261126-120000-000-ffffffffff").expect("id");
         // Off the async workers, as a host opening the project does it.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -392,7 +422,19 @@ mod tests {
             .expect("runtime");
         runtime.block_on(async {
             let checkpoints = Checkpoints::find(repo.path()).await.expect("git");
-            for id in [&kept.id, &gone] {
+            let neighbour = Checkpoints::find(&repo.path().join("neighbour"))
+                .await
+                .expect("git");
+            neighbour
+                .take(
+                    &neighbours,
+                    checkpoint::BEFORE,
+                    state.path(),
+                    checkpoint::TAKE_TIMEOUT,
+                )
+                .await
+                .expect("taken");
+            for id in [&kept.id, &gone, &old.id] {
                 checkpoints
                     .take(
                         id,
@@ -409,8 +451,10 @@ mod tests {
         assert_eq!(
             refs,
             format!(
-                "refs/heads/{}\nrefs/loopr-not-ours/x\n{}\n",
+                "refs/heads/{}\nrefs/loopr-not-ours/x\n{}\n{}\n",
                 git(repo.path(), &["branch", "--show-current"]).trim(),
+                // Sorted by name: the neighbour's id is the older.
+                Checkpoints::ref_name(&neighbours, checkpoint::BEFORE),
                 Checkpoints::ref_name(&kept.id, checkpoint::BEFORE)
             )
         );
