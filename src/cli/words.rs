@@ -55,6 +55,20 @@ pub(super) fn clause(step: &NextStep) -> String {
             "; `loopr resume` goes on with it (and with the project's other loops that no host \
              runs), `loopr cancel {id}` cancels it"
         ),
+        // The command line retries no loop: a new run starts a failed phase again.
+        NextStep::RetryOrCancelRun {
+            run, code: true, ..
+        } => format!(
+            "; `loopr run {run} --yes` runs it again from there (a new code loop for the phase), \
+             `loopr cancel {run}` ends the run"
+        ),
+        NextStep::RetryOrCancelRun {
+            retry,
+            run,
+            code: false,
+        } => format!(
+            "; retrying {retry} in the editor lets the run go on, `loopr cancel {run}` ends the run"
+        ),
         NextStep::RetryOrRevisePhase { .. } => {
             "; `loopr run <phase> --yes` starts the phase again; revising the phase in the editor \
              changes the command"

@@ -254,6 +254,71 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_names_its_way_on_and_a_cancel_ends_it_for_good() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, code_max_iterations = 1 }";
+    let mut editor = written_tree(
+        &fake,
+        setup,
+        "test \"$(cat state.txt 2>/dev/null)\" != broken",
+    )
+    .await;
+    script_code(&fake, &["a-1"]);
+    fake.push_routed(
+        &code_route("a-2"),
+        write_and_complete("a-2", "state.txt", "broken"),
+    );
+    assert_eq!(editor.command("LooprRun a").await, None);
+    let stopped: bool = editor
+        .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('the run of spec \"a\" stopped at phase 2 of 3', 1, true) ~= nil end, 5)")
+        .await;
+    let told = messages(&editor).await;
+    assert!(stopped, "the user is told: {told}");
+    // Named as the user types them, not by id.
+    assert!(
+        told.contains(
+            ":LooprRetry a-2/code retries it and the run goes on, :LooprCancel a ends the run"
+        ),
+        "{told}"
+    );
+
+    // Nothing in the tree is active, yet the run is there to end.
+    assert_eq!(editor.command("LooprCancel a").await, None);
+    let run = spec_run(&editor.status_records().await, "a");
+    assert!(run.starts_with("run cancelled"), "{run}");
+    assert!(
+        messages(&editor)
+            .await
+            .contains("the run of spec \"a\" was cancelled"),
+        "{}",
+        messages(&editor).await
+    );
+
+    // The phase run by hand is the user's: the ended run does not start a-3 after it.
+    fake.push_routed(
+        &code_route("a-2"),
+        write_and_complete("a-2", "state.txt", "fixed"),
+    );
+    assert_eq!(editor.command("LooprRun a-2").await, None);
+    let passed: bool = editor
+        .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('a-2 validation passed', 1, true) ~= nil end, 5)")
+        .await;
+    assert!(passed, "{}", messages(&editor).await);
+    // A resume moves every live run on at once: after it, a-3 would have started.
+    let _: Value = editor
+        .lua(&format!(
+            "return require('loopr.host').request('resume', {{ root = {:?} }})",
+            editor.dirs.project.display().to_string()
+        ))
+        .await;
+    let records = editor.status_records().await;
+    assert!(code_of(&records, "a-3").is_empty(), "{records:#?}");
+    assert!(spec_run(&records, "a").starts_with("run cancelled"));
+    assert_eq!(code_order(&fake), ["a-1", "a-2"]);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_loop_started_by_hand_waits_its_turn_and_says_so() {
     let fake = FakeLlm::start().await;
     let mut editor = written_tree(&fake, SETUP, "true").await;
