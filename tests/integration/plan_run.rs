@@ -165,8 +165,8 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
         .await;
     assert_eq!(
         quickfix,
-        json!({"title": format!("Loopr: {code_id} changes"), "count": 1, "open": true}),
-        "the changes list opens"
+        json!({"title": "Loopr: a-1 changes", "count": 1, "open": true}),
+        "the changes list opens, named by its phase"
     );
     assert_eq!(code_order(&fake), ["a-1"], "a-2 waits for the approval");
     assert_eq!(
@@ -189,11 +189,28 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
     editor
         .wait_status(next["id"].as_str().expect("id"), "complete")
         .await;
-    editor
+    let last = editor
         .wait_event("LooprLoopUpdated", |data| {
             data["type"] == "code" && data["status"] == "awaiting_approval"
         })
         .await;
+    // The same status said again (as a resume does) is no news: the list the user closed
+    // stays closed.
+    let reopened: bool = editor
+        .lua(&format!(
+            "vim.cmd('cclose') \
+             require('loopr.events').dispatch({{ event = 'loop_updated', id = {:?}, type = 'code', status = 'awaiting_approval', root = {:?} }}) \
+             local handled = false vim.schedule(function() handled = true end) \
+             vim.wait(10000, function() return handled end) \
+             return vim.fn.getqflist({{ winid = 0 }}).winid ~= 0",
+            last["id"].as_str().expect("id"),
+            editor.dirs.project.display().to_string()
+        ))
+        .await;
+    assert!(
+        !reopened,
+        "a re-emitted status does not reopen the changes list"
+    );
     assert_eq!(editor.command("LooprApprove").await, None);
     let records = wait_all_complete(&mut editor, 9 + 3).await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
