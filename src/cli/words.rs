@@ -109,3 +109,32 @@ fn settings_json(key: &str, value: &str) -> String {
         )
         .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_run_is_worded_with_commands_that_exist_and_its_names() {
+        let at_code = clause(&NextStep::RetryOrCancelRun {
+            retry: "a-2/code".to_owned(),
+            run: "a".to_owned(),
+            code: true,
+        });
+        assert_eq!(
+            at_code,
+            "; `loopr run a --yes` runs it again from there (a new code loop for the phase), \
+             `loopr cancel a` ends the run"
+        );
+        let at_spec = clause(&NextStep::RetryOrCancelRun {
+            retry: "a".to_owned(),
+            run: "plan".to_owned(),
+            code: false,
+        });
+        assert!(!at_spec.contains("resume"), "{at_spec}");
+        assert!(
+            at_spec.contains("`loopr cancel plan` ends the run"),
+            "{at_spec}"
+        );
+    }
+}

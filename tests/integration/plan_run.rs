@@ -274,7 +274,7 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
 async fn a_stopped_run_names_its_way_on_and_a_cancel_ends_it_for_good() {
     let fake = FakeLlm::start().await;
     let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, code_max_iterations = 1 }";
-    let mut editor = written_tree(
+    let editor = written_tree(
         &fake,
         setup,
         "test \"$(cat state.txt 2>/dev/null)\" != broken",
