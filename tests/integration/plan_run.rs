@@ -218,22 +218,29 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
     editor.quit().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
-    let fake = FakeLlm::start().await;
+/// Runs spec `a` of the written tree with a-2's code loop failing its validation (one
+/// iteration allowed).
+async fn run_spec_a_failing_at_a_2(fake: &FakeLlm) -> TestNvim {
     let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, code_max_iterations = 1 }";
-    let mut editor = written_tree(
-        &fake,
+    let editor = written_tree(
+        fake,
         setup,
         "test \"$(cat state.txt 2>/dev/null)\" != broken",
     )
     .await;
-    script_code(&fake, &["a-1"]);
+    script_code(fake, &["a-1"]);
     fake.push_routed(
         &code_route("a-2"),
         write_and_complete("a-2", "state.txt", "broken"),
     );
     assert_eq!(editor.command("LooprRun a").await, None);
+    editor
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
+    let fake = FakeLlm::start().await;
+    let mut editor = run_spec_a_failing_at_a_2(&fake).await;
     let failed = editor
         .wait_event("LooprLoopUpdated", |data| {
             data["type"] == "code" && data["status"] == "failed"
@@ -273,19 +280,7 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_run_names_its_way_on_and_a_cancel_ends_it_for_good() {
     let fake = FakeLlm::start().await;
-    let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, code_max_iterations = 1 }";
-    let editor = written_tree(
-        &fake,
-        setup,
-        "test \"$(cat state.txt 2>/dev/null)\" != broken",
-    )
-    .await;
-    script_code(&fake, &["a-1"]);
-    fake.push_routed(
-        &code_route("a-2"),
-        write_and_complete("a-2", "state.txt", "broken"),
-    );
-    assert_eq!(editor.command("LooprRun a").await, None);
+    let editor = run_spec_a_failing_at_a_2(&fake).await;
     let stopped: bool = editor
         .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('the run of spec \"a\" stopped at phase 2 of 3', 1, true) ~= nil end, 5)")
         .await;
