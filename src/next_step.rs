@@ -20,6 +20,14 @@ pub enum NextStep {
     Retry,
     /// Go on with interrupted loop `id` from where it stopped, or cancel it.
     RetryOrCancel { id: String },
+    /// A run stopped at loop `retry` (named as the user types it): retrying that loop lets
+    /// run `run` (its plan's or spec's name) go on, cancelling `run` ends it. `code`: the
+    /// loop is a code loop (a new run of the plan starts its phase again).
+    RetryOrCancelRun {
+        retry: String,
+        run: String,
+        code: bool,
+    },
     /// Run paused code loop `id` again, or revise its phase to change what stopped it (its
     /// validation command).
     RetryOrRevisePhase { id: String },
@@ -103,6 +111,9 @@ impl NextStep {
             NextStep::Retry => "retrying the loop runs it again".to_owned(),
             NextStep::RetryOrCancel { id } => {
                 format!("retrying {id} goes on with it, cancelling it allows a new one")
+            }
+            NextStep::RetryOrCancelRun { retry, run, .. } => {
+                format!("retrying {retry} lets the run go on, cancelling {run} ends the run")
             }
             NextStep::RetryOrRevisePhase { id } => format!(
                 "retrying {id} runs it again; revising its phase changes the validation command"

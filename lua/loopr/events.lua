@@ -46,6 +46,11 @@ end
 ---@type table<string, fun(ev: table)>
 local handlers = {}
 
+---The last status each loop's events said, by loop id: a status the host says again (a
+---resume, a re-emitted event) is not news.
+---@type table<string, string>
+local last_status = {}
+
 ---@param ev loopr.LoopUpdatedEvent
 function handlers.loop_updated(ev)
   local progress = require('loopr.progress')
@@ -72,15 +77,19 @@ function handlers.loop_updated(ev)
       { keep = way_on and ('; ' .. way_on) }
     )
   end
+  local was = last_status[ev.id]
+  last_status[ev.id] = ev.status
   if ev.status == 'awaiting_approval' then
     local row = row_of(ev)
     notify.notify(
       ('Loopr: %s awaits review: :LooprApprove or :LooprRevise {feedback}'):format(name_of(ev, row)),
       vim.log.levels.INFO
     )
-    -- A code loop the "code" gate holds: its changes are what the user reviews.
-    if ev.type == 'code' then
-      require('loopr.changes').open(ev.id, str(ev.root) or require('loopr.config').root())
+    -- A code loop the "code" gate holds: its changes are what the user reviews, listed
+    -- once as it comes to wait (a list the user closed stays closed), named by its phase.
+    if ev.type == 'code' and was ~= 'awaiting_approval' then
+      local phase = row and str(row.name) or ev.id
+      require('loopr.changes').open(phase, str(ev.root) or require('loopr.config').root())
     end
   end
   fire('LooprLoopUpdated', { id = ev.id, type = ev.type, status = ev.status })

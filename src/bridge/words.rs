@@ -65,6 +65,9 @@ fn step_words(step: &NextStep) -> String {
         NextStep::RetryOrCancel { id } => {
             format!(":LooprRetry {id} retries it, :LooprCancel {id} cancels it")
         }
+        NextStep::RetryOrCancelRun { retry, run, .. } => format!(
+            ":LooprRetry {retry} retries it and the run goes on, :LooprCancel {run} ends the run"
+        ),
         NextStep::RetryOrRevisePhase { id } => format!(
             ":LooprRetry {id} runs it again; to change the command, :LooprRevise {{feedback}} \
              in the phase's phase.md"

@@ -55,6 +55,20 @@ pub(super) fn clause(step: &NextStep) -> String {
             "; `loopr resume` goes on with it (and with the project's other loops that no host \
              runs), `loopr cancel {id}` cancels it"
         ),
+        // The command line retries no loop: a new run starts a failed phase again.
+        NextStep::RetryOrCancelRun {
+            run, code: true, ..
+        } => format!(
+            "; `loopr run {run} --yes` runs it again from there (a new code loop for the phase), \
+             `loopr cancel {run}` ends the run"
+        ),
+        NextStep::RetryOrCancelRun {
+            retry,
+            run,
+            code: false,
+        } => format!(
+            "; retrying {retry} in the editor lets the run go on, `loopr cancel {run}` ends the run"
+        ),
         NextStep::RetryOrRevisePhase { .. } => {
             "; `loopr run <phase> --yes` starts the phase again; revising the phase in the editor \
              changes the command"
@@ -94,4 +108,33 @@ fn settings_json(key: &str, value: &str) -> String {
             |inner, part| serde_json::json!({ part: inner }),
         )
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_run_is_worded_with_commands_that_exist_and_its_names() {
+        let at_code = clause(&NextStep::RetryOrCancelRun {
+            retry: "a-2/code".to_owned(),
+            run: "a".to_owned(),
+            code: true,
+        });
+        assert_eq!(
+            at_code,
+            "; `loopr run a --yes` runs it again from there (a new code loop for the phase), \
+             `loopr cancel a` ends the run"
+        );
+        let at_spec = clause(&NextStep::RetryOrCancelRun {
+            retry: "a".to_owned(),
+            run: "plan".to_owned(),
+            code: false,
+        });
+        assert!(!at_spec.contains("resume"), "{at_spec}");
+        assert!(
+            at_spec.contains("`loopr cancel plan` ends the run"),
+            "{at_spec}"
+        );
+    }
 }

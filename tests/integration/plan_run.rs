@@ -165,8 +165,8 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
         .await;
     assert_eq!(
         quickfix,
-        json!({"title": format!("Loopr: {code_id} changes"), "count": 1, "open": true}),
-        "the changes list opens"
+        json!({"title": "Loopr: a-1 changes", "count": 1, "open": true}),
+        "the changes list opens, named by its phase"
     );
     assert_eq!(code_order(&fake), ["a-1"], "a-2 waits for the approval");
     assert_eq!(
@@ -189,11 +189,28 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
     editor
         .wait_status(next["id"].as_str().expect("id"), "complete")
         .await;
-    editor
+    let last = editor
         .wait_event("LooprLoopUpdated", |data| {
             data["type"] == "code" && data["status"] == "awaiting_approval"
         })
         .await;
+    // The same status said again (as a resume does) is no news: the list the user closed
+    // stays closed.
+    let reopened: bool = editor
+        .lua(&format!(
+            "vim.cmd('cclose') \
+             require('loopr.events').dispatch({{ event = 'loop_updated', id = {:?}, type = 'code', status = 'awaiting_approval', root = {:?} }}) \
+             local handled = false vim.schedule(function() handled = true end) \
+             vim.wait(10000, function() return handled end) \
+             return vim.fn.getqflist({{ winid = 0 }}).winid ~= 0",
+            last["id"].as_str().expect("id"),
+            editor.dirs.project.display().to_string()
+        ))
+        .await;
+    assert!(
+        !reopened,
+        "a re-emitted status does not reopen the changes list"
+    );
     assert_eq!(editor.command("LooprApprove").await, None);
     let records = wait_all_complete(&mut editor, 9 + 3).await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
@@ -201,22 +218,29 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
     editor.quit().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
-    let fake = FakeLlm::start().await;
+/// Runs spec `a` of the written tree with a-2's code loop failing its validation (one
+/// iteration allowed).
+async fn run_spec_a_failing_at_a_2(fake: &FakeLlm) -> TestNvim {
     let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, code_max_iterations = 1 }";
-    let mut editor = written_tree(
-        &fake,
+    let editor = written_tree(
+        fake,
         setup,
         "test \"$(cat state.txt 2>/dev/null)\" != broken",
     )
     .await;
-    script_code(&fake, &["a-1"]);
+    script_code(fake, &["a-1"]);
     fake.push_routed(
         &code_route("a-2"),
         write_and_complete("a-2", "state.txt", "broken"),
     );
     assert_eq!(editor.command("LooprRun a").await, None);
+    editor
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
+    let fake = FakeLlm::start().await;
+    let mut editor = run_spec_a_failing_at_a_2(&fake).await;
     let failed = editor
         .wait_event("LooprLoopUpdated", |data| {
             data["type"] == "code" && data["status"] == "failed"
@@ -250,6 +274,59 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
         "the retried loop went on"
     );
     assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_names_its_way_on_and_a_cancel_ends_it_for_good() {
+    let fake = FakeLlm::start().await;
+    let editor = run_spec_a_failing_at_a_2(&fake).await;
+    let stopped: bool = editor
+        .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('the run of spec \"a\" stopped at phase 2 of 3', 1, true) ~= nil end, 5)")
+        .await;
+    let told = messages(&editor).await;
+    assert!(stopped, "the user is told: {told}");
+    // Named as the user types them, not by id.
+    assert!(
+        told.contains(
+            ":LooprRetry a-2/code retries it and the run goes on, :LooprCancel a ends the run"
+        ),
+        "{told}"
+    );
+
+    // Nothing in the tree is active, yet the run is there to end.
+    assert_eq!(editor.command("LooprCancel a").await, None);
+    let run = spec_run(&editor.status_records().await, "a");
+    assert!(run.starts_with("run cancelled"), "{run}");
+    assert!(
+        messages(&editor)
+            .await
+            .contains("the run of spec \"a\" was cancelled"),
+        "{}",
+        messages(&editor).await
+    );
+
+    // The phase run by hand is the user's: the ended run does not start a-3 after it.
+    fake.push_routed(
+        &code_route("a-2"),
+        write_and_complete("a-2", "state.txt", "fixed"),
+    );
+    assert_eq!(editor.command("LooprRun a-2").await, None);
+    let passed: bool = editor
+        .lua("return vim.wait(30000, function() return vim.fn.execute('messages'):find('a-2 validation passed', 1, true) ~= nil end, 5)")
+        .await;
+    assert!(passed, "{}", messages(&editor).await);
+    // A resume moves every live run on at once: after it, a-3 would have started.
+    let _: Value = editor
+        .lua(&format!(
+            "return require('loopr.host').request('resume', {{ root = {:?} }})",
+            editor.dirs.project.display().to_string()
+        ))
+        .await;
+    let records = editor.status_records().await;
+    assert!(code_of(&records, "a-3").is_empty(), "{records:#?}");
+    assert!(spec_run(&records, "a").starts_with("run cancelled"));
+    assert_eq!(code_order(&fake), ["a-1", "a-2"]);
     editor.quit().await;
 }
 

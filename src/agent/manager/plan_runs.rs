@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::{LoopManager, ManagerError, Project, lock};
 use crate::agent::events::{LoopEvent, NoticeLevel};
-use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted};
+use crate::agent::loop_names::{LoopNameError, LoopNames, Wanted, shortest_name};
 use crate::agent::plan_run::{RunStep, evaluate};
 use crate::agent::settings::LoopSettings;
 use crate::next_step::NextStep;
@@ -71,8 +71,10 @@ impl LoopManager {
         Ok(Started::Tree(target.id.clone()))
     }
 
-    /// Moves every live run of the project on: starts the next phase's code loop, records
-    /// what it waits for, or tells the user it stopped or is done.
+    /// Moves every running run of the project on: starts the next phase's code loop, records
+    /// what it waits for, or tells the user it stopped or is done. A stopped run stays so
+    /// until a retry of a loop of its tree (`retry_plan_runs`): a phase the user runs by hand
+    /// meanwhile is the user's, and does not set the run going again.
     pub(super) fn advance_plan_runs(&self, project: &Project) {
         let _advancing = lock(&self.shared.advancing_runs);
         let runs = match project.db.plan_runs() {
@@ -82,7 +84,10 @@ impl LoopManager {
                 return;
             }
         };
-        for run in runs.into_iter().filter(|run| run.state.is_live()) {
+        for run in runs
+            .into_iter()
+            .filter(|run| run.state == PlanRunState::Running)
+        {
             if let Err(err) = self.advance_run(project, &run) {
                 tracing::error!(loop_id = %run.target, error = %err, "moving a plan run on");
             }
@@ -127,8 +132,10 @@ impl LoopManager {
                     .update_plan_run(&run.target, PlanRunState::Running, code, &words)?;
             }
             RunStep::Stopped { at, .. } => {
-                let retry = Some(NextStep::RetryOrCancel {
-                    id: at.id.to_string(),
+                let retry = Some(NextStep::RetryOrCancelRun {
+                    retry: shortest_name(&records, at),
+                    run: shortest_name(&records, target),
+                    code: at.loop_type == crate::store::LoopType::Code,
                 });
                 self.stop_run(project, run, target, run.code_loop.as_ref(), &words, retry)?;
             }
@@ -180,32 +187,51 @@ impl LoopManager {
         Ok(())
     }
 
+    /// Sets the stopped runs going again whose tree holds `retried` (a loop a retry runs
+    /// again), then moves every running run on.
+    pub(super) fn retry_plan_runs(&self, project: &Project, retried: &LoopRecord) {
+        let reading = project
+            .db
+            .plan_runs()
+            .and_then(|runs| Ok((runs, project.db.list()?)));
+        match reading {
+            Ok((runs, records)) => {
+                let tree = Tree::new(&records);
+                for run in runs.iter().filter(|run| {
+                    run.state == PlanRunState::Stopped && tree.within(&retried.id, &run.target)
+                }) {
+                    if let Err(err) = project.db.update_plan_run(
+                        &run.target,
+                        PlanRunState::Running,
+                        run.code_loop.as_ref(),
+                        &run.note,
+                    ) {
+                        tracing::error!(loop_id = %run.target, error = %err, "going on with a plan run");
+                    }
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "reading the project's plan runs"),
+        }
+        self.advance_plan_runs(project);
+    }
+
     /// Ends the live runs a cancel of `cancelled` reaches: the run of it, of a loop above
-    /// it (its code loop, a phase or spec of the run's tree) or of a loop below it.
-    pub(super) fn cancel_plan_runs(&self, project: &Project, cancelled: &LoopRecord) {
+    /// it (its code loop, a phase or spec of the run's tree) or of a loop below it. Returns
+    /// how many it ended.
+    pub(super) fn cancel_plan_runs(&self, project: &Project, cancelled: &LoopRecord) -> usize {
         let _advancing = lock(&self.shared.advancing_runs);
         let (runs, records) = match (project.db.plan_runs(), project.db.list()) {
             (Ok(runs), Ok(records)) => (runs, records),
             (Err(err), _) | (_, Err(err)) => {
                 tracing::error!(error = %err, "reading the project's plan runs");
-                return;
+                return 0;
             }
         };
-        let by_id: HashMap<&LoopId, &LoopRecord> =
-            records.iter().map(|record| (&record.id, record)).collect();
-        let within = |inner: &LoopId, outer: &LoopId| {
-            let mut current = Some(inner);
-            for _ in 0..=records.len() {
-                match current {
-                    Some(id) if id == outer => return true,
-                    Some(id) => current = by_id.get(id).and_then(|record| record.parent.as_ref()),
-                    None => return false,
-                }
-            }
-            false
-        };
+        let tree = Tree::new(&records);
+        let mut ended = 0;
         for run in runs.into_iter().filter(|run| run.state.is_live()) {
-            if !within(&cancelled.id, &run.target) && !within(&run.target, &cancelled.id) {
+            if !tree.within(&cancelled.id, &run.target) && !tree.within(&run.target, &cancelled.id)
+            {
                 continue;
             }
             let words = format!("cancelled ({})", run.note);
@@ -218,7 +244,9 @@ impl LoopManager {
                 tracing::error!(loop_id = %run.target, error = %err, "recording a plan run's cancel");
                 continue;
             }
-            let label = by_id
+            ended += 1;
+            let label = tree
+                .by_id
                 .get(&run.target)
                 .map_or_else(|| run.target.to_string(), |target| target.label());
             self.shared.events.emit(LoopEvent::Notice {
@@ -227,6 +255,7 @@ impl LoopManager {
                 message: format!("the run of {label} was {words}"),
             });
         }
+        ended
     }
 
     /// The project's runs as a status list shows them, by the plan or spec they run:
@@ -239,6 +268,33 @@ impl LoopManager {
     /// The run of `target`, if it has one.
     pub fn plan_run(&self, root: &Path, target: &LoopId) -> Result<Option<PlanRun>, ManagerError> {
         Ok(self.project(root)?.db.plan_run(target)?)
+    }
+}
+
+/// The project's loops by id, to walk a loop's parents.
+struct Tree<'a> {
+    by_id: HashMap<&'a LoopId, &'a LoopRecord>,
+}
+
+impl<'a> Tree<'a> {
+    fn new(records: &'a [LoopRecord]) -> Tree<'a> {
+        Tree {
+            by_id: records.iter().map(|record| (&record.id, record)).collect(),
+        }
+    }
+
+    /// Whether `inner` is `outer` or below it.
+    fn within(&self, inner: &LoopId, outer: &LoopId) -> bool {
+        let mut current = Some(inner);
+        // Bounded: a parent cycle in a damaged store ends the walk.
+        for _ in 0..=self.by_id.len() {
+            match current {
+                Some(id) if id == outer => return true,
+                Some(id) => current = self.by_id.get(id).and_then(|record| record.parent.as_ref()),
+                None => return false,
+            }
+        }
+        false
     }
 }
 

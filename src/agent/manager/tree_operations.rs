@@ -217,7 +217,7 @@ impl LoopManager {
         }
         self.schedule(&project);
         // A run stopped at this loop goes on from it.
-        self.advance_plan_runs(&project);
+        self.retry_plan_runs(&project, &record);
         Ok(record.id)
     }
 
@@ -239,7 +239,9 @@ impl LoopManager {
         let tree = project
             .db
             .cancel_tree(&target.id, |owner| self.host_is_gone(owner))?;
-        if tree.is_empty() {
+        // A run stopped at a failed phase has nothing active, and is still there to end.
+        let runs_ended = self.cancel_plan_runs(&project, &target);
+        if tree.is_empty() && runs_ended == 0 {
             return Err(ManagerError::WrongState {
                 id: target.id.to_string(),
                 status: target.status.as_str(),
@@ -258,7 +260,6 @@ impl LoopManager {
                 None => run_elsewhere.push(id),
             }
         }
-        self.cancel_plan_runs(&project, &target);
         tracing::info!(loop_id = %target.id, run_elsewhere = run_elsewhere.len(), "cancel requested");
         self.tell_if_ready(&project, &target.id);
         Ok(Cancelled {
