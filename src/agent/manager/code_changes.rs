@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::baseline::{Baseline, ChangedHunk, UndoReport};
 use crate::agent::phases::{PhaseLookupError, resolve_phase};
-use crate::store::{LoopId, LoopRecord, LoopType, UNDONE_NOTE_PREFIX, rewound, undone};
+use crate::store::{LoopId, LoopRecord, LoopStatus, LoopType, UNDONE_NOTE_PREFIX, rewound, undone};
 
 impl LoopManager {
     /// What the newest code loop of `phase` changed, one entry per hunk. Blocking (it reads
@@ -39,7 +39,7 @@ impl LoopManager {
             return Err(ManagerError::WrongState {
                 id: code.id.to_string(),
                 status: code.status.as_str(),
-                hint: "its code loop still runs; cancel it first",
+                hint: code_loop_busy(code.status),
             });
         }
         if rewound(code.error.as_deref()) {
@@ -89,6 +89,17 @@ impl LoopManager {
             }
         }
         Ok((code.id, report))
+    }
+}
+
+/// Why an undo or a rewind waits for a code loop that is `status` (active), and what lets it
+/// go on.
+pub(super) fn code_loop_busy(status: LoopStatus) -> &'static str {
+    if status == LoopStatus::AwaitingApproval {
+        "its changes await approval: approve them to keep them, revise it to send it back, or \
+         cancel it, then undo or rewind"
+    } else {
+        "a code loop still runs; cancel it first"
     }
 }
 

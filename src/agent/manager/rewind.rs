@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::code_changes::newest_code_loop;
+use super::code_changes::{code_loop_busy, newest_code_loop};
 use super::{LoopManager, ManagerError, Project};
 use crate::agent::baseline::{Baseline, UndoReport};
 use crate::agent::checkpoint::{
@@ -68,7 +68,7 @@ impl LoopManager {
             return Err(ManagerError::WrongState {
                 id: active.id.to_string(),
                 status: active.status.as_str(),
-                hint: "a code loop still runs; cancel it first",
+                hint: code_loop_busy(active.status),
             });
         }
         // Newest first: the target and every later code loop whose work stands.
