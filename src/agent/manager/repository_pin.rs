@@ -88,3 +88,57 @@ fn git_dir_above(dir: &Path) -> Option<PathBuf> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .expect("git");
+        assert!(status.success(), "{args:?}");
+    }
+
+    /// A repository a command creates after the pin, with a planted clean filter: the phase
+    /// commit is refused, and git as the host runs it never starts the filter.
+    #[tokio::test]
+    async fn a_repository_created_after_the_pin_is_refused_and_runs_no_filter() {
+        let home = tempfile::tempdir().expect("home");
+        let root = tempfile::tempdir().expect("root");
+        let root = root.path().canonicalize().expect("canonical");
+        let layout = ProjectLayout::new(home.path(), &root);
+        std::fs::create_dir_all(layout.project_dir()).expect("state");
+        pin_repository(&layout, &root);
+        // The model's command: a repository with a filter its attributes choose.
+        let marker = root.join("marker");
+        git(&root, &["init", "-q"]);
+        git(
+            &root,
+            &[
+                "config",
+                "filter.x.clean",
+                &format!("touch {}; cat", marker.display()),
+            ],
+        );
+        std::fs::write(root.join(".gitattributes"), "* filter=x\n").expect("attrs");
+        std::fs::write(root.join("a.txt"), "hello\n").expect("file");
+        let found = crate::git::Git::find(&root).await.expect("a repository");
+        found.command(["add", "-A"]).output().await.expect("add");
+        found.command(["write-tree"]).output().await.expect("tree");
+        assert!(!marker.exists(), "a host call ran the planted filter");
+        let refused = unpinned_repository(&layout, found.git_dir()).expect("refused");
+        assert!(
+            refused.contains("appeared after Loopr first saw the project"),
+            "{refused}"
+        );
+        // The repository that was there first is the one a commit may run in.
+        let home = tempfile::tempdir().expect("home");
+        let layout = ProjectLayout::new(home.path(), &root);
+        std::fs::create_dir_all(layout.project_dir()).expect("state");
+        pin_repository(&layout, &root);
+        assert_eq!(unpinned_repository(&layout, found.git_dir()), None);
+    }
+}
