@@ -3,9 +3,13 @@
 //! git), no pager, no prompt, no lock taken for a read, every call bounded in time and
 //! output, its process group killed when the call is dropped (a cancel).
 //!
-//! The working tree is the model's and so an attacker's: git is told not to run the user's
-//! hooks or fsmonitor unless a call asks for hooks (`with_hooks`), and the caller decides
-//! where those run.
+//! The working tree is the model's and so an attacker's, and so may be the repository when a
+//! command created it (`git init`, a `.git` file) after Loopr first saw the project: git is
+//! told not to run the user's hooks or fsmonitor unless a call asks for hooks (`with_hooks`,
+//! the caller decides where those run), not to trace to files, not to sign, to take the work
+//! tree Loopr found (never `core.worktree`), and to read attributes from the empty tree, so
+//! no `filter.*` program runs, unless a call asks for the user's filters (`with_filters`) or
+//! signature (`signed`): only the phase commit does, in a repository it checked.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -41,29 +45,85 @@ pub enum GitError {
     },
 }
 
+/// The empty tree's name in a SHA-1 repository, and in a SHA-256 one: the attributes' source
+/// that has none.
+const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
+
+/// Variables a signing program needs to reach the user's keys: given to a signed call only.
+const SIGNING_VARIABLES: [&str; 3] = ["SSH_AUTH_SOCK", "GNUPGHOME", "GPG_TTY"];
+
+/// Variables that would make git trace to a file or descriptor, each turned off for every
+/// call (a repository's config cannot set them; the user's global config could).
+const TRACE_VARIABLES: [&str; 9] = [
+    "GIT_TRACE",
+    "GIT_TRACE2",
+    "GIT_TRACE2_EVENT",
+    "GIT_TRACE2_PERF",
+    "GIT_TRACE_PACKET",
+    "GIT_TRACE_PERFORMANCE",
+    "GIT_TRACE_SETUP",
+    "GIT_TRACE_SHALLOW",
+    "GIT_TRACE_CURL",
+];
+
 /// A repository's work tree, where the host runs git.
 #[derive(Clone, Debug)]
 pub struct Git {
     work_tree: PathBuf,
+    /// The repository's git directory (absolute, as git names it).
+    git_dir: PathBuf,
+    /// The empty tree in the repository's object format.
+    empty_tree: &'static str,
 }
 
 impl Git {
     /// The repository whose work tree holds `dir`, if git knows one (no git installed, or no
     /// repository, is `None`: the callers then do without).
+    /// A work tree git names outside `dir` (a `core.worktree` the repository's config sets)
+    /// is none either.
     pub async fn find(dir: &Path) -> Option<Git> {
         let probe = Git {
             work_tree: dir.to_owned(),
+            git_dir: PathBuf::new(),
+            empty_tree: EMPTY_TREE_SHA1,
         };
-        let output = probe
-            .command(["rev-parse", "--show-toplevel"])
-            .output()
-            .await
-            .ok()?;
-        let top = String::from_utf8(output.stdout).ok()?;
-        let top = top.trim_end_matches('\n');
-        (!top.is_empty()).then(|| Git {
+        let mut command = probe.command([
+            "rev-parse",
+            "--show-toplevel",
+            "--show-object-format",
+            "--absolute-git-dir",
+        ]);
+        command.work_tree_given = false;
+        let output = command.output().await.ok()?;
+        let text = String::from_utf8(output.stdout).ok()?;
+        let mut lines = text.lines();
+        let (top, format, git_dir) = (lines.next()?, lines.next()?, lines.next()?);
+        if top.is_empty() {
+            return None;
+        }
+        let inside = match (dir.canonicalize(), Path::new(top).canonicalize()) {
+            (Ok(dir), Ok(top)) => dir.starts_with(top),
+            _ => false,
+        };
+        if !inside {
+            tracing::warn!(dir = %dir.display(), work_tree = top, "git names a work tree that does not hold the folder; doing without git");
+            return None;
+        }
+        Some(Git {
             work_tree: PathBuf::from(top),
+            git_dir: PathBuf::from(git_dir),
+            empty_tree: if format == "sha256" {
+                EMPTY_TREE_SHA256
+            } else {
+                EMPTY_TREE_SHA1
+            },
         })
+    }
+
+    /// The repository's git directory, absolute.
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
     }
 
     /// The top of the work tree.
@@ -83,6 +143,10 @@ impl Git {
             env: Vec::new(),
             stdin: None,
             hooks: false,
+            filters: false,
+            signed: false,
+            work_tree_given: true,
+            empty_tree: self.empty_tree,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -96,6 +160,14 @@ pub struct GitCommand {
     env: Vec<(OsString, OsString)>,
     stdin: Option<Vec<u8>>,
     hooks: bool,
+    /// The repository's attributes choose filters (`with_filters`).
+    filters: bool,
+    /// `commit.gpgSign` holds, with what a signing program needs (`signed`).
+    signed: bool,
+    /// The work tree is given to git (`GIT_WORK_TREE`), so `core.worktree` cannot move it;
+    /// only the probe that finds it goes without.
+    work_tree_given: bool,
+    empty_tree: &'static str,
     timeout: Duration,
 }
 
@@ -123,6 +195,20 @@ impl GitCommand {
     /// Lets git run the repository's hooks (a commit made as the user's would be).
     pub fn with_hooks(mut self) -> GitCommand {
         self.hooks = true;
+        self
+    }
+
+    /// Lets the repository's attributes run its filters (`filter.*.clean`, LFS), as the
+    /// user's own `git add` would: only for a repository the caller trusts.
+    pub fn with_filters(mut self) -> GitCommand {
+        self.filters = true;
+        self
+    }
+
+    /// Signs as the user's config asks (`commit.gpgSign`), passing the signing program the
+    /// variables that reach the user's keys (`SSH_AUTH_SOCK`, `GNUPGHOME`, `GPG_TTY`).
+    pub fn signed(mut self) -> GitCommand {
+        self.signed = true;
         self
     }
 
@@ -165,11 +251,32 @@ impl GitCommand {
         if !self.hooks {
             command.arg("-c").arg("core.hooksPath=/dev/null");
         }
+        // A call with hooks runs the user's commit hooks, whose own git calls keep their config.
+        if !self.signed && !self.hooks {
+            command
+                .args(["-c", "commit.gpgSign=false"])
+                .args(["-c", "tag.gpgSign=false"]);
+        }
         command
             .args(&self.args)
             .current_dir(&self.work_tree)
             .env_clear()
             .envs(crate::tools::command_environment(&[]))
+            .envs(TRACE_VARIABLES.map(|name| (name, "0")));
+        if self.work_tree_given {
+            command.env("GIT_WORK_TREE", &self.work_tree);
+        }
+        if !self.filters && !self.hooks {
+            command.env("GIT_ATTR_SOURCE", self.empty_tree);
+        }
+        if self.signed {
+            for name in SIGNING_VARIABLES {
+                if let Some(value) = std::env::var_os(name) {
+                    command.env(name, value);
+                }
+            }
+        }
+        command
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_OPTIONAL_LOCKS", "0")
             .env("GIT_PAGER", "cat")
@@ -338,5 +445,79 @@ mod tests {
         assert!(!repo.path().join("hook-ran").exists(), "hooks are off");
         commit(&git).with_hooks().output().await.expect("commit");
         assert!(repo.path().join("hook-ran").exists(), "hooks asked for");
+    }
+
+    /// A repository a command planted: a clean filter its attributes choose, a signing
+    /// program, traces to a file. None of them runs for a call without hooks.
+    #[tokio::test]
+    async fn a_planted_filter_signer_or_trace_never_runs_for_a_plain_call() {
+        let repo = tempfile::tempdir().expect("tempdir");
+        init(repo.path());
+        let marker = repo.path().join("marker");
+        let run = |args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(repo.path())
+                .status()
+                .expect("git");
+            assert!(status.success(), "{args:?}");
+        };
+        let touch = format!("touch {}; cat", marker.display());
+        run(&["config", "filter.x.clean", &touch]);
+        run(&["config", "commit.gpgSign", "true"]);
+        run(&[
+            "config",
+            "gpg.program",
+            &format!("{}/signer", repo.path().display()),
+        ]);
+        std::fs::write(
+            repo.path().join("signer"),
+            format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display()),
+        )
+        .expect("signer");
+        let mut permissions = std::fs::metadata(repo.path().join("signer"))
+            .expect("meta")
+            .permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(repo.path().join("signer"), permissions).expect("chmod");
+        std::fs::write(repo.path().join(".gitattributes"), "*.txt filter=x\n").expect("attrs");
+        std::fs::write(repo.path().join("a.txt"), "hello\n").expect("file");
+        let git = Git::find(repo.path()).await.expect("found");
+        git.command(["add", "-A"]).output().await.expect("add");
+        assert!(!marker.exists(), "the planted clean filter ran");
+        let tree = git.command(["write-tree"]).output().await.expect("tree");
+        let tree = String::from_utf8_lossy(&tree.stdout).trim().to_owned();
+        git.command(["commit-tree", &tree, "-m", "x"])
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .await
+            .expect("an unsigned commit");
+        assert!(!marker.exists(), "the planted signing program ran");
+        // The user's filters run where the caller asks for them.
+        std::fs::write(repo.path().join("b.txt"), "again\n").expect("file");
+        git.command(["add", "b.txt"])
+            .with_filters()
+            .output()
+            .await
+            .expect("add");
+        assert!(marker.exists(), "filters asked for");
+    }
+
+    #[tokio::test]
+    async fn a_work_tree_the_config_moves_elsewhere_is_none() {
+        let repo = tempfile::tempdir().expect("tempdir");
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        init(repo.path());
+        let status = std::process::Command::new("git")
+            .args(["config", "core.worktree"])
+            .arg(elsewhere.path())
+            .current_dir(repo.path())
+            .status()
+            .expect("git");
+        assert!(status.success());
+        assert!(Git::find(repo.path()).await.is_none());
     }
 }

@@ -14,6 +14,7 @@ mod plan_runs;
 mod project_registry;
 mod queries;
 mod ready;
+mod repository_pin;
 mod rewind;
 mod scheduler;
 mod supervisor;

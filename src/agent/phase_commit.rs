@@ -151,7 +151,8 @@ impl PhaseCommit<'_> {
         };
         with_index(git.command(seed), index).output().await?;
         with_index(
-            git.command(["update-index", "--add", "--remove", "-z", "--stdin"]),
+            git.command(["update-index", "--add", "--remove", "-z", "--stdin"])
+                .with_filters(),
             index,
         )
         .stdin(nul_separated(&files))
@@ -186,7 +187,7 @@ impl PhaseCommit<'_> {
         if let Some(head) = &head {
             commit_tree.extend(["-p".to_owned(), head.clone()]);
         }
-        let written = identity(git.command(commit_tree))
+        let written = identity(git.command(commit_tree).signed())
             .stdin(text.into_bytes())
             .output()
             .await

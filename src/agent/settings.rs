@@ -437,6 +437,14 @@ impl LoopSettings {
         if let Some(dir) = &self.export_dir {
             export_dir_relative(dir)?;
         }
+        if self.commit == CommitMode::Phase && self.sandbox.allow_git {
+            return Err(
+                "commit is \"phase\" and sandbox.allow_git is true; turn one off (with \
+                 allow_git the model's commands may write .git, whose config and hooks the \
+                 phase's commit would then run outside the sandbox)"
+                    .to_owned(),
+            );
+        }
         Ok(())
     }
 
@@ -807,6 +815,17 @@ mod tests {
             serde_json::from_value(serde_json::json!({ "commit": "phase" })).expect("phase");
         assert_eq!(settings.commit, CommitMode::Phase);
         assert_eq!(LoopSettings::default().commit, CommitMode::Off);
+        let mut both: LoopSettings = serde_json::from_value(
+            serde_json::json!({ "commit": "phase", "sandbox": { "allow_git": true } }),
+        )
+        .expect("parses");
+        let refused = both.check().expect_err("commit per phase with allow_git");
+        assert!(
+            refused.starts_with("commit is \"phase\" and sandbox.allow_git is true; turn one off"),
+            "{refused}"
+        );
+        both.sandbox.allow_git = false;
+        assert_eq!(both.check(), Ok(()));
         assert!(
             serde_json::from_value::<LoopSettings>(serde_json::json!({ "commit": "yes" })).is_err()
         );

@@ -80,6 +80,11 @@ impl LoopManager {
         let Some(git) = Git::find(project.root.path()).await else {
             return not_committed("the project is not in a git repository".to_owned());
         };
+        if let Some(why) =
+            super::repository_pin::unpinned_repository(&project.layout, git.git_dir())
+        {
+            return not_committed(why);
+        }
         let policy = match self.shared.policies.policy_for(settings) {
             Ok(policy) => policy,
             Err(err) => return not_committed(format!("invalid setting: {err}")),

@@ -50,6 +50,8 @@ impl LoopManager {
                     "loops of an earlier host with this host's pid belong to no host now"
                 );
             }
+            // Before any loop runs a command that could create a repository.
+            super::repository_pin::pin_repository(&layout, root.path());
             let project = Project { root, layout, db };
             projects.insert(project.root.path().to_path_buf(), project.clone());
             project
