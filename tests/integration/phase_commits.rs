@@ -30,17 +30,7 @@ async fn planned_editor(fake: &FakeLlm) -> TestNvim {
 
 /// Runs git in `editor`'s project; its output.
 fn git(editor: &TestNvim, args: &[&str]) -> String {
-    let output = std::process::Command::new("git")
-        .args(args)
-        .current_dir(&editor.dirs.project)
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    crate::scenario::git_in(&editor.dirs.project, args)
 }
 
 /// The model's turn that writes `files` and says the phase is done.

@@ -2,7 +2,6 @@
 //! and staged changes left as they were, the trailers, the hooks, a HEAD moved meanwhile.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,17 +45,7 @@ impl Repo {
 
     /// Runs git in the repository; its output.
     fn git(&self, args: &[&str]) -> String {
-        let output = Command::new("git")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("git runs");
-        assert!(
-            output.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        crate::test_support::git(self.dir.path(), args)
     }
 
     fn hook(&self, name: &str, script: &str) {
