@@ -106,7 +106,7 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
-    /// Put the working tree back as it was before a phase, as :LooprRewind does: what its code
+    /// Put the working tree back as it was before a phase: what its code
     /// loop and every later one changed goes back (from the git checkpoint taken when the
     /// phase's code loop started, else the baselines); files changed since stay unless
     /// --force.
@@ -114,6 +114,18 @@ enum Command {
         /// The phase (a name, spec/phase, or its code loop's id).
         id: String,
         /// Also restore files changed since a loop changed them.
+        #[arg(long)]
+        force: bool,
+        /// The project root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
+    /// Undo what a phase's newest code loop changed, or its rewind when the phase was
+    /// rewound; files changed since stay unless --force.
+    Undo {
+        /// The phase (a name, spec/phase, or its code loop's id).
+        id: String,
+        /// Also restore files changed since.
         #[arg(long)]
         force: bool,
         /// The project root (default: the current directory).
@@ -300,6 +312,18 @@ fn main() -> ExitCode {
             ));
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));
             rewound
+        }),
+        Command::Undo { id, force, root } => runtime().and_then(|runtime| {
+            let undone = runtime.block_on(loopr::cli::undo(
+                loopr_home()?,
+                provider_factory(credentials),
+                root,
+                &id,
+                force,
+                &mut std::io::stdout().lock(),
+            ));
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            undone
         }),
         Command::Transcript { id, root } => {
             loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))

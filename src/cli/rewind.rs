@@ -1,6 +1,6 @@
-//! `loopr rewind [--force] ID`: the working tree back as it was before a phase, as
-//! `:LooprRewind` does, without Neovim. What was restored and what was left goes to `out`
-//! (stdout, from `main.rs`).
+//! `loopr rewind [--force] ID`: the working tree back as it was before a phase; `loopr undo
+//! [--force] ID`: a phase's changes, or its rewind, undone. What was restored and what was
+//! left goes to `out` (stdout, from `main.rs`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{HeadlessRefusal, headless_manager, with_next_step};
-use crate::agent::ProviderFactory;
+use crate::agent::{ProviderFactory, UndoReport};
 
 /// Rewinds the working tree to before phase `phase` (a name, `spec/phase`, or a loop id) and
 /// says what changed.
@@ -28,44 +28,23 @@ pub async fn rewind(
         .await
         .map_err(with_next_step)
         .with_context(|| format!("rewinding to before {phase}"))?;
-    let base = root.canonicalize().unwrap_or_else(|_| root.clone());
-    let shown = |path: &std::path::Path| {
-        let path = path
-            .strip_prefix(&base)
-            .unwrap_or(path)
-            .display()
-            .to_string();
-        crate::terminal_text::for_terminal(&path).into_owned()
-    };
     writeln!(
         out,
         "rewound to before {phase}: restored {} file(s), {} code loop(s) rewound",
         report.files.restored.len(),
         report.rewound.len()
     )?;
-    for path in &report.files.restored {
-        writeln!(out, "  restored {}", shown(path))?;
-    }
-    for (path, reason) in &report.files.skipped {
-        writeln!(out, "  left {}: {}", shown(path), reason.describe())?;
-    }
-    if report
-        .files
-        .skipped
-        .iter()
-        .any(|(_, reason)| reason.forcible())
-    {
-        writeln!(
-            out,
-            "review them; `loopr rewind --force {phase}` overwrites the files changed since"
-        )?;
-    }
+    list_files(
+        out,
+        &root,
+        &report.files,
+        &format!("loopr rewind --force {phase}"),
+    )?;
     if report.undoable {
         writeln!(
             out,
             "the tree as it was before the rewind is kept as git ref \
-             refs/loopr/{code_id}/rewound; `loopr` cannot undo it: in Neovim, \
-             :LooprUndo {phase} does"
+             refs/loopr/{code_id}/rewound; `loopr undo {phase}` undoes the rewind"
         )?;
     } else {
         writeln!(
@@ -75,5 +54,69 @@ pub async fn rewind(
     }
     // Opening the project started a sweep of what killed hosts left; it ends with this run.
     let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    Ok(())
+}
+
+/// Undoes what the newest code loop of phase `phase` changed, or its rewind when the phase
+/// was rewound, and says what changed.
+pub async fn undo(
+    loopr_home: PathBuf,
+    provider_factory: ProviderFactory,
+    root: PathBuf,
+    phase: &str,
+    force: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let (manager, _events) =
+        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
+    let (_, report) = manager
+        .undo(&root, phase, force)
+        .await
+        .map_err(with_next_step)
+        .with_context(|| format!("undoing {phase}"))?;
+    let what = if report.rewind_undone {
+        format!("the rewind to before {phase}")
+    } else {
+        format!("{phase}'s changes")
+    };
+    writeln!(
+        out,
+        "undid {what}: restored {} file(s)",
+        report.restored.len()
+    )?;
+    list_files(out, &root, &report, &format!("loopr undo --force {phase}"))?;
+    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    Ok(())
+}
+
+/// The files `report` restored and left, relative to `root`, and the command that overwrites
+/// the ones changed since, when there are any.
+fn list_files(
+    out: &mut dyn Write,
+    root: &std::path::Path,
+    report: &UndoReport,
+    forced: &str,
+) -> anyhow::Result<()> {
+    let base = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    let shown = |path: &std::path::Path| {
+        let path = path
+            .strip_prefix(&base)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        crate::terminal_text::for_terminal(&path).into_owned()
+    };
+    for path in &report.restored {
+        writeln!(out, "  restored {}", shown(path))?;
+    }
+    for (path, reason) in &report.skipped {
+        writeln!(out, "  left {}: {}", shown(path), reason.describe())?;
+    }
+    if report.skipped.iter().any(|(_, reason)| reason.forcible()) {
+        writeln!(
+            out,
+            "review them; `{forced}` overwrites the files changed since"
+        )?;
+    }
     Ok(())
 }

@@ -30,8 +30,13 @@ fn users_git_state(dir: &Path) -> Vec<String> {
 
 /// What `loopr rewind {phase}` printed in the editor's project; it must succeed.
 fn loopr_rewind(editor: &TestNvim, phase: &str) -> String {
+    loopr(editor, &["rewind", phase])
+}
+
+/// Runs `loopr <args>` in `editor`'s project, with its state; its standard output.
+fn loopr(editor: &TestNvim, args: &[&str]) -> String {
     let cli = std::process::Command::new(crate::nvim::host_binary())
-        .args(["rewind", phase])
+        .args(args)
         .current_dir(&editor.dirs.project)
         .env("LOOPR_HOME", &editor.dirs.loopr_home)
         .output()
@@ -267,8 +272,7 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
         format!(
             "rewound to before print-version: restored 1 file(s), 1 code loop(s) rewound\n  \
              restored notes.log\nthe tree as it was before the rewind is kept as git ref \
-             refs/loopr/{code_id}/rewound; `loopr` cannot undo it: in Neovim, \
-             :LooprUndo print-version does\n"
+             refs/loopr/{code_id}/rewound; `loopr undo print-version` undoes the rewind\n"
         )
     );
     assert_eq!(
@@ -276,7 +280,10 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
         Some("the user's notes\n"),
         "the ignored file is back as it was, not deleted"
     );
-    assert_eq!(editor.command("LooprUndo print-version").await, None);
+    assert_eq!(
+        loopr(&editor, &["undo", "print-version"]),
+        "undid the rewind to before print-version: restored 1 file(s)\n  restored notes.log\n"
+    );
     assert_eq!(
         read("notes.log").as_deref(),
         Some("the loop's notes\n"),
