@@ -314,7 +314,7 @@ fn tail(text: &str, bytes: usize, lines: usize) -> String {
         .collect();
     let from = line_starts
         .len()
-        .checked_sub(lines - 1)
+        .checked_sub(lines)
         .and_then(|index| line_starts.get(index).copied())
         .unwrap_or(0);
     kept[from..].to_owned()

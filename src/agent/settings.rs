@@ -263,8 +263,11 @@ pub const DEFAULT_RULES_FILES: [&str; 4] = [
 const MIN_CONTEXT_BUDGET: u32 = 1024;
 
 /// The settings' JSON schema, made once: `check` reads the limits from it.
-static SCHEMA: LazyLock<serde_json::Value> =
-    LazyLock::new(|| serde_json::to_value(schemars::schema_for!(LoopSettings)).unwrap_or_default());
+static SCHEMA: LazyLock<serde_json::Value> = LazyLock::new(|| {
+    crate::schema::keys_sorted(
+        serde_json::to_value(schemars::schema_for!(LoopSettings)).unwrap_or_default(),
+    )
+});
 
 /// The JSON schema of the settings, for shells that generate their checks, types and
 /// documentation from it.
