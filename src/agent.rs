@@ -49,7 +49,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, FileDiff, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use coverage::{LoopCoverage, RequirementPlace, RequirementsLeft, coverage_by_loop};
-pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use events::{AgentPlanEntry, EventSink, LoopEvent, NoticeLevel};
 pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};

@@ -54,7 +54,7 @@ pub use sandbox::{
     sandbox_exec,
 };
 pub use shell::run_shell;
-pub use tree_watch::{FileStat, TreeChange, TreeStats, run_recorded};
+pub use tree_watch::{FileStat, TreeChange, TreeStats, recorded, run_recorded};
 pub use unfit_root::{UnfitRoot, unfit_root};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;

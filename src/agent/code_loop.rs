@@ -3,7 +3,10 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
+mod agent_session;
+mod agent_turn;
 mod verifying;
+mod with_agent;
 
 use std::sync::Arc;
 
@@ -92,8 +95,12 @@ impl CodeRunState {
     }
 }
 
-/// Implements the phase; returns the iteration whose validation passed.
+/// Implements the phase, with Loopr's own tools or through the coding agent the loop's
+/// settings name (`code_agent`); returns the iteration whose validation passed.
 pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
+    if let Some(agent) = context.settings.code_agent.clone() {
+        return with_agent::run_with_agent(context, &agent).await;
+    }
     let record = &context.record;
     let phase = phase_of(context)?;
     let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
@@ -104,21 +111,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     tool_specs.push(complete_phase_spec(&phase.validation_command));
     // `complete_phase`, the loop's own, answers with the defaults.
     let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
-    // Before the baseline: a loop resumed after its baseline (or started by an older Loopr)
-    // may have changed the tree already, so it takes none.
-    if !Baseline::at(&context.layout.loop_dir(&record.id)).exists() {
-        take_checkpoint(context).await;
-    }
-    record_baseline(context).await?;
-    let journal = Journal::of(&context.layout, &record.id);
-    let worked_on = phase
-        .tasks
-        .iter()
-        .filter_map(|task| task.file.clone())
-        .collect();
-    let rules = super::rules::for_loop(context, worked_on).await;
+    let (journal, rules) = before_changes(context, &phase).await?;
     let (mut state, messages, batches) =
-        load_or_start(context, &phase, &journal, rules.summary()).await?;
+        load_or_start(context, &phase, &journal, rules.summary(), |first| first).await?;
     let project_name = context
         .root
         .path()
@@ -154,15 +149,7 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         .settings
         .model_for("code")
         .map_err(LoopError::Settings)?;
-    let tool_context = ToolContext {
-        root: context.root.clone(),
-        cancel: context.cancel.clone(),
-        policy: context.policy.clone(),
-        approver: context.approver.clone(),
-        loop_id: record.id.to_string(),
-        buffers: context.buffers.clone(),
-        journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
-    };
+    let tool_context = changing_tool_context(context);
     let max_turns = context.settings.max_turns;
     let nudge = prompts::nudge_to_call(
         &complete_phase_spec(&phase.validation_command),
@@ -228,6 +215,42 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     })
 }
 
+/// What a code loop does before it changes anything: the checkpoint and the baseline (kept
+/// across resumes); its journal and the project's rules for the phase.
+async fn before_changes(
+    context: &LoopContext,
+    phase: &PhaseArtifact,
+) -> Result<(Journal, super::rules::ProjectRules), LoopError> {
+    // Before the baseline: a loop resumed after its baseline (or started by an older Loopr)
+    // may have changed the tree already, so it takes none.
+    if !Baseline::at(&context.layout.loop_dir(&context.record.id)).exists() {
+        take_checkpoint(context).await;
+    }
+    record_baseline(context).await?;
+    let journal = Journal::of(&context.layout, &context.record.id);
+    let worked_on = phase
+        .tasks
+        .iter()
+        .filter_map(|task| task.file.clone())
+        .collect();
+    let rules = super::rules::for_loop(context, worked_on).await;
+    Ok((journal, rules))
+}
+
+/// What the loop's changing tools (and its validation) run with: each change journaled in
+/// its baseline, for the changes list and undo.
+fn changing_tool_context(context: &LoopContext) -> ToolContext {
+    ToolContext {
+        root: context.root.clone(),
+        cancel: context.cancel.clone(),
+        policy: context.policy.clone(),
+        approver: context.approver.clone(),
+        loop_id: context.record.id.to_string(),
+        buffers: context.buffers.clone(),
+        journal: Arc::new(Baseline::at(&context.layout.loop_dir(&context.record.id))),
+    }
+}
+
 /// The calls of one turn of a code loop.
 struct CodeCalls<'a> {
     context: &'a LoopContext,
@@ -267,6 +290,7 @@ impl CallHandler for CodeCalls<'_> {
                         self.phase,
                         self.iteration,
                         conversation,
+                        &format!("call {COMPLETE_PHASE} again"),
                     )
                     .await?;
                     self.passed = passed;
@@ -393,13 +417,15 @@ async fn take_checkpoint(context: &LoopContext) {
 }
 
 /// Runs the validation command for `iteration`, stores its output and the conversation, and
-/// returns whether it passed with the text for the model.
+/// returns whether it passed with the text for the model (which, on a failure, is told to
+/// fix it and `again`: what has the validation run once more).
 async fn validate(
     context: &LoopContext,
     tool_context: &ToolContext,
     phase: &PhaseArtifact,
     iteration: u32,
     conversation: &[std::sync::Arc<Message>],
+    again: &str,
 ) -> Result<(bool, String), LoopError> {
     let command = &phase.validation_command;
     if let Some(pattern) = context.policy.denied_by(command) {
@@ -498,8 +524,7 @@ async fn validate(
             .map(|refusal| format!(" Note: {refusal}."))
             .unwrap_or_default();
         format!(
-            "Validation failed: `{command}` ({}).{refusal} Fix the failures and call \
-             {COMPLETE_PHASE} again.\n{}",
+            "Validation failed: `{command}` ({}).{refusal} Fix the failures and {again}.\n{}",
             output.status,
             tail(&output.to_string(), VALIDATION_TAIL)
         )
@@ -569,11 +594,14 @@ fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
     Ok(phase)
 }
 
+/// The stored run, or a new one whose first message is the phase (`first_message`) as
+/// `framed` words it.
 async fn load_or_start(
     context: &LoopContext,
     phase: &PhaseArtifact,
     journal: &Journal,
     rules: Vec<String>,
+    framed: impl FnOnce(String) -> String,
 ) -> Result<(CodeRunState, Vec<Message>, u64), LoopError> {
     if let Some(run) = stored_run::<CodeRunState>(context, journal).await? {
         context.progress("resuming the code conversation");
@@ -586,7 +614,7 @@ async fn load_or_start(
         verifying: None,
         verify_rounds: 0,
     };
-    let first = Message::user_text(first_message(context, phase).await?);
+    let first = Message::user_text(framed(first_message(context, phase).await?));
     let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }

@@ -104,6 +104,10 @@ pub enum LoopError {
         /// What was reached, e.g. "10250 of 10000 tokens".
         reached: String,
     },
+    /// The coding agent running the loop (`code_agent`) failed: it could not start, died, or
+    /// answered wrongly; the message names the setting or ends with its stderr.
+    #[error(transparent)]
+    Agent(#[from] crate::acp::AcpError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]

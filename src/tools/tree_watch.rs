@@ -140,6 +140,24 @@ pub async fn run_recorded(
     cwd: &Path,
     timeout: Duration,
 ) -> Result<CommandOutput, ToolError> {
+    let run = run_shell(
+        command,
+        cwd,
+        timeout,
+        &context.cancel,
+        &context.policy.sandbox,
+        context.root.path(),
+    );
+    recorded(context, run).await?
+}
+
+/// Runs `work` (a command, or a coding agent's turn whose own tools write behind Loopr's back)
+/// and tells the context's journal every project file that changed meanwhile, also when it
+/// was cancelled midway. Fails only when cancelled before `work` starts.
+pub async fn recorded<T>(
+    context: &ToolContext,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, ToolError> {
     let capture = {
         let root = context.root.clone();
         let policy = context.policy.clone();
@@ -159,7 +177,7 @@ pub async fn run_recorded(
     let before = match before {
         Ok(Ok(stats)) => Some(stats),
         failed => {
-            // Without a "before", every file would look created by the command, and undo
+            // Without a "before", every file would look created by the work, and undo
             // would remove them: better to record nothing.
             tracing::warn!(
                 ?failed,
@@ -168,15 +186,7 @@ pub async fn run_recorded(
             None
         }
     };
-    let output = run_shell(
-        command,
-        cwd,
-        timeout,
-        &context.cancel,
-        &context.policy.sandbox,
-        context.root.path(),
-    )
-    .await;
+    let output = work.await;
     if let Some(before) = before {
         let journal = context.journal.clone();
         let root = context.root.clone();
@@ -205,5 +215,5 @@ pub async fn run_recorded(
             failed => tracing::warn!(?failed, "recording what a command changed"),
         }
     }
-    output
+    Ok(output)
 }
