@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
-use crate::scenario::{open_transcript, run_code_loop, transcript_with, watch_transcripts};
+use crate::scenario::{
+    open_transcript, run_code_loop, run_loopr, transcript_with, watch_transcripts,
+};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_loopr-test-acp-agent");
 /// What the phase's validation asks: the agent's second turn writes it.
@@ -317,6 +319,67 @@ async fn an_agent_not_configured_or_not_installed_is_named_with_its_setting() {
     assert_eq!(
         loop_error(&editor, &code_id).await,
         "agent \"gone\" (setting agents.gone.command): `loopr-no-such-agent-acp` not found on PATH"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_runs_a_phase_through_the_agent_it_names() {
+    let fake = FakeLlm::start().await;
+    let editor = planned_editor(&fake, "{}", VALIDATION).await;
+    let dirs = &editor.dirs;
+    let settings =
+        json!({"verify": {"enabled": false}, "agents": {"test": {"command": AGENT, "args": ["--behave", "script"]}}}).to_string();
+    let refused = run_loopr(
+        dirs,
+        &fake,
+        &[
+            "run",
+            "print-version",
+            "--yes",
+            "--unsandboxed",
+            "--agent",
+            "codex",
+            "--settings",
+            &settings,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("code_agent is \"codex\", which agents does not configure (the configured agents are test)"),
+        "{stderr}"
+    );
+
+    let run = run_loopr(
+        dirs,
+        &fake,
+        &[
+            "run",
+            "print-version",
+            "--yes",
+            "--unsandboxed",
+            "--agent",
+            "test",
+            "--settings",
+            &settings,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("iteration 1: `grep -q ok status.txt` failed")
+            && stderr.contains("iteration 2: `grep -q ok status.txt` passed")
+            && stderr.contains("the agent's plan: 3 of 3 entries done"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.project.join("status.txt"))
+            .ok()
+            .as_deref(),
+        Some("ok\n")
     );
     editor.quit().await;
 }

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
 use super::agent_session::AgentSession;
+use crate::acp::FromAgent;
 use crate::agent::agent_client::AgentClient;
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{AgentPlanEntry, LoopEvent};
@@ -89,29 +90,41 @@ pub(super) async fn take_turn(
             *stopping = Some((why, tokio::time::Instant::now() + CANCEL_GRACE));
         }
     };
+    // The agent's updates come before its answer, but on another way in: once it answered,
+    // what it sent before is taken in first.
+    let mut answered = None;
     let ended = loop {
         let deadline = stopping
             .as_ref()
             .map_or_else(far_future, |(_, deadline)| *deadline);
-        tokio::select! {
-            biased;
-            _ = context.cancel.cancelled(), if stopping.is_none() => {
-                stop(LoopError::Cancelled, &mut stopping);
+        let step = if answered.is_some() {
+            match from_agent.try_next() {
+                Ok(Some(message)) => Step::Message(message),
+                _ => break answered,
             }
-            _ = tokio::time::sleep_until(deadline) => break None,
-            answered = &mut answer => break Some(answered),
-            Some(message) = from_agent.next() => match message {
-                crate::acp::FromAgent::Update(notification) => {
-                    let usage = turn.update(context, conversation, notification.update, phase);
-                    if let (Some(usage), Some(guard)) = (usage, guard.as_ref())
-                        && let Some(reached) = budget_reached(context, guard, model, usage).await?
-                    {
-                        stop(reached, &mut stopping);
-                    }
+        } else {
+            tokio::select! {
+                biased;
+                _ = context.cancel.cancelled(), if stopping.is_none() => Step::Cancel,
+                _ = tokio::time::sleep_until(deadline) => break None,
+                Some(message) = from_agent.next() => Step::Message(message),
+                answer = &mut answer => Step::Answered(answer),
+                Some(()) = serving.next(), if !serving.is_empty() => Step::Served,
+            }
+        };
+        match step {
+            Step::Cancel => stop(LoopError::Cancelled, &mut stopping),
+            Step::Answered(answer) => answered = Some(answer),
+            Step::Message(FromAgent::Update(notification)) => {
+                let usage = turn.update(context, conversation, notification.update, phase);
+                if let (Some(usage), Some(guard)) = (usage, guard.as_ref())
+                    && let Some(reached) = budget_reached(context, guard, model, usage).await?
+                {
+                    stop(reached, &mut stopping);
                 }
-                request => serving.push(client.serve(request)),
-            },
-            Some(()) = serving.next(), if !serving.is_empty() => {}
+            }
+            Step::Message(request) => serving.push(client.serve(request)),
+            Step::Served => {}
         }
     };
     // What the agent asked and was not yet answered gets its answer before the turn ends.
@@ -133,6 +146,14 @@ pub(super) async fn take_turn(
         Some(Err(err)) => Err(err.into()),
         None => Err(LoopError::Cancelled),
     }
+}
+
+/// What happened next while the agent takes its turn.
+enum Step<Answer> {
+    Cancel,
+    Answered(Answer),
+    Message(FromAgent),
+    Served,
 }
 
 fn far_future() -> tokio::time::Instant {
@@ -226,11 +247,11 @@ impl AgentTurn {
                     entries: self.plan.clone(),
                 });
             }
-            SessionUpdate::UsageUpdate(UsageUpdate { used, .. }) => {
-                if used > self.usage.input_tokens {
-                    self.usage.input_tokens = used;
-                    return Some(self.usage);
-                }
+            SessionUpdate::UsageUpdate(UsageUpdate { used, .. })
+                if used > self.usage.input_tokens =>
+            {
+                self.usage.input_tokens = used;
+                return Some(self.usage);
             }
             _ => {}
         }
