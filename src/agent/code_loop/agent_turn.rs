@@ -98,9 +98,9 @@ pub(super) async fn take_turn(
             .as_ref()
             .map_or_else(far_future, |(_, deadline)| *deadline);
         let step = if answered.is_some() {
-            match from_agent.try_next() {
-                Ok(Some(message)) => Step::Message(message),
-                _ => break answered,
+            match from_agent.try_recv() {
+                Ok(message) => Step::Message(message),
+                Err(_) => break answered,
             }
         } else {
             tokio::select! {
