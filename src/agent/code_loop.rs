@@ -129,22 +129,10 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         messages,
         batches,
     );
-    let max_iterations = context.settings.code_max_iterations;
-    if let Some(feedback) = context.record.feedback.as_deref() {
-        take_feedback(context, &mut conversation, &mut state, feedback).await?;
-    } else if state.passed {
-        return Ok(state.iteration);
-    } else if state.verifying.is_some() {
-        // Killed while it verified: the round goes on.
-        match verifying::verify(context, &mut conversation, &mut state, &phase).await? {
-            verifying::Settled::Complete => return Ok(state.iteration),
-            verifying::Settled::Again => conversation.commit_later(&state)?,
-        }
-    } else if state.iteration > state.last_allowed_iteration(max_iterations) {
-        // It gave up before and the user asked for another go.
-        state.allowance_from = state.iteration;
-        state.verify_rounds = 0;
+    if let Some(passed) = where_it_stands(context, &mut conversation, &mut state, &phase).await? {
+        return Ok(passed);
     }
+    let max_iterations = context.settings.code_max_iterations;
     let model = context
         .settings
         .model_for("code")
@@ -249,6 +237,33 @@ fn changing_tool_context(context: &LoopContext) -> ToolContext {
         buffers: context.buffers.clone(),
         journal: Arc::new(Baseline::at(&context.layout.loop_dir(&context.record.id))),
     }
+}
+
+/// Readies a run (new, resumed, revised or retried) for its next turn: the user's feedback
+/// taken, a verification round a killed host left finished, a new allowance for a run that
+/// gave up. `Some(iteration)` when the phase is done already (that iteration passed).
+async fn where_it_stands(
+    context: &LoopContext,
+    conversation: &mut Conversation,
+    state: &mut CodeRunState,
+    phase: &PhaseArtifact,
+) -> Result<Option<u32>, LoopError> {
+    if let Some(feedback) = context.record.feedback.as_deref() {
+        take_feedback(context, conversation, state, feedback).await?;
+    } else if state.passed {
+        return Ok(Some(state.iteration));
+    } else if state.verifying.is_some() {
+        // Killed while it verified: the round goes on.
+        match verifying::verify(context, conversation, state, phase).await? {
+            verifying::Settled::Complete => return Ok(Some(state.iteration)),
+            verifying::Settled::Again => conversation.commit_later(state)?,
+        }
+    } else if state.iteration > state.last_allowed_iteration(context.settings.code_max_iterations) {
+        // It gave up before and the user asked for another go.
+        state.allowance_from = state.iteration;
+        state.verify_rounds = 0;
+    }
+    Ok(None)
 }
 
 /// The calls of one turn of a code loop.

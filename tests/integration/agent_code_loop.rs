@@ -330,21 +330,24 @@ async fn the_command_line_runs_a_phase_through_the_agent_it_names() {
     let dirs = &editor.dirs;
     let settings =
         json!({"verify": {"enabled": false}, "agents": {"test": {"command": AGENT, "args": ["--behave", "script"]}}}).to_string();
-    let refused = run_loopr(
-        dirs,
-        &fake,
-        &[
-            "run",
-            "print-version",
-            "--yes",
-            "--unsandboxed",
-            "--agent",
-            "codex",
-            "--settings",
-            &settings,
-        ],
-    )
-    .await;
+    let fake = &fake;
+    let run_through = |agent: &'static str| {
+        let settings = settings.clone();
+        async move {
+            let args = [
+                "run",
+                "print-version",
+                "--yes",
+                "--unsandboxed",
+                "--agent",
+                agent,
+                "--settings",
+                &settings,
+            ];
+            run_loopr(dirs, fake, &args).await
+        }
+    };
+    let refused = run_through("codex").await;
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(
@@ -352,21 +355,7 @@ async fn the_command_line_runs_a_phase_through_the_agent_it_names() {
         "{stderr}"
     );
 
-    let run = run_loopr(
-        dirs,
-        &fake,
-        &[
-            "run",
-            "print-version",
-            "--yes",
-            "--unsandboxed",
-            "--agent",
-            "test",
-            "--settings",
-            &settings,
-        ],
-    )
-    .await;
+    let run = run_through("test").await;
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use super::agent_session::{self, AgentSession};
 use super::agent_turn;
 use super::{
-    CodeRunState, before_changes, changing_tool_context, load_or_start, phase_of, take_feedback,
-    validate, verifying,
+    CodeRunState, before_changes, changing_tool_context, load_or_start, phase_of, validate,
+    verifying, where_it_stands,
 };
 use crate::acp::AgentConfig;
 use crate::agent::agent_client::AgentClient;
@@ -48,20 +48,8 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
         batches,
     );
     let resumed = conversation.messages().len() > 1;
-    if let Some(feedback) = context.record.feedback.as_deref() {
-        take_feedback(context, &mut conversation, &mut state, feedback).await?;
-    } else if state.passed {
-        return Ok(state.iteration);
-    } else if state.verifying.is_some() {
-        // Killed while it verified: the round goes on, without the agent.
-        match verifying::verify(context, &mut conversation, &mut state, &phase).await? {
-            verifying::Settled::Complete => return Ok(state.iteration),
-            verifying::Settled::Again => conversation.commit(&state).await?,
-        }
-    } else if state.iteration > state.last_allowed_iteration(context.settings.code_max_iterations) {
-        // It gave up before and the user asked for another go.
-        state.allowance_from = state.iteration;
-        state.verify_rounds = 0;
+    if let Some(passed) = where_it_stands(context, &mut conversation, &mut state, &phase).await? {
+        return Ok(passed);
     }
     // A new session knows nothing of an earlier one: a resumed loop tells it the phase again.
     let prompt = match (resumed, first_text(&conversation)) {
