@@ -264,6 +264,62 @@ async fn cancel_mid_turn_tells_the_agent_and_stops_its_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_budget_the_agent_is_told_to_stop_and_the_loop_pauses_with_its_spend_kept() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("script", true), VALIDATION).await;
+    answer_approvals(&editor).await;
+    let planning: u64 = editor
+        .status_records()
+        .await
+        .iter()
+        .map(|row| row["tokens_in"].as_u64().unwrap_or(0) + row["tokens_out"].as_u64().unwrap_or(0))
+        .sum();
+    // The agent says its context holds 1200 tokens in its first turn: over the 1000 left.
+    let budget = planning + 1000;
+    let ok: bool = editor
+        .lua(&format!(
+            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {{ budget = {{ tokens = {budget} }} }}))"
+        ))
+        .await;
+    assert!(ok, "setup with a budget");
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reached its budget"))
+        })
+        .await;
+    let message = notice["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "reached its budget ({} of {budget} tokens)",
+            planning + 1200
+        )),
+        "{message}"
+    );
+    editor.wait_status(&code_id, "paused").await;
+    assert_eq!(
+        std::fs::read_to_string(editor.dirs.project.join("agent-saw-cancel"))
+            .ok()
+            .as_deref(),
+        Some("session/cancel arrived\n"),
+        "the agent was sent session/cancel"
+    );
+    let code = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["id"] == code_id.as_str())
+        .expect("the code loop's row");
+    assert_eq!(
+        code["tokens_in"], 1200,
+        "the agent's turn is counted: {code:#}"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_dies_mid_turn_fails_the_loop_with_its_stderr() {
     let fake = FakeLlm::start().await;
     let mut editor = planned_editor(&fake, &agent_setup("die", true), VALIDATION).await;

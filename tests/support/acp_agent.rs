@@ -15,8 +15,9 @@
 //!   outside), reports its plan and usage and ends its turn; a prompt saying the validation
 //!   failed writes `status.txt` ("ok") and ends its turn;
 //! - `wait`: each prompt writes its pid to `agent.pid`, says it works, then waits for
-//!   `session/cancel`, writes `agent-saw-cancel` in its directory and ends its turn as
-//!   cancelled;
+//!   `session/cancel` and ends its turn as cancelled;
+//!
+//! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
 
 use std::time::Duration;
@@ -132,7 +133,8 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
         )
         .on_receive_notification(
             async move |_cancel: CancelNotification, _connection| {
-                // The turn waiting for it (`wait`) notes it on disk, then ends.
+                // Noted on disk for the tests; a turn waiting for it (`wait`) then ends.
+                let _ = std::fs::write("agent-saw-cancel", "session/cancel arrived\n");
                 seen_cancel.notify_one();
                 Ok(())
             },

@@ -49,7 +49,6 @@ pub async fn turn(
                 ToolCallStatus::InProgress,
             );
             let _ = tokio::time::timeout(Duration::from_secs(600), cancelled.notified()).await;
-            let _ = std::fs::write("agent-saw-cancel", "session/cancel arrived\n");
             StopReason::Cancelled
         }
         Behaviour::Die => {
@@ -86,16 +85,11 @@ async fn first_turn(session: &Session<'_>) {
             absolute("notes.txt"),
         ))
         .await;
-    match read {
-        Ok(read) => {
-            session.done("read", ToolCallStatus::Completed);
-            session.say(&format!("notes.txt over fs: {}", read.content.trim()));
-        }
-        Err(err) => {
-            session.done("read", ToolCallStatus::Failed);
-            session.say(&format!("reading notes.txt over fs failed: {err}"));
-        }
-    }
+    session.ended(
+        "read",
+        read.map(|read| format!("notes.txt over fs: {}", read.content.trim()))
+            .map_err(|err| format!("reading notes.txt over fs failed: {err}")),
+    );
 
     session.call(
         "edit",
@@ -161,16 +155,11 @@ async fn first_turn(session: &Session<'_>) {
         ToolKind::Execute,
         ToolCallStatus::InProgress,
     );
-    match session.terminal().await {
-        Ok(said) => {
-            session.done("terminal", ToolCallStatus::Completed);
-            session.say(&said);
-        }
-        Err(err) => {
-            session.done("terminal", ToolCallStatus::Failed);
-            session.say(&format!("the terminal failed: {err}"));
-        }
-    }
+    let ran = session.terminal().await;
+    session.ended(
+        "terminal",
+        ran.map_err(|err| format!("the terminal failed: {err}")),
+    );
 
     session.plan(PlanEntryStatus::InProgress);
     session.usage(1200);
@@ -219,6 +208,16 @@ impl Session<'_> {
             id.to_owned(),
             ToolCallUpdateFields::new().status(status),
         )));
+    }
+
+    /// Tool call `id` ended as `outcome` says, which the agent then says.
+    fn ended(&self, id: &str, outcome: Result<String, String>) {
+        let (status, said) = match outcome {
+            Ok(said) => (ToolCallStatus::Completed, said),
+            Err(said) => (ToolCallStatus::Failed, said),
+        };
+        self.done(id, status);
+        self.say(&said);
     }
 
     fn plan(&self, last: PlanEntryStatus) {

@@ -39,6 +39,9 @@ pub(super) struct AgentTurn {
     pub results: Vec<ContentBlock>,
     /// The tokens it reported: the most its context held (`usage_update`).
     pub usage: Usage,
+    /// Why Loopr stopped it (a cancel, the budget): the loop ends with it once what the
+    /// agent did is kept.
+    pub stopped: Option<LoopError>,
     calls: BTreeMap<String, ToolCallSeen>,
     plan: Vec<AgentPlanEntry>,
 }
@@ -50,8 +53,9 @@ struct ToolCallSeen {
     status: ToolCallStatus,
 }
 
-/// Sends `prompt` in `session` and serves the agent until it ends its turn. `model` names
-/// the agent in the loop's usage, `phase` in its plan's event.
+/// Sends `prompt` in `session` and serves the agent until it ends its turn, or until Loopr
+/// stopped it (`AgentTurn::stopped`). `model` names the agent in the loop's usage, `phase`
+/// in its plan's event.
 pub(super) async fn take_turn(
     context: &LoopContext,
     session: &mut AgentSession,
@@ -133,7 +137,9 @@ pub(super) async fn take_turn(
     })
     .await;
     if let Some((why, _)) = stopping {
-        return Err(why);
+        turn.finish(conversation);
+        turn.stopped = Some(why);
+        return Ok(turn);
     }
     match ended {
         Some(Ok(response)) => {

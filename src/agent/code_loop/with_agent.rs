@@ -182,6 +182,11 @@ impl AgentRun<'_> {
                     other => LoopError::Validation(other.to_string()),
                 })??;
             conversation.add_agent_turn(turn.content, turn.results, self.model.clone(), turn.usage);
+            if let Some(why) = turn.stopped {
+                // What it did and spent before it stopped is kept.
+                conversation.commit_later(state)?;
+                return Err(why);
+            }
             let (passed, text) = validate(
                 context,
                 self.tool_context,
