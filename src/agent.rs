@@ -14,6 +14,7 @@ mod code_loop;
 mod context;
 mod context_budget;
 mod coverage;
+mod current_agents;
 mod cut_off;
 mod events;
 mod export;

@@ -235,6 +235,8 @@ pub struct LoopContext {
     pub stage: std::sync::Mutex<Option<String>>,
     /// The host's MCP servers, whose tools the loop may be offered.
     pub mcp: Arc<crate::mcp::McpPool>,
+    /// The user's coding agents now: the `env` values a loop run by one of them gets.
+    pub agents: Arc<super::current_agents::CurrentAgents>,
 }
 
 impl LoopContext {

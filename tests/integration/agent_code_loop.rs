@@ -10,10 +10,12 @@ use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    open_transcript, run_code_loop, run_loopr, transcript_with, watch_transcripts,
+    files_containing, open_transcript, run_code_loop, run_loopr, transcript_with, watch_transcripts,
 };
 
 const AGENT: &str = env!("CARGO_BIN_EXE_loopr-test-acp-agent");
+/// A secret the agent's `env` gives it: stored with no loop, shown nowhere.
+const AGENT_TOKEN: &str = "agent-token-never-stored";
 /// What the phase's validation asks: the agent's second turn writes it.
 const VALIDATION: &str = "grep -q ok status.txt";
 
@@ -21,7 +23,7 @@ const VALIDATION: &str = "grep -q ok status.txt";
 /// `code_agent`.
 fn agent_setup(behave: &str, code_agent: bool) -> String {
     format!(
-        "{{ agents = {{ test = {{ command = {AGENT:?}, args = {{ '--behave', {behave:?} }} }} }}{} }}",
+        "{{ agents = {{ test = {{ command = {AGENT:?}, args = {{ '--behave', {behave:?} }}, env = {{ LOOPR_TEST_AGENT_TOKEN = {AGENT_TOKEN:?} }} }} }}{} }}",
         if code_agent {
             ", code_agent = 'test'"
         } else {
@@ -126,12 +128,17 @@ async fn an_agent_s_loop_is_validated_sent_back_and_passes_with_its_work_shown_a
         "Validation failed: `grep -q ok status.txt`",
         "end your turn again",
         "Done for now.",
+        "LOOPR_TEST_AGENT_TOKEN is set",
     ] {
         assert!(
             transcript.contains(shown),
             "{shown:?} not in:\n{transcript}"
         );
     }
+    assert!(
+        files_containing(&editor.dirs.loopr_home, AGENT_TOKEN).is_empty(),
+        "the agent's env value is stored nowhere"
+    );
 
     // The agent's todo, as a quickfix list.
     let todo: Value = editor

@@ -73,6 +73,11 @@ pub async fn turn(
 
 /// The first turn of `script`: every kind of request a coding agent makes, each answer said.
 async fn first_turn(session: &Session<'_>) {
+    // Whether the agent's `env` reached it (never the value).
+    let token = std::env::var_os("LOOPR_TEST_AGENT_TOKEN")
+        .filter(|value| !value.is_empty())
+        .map_or("unset", |_| "set");
+    session.say(&format!("LOOPR_TEST_AGENT_TOKEN is {token}"));
     session.call(
         "read",
         "Read notes.txt",

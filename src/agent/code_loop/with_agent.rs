@@ -80,8 +80,8 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
     ended
 }
 
-/// The loop's agent as its settings configure it. A stored loop's settings keep the names of
-/// the agent's `env` only, blanked: those are left out rather than set empty.
+/// The loop's agent as its settings configure it, the values of its `env` from the user's
+/// current settings (a loop's stored settings keep only their names).
 fn agent_config(context: &LoopContext, name: &str) -> Result<AgentConfig, LoopError> {
     let Some(config) = context.settings.agents.get(name) else {
         let refused = crate::acp::check_agents(&context.settings.agents, Some(name))
@@ -89,9 +89,10 @@ fn agent_config(context: &LoopContext, name: &str) -> Result<AgentConfig, LoopEr
             .unwrap_or_else(|| format!("code_agent names {name:?}, which is not configured"));
         return Err(LoopError::Settings(refused));
     };
-    let mut config = config.clone();
-    config.env.retain(|_, value| !value.is_empty());
-    Ok(config)
+    context
+        .agents
+        .with_current_env(name, config)
+        .map_err(LoopError::Settings)
 }
 
 /// The first prompt: the phase (`phase_task`, its objective, tasks, requirements and
