@@ -407,3 +407,55 @@ async fn an_approval_of_a_phase_s_changes_is_answered_before_its_commit_is_made(
     );
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_plan_answers_the_approval_of_unsandboxed_hooks_and_commits_nothing() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ commit = 'phase', sandbox = { mode = 'off' }, approvals = { write = 'auto', \
+                 edit = 'auto', command = 'auto' } }";
+    let mut editor = planned_editor_with(&fake, setup).await;
+    install_hook(&editor, "pre-commit", "#!/bin/sh\nexit 0\n");
+    let head = git(&editor, &["rev-parse", "HEAD"]);
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[("src/main.rs", "fn main() {\n    println!(\"0.3.1\");\n}\n")]),
+    );
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    // Without a sandbox the validation is asked about, and then the commit's hooks.
+    let validation = editor
+        .wait_event("LooprApprovalRequested", |data| data["subject"] == "true")
+        .await;
+    super::code::accept(&editor, &validation).await;
+    editor
+        .wait_event("LooprApprovalRequested", |data| {
+            data["subject"] == "git hook run pre-commit"
+        })
+        .await;
+    let plan = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["type"] == "plan")
+        .expect("the plan");
+    let plan_id = plan["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        editor.command(&format!("LooprCancel {plan_id}")).await,
+        None
+    );
+    let notice: Value = editor
+        .wait_event("LooprNotice", |data| {
+            data["loop_id"] == code_id.as_str()
+                && data["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("ommitted"))
+        })
+        .await;
+    assert_eq!(
+        notice["message"],
+        "Loopr: Phase print-version was not committed: the commit was stopped (cancelled). Its \
+         changes stay in the working tree, uncommitted."
+    );
+    assert_eq!(git(&editor, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&editor, &["status", "--porcelain"]), " M src/main.rs\n");
+    editor.quit().await;
+}
