@@ -57,16 +57,21 @@ fn write_and_complete(files: &[(&str, &str)]) -> Reply {
 async fn run_phase(editor: &mut TestNvim, phase: &str) -> (String, String) {
     let code_id = run_code_loop(editor, phase).await;
     editor.wait_status(&code_id, "complete").await;
+    let message = commit_notice(editor, &code_id).await;
+    (code_id, message)
+}
+
+/// The notice that tells how the commit of code loop `code_id` went.
+async fn commit_notice(editor: &mut TestNvim, code_id: &str) -> String {
     let notice: Value = editor
         .wait_event("LooprNotice", |data| {
-            data["loop_id"] == code_id.as_str()
+            data["loop_id"] == code_id
                 && data["message"]
                     .as_str()
                     .is_some_and(|message| message.contains("ommitted"))
         })
         .await;
-    let message = notice["message"].as_str().expect("message").to_owned();
-    (code_id, message)
+    notice["message"].as_str().expect("message").to_owned()
 }
 
 /// Makes `script` the repository's hook `name`.
@@ -325,19 +330,10 @@ async fn a_code_loop_started_while_a_phase_is_committed_waits_for_the_commit() {
 
     std::fs::write(project.join(".git/commit-may-go"), "").expect("flag");
     editor.wait_status(&second, "complete").await;
-    let notice: Value = editor
-        .wait_event("LooprNotice", |data| {
-            data["loop_id"] == second.as_str()
-                && data["message"]
-                    .as_str()
-                    .is_some_and(|message| message.contains("ommitted"))
-        })
-        .await;
+    let notice = commit_notice(&mut editor, &second).await;
     assert!(
-        notice["message"]
-            .as_str()
-            .is_some_and(|message| message.starts_with("Loopr: Committed phase document-flag")),
-        "{notice:#}"
+        notice.starts_with("Loopr: Committed phase document-flag"),
+        "{notice}"
     );
     assert_eq!(
         git(&editor, &["log", "--format=%s"]),
@@ -387,19 +383,10 @@ async fn an_approval_of_a_phase_s_changes_is_answered_before_its_commit_is_made(
         "the commit waits in its hook"
     );
     std::fs::write(project.join(".git/commit-may-go"), "").expect("flag");
-    let notice: Value = editor
-        .wait_event("LooprNotice", |data| {
-            data["loop_id"] == code_id.as_str()
-                && data["message"]
-                    .as_str()
-                    .is_some_and(|message| message.contains("ommitted"))
-        })
-        .await;
+    let notice = commit_notice(&mut editor, &code_id).await;
     assert!(
-        notice["message"]
-            .as_str()
-            .is_some_and(|message| message.starts_with("Loopr: Committed phase print-version as ")),
-        "{notice:#}"
+        notice.starts_with("Loopr: Committed phase print-version as "),
+        "{notice}"
     );
     assert_eq!(
         git(&editor, &["log", "--format=%s"]),
@@ -442,16 +429,9 @@ async fn cancelling_the_plan_answers_the_approval_of_unsandboxed_hooks_and_commi
         editor.command(&format!("LooprCancel {plan_id}")).await,
         None
     );
-    let notice: Value = editor
-        .wait_event("LooprNotice", |data| {
-            data["loop_id"] == code_id.as_str()
-                && data["message"]
-                    .as_str()
-                    .is_some_and(|message| message.contains("ommitted"))
-        })
-        .await;
+    let notice = commit_notice(&mut editor, &code_id).await;
     assert_eq!(
-        notice["message"],
+        notice,
         "Loopr: Phase print-version was not committed: the commit was stopped (cancelled). Its \
          changes stay in the working tree, uncommitted."
     );
