@@ -7,6 +7,7 @@
 
 mod budget;
 mod code_changes;
+mod commit_hold;
 mod commit_phase;
 mod new_loops;
 mod phase_done;
@@ -208,6 +209,9 @@ struct Shared {
     policies: super::policy_cache::PolicyCache,
     projects: Mutex<HashMap<PathBuf, Project>>,
     running: Mutex<HashMap<LoopId, CancellationToken>>,
+    /// Phase commits under way, by project root (`commit_hold`): no code loop starts while
+    /// one is.
+    committing: Mutex<HashMap<PathBuf, Vec<commit_hold::Committing>>>,
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
     scheduling: Mutex<()>,
     /// Serialises moving plan runs on, so two loops ending at once start one next phase.
@@ -262,6 +266,7 @@ impl LoopManager {
                 policies: super::policy_cache::PolicyCache::default(),
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
+                committing: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),
                 advancing_runs: Mutex::new(()),
                 shutting_down: AtomicBool::new(false),
@@ -282,6 +287,9 @@ impl LoopManager {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         for token in lock(&self.shared.running).values() {
             token.cancel();
+        }
+        for commit in lock(&self.shared.committing).values().flatten() {
+            commit.cancel.cancel();
         }
         self.shared.mcp.shut_down();
     }

@@ -68,6 +68,18 @@ pub fn code_turn_holder<'a>(
         .find(|other| other.id != record.id && holds_working_tree(other))
 }
 
+/// The code loop whose changes are being committed (`committing`) that a pending code loop
+/// waits its turn for: no code loop starts while a phase's commit is made.
+pub fn waits_for_commit<'a>(
+    record: &LoopRecord,
+    committing: Option<&'a LoopRecord>,
+) -> Option<&'a LoopRecord> {
+    if record.loop_type != LoopType::Code || record.status != LoopStatus::Pending {
+        return None;
+    }
+    committing.filter(|code| code.id != record.id)
+}
+
 /// A loop that ended without success, which a retry runs again.
 pub fn retryable(status: LoopStatus) -> bool {
     matches!(

@@ -625,8 +625,15 @@ impl LoopRecordReply {
                 // Named as the user can type it, short enough to stay on a failure's line.
                 let name = (!taken && retryable(record.status))
                     .then(|| crate::agent::shortest_name(&records, record));
+                let waits = match &row.waits_for_commit {
+                    Some(code) => Some(format!(
+                        "waits its turn: the changes of {:?} are being committed",
+                        code.name.clone().unwrap_or_else(|| code.label())
+                    )),
+                    None => waits_for(record, &records),
+                };
                 LoopRecordReply {
-                    waits_for: waits_for(record, &records),
+                    waits_for: waits,
                     way_on: words::way_on(record, name.as_deref()),
                     ..LoopRecordReply::new(row)
                 }
