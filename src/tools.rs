@@ -45,7 +45,7 @@ pub use output::{CappedOutput, CommandOutput};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use project_file::{ProjectFile, ReadBudget, ReadError, read_regular};
 pub use project_walk::project_walker;
-pub use project_write::{Existing, FolderError, ProjectFolder};
+pub use project_write::{Existing, FolderError, ProjectFolder, Replaced};
 pub use read_file::ReadFileTool;
 pub use run_command::{RunCommandTool, unsandboxed_note};
 pub use sandbox::{

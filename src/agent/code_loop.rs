@@ -161,7 +161,12 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         approver: context.approver.clone(),
         loop_id: record.id.to_string(),
         buffers: context.buffers.clone(),
-        journal: Arc::new(Baseline::at(&context.layout.loop_dir(&record.id))),
+        journal: Arc::new(
+            Baseline::at(&context.layout.loop_dir(&record.id)).excluding({
+                let layout = context.layout.clone();
+                Arc::new(move || export::exported_paths(&layout))
+            }),
+        ),
     };
     let max_turns = context.settings.max_turns;
     let nudge = prompts::nudge_to_call(

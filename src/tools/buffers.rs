@@ -82,6 +82,13 @@ pub trait ChangeJournal: Send + Sync {
         before: Option<FileStat>,
         budget: &ReadBudget,
     );
+
+    /// Paths (relative, with `/`; a folder stands for all below it) where someone other than
+    /// the loop writes while it runs, such as the plan's export: a command's changes there are
+    /// not the loop's.
+    fn others_paths(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Nothing to remember (planning loops never write).

@@ -132,8 +132,16 @@ impl TreeStats {
     }
 }
 
+/// Whether `relative` is `path` or below it.
+fn is_at(relative: &str, path: &str) -> bool {
+    relative
+        .strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Runs `command` like `run_shell` and tells the context's journal every project file it
-/// created, changed or deleted, also when it was killed or cancelled midway.
+/// created, changed or deleted, also when it was killed or cancelled midway; not what
+/// changed where the journal says others write.
 pub async fn run_recorded(
     context: &ToolContext,
     command: &str,
@@ -185,7 +193,13 @@ pub async fn run_recorded(
         // reads only metadata, and a cancel leaves the files' contents unread (the budget).
         let recorded = tokio::task::spawn_blocking(move || {
             let after = capture(&CancellationToken::new())?;
-            let changes = before.changes_to(&after);
+            // Asked after the walk: an export that wrote during it is then in its record.
+            let others = journal.others_paths();
+            let changes: Vec<TreeChange> = before
+                .changes_to(&after)
+                .into_iter()
+                .filter(|change| !others.iter().any(|other| is_at(&change.relative, other)))
+                .collect();
             for change in &changes {
                 journal.command_changed(&root, &change.relative, change.before, &budget);
             }

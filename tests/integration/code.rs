@@ -800,8 +800,21 @@ async fn without_a_sandbox_every_command_is_asked_about_and_says_unsandboxed() {
     editor.quit().await;
 }
 
+/// The quickfix list's items: each one's file (relative to the project) and text.
+pub(super) async fn quickfix_items(editor: &TestNvim) -> Value {
+    editor
+        .lua(
+            "local items = {}
+             for _, item in ipairs(vim.fn.getqflist()) do
+               table.insert(items, { file = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'), text = item.text })
+             end
+             return items",
+        )
+        .await
+}
+
 /// Makes a FIFO at `path`.
-fn mkfifo(path: &std::path::Path) {
+pub(super) fn mkfifo(path: &std::path::Path) {
     let name = std::ffi::CString::new(path.display().to_string()).expect("path");
     // SAFETY: mkfifo reads a NUL-terminated path and creates a FIFO there.
     assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
@@ -841,15 +854,7 @@ async fn fifos_and_device_links_in_the_project_never_hang_a_code_loop_or_its_can
     );
 
     assert_eq!(editor.command("LooprChanges print-version").await, None);
-    let items: Value = editor
-        .lua(
-            "local items = {}
-             for _, item in ipairs(vim.fn.getqflist()) do
-               table.insert(items, { file = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.'), text = item.text })
-             end
-             return items",
-        )
-        .await;
+    let items = quickfix_items(&editor).await;
     assert_eq!(
         items,
         json!([
