@@ -506,10 +506,18 @@ pub fn waits_for(record: &LoopRecord, records: &[LoopRecord]) -> Option<String> 
         return None;
     }
     if let Some(holder) = code_turn_holder(record, records) {
-        return Some(format!(
-            "waits its turn: {} is running, and one code loop runs at a time",
-            holder.label()
-        ));
+        let label = holder.label();
+        return Some(match holder.status {
+            LoopStatus::AwaitingApproval => format!(
+                "waits its turn: the changes of {label} await approval, and one code loop \
+                 works in the tree at a time"
+            ),
+            LoopStatus::Paused => format!(
+                "waits its turn: {label} is paused at its plan's budget, and one code loop \
+                 works in the tree at a time"
+            ),
+            _ => format!("waits its turn: {label} is running, and one code loop runs at a time"),
+        });
     }
     let awaited: Vec<String> = awaited(record, records)
         .into_iter()
