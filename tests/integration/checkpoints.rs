@@ -35,18 +35,49 @@ fn loopr_rewind(editor: &TestNvim, phase: &str) -> String {
 
 /// Runs `loopr <args>` in `editor`'s project, with its state; its standard output.
 fn loopr(editor: &TestNvim, args: &[&str]) -> String {
-    let cli = std::process::Command::new(crate::nvim::host_binary())
-        .args(args)
-        .current_dir(&editor.dirs.project)
-        .env("LOOPR_HOME", &editor.dirs.loopr_home)
-        .output()
-        .expect("loopr rewind");
+    let cli = loopr_output(editor, args);
     assert!(
         cli.status.success(),
         "{}",
         String::from_utf8_lossy(&cli.stderr)
     );
     String::from_utf8_lossy(&cli.stdout).into_owned()
+}
+
+/// Runs `loopr <args>` in `editor`'s project, which must fail; its standard error.
+fn loopr_failing(editor: &TestNvim, args: &[&str]) -> String {
+    let cli = loopr_output(editor, args);
+    assert!(
+        !cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stdout)
+    );
+    String::from_utf8_lossy(&cli.stderr).into_owned()
+}
+
+fn loopr_output(editor: &TestNvim, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(crate::nvim::host_binary())
+        .args(args)
+        .current_dir(&editor.dirs.project)
+        .env("LOOPR_HOME", &editor.dirs.loopr_home)
+        .output()
+        .expect("loopr runs")
+}
+
+/// Runs print-version's code loop, which edits `src/main.rs` and creates `src/version.rs`,
+/// to completion; its id.
+async fn run_two_changes(fake: &FakeLlm, editor: &mut TestNvim) -> String {
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
+            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
+            .reply(),
+    );
+    let code_id = run_code_loop(editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    code_id
 }
 
 /// The `error` (note) of loop `id` in the status list.
@@ -209,16 +240,7 @@ async fn without_git_loopr_rewind_restores_from_the_baselines_and_says_it_cannot
     assert!(!project.join(".git").exists(), "no git here");
     let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
     let main_before = read("src/main.rs").expect("main.rs");
-    fake.push_routed(
-        &code_route("print-version"),
-        TurnBuilder::new()
-            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
-            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
-            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
-            .reply(),
-    );
-    let code_id = run_code_loop(&mut editor, "print-version").await;
-    editor.wait_status(&code_id, "complete").await;
+    let code_id = run_two_changes(&fake, &mut editor).await;
 
     assert_eq!(
         loopr_rewind(&editor, "print-version"),
@@ -289,5 +311,60 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
         Some("the loop's notes\n"),
         "undo brings the phase's edit back"
     );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_git_cannot_read_stops_the_rewind_with_a_clear_error_before_anything_changes()
+{
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let project = editor.dirs.project.clone();
+    commit_everything(&project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    let code_id = run_two_changes(&fake, &mut editor).await;
+    // The checkpoint's commit is lost (a pruned or damaged object store): its ref names an
+    // object git no longer has.
+    let before = git(
+        &project,
+        &["rev-parse", &format!("refs/loopr/{code_id}/before")],
+    );
+    let before = before.trim();
+    std::fs::remove_file(
+        project
+            .join(".git/objects")
+            .join(&before[..2])
+            .join(&before[2..]),
+    )
+    .expect("the checkpoint's loose object");
+    let tree = |project: &Path| {
+        (
+            std::fs::read_to_string(project.join("src/main.rs")).ok(),
+            std::fs::read_to_string(project.join("src/version.rs")).ok(),
+            git(project, &["status", "--porcelain=v1"]),
+        )
+    };
+    let tree_before = tree(&project);
+
+    let refused = loopr_failing(&editor, &["rewind", "print-version"]);
+    assert!(
+        refused.starts_with(
+            "loopr: rewinding to before print-version: the checkpoint taken before phase \
+             print-version cannot be read, so nothing was changed: git "
+        ),
+        "{refused}"
+    );
+    assert_eq!(tree(&project), tree_before, "the tree is untouched");
+    assert_eq!(
+        git(
+            &project,
+            &["for-each-ref", "--format=%(refname)", "refs/loopr/"]
+        ),
+        format!("refs/loopr/{code_id}/before\n"),
+        "no snapshot of a rewind that did not happen"
+    );
+    assert_eq!(note_of(&editor, &code_id).await, Value::Null, "not rewound");
     editor.quit().await;
 }
