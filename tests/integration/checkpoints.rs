@@ -368,3 +368,80 @@ async fn a_checkpoint_git_cannot_read_stops_the_rewind_with_a_clear_error_before
     assert_eq!(note_of(&editor, &code_id).await, Value::Null, "not rewound");
     editor.quit().await;
 }
+
+/// A rewind that wrote the files but cannot record itself beside one of the loops it rewound
+/// (a folder stands where its record goes) says so, and still records itself beside the
+/// phase's loop and notes every loop rewound: undoing it brings the phases' work back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_that_fails_part_way_records_and_notes_what_it_did_so_undo_brings_it_back() {
+    let fake = FakeLlm::start().await;
+    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let project = editor.dirs.project.clone();
+    commit_everything(&project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    let (main_before, readme_before) = (read("src/main.rs"), read("README.md"));
+    let first = run_two_changes(&fake, &mut editor).await;
+    fake.push_routed(
+        &code_route("document-flag"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "README.md", "old_string": "A tiny CLI.", "new_string": "A tiny CLI with --version."}))
+            .tool_use("done", "complete_phase", json!({"summary": "documented"}))
+            .reply(),
+    );
+    let second = run_code_loop(&mut editor, "document-flag").await;
+    editor.wait_status(&second, "complete").await;
+    let (main_after, readme_after) = (read("src/main.rs"), read("README.md"));
+    let second_dir = walkdir_named(&editor.dirs.loopr_home, &second).expect("its folder");
+    std::fs::create_dir(second_dir.join("rewind.json")).expect("a folder in the way");
+
+    let failed = loopr_failing(&editor, &["rewind", "print-version"]);
+    assert!(
+        failed.starts_with(
+            "loopr: rewinding to before print-version: the rewind to before phase print-version \
+             stopped part way (3 file(s) restored, 2 code loop(s) noted rewound; it can be \
+             undone): recording the rewind in "
+        ),
+        "{failed}"
+    );
+    assert_eq!(read("src/main.rs"), main_before);
+    assert_eq!(read("src/version.rs"), None);
+    assert_eq!(read("README.md"), readme_before);
+    for id in [&first, &second] {
+        let note = note_of(&editor, id).await;
+        assert!(
+            note.as_str()
+                .is_some_and(|note| note.starts_with("rewound: to before phase print-version")),
+            "{note}"
+        );
+    }
+
+    let undone = loopr(&editor, &["undo", "print-version"]);
+    assert!(
+        undone.starts_with("undid the rewind to before print-version: restored 3 file(s)\n"),
+        "{undone}"
+    );
+    assert_eq!(read("src/main.rs"), main_after);
+    assert_eq!(read("README.md"), readme_after);
+    assert!(read("src/version.rs").is_some(), "created again");
+    editor.quit().await;
+}
+
+/// The folder named `name` somewhere under `dir`.
+fn walkdir_named(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if let Some(found) = walkdir_named(&path, name) {
+            return Some(found);
+        }
+    }
+    None
+}

@@ -153,17 +153,24 @@ impl LoopManager {
                         .map(|(relative, now)| (StoredPath(relative), now))
                         .collect(),
                 };
-                // The phase's own loop first: its undo reads the record there.
-                let dirs: Vec<PathBuf> = loops
+                // The phase's own loop's record is what its undo reads: the rewind can be
+                // undone once that one is written, whatever befalls the others'.
+                let others: Vec<PathBuf> = loops
                     .iter()
-                    .rev()
+                    .filter(|record| record.id != code.id)
                     .map(|record| project.layout.loop_dir(&record.id))
                     .collect();
-                match blocking(move || write_records(&dirs, &record))
-                    .await
-                    .and_then(|written| written)
-                {
-                    Ok(()) => report.undoable = true,
+                let own = [code_dir.clone()];
+                let written = blocking(move || {
+                    let own = write_records(&own, &record);
+                    (own.is_ok(), own.and(write_records(&others, &record)))
+                })
+                .await;
+                match written {
+                    Ok((undoable, written)) => {
+                        report.undoable = undoable;
+                        failure = written.err();
+                    }
                     Err(err) => failure = Some(err),
                 }
                 done.extend(loops.iter());
