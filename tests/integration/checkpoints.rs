@@ -64,6 +64,16 @@ fn loopr_output(editor: &TestNvim, args: &[&str]) -> std::process::Output {
         .expect("loopr runs")
 }
 
+/// An editor on a git project whose one-spec hierarchy is planned and approved.
+async fn planned_in_git(fake: &FakeLlm) -> TestNvim {
+    crate::scenario::push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(fake, AUTO_APPROVE).await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
+}
+
 /// Runs print-version's code loop, which edits `src/main.rs` and creates `src/version.rs`,
 /// to completion; its id.
 async fn run_two_changes(fake: &FakeLlm, editor: &mut TestNvim) -> String {
@@ -318,12 +328,8 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
 async fn a_checkpoint_git_cannot_read_stops_the_rewind_with_a_clear_error_before_anything_changes()
 {
     let fake = FakeLlm::start().await;
-    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
-    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let mut editor = planned_in_git(&fake).await;
     let project = editor.dirs.project.clone();
-    commit_everything(&project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
     let code_id = run_two_changes(&fake, &mut editor).await;
     // The checkpoint's commit is lost (a pruned or damaged object store): its ref names an
     // object git no longer has.
@@ -375,12 +381,8 @@ async fn a_checkpoint_git_cannot_read_stops_the_rewind_with_a_clear_error_before
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewind_that_fails_part_way_records_and_notes_what_it_did_so_undo_brings_it_back() {
     let fake = FakeLlm::start().await;
-    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
-    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
+    let mut editor = planned_in_git(&fake).await;
     let project = editor.dirs.project.clone();
-    commit_everything(&project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
     let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
     let (main_before, readme_before) = (read("src/main.rs"), read("README.md"));
     let first = run_two_changes(&fake, &mut editor).await;
