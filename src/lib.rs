@@ -3,6 +3,7 @@
 //! The core (`llm`, `tools`, `artifacts`, `store`, `agent`) knows nothing of Neovim or msgpack;
 //! only `bridge` does. See ARCHITECTURE.md for the code map.
 
+pub mod acp;
 pub mod agent;
 pub mod artifacts;
 pub mod bridge;

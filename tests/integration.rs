@@ -9,6 +9,7 @@ mod nvim;
 mod scenario;
 
 mod integration {
+    mod agents;
     mod approve;
     mod cancel_and_restart;
     mod checkpoints;

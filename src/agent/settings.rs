@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::approvals::{ApprovalSettings, PolicyApprover};
+use crate::acp::AgentConfig;
 use crate::artifacts::Severity;
 use crate::budget::Budget;
 use crate::llm::{
@@ -180,6 +181,13 @@ pub struct LoopSettings {
     pub budget: Budget,
     /// MCP servers whose tools loops are offered.
     pub mcp: McpSettings,
+    /// Coding agents speaking the Agent Client Protocol (Claude Code, Codex, Gemini CLI,
+    /// goose, through their ACP adapters), by name.
+    #[schemars(extend("propertyNames" = { "pattern": "^[A-Za-z0-9_-]+$" }))]
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// The agent of `agents` that writes phases' code; unset, Loopr's own code loop does.
+    #[schemars(length(min = 1), extend("x-expects" = "the name of an agent in agents"))]
+    pub code_agent: Option<String>,
 }
 
 impl Default for LoopSettings {
@@ -236,6 +244,8 @@ impl Default for LoopSettings {
             prices: BTreeMap::new(),
             budget: Budget::default(),
             mcp: McpSettings::default(),
+            agents: BTreeMap::new(),
+            code_agent: None,
         }
     }
 }
@@ -253,8 +263,11 @@ pub const DEFAULT_RULES_FILES: [&str; 4] = [
 const MIN_CONTEXT_BUDGET: u32 = 1024;
 
 /// The settings' JSON schema, made once: `check` reads the limits from it.
-static SCHEMA: LazyLock<serde_json::Value> =
-    LazyLock::new(|| serde_json::to_value(schemars::schema_for!(LoopSettings)).unwrap_or_default());
+static SCHEMA: LazyLock<serde_json::Value> = LazyLock::new(|| {
+    crate::schema::keys_sorted(
+        serde_json::to_value(schemars::schema_for!(LoopSettings)).unwrap_or_default(),
+    )
+});
 
 /// The JSON schema of the settings, for shells that generate their checks, types and
 /// documentation from it.
@@ -420,6 +433,7 @@ impl LoopSettings {
         PriceTable::check(&self.prices)?;
         self.budget.check()?;
         self.mcp.check()?;
+        crate::acp::check_agents(&self.agents, self.code_agent.as_deref())?;
         if let Some(level) = self
             .review_gates
             .iter()

@@ -22,7 +22,12 @@ pub fn wire_schemas() -> Vec<(&'static str, Schema)> {
     super::request_table::reply_schemas(&mut generator);
     let event = generator.subschema_for::<EventMessage>();
     let mut schemas = Vec::new();
-    for (name, schema) in generator.take_definitions(true) {
+    let definitions =
+        crate::schema::keys_sorted(serde_json::Value::Object(generator.take_definitions(true)));
+    let serde_json::Value::Object(definitions) = definitions else {
+        return Vec::new();
+    };
+    for (name, schema) in definitions {
         let class = CORE_CLASSES
             .iter()
             .find(|(core, _)| *core == name)
@@ -67,7 +72,7 @@ fn event_schemas() -> Vec<(&'static str, Schema)> {
         };
         tags.push(tag.to_owned());
         let name = interned(&format!("loopr.{}Event", tag.to_upper_camel_case()));
-        if let Ok(schema) = Schema::try_from(variant) {
+        if let Ok(schema) = Schema::try_from(crate::schema::keys_sorted(variant)) {
             schemas.push((name, schema));
         }
     }

@@ -1,6 +1,6 @@
 //! What of a loop's settings the store keeps: everything but secrets. The values of MCP
-//! servers' `env` (tokens, by the variable names the server reads) are blanked, the names
-//! kept; a loop takes the values from the user's current settings whenever it runs.
+//! servers' and coding agents' `env` (tokens, by the variable names they read) are blanked,
+//! the names kept; a loop takes the values from the user's current settings whenever it runs.
 
 use serde_json::Value;
 
@@ -19,16 +19,22 @@ pub fn secrets_removed(settings: &str) -> Option<String> {
     blank_secrets(&mut value).then(|| value.to_string())
 }
 
-/// Blanks the values of MCP servers' `env`; whether there was one that was not blank.
+/// Blanks the values of MCP servers' and agents' `env`; whether there was one that was not
+/// blank.
 fn blank_secrets(settings: &mut Value) -> bool {
-    let Some(servers) = settings
-        .pointer_mut("/mcp/servers")
-        .and_then(Value::as_object_mut)
-    else {
-        return false;
-    };
     let mut blanked = false;
-    for server in servers.values_mut() {
+    for table in ["/mcp/servers", "/agents"] {
+        if let Some(entries) = settings.pointer_mut(table).and_then(Value::as_object_mut) {
+            blanked |= blank_env_values(entries);
+        }
+    }
+    blanked
+}
+
+/// Blanks the `env` values of each of `entries`; whether one was not blank.
+fn blank_env_values(entries: &mut serde_json::Map<String, Value>) -> bool {
+    let mut blanked = false;
+    for server in entries.values_mut() {
         if let Some(env) = server.get_mut("env").and_then(Value::as_object_mut) {
             for value in env.values_mut() {
                 if value.as_str() != Some("") {
@@ -69,6 +75,20 @@ mod tests {
             None,
             "nothing left to remove"
         );
+    }
+
+    #[test]
+    fn agents_env_values_are_blanked_too() {
+        let settings = r#"{"code_agent":"claude","agents":{"claude":{"command":"claude-agent-acp","env":{"ANTHROPIC_API_KEY":"sk-ant-secret"}}}}"#;
+        let stored = settings_without_secrets(settings);
+        assert!(!stored.contains("sk-ant-secret"), "{stored}");
+        let stored: Value = serde_json::from_str(&stored).expect("json");
+        assert_eq!(
+            stored["agents"]["claude"]["env"],
+            serde_json::json!({"ANTHROPIC_API_KEY": ""})
+        );
+        assert_eq!(stored["agents"]["claude"]["command"], "claude-agent-acp");
+        assert_eq!(stored["code_agent"], "claude");
     }
 
     #[test]

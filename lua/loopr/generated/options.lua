@@ -7,6 +7,24 @@
 
 ---@type table<string, loopr.OptionSpec>
 return {
+  agents = {
+    check = {
+      key = { kind = 'string', pattern = '^[A-Za-z0-9_-]+$' },
+      kind = 'map',
+      value = {
+        fields = {
+          args = { item = { kind = 'string' }, kind = 'list' },
+          command = { kind = 'string', nonempty = true },
+          env = { key = { kind = 'string' }, kind = 'map', value = { kind = 'string' } },
+        },
+        kind = 'record',
+      },
+    },
+    default = {},
+    description = 'Coding agents speaking the Agent Client Protocol (Claude Code, Codex, Gemini CLI, goose, through their ACP adapters), by name.',
+    expect = 'a table of name (matching ^[A-Za-z0-9_-]+$) = a table with keys args (a list of strings), command (a non-empty string), env (a table of name = a string)',
+    host = true,
+  },
   allow_commands = {
     check = { item = { kind = 'string', nonempty = true }, kind = 'list' },
     default = {},
@@ -65,6 +83,12 @@ return {
     expect = 'a table with keys tokens (an integer >= 1), usd (a number > 0)',
     host = true,
     merge = true,
+  },
+  code_agent = {
+    check = { kind = 'string', nonempty = true },
+    description = "The agent of `agents` that writes phases' code; unset, Loopr's own code loop does.",
+    expect = 'the name of an agent in agents',
+    host = true,
   },
   code_max_iterations = {
     check = { kind = 'integer', min = 1 },

@@ -2,6 +2,10 @@
 -- src/agent/settings.rs and src/bridge/editor_options.rs; do not edit.
 ---@meta
 
+---@class loopr.AgentConfig One coding agent speaking the Agent Client Protocol over its stdio: the program Loopr starts in the project root.
+---@field args? string[]
+---@field command? string The program (an ACP adapter such as `claude-agent-acp`), found on PATH unless it is a path.
+---@field env? table<string, string> Variables set for the agent, over the allow-listed ones of the host; a provider key reaches an agent only when named here.
 ---@alias loopr.ApprovalMode "ask"|"auto"
 ---@class loopr.ApprovalSettings Per kind of change: ask the user, or accept without asking.
 ---@field command? loopr.ApprovalMode Running a shell command.
@@ -55,6 +59,7 @@
 ---@field max_rounds? integer Verifications a code loop runs before the phase fails.
 
 ---@class loopr.Opts The options of setup().
+---@field agents? table<string, loopr.AgentConfig> Coding agents speaking the Agent Client Protocol (Claude Code, Codex, Gemini CLI, goose, through their ACP adapters), by name.
 ---@field allow_commands? string[] Regular expressions; a matching command runs without asking.
 ---@field api_key_env? string The variable that holds the API key, when not the provider's usual one.
 ---@field approvals? loopr.ApprovalSettings Per kind of change (write, edit, command, fetch, mcp): "ask" the user or accept ("auto").
@@ -62,6 +67,7 @@
 ---@field base_url? string Overrides the provider's base URL variable.
 ---@field bin? string Path to the host binary; nil means auto-detect.
 ---@field budget? loopr.Budget The spend of each plan tree after which its loops pause until approved.
+---@field code_agent? string The agent of `agents` that writes phases' code; unset, Loopr's own code loop does.
 ---@field code_max_iterations? integer Validation runs a code loop may use before it fails.
 ---@field command_timeout_secs? integer How long a `run_command` may run unless the model asks for less.
 ---@field commit? loopr.CommitMode `"phase"`: each phase that is done (validated, verified, approved when gated) is committed, only the files it changed, with the user's hooks; Loopr never pushes.
@@ -106,6 +112,7 @@
 ---@field web_fetch_allow_hosts? string[] Hosts `web_fetch` fetches from without asking (`docs.rs`, `*.python.org`).
 
 ---@class loopr.Config The options in effect: setup()'s over the defaults.
+---@field agents table<string, loopr.AgentConfig>
 ---@field allow_commands string[]
 ---@field api_key_env? string
 ---@field approvals loopr.ApprovalSettings
@@ -113,6 +120,7 @@
 ---@field base_url? string
 ---@field bin? string
 ---@field budget loopr.Budget
+---@field code_agent? string
 ---@field code_max_iterations integer
 ---@field command_timeout_secs integer
 ---@field commit loopr.CommitMode

@@ -13,6 +13,13 @@
 ---@field state string `not started`, `starting`, `running`, `stopped` (crashed or failed; restarted in the background) or `shut down`.
 ---@field tools string[]
 ---@field transport string
+---@class loopr.AgentProbeReply One coding agent probed: what it said of itself in `initialize`, or why it failed.
+---@field agent? string The name it gives itself.
+---@field capabilities? string In words: `load session, prompts with image, MCP over stdio and http`.
+---@field error? string
+---@field name string Its name in `agents`.
+---@field protocol_version? integer
+---@field version? string
 ---@class loopr.ChangeItem
 ---@field location lsp.Location
 ---@field status string

@@ -43,6 +43,44 @@ pub struct McpProbeReply {
     pub error: Option<String>,
 }
 
+/// One coding agent probed: what it said of itself in `initialize`, or why it failed.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.AgentProbeReply")]
+pub struct AgentProbeReply {
+    /// Its name in `agents`.
+    pub name: String,
+    /// The name it gives itself.
+    pub agent: Option<String>,
+    pub version: Option<String>,
+    pub protocol_version: Option<u16>,
+    /// In words: `load session, prompts with image, MCP over stdio and http`.
+    pub capabilities: Option<String>,
+    pub error: Option<String>,
+}
+
+impl AgentProbeReply {
+    pub fn new(
+        name: String,
+        probed: Result<crate::acp::AgentReport, crate::acp::AcpError>,
+    ) -> Self {
+        match probed {
+            Ok(report) => AgentProbeReply {
+                capabilities: Some(report.capabilities()),
+                agent: Some(report.name),
+                version: report.version,
+                protocol_version: Some(report.protocol_version),
+                name,
+                error: None,
+            },
+            Err(error) => AgentProbeReply {
+                name,
+                error: Some(error.to_string()),
+                ..AgentProbeReply::default()
+            },
+        }
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "loopr.RulesReply")]
 pub struct RulesReply {

@@ -25,8 +25,8 @@ pub fn lua(value: &Value, indent: usize, width: usize, quote: Quote) -> String {
             .iter()
             .map(|item| format!("{inner}{},", lua(item, indent + 2, width, quote)))
             .collect(),
-        Value::Object(fields) => fields
-            .iter()
+        Value::Object(fields) => sorted(fields)
+            .into_iter()
             .filter(|(_, v)| !v.is_null())
             .map(|(key, v)| {
                 let key = key_of(key, quote);
@@ -36,6 +36,13 @@ pub fn lua(value: &Value, indent: usize, width: usize, quote: Quote) -> String {
         _ => Vec::new(),
     };
     format!("{{\n{}\n{}}}", items.join("\n"), " ".repeat(indent))
+}
+
+/// A table's fields by name, whatever order `serde_json` keeps them in.
+fn sorted(fields: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut fields: Vec<(&String, &Value)> = fields.iter().collect();
+    fields.sort_by_key(|(key, _)| *key);
+    fields
 }
 
 /// `value` as Lua on one line.
@@ -51,8 +58,8 @@ pub fn inline(value: &Value, quote: Quote) -> String {
             format!("{{ {} }}", items.join(", "))
         }
         Value::Object(fields) => {
-            let items: Vec<String> = fields
-                .iter()
+            let items: Vec<String> = sorted(fields)
+                .into_iter()
                 .filter(|(_, v)| !v.is_null())
                 .map(|(key, v)| format!("{} = {}", key_of(key, quote), inline(v, quote)))
                 .collect();

@@ -30,6 +30,8 @@ pub fn luacats(schema: &Value, class: &str, namespace: &str) -> Vec<String> {
 pub fn definitions(schema: &Value, namespace: &str) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(defs) = schema.get("$defs").and_then(Value::as_object) {
+        let mut defs: Vec<(&String, &Value)> = defs.iter().collect();
+        defs.sort_by_key(|(name, _)| *name);
         for (name, definition) in defs {
             let full = format!("{namespace}.{name}");
             lines.extend(class_lines(
@@ -78,6 +80,9 @@ pub fn class_lines(node: &Value, class: &str, namespace: &str, optional: Optiona
         .map(|all| all.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        // By name, whatever order serde_json keeps keys in.
+        let mut properties: Vec<(&String, &Value)> = properties.iter().collect();
+        properties.sort_by_key(|(name, _)| *name);
         for (name, property) in properties {
             let may_be_left_out = match optional {
                 Optional::All => true,

@@ -33,8 +33,10 @@ pub struct SetupOption {
 /// Both schemas as one: the properties and definitions of each.
 pub fn setup_schema() -> anyhow::Result<Value> {
     let host = crate::agent::settings_schema();
-    let editor = serde_json::to_value(schemars::schema_for!(EditorOptions))
-        .context("the editor options' schema")?;
+    let editor = crate::schema::keys_sorted(
+        serde_json::to_value(schemars::schema_for!(EditorOptions))
+            .context("the editor options' schema")?,
+    );
     let mut properties = Map::new();
     let mut defs = Map::new();
     for schema in [&host, &editor] {
@@ -45,12 +47,12 @@ pub fn setup_schema() -> anyhow::Result<Value> {
             defs.extend(own.clone());
         }
     }
-    Ok(json!({
+    Ok(crate::schema::keys_sorted(json!({
         "type": "object",
         "description": "The options of setup().",
         "properties": properties,
         "$defs": defs,
-    }))
+    })))
 }
 
 /// Every option, sorted by name.

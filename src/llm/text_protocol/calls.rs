@@ -115,7 +115,9 @@ fn json_calls(text: &str, keys: CallKeys, issues: &mut Vec<FormatIssue>) -> Vec<
 }
 
 fn json_call(value: Value, keys: CallKeys, issues: &mut Vec<FormatIssue>) -> Option<RawCall> {
-    let quote = value.to_string();
+    // Quoted with its keys sorted, as the model's words are shown whatever order serde_json
+    // keeps keys in.
+    let quote = crate::schema::keys_sorted(value.clone()).to_string();
     let Value::Object(mut object) = value else {
         issues.push(not_a_call(&quote, keys));
         return None;
@@ -137,7 +139,11 @@ fn json_call(value: Value, keys: CallKeys, issues: &mut Vec<FormatIssue>) -> Opt
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::Object(args)) => Value::Object(args),
         Some(other) => {
-            issues.push(args_not_an_object(&name, &other.to_string(), keys));
+            issues.push(args_not_an_object(
+                &name,
+                &crate::schema::keys_sorted(other).to_string(),
+                keys,
+            ));
             return None;
         }
     };

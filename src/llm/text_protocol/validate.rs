@@ -64,7 +64,8 @@ pub(super) fn validate(
         .map(|issue| format!("{}: {}", issue.location, issue.message))
         .collect();
     if !problems.is_empty() {
-        issues.push(invalid_arguments(&tool.name, &args.to_string(), &problems));
+        let quoted = crate::schema::keys_sorted(args.clone()).to_string();
+        issues.push(invalid_arguments(&tool.name, &quoted, &problems));
         return None;
     }
     Some((tool.name.clone(), args))

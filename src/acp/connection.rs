@@ -1,0 +1,290 @@
+//! One connection to a started agent: the SDK's client side driven on its own task over the
+//! agent's stdio, requests bounded in time with their failures typed (`AcpError`), and what
+//! the agent sends Loopr (session updates, and its requests with their responders) passed on
+//! through one channel, `FromAgent`, for the code loop to serve.
+
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    AuthMethod, CreateTerminalRequest, KillTerminalRequest, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionRequest, SessionNotification, TerminalOutputRequest,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, ErrorCode, JsonRpcRequest};
+use futures::channel::{mpsc, oneshot};
+
+use super::config::AgentConfig;
+use super::error::{AcpError, SignIn};
+use super::process::AgentProcess;
+
+/// How long a dead agent's exit status and last stderr are waited for.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// A request of the agent with its responder: answered by whoever serves it. A responder
+/// dropped unanswered answers the agent with an error, so the agent never waits forever.
+/// Boxed: requests are large and differ in size.
+type Asked<Request> = Box<(Request, Responder<<Request as JsonRpcRequest>::Response>)>;
+
+/// What the agent sends Loopr, in the order it arrives.
+#[derive(Debug)]
+pub enum FromAgent {
+    Update(Box<SessionNotification>),
+    Permission(Asked<RequestPermissionRequest>),
+    ReadTextFile(Asked<ReadTextFileRequest>),
+    WriteTextFile(Asked<WriteTextFileRequest>),
+    CreateTerminal(Asked<CreateTerminalRequest>),
+    TerminalOutput(Asked<TerminalOutputRequest>),
+    WaitForTerminalExit(Asked<WaitForTerminalExitRequest>),
+    KillTerminal(Asked<KillTerminalRequest>),
+    ReleaseTerminal(Asked<ReleaseTerminalRequest>),
+}
+
+/// A started agent and its ACP connection. Dropping it ends the connection and kills the
+/// agent's process group.
+pub struct AgentConnection {
+    process: AgentProcess,
+    config: AgentConfig,
+    connection: ConnectionTo<Agent>,
+    from_agent: Option<mpsc::UnboundedReceiver<FromAgent>>,
+    stop: Option<oneshot::Sender<()>>,
+    driver: tokio::task::JoinHandle<()>,
+    /// How the agent said one signs in (`initialize`), for an `auth_required` error.
+    sign_in: Vec<SignIn>,
+}
+
+impl Drop for AgentConnection {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.driver.abort();
+    }
+}
+
+/// Passes what arrives on to `sender`; with no one left to serve it, the request is answered
+/// with an error (its responder dropped).
+fn pass_on(sender: &mpsc::UnboundedSender<FromAgent>, message: FromAgent) {
+    if sender.unbounded_send(message).is_err() {
+        tracing::debug!("a message of the ACP agent arrived with no one to serve it");
+    }
+}
+
+/// Registers a handler for each request type that passes it on as `FromAgent::$variant`.
+macro_rules! pass_requests_on {
+    ($builder:expr, $sender:expr, $($variant:ident: $request:ty),+ $(,)?) => {
+        $builder
+        $(
+            .on_receive_request(
+                {
+                    let sender = $sender.clone();
+                    async move |request: $request, responder, _connection| {
+                        pass_on(&sender, FromAgent::$variant(Box::new((request, responder))));
+                        Ok(())
+                    }
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+        )+
+    };
+}
+
+impl AgentConnection {
+    /// Starts agent `name` in `root` and connects to it (no request is sent yet).
+    pub async fn start(
+        name: &str,
+        config: &AgentConfig,
+        root: &std::path::Path,
+    ) -> Result<AgentConnection, AcpError> {
+        let mut process = AgentProcess::spawn(name, config, root)?;
+        let transport = process
+            .take_transport()
+            .ok_or_else(|| AcpError::NotStarted {
+                agent: name.to_owned(),
+                command: config.command.clone(),
+                reason: "its stdio was already taken".to_owned(),
+            })?;
+        let (sender, from_agent) = mpsc::unbounded();
+        let (connection_sender, connection_receiver) = oneshot::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let updates = sender.clone();
+        let builder = Client.v1().name("loopr").on_receive_notification(
+            async move |notification: SessionNotification, _connection| {
+                pass_on(&updates, FromAgent::Update(Box::new(notification)));
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        );
+        let builder = pass_requests_on!(builder, sender,
+            Permission: RequestPermissionRequest,
+            ReadTextFile: ReadTextFileRequest,
+            WriteTextFile: WriteTextFileRequest,
+            CreateTerminal: CreateTerminalRequest,
+            TerminalOutput: TerminalOutputRequest,
+            WaitForTerminalExit: WaitForTerminalExitRequest,
+            KillTerminal: KillTerminalRequest,
+            ReleaseTerminal: ReleaseTerminalRequest,
+        );
+        let agent = name.to_owned();
+        let driver = tokio::spawn(async move {
+            let ended = builder
+                .connect_with(transport, async move |connection: ConnectionTo<Agent>| {
+                    let _ = connection_sender.send(connection);
+                    let _ = stopped.await;
+                    Ok(())
+                })
+                .await;
+            if let Err(err) = ended {
+                tracing::debug!(%agent, "the ACP connection ended: {err}");
+            }
+        });
+        // The driver hands the connection over as soon as it runs, before any I/O.
+        let connection = connection_receiver
+            .await
+            .map_err(|_| AcpError::NotStarted {
+                agent: name.to_owned(),
+                command: config.command.clone(),
+                reason: "its connection could not be set up".to_owned(),
+            })?;
+        Ok(AgentConnection {
+            process,
+            config: config.clone(),
+            connection,
+            from_agent: Some(from_agent),
+            stop: Some(stop),
+            driver,
+            sign_in: Vec::new(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        self.process.name()
+    }
+
+    /// What the agent sends Loopr, once (the code loop serves it).
+    pub fn take_from_agent(&mut self) -> Option<mpsc::UnboundedReceiver<FromAgent>> {
+        self.from_agent.take()
+    }
+
+    /// The SDK's connection, for notifications (`session/cancel`).
+    pub fn connection(&self) -> &ConnectionTo<Agent> {
+        &self.connection
+    }
+
+    /// Remembers how the agent said one signs in, for a later `auth_required` error.
+    pub(super) fn set_sign_in(&mut self, methods: &[AuthMethod]) {
+        self.sign_in = methods
+            .iter()
+            .map(|method| sign_in(&self.config, method))
+            .collect();
+    }
+
+    /// Sends `request` (ACP method `method`) and waits at most `limit` for its answer; a
+    /// failure typed, with the agent's stderr tail where it died.
+    pub async fn request<Request: JsonRpcRequest>(
+        &mut self,
+        method: &'static str,
+        request: Request,
+        limit: Duration,
+    ) -> Result<Request::Response, AcpError> {
+        let sent = self.connection.send_request(request).block_task();
+        match tokio::time::timeout(limit, sent).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(err)) => Err(self.request_failed(method, err).await),
+            Err(_) => Err(AcpError::TimedOut {
+                agent: self.name().to_owned(),
+                method,
+                waited: limit,
+                stderr_tail: self.process.stderr_tail(),
+            }),
+        }
+    }
+
+    /// `err` (of `method`) as what it means: the agent gone, a sign-in asked, a version it
+    /// does not speak, or its own error.
+    async fn request_failed(
+        &mut self,
+        method: &'static str,
+        err: agent_client_protocol::Error,
+    ) -> AcpError {
+        let agent = self.name().to_owned();
+        if agent_client_protocol::is_incoming_transport_closed(&err)
+            || agent_client_protocol::is_connection_terminated(&err)
+        {
+            let status = self.process.ended(EXIT_GRACE).await;
+            return AcpError::Exited {
+                agent,
+                status,
+                stderr_tail: self.process.stderr_tail(),
+            };
+        }
+        if err.code == ErrorCode::AUTH_REQUIRED {
+            return AcpError::AuthenticationRequired {
+                agent,
+                methods: self.sign_in.clone(),
+            };
+        }
+        let data = err
+            .data
+            .as_ref()
+            .map(|data| match data {
+                serde_json::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default();
+        if let Some(agent_version) = super::version::version_refused(&data) {
+            return AcpError::ProtocolMismatch {
+                agent,
+                agent_version,
+                loopr_version: super::version::LOOPR_PROTOCOL_VERSION.as_u16(),
+            };
+        }
+        let message = if data.is_empty() {
+            err.message.clone()
+        } else {
+            format!("{}: {data}", err.message)
+        };
+        AcpError::Protocol {
+            agent,
+            method,
+            message: one_line(&message),
+            stderr_tail: self.process.stderr_tail(),
+        }
+    }
+
+    /// Ends the connection and kills the agent's process group.
+    pub async fn shut_down(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.process.kill().await;
+    }
+}
+
+/// `method` as the user follows it: a terminal method's command is the agent's own, with
+/// the method's arguments.
+fn sign_in(config: &AgentConfig, method: &AuthMethod) -> SignIn {
+    let command = match method {
+        AuthMethod::Terminal(terminal) => {
+            let words: Vec<&str> = std::iter::once(config.command.as_str())
+                .chain(config.args.iter().map(String::as_str))
+                .chain(terminal.args.iter().map(String::as_str))
+                .collect();
+            Some(words.join(" "))
+        }
+        _ => None,
+    };
+    SignIn {
+        name: method.name().to_owned(),
+        command,
+    }
+}
+
+/// An agent's error message as one line of at most 400 characters.
+fn one_line(message: &str) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}

@@ -1,0 +1,113 @@
+//! `src/acp` against the test agent written with the same SDK (`tests/support/acp_agent.rs`):
+//! an agent started and initialized, and each way it fails typed and worded, none hanging.
+
+use std::time::{Duration, Instant};
+
+use loopr::acp::{AcpError, AgentConfig, probe_agent};
+
+fn test_agent(behave: &str) -> AgentConfig {
+    AgentConfig {
+        command: env!("CARGO_BIN_EXE_loopr-test-acp-agent").to_owned(),
+        args: vec!["--behave".to_owned(), behave.to_owned()],
+        env: Default::default(),
+    }
+}
+
+async fn probe(config: &AgentConfig, limit: Duration) -> Result<loopr::acp::AgentReport, AcpError> {
+    let root = tempfile::tempdir().expect("temp dir");
+    probe_agent("test", config, root.path(), limit).await
+}
+
+#[tokio::test]
+async fn an_agent_is_started_and_initialized() {
+    let report = probe(&test_agent("normal"), Duration::from_secs(30))
+        .await
+        .expect("initialized");
+    assert_eq!(report.name, "Loopr Test Agent");
+    assert_eq!(report.version.as_deref(), Some("0.3.1"));
+    assert_eq!(report.protocol_version, 1);
+    assert_eq!(
+        report.capabilities(),
+        "load session, prompts with embedded context, MCP over stdio and http"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_command_names_the_setting() {
+    let config = AgentConfig {
+        command: "loopr-no-such-agent-acp".to_owned(),
+        ..AgentConfig::default()
+    };
+    let err = probe(&config, Duration::from_secs(30))
+        .await
+        .expect_err("missing");
+    assert_eq!(
+        err.to_string(),
+        "agent \"test\" (setting agents.test.command): `loopr-no-such-agent-acp` not found on PATH"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_that_exits_at_once_is_shown_with_its_stderr_tail() {
+    let started = Instant::now();
+    let err = probe(&test_agent("crash"), Duration::from_secs(30))
+        .await
+        .expect_err("crashed");
+    assert!(matches!(err, AcpError::Exited { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "agent \"test\" exited before it answered (exit status 3); its stderr ended with:\n\
+         loopr-test-acp-agent: starting\n\
+         loopr-test-acp-agent: no model configured, giving up"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn another_protocol_version_is_named_with_loopr_s() {
+    let err = probe(&test_agent("version"), Duration::from_secs(30))
+        .await
+        .expect_err("mismatch");
+    assert_eq!(
+        err.to_string(),
+        "agent \"test\" speaks ACP protocol version 7, Loopr speaks version 1; install a \
+         version of the agent's ACP adapter for protocol version 1"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_asking_to_sign_in_names_the_command_to_run() {
+    let config = test_agent("auth");
+    let err = probe(&config, Duration::from_secs(30))
+        .await
+        .expect_err("auth");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "agent \"test\" asks you to sign in first: run `{} --behave auth --login` in a \
+             terminal (Log in)",
+            config.command
+        )
+    );
+}
+
+#[tokio::test]
+async fn an_agent_that_never_answers_times_out() {
+    let started = Instant::now();
+    let err = probe(&test_agent("hang"), Duration::from_secs(1))
+        .await
+        .expect_err("timed out");
+    assert_eq!(
+        err.to_string(),
+        "agent \"test\" did not answer initialize within 1 s"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,178 @@
+//! `loopr-test-acp-agent [--behave NAME]`: a coding agent speaking ACP over stdio, written
+//! with the same SDK the host uses (its agent side), for the tests of `src/acp`. What it does
+//! is chosen by `--behave`:
+//! - `normal` (the default): answers `initialize` as "Loopr Test Agent", opens sessions and
+//!   ends each prompt's turn at once;
+//! - `crash`: writes two lines to stderr and exits with status 3 before reading anything;
+//! - `version`: answers `initialize` with protocol version 7 (written by hand: the SDK's agent
+//!   side answers only in the version it was asked);
+//! - `auth`: offers a terminal sign-in (`--login`) and refuses `session/new` until signed in;
+//! - `hang`: reads `initialize` and never answers.
+//!
+//! A scripted session (file reads and writes, permissions, terminals, plan, usage) is one
+//! more behaviour: a `Behaviour` variant and its `session/prompt` handler.
+
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, AuthMethod, AuthMethodTerminal, CancelNotification, Implementation,
+    InitializeRequest, InitializeResponse, McpCapabilities, NewSessionRequest, NewSessionResponse,
+    PromptCapabilities, PromptRequest, PromptResponse, StopReason,
+};
+use agent_client_protocol::{Agent, Error, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Behaviour {
+    Normal,
+    Crash,
+    Version,
+    Auth,
+    Hang,
+}
+
+impl Behaviour {
+    fn from_args() -> Result<Behaviour, String> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        match args
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [] | ["--behave", "normal"] => Ok(Behaviour::Normal),
+            ["--behave", "crash"] => Ok(Behaviour::Crash),
+            ["--behave", "version"] => Ok(Behaviour::Version),
+            ["--behave", "auth"] => Ok(Behaviour::Auth),
+            ["--behave", "hang"] => Ok(Behaviour::Hang),
+            ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
+            other => Err(format!("unknown arguments {other:?}")),
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let behaviour = match Behaviour::from_args() {
+        Ok(behaviour) => behaviour,
+        Err(message) => {
+            eprintln!("loopr-test-acp-agent: {message}");
+            std::process::exit(2);
+        }
+    };
+    if behaviour == Behaviour::Crash {
+        eprintln!("loopr-test-acp-agent: starting");
+        eprintln!("loopr-test-acp-agent: no model configured, giving up");
+        std::process::exit(3);
+    }
+    if behaviour == Behaviour::Version {
+        answer_in_version_7().await;
+        return;
+    }
+    if let Err(err) = serve(behaviour).await {
+        eprintln!("loopr-test-acp-agent: {err}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(behaviour: Behaviour) -> Result<(), Error> {
+    Agent
+        .v1()
+        .name("loopr-test-acp-agent")
+        .on_receive_request(
+            async move |request: InitializeRequest, responder, _connection| {
+                if behaviour == Behaviour::Hang {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                responder.respond(initialize_answer(behaviour, &request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_request: NewSessionRequest, responder, _connection| {
+                if behaviour == Behaviour::Auth {
+                    return responder.respond_with_error(Error::auth_required());
+                }
+                responder.respond(NewSessionResponse::new("test-session-1"))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_request: PromptRequest, responder, _connection| {
+                responder.respond(PromptResponse::new(StopReason::EndTurn))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |_cancel: CancelNotification, _connection| Ok(()),
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(stdio())
+        .await
+}
+
+/// Answers the first request (`initialize`) as an agent speaking protocol version 7 would,
+/// then waits for stdin to close.
+async fn answer_in_version_7() {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let Ok(Some(line)) = lines.next_line().await else {
+        return;
+    };
+    let id = serde_json::from_str::<serde_json::Value>(&line)
+        .ok()
+        .and_then(|request| request.get("id").cloned())
+        .unwrap_or(serde_json::Value::Null);
+    let answer = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": { "protocolVersion": 7, "agentCapabilities": {}, "authMethods": [] },
+    });
+    let mut stdout = tokio::io::stdout();
+    let _ = stdout.write_all(format!("{answer}\n").as_bytes()).await;
+    let _ = stdout.flush().await;
+    while let Ok(Some(_)) = lines.next_line().await {}
+}
+
+fn initialize_answer(behaviour: Behaviour, request: &InitializeRequest) -> InitializeResponse {
+    let mut answer = InitializeResponse::new(request.protocol_version)
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(true)
+                .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+                .mcp_capabilities(McpCapabilities::new().http(true)),
+        )
+        .agent_info(Implementation::new("loopr-test-acp-agent", "0.3.1").title("Loopr Test Agent"));
+    if behaviour == Behaviour::Auth {
+        answer = answer.auth_methods(vec![AuthMethod::Terminal(
+            AuthMethodTerminal::new("login", "Log in").args(vec!["--login".to_owned()]),
+        )]);
+    }
+    answer
+}
+
+/// This process's stdio as the SDK's line transport.
+fn stdio() -> Lines<
+    impl futures::Sink<String, Error = std::io::Error> + Send + 'static,
+    impl futures::Stream<Item = std::io::Result<String>> + Send + 'static,
+> {
+    let outgoing = Box::pin(futures::sink::unfold(
+        tokio::io::stdout(),
+        |mut stdout, line: String| async move {
+            stdout.write_all(line.as_bytes()).await?;
+            stdout.write_all(b"\n").await?;
+            stdout.flush().await?;
+            Ok::<_, std::io::Error>(stdout)
+        },
+    ));
+    let incoming = Box::pin(futures::stream::unfold(
+        tokio::io::BufReader::new(tokio::io::stdin()).lines(),
+        |mut lines| async move {
+            match lines.next_line().await {
+                Ok(Some(line)) => Some((Ok(line), lines)),
+                Ok(None) => None,
+                Err(err) => Some((Err(err), lines)),
+            }
+        },
+    ));
+    Lines::new(outgoing, incoming)
+}
