@@ -22,8 +22,8 @@ use super::AgentClient;
 use crate::acp::FromAgent;
 use crate::agent::Baseline;
 use crate::tools::{
-    ChangeKind, Decision, NoBuffers, ProjectRoot, RecordingApprover, Sandbox, SandboxMode,
-    SandboxSettings, ToolContext, ToolPolicy,
+    BufferCheck, BufferEdit, ChangeKind, Decision, NoBuffers, OpenBuffers, ProjectRoot,
+    RecordingApprover, Sandbox, SandboxMode, SandboxSettings, ToolContext, ToolPolicy,
 };
 
 const MAIN: &str = "fn main() {\n    run();\n}\n";
@@ -43,6 +43,11 @@ struct Project {
 impl Project {
     /// Its user answers every approval with `decision`; commands run in bubblewrap.
     fn new(decision: Decision) -> Project {
+        Project::with_buffers(decision, Arc::new(NoBuffers))
+    }
+
+    /// `new`, with `buffers` standing for the editor's open buffers.
+    fn with_buffers(decision: Decision, buffers: Arc<dyn OpenBuffers>) -> Project {
         let dir = tempfile::tempdir().expect("project");
         let state = tempfile::tempdir().expect("state");
         for (path, text) in [("src/main.rs", MAIN), (".env", "API_TOKEN=hunter2\n")] {
@@ -72,7 +77,7 @@ impl Project {
             policy,
             approver: approver.clone(),
             loop_id: "code-loop".to_owned(),
-            buffers: Arc::new(NoBuffers),
+            buffers,
             journal: Arc::new(Baseline::at(state.path())),
         }));
         Project {
@@ -270,6 +275,44 @@ async fn a_read_answers_the_lines_asked_for() {
         .await
         .expect("read");
     assert_eq!(part.content, "    run();\n");
+}
+
+/// The editor, where `src/main.rs` is open with a line the user typed and did not save.
+struct EditedMain;
+
+const UNSAVED_MAIN: &str = "// typed, not saved\nfn main() {}\n";
+
+#[async_trait::async_trait]
+impl OpenBuffers for EditedMain {
+    async fn apply(&self, _path: &std::path::Path, _old: &str, _new: &str) -> BufferEdit {
+        BufferEdit::UnsavedChanges
+    }
+
+    async fn check(&self, _path: &std::path::Path) -> BufferCheck {
+        BufferCheck::UnsavedChanges
+    }
+
+    async fn reload(&self, _paths: &[std::path::PathBuf]) {}
+
+    async fn unsaved_text(&self, path: &std::path::Path) -> Option<String> {
+        path.ends_with("src/main.rs")
+            .then(|| UNSAVED_MAIN.to_owned())
+    }
+}
+
+#[tokio::test]
+async fn a_file_open_with_unsaved_changes_is_read_as_the_user_sees_it() {
+    let project = Project::with_buffers(Decision::Accept, Arc::new(EditedMain));
+    let agent = TestAgent::connect(&project.client).await;
+    let read = agent
+        .ask(
+            ReadTextFileRequest::new(SESSION, project.path("src/main.rs"))
+                .line(2)
+                .limit(1),
+        )
+        .await
+        .expect("read");
+    assert_eq!(read.content, "fn main() {}\n");
 }
 
 #[tokio::test]
