@@ -190,8 +190,8 @@ fn describe(
     if !diffs.is_empty() {
         return detail;
     }
-    match fields.raw_input.as_ref() {
-        Some(input) => match command_of(input) {
+    if let Some(input) = fields.raw_input.as_ref() {
+        match command_of(input) {
             Some(command) => {
                 let _ = writeln!(detail, "$ {command}");
             }
@@ -204,8 +204,7 @@ fn describe(
                 }
                 detail.push('\n');
             }
-        },
-        None => {}
+        }
     }
     detail
 }
