@@ -9,9 +9,9 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, Diff, InitializeRequest, InitializeResponse, KillTerminalRequest,
     PermissionOption, PermissionOptionKind, ReadTextFileRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse,
-    ToolCallContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest,
-    WriteTextFileRequest,
+    RequestPermissionRequest, TerminalExitStatus, TerminalId, TerminalOutputRequest,
+    TerminalOutputResponse, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::{Agent, Channel, Client, Error, ErrorCode, JsonRpcRequest};
 use futures::FutureExt;
@@ -266,15 +266,20 @@ async fn a_read_answers_the_lines_asked_for() {
         .await
         .expect("read");
     assert_eq!(whole.content, MAIN);
-    let part = agent
+    assert_eq!(second_line_of_main(&project, &agent).await, "    run();\n");
+}
+
+/// Line 2 of `src/main.rs`, as the agent reads it.
+async fn second_line_of_main(project: &Project, agent: &TestAgent) -> String {
+    agent
         .ask(
             ReadTextFileRequest::new(SESSION, project.path("src/main.rs"))
                 .line(2)
                 .limit(1),
         )
         .await
-        .expect("read");
-    assert_eq!(part.content, "    run();\n");
+        .expect("read")
+        .content
 }
 
 /// The editor, where `src/main.rs` is open with a line the user typed and did not save.
@@ -304,15 +309,10 @@ impl OpenBuffers for EditedMain {
 async fn a_file_open_with_unsaved_changes_is_read_as_the_user_sees_it() {
     let project = Project::with_buffers(Decision::Accept, Arc::new(EditedMain));
     let agent = TestAgent::connect(&project.client).await;
-    let read = agent
-        .ask(
-            ReadTextFileRequest::new(SESSION, project.path("src/main.rs"))
-                .line(2)
-                .limit(1),
-        )
-        .await
-        .expect("read");
-    assert_eq!(read.content, "fn main() {}\n");
+    assert_eq!(
+        second_line_of_main(&project, &agent).await,
+        "fn main() {}\n"
+    );
 }
 
 #[tokio::test]
@@ -491,26 +491,26 @@ async fn terminal_output_keeps_its_last_bytes_within_the_limits() {
     );
 }
 
-/// A FIFO in the project: a command reading it runs until the test writes to it.
-fn fifo(project: &Project) -> std::path::PathBuf {
+/// A terminal reading a FIFO in the project (returned): it runs until the test writes to it.
+async fn reading_a_fifo(project: &Project, agent: &TestAgent) -> (std::path::PathBuf, TerminalId) {
     let path = project.path("go.fifo");
     let status = std::process::Command::new("mkfifo")
         .arg(&path)
         .status()
         .expect("mkfifo");
     assert!(status.success());
-    path
-}
-
-#[tokio::test]
-async fn a_read_is_answered_while_the_agent_waits_for_a_terminal() {
-    let (project, agent) = connected(Decision::Accept).await;
-    let fifo = fifo(&project);
     let id = agent
         .ask(CreateTerminalRequest::new(SESSION, "cat go.fifo"))
         .await
         .expect("created")
         .terminal_id;
+    (path, id)
+}
+
+#[tokio::test]
+async fn a_read_is_answered_while_the_agent_waits_for_a_terminal() {
+    let (project, agent) = connected(Decision::Accept).await;
+    let (fifo, id) = reading_a_fifo(&project, &agent).await;
     let mut waiting = Box::pin(agent.ask(WaitForTerminalExitRequest::new(SESSION, id.clone())));
     assert!((&mut waiting).now_or_never().is_none());
     let read = agent
@@ -541,12 +541,7 @@ async fn a_read_is_answered_while_the_agent_waits_for_a_terminal() {
 #[tokio::test]
 async fn a_killed_terminal_keeps_its_output_and_tells_its_signal() {
     let (project, agent) = connected(Decision::Accept).await;
-    fifo(&project);
-    let id = agent
-        .ask(CreateTerminalRequest::new(SESSION, "cat go.fifo"))
-        .await
-        .expect("created")
-        .terminal_id;
+    let (_, id) = reading_a_fifo(&project, &agent).await;
     agent
         .ask(KillTerminalRequest::new(SESSION, id.clone()))
         .await
@@ -570,12 +565,7 @@ async fn a_killed_terminal_keeps_its_output_and_tells_its_signal() {
 #[tokio::test]
 async fn close_kills_a_running_terminal_and_releases_it() {
     let (project, agent) = connected(Decision::Accept).await;
-    let fifo = fifo(&project);
-    let id = agent
-        .ask(CreateTerminalRequest::new(SESSION, "cat go.fifo"))
-        .await
-        .expect("created")
-        .terminal_id;
+    let (fifo, id) = reading_a_fifo(&project, &agent).await;
     // Opening the FIFO to write returns once the command opened it to read: it runs.
     let mut writer = tokio::task::spawn_blocking(move || std::fs::File::create(fifo))
         .await
