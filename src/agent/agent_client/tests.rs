@@ -8,10 +8,10 @@ use std::sync::Arc;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, Diff, InitializeRequest, InitializeResponse, KillTerminalRequest,
-    PermissionOption, PermissionOptionKind, ReadTextFileRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, TerminalExitStatus, TerminalId, TerminalOutputRequest,
-    TerminalOutputResponse, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    PermissionOption, PermissionOptionKind, ReadTextFileRequest, ReleaseTerminalRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, TerminalExitStatus, TerminalId,
+    TerminalOutputRequest, TerminalOutputResponse, ToolCallContent, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::{Agent, Channel, Client, Error, ErrorCode, JsonRpcRequest};
 use futures::FutureExt;
@@ -674,4 +674,34 @@ async fn a_rejected_permission_chooses_reject_and_a_cancelled_loop_answers_cance
     assert_eq!(cancelled.outcome, RequestPermissionOutcome::Cancelled);
     assert_eq!(project.asked().len(), 1);
     drop(project.dir);
+}
+
+#[tokio::test]
+async fn at_most_eight_terminals_are_open_at_once() {
+    let (project, agent) = connected(Decision::Accept).await;
+    let (_, first) = reading_a_fifo(&project, &agent).await;
+    for _ in 1..super::terminals::MAX_OPEN_TERMINALS {
+        agent
+            .ask(CreateTerminalRequest::new(SESSION, "cat go.fifo"))
+            .await
+            .expect("created");
+    }
+    let refused = agent
+        .ask(CreateTerminalRequest::new(SESSION, "cat go.fifo"))
+        .await
+        .expect_err("one too many");
+    assert_eq!(
+        refused.message,
+        "refused: 8 terminals are open, the most one loop may have; release one you are done \
+         with (terminal/release) first"
+    );
+    agent
+        .ask(ReleaseTerminalRequest::new(SESSION, first))
+        .await
+        .expect("released");
+    agent
+        .ask(CreateTerminalRequest::new(SESSION, "true"))
+        .await
+        .expect("room again");
+    project.client.close().await;
 }
