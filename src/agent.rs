@@ -3,6 +3,7 @@
 //! the store; it reports what happens as `LoopEvent`s to whatever shell listens (the Neovim
 //! bridge, or the command line).
 
+mod agent_client;
 mod approvals;
 mod artifact_loop;
 mod artifact_store;

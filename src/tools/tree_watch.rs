@@ -148,34 +148,7 @@ pub async fn run_recorded(
     cwd: &Path,
     timeout: Duration,
 ) -> Result<CommandOutput, ToolError> {
-    let capture = {
-        let root = context.root.clone();
-        let policy = context.policy.clone();
-        move |cancel: &CancellationToken| TreeStats::capture(&root, &policy, cancel)
-    };
-    let listing = {
-        let capture = capture.clone();
-        let cancel = context.cancel.clone();
-        tokio::task::spawn_blocking(move || capture(&cancel))
-    };
-    // A cancel ends the wait at once, and the walk at its next file.
-    let before = tokio::select! {
-        biased;
-        _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
-        listed = listing => listed,
-    };
-    let before = match before {
-        Ok(Ok(stats)) => Some(stats),
-        failed => {
-            // Without a "before", every file would look created by the command, and undo
-            // would remove them: better to record nothing.
-            tracing::warn!(
-                ?failed,
-                "listing the project before a command; its changes are not recorded"
-            );
-            None
-        }
-    };
+    let before = tree_before_command(context).await?;
     let output = run_shell(
         command,
         cwd,
@@ -185,39 +158,76 @@ pub async fn run_recorded(
         context.root.path(),
     )
     .await;
-    if let Some(before) = before {
-        let journal = context.journal.clone();
+    record_command_changes(context, before).await;
+    output
+}
+
+/// The project's files before a command runs, to tell later what it changed; `None` when
+/// they could not be listed (nothing is recorded then). A cancel ends the wait at once.
+pub async fn tree_before_command(context: &ToolContext) -> Result<Option<TreeStats>, ToolError> {
+    let listing = {
         let root = context.root.clone();
-        let budget = ReadBudget::new(READ_BUDGET_PER_COMMAND, context.cancel.clone());
-        // Recorded even after a cancel, so that undo knows what the command did: the walk
-        // reads only metadata, and a cancel leaves the files' contents unread (the budget).
-        let recorded = tokio::task::spawn_blocking(move || {
-            let after = capture(&CancellationToken::new())?;
-            // Asked after the walk: an export that wrote during it is then in its record.
-            let others = journal.others_paths();
-            let changes: Vec<TreeChange> = before
-                .changes_to(&after)
-                .into_iter()
-                .filter(|change| !others.iter().any(|other| is_at(&change.relative, other)))
-                .collect();
-            for change in &changes {
-                journal.command_changed(&root, &change.relative, change.before, &budget);
-            }
-            Ok::<_, ToolError>(
-                changes
-                    .into_iter()
-                    .filter(|change| after.files.contains_key(&change.relative))
-                    .map(|change| change.path)
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .await;
-        match recorded {
-            // Open buffers of what the command changed catch up now, not at the user's next
-            // `:write` (which would prompt, or overwrite the command's work).
-            Ok(Ok(changed)) => context.buffers.reload(&changed).await,
-            failed => tracing::warn!(?failed, "recording what a command changed"),
+        let policy = context.policy.clone();
+        let cancel = context.cancel.clone();
+        tokio::task::spawn_blocking(move || TreeStats::capture(&root, &policy, &cancel))
+    };
+    // A cancel ends the wait at once, and the walk at its next file.
+    let before = tokio::select! {
+        biased;
+        _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
+        listed = listing => listed,
+    };
+    match before {
+        Ok(Ok(stats)) => Ok(Some(stats)),
+        failed => {
+            // Without a "before", every file would look created by the command, and undo
+            // would remove them: better to record nothing.
+            tracing::warn!(
+                ?failed,
+                "listing the project before a command; its changes are not recorded"
+            );
+            Ok(None)
         }
     }
-    output
+}
+
+/// Tells the context's journal every project file created, changed or deleted since
+/// `before` (`tree_before_command`), and brings open buffers of them up to date.
+pub async fn record_command_changes(context: &ToolContext, before: Option<TreeStats>) {
+    let Some(before) = before else {
+        return;
+    };
+    let journal = context.journal.clone();
+    let root = context.root.clone();
+    let policy = context.policy.clone();
+    let budget = ReadBudget::new(READ_BUDGET_PER_COMMAND, context.cancel.clone());
+    // Recorded even after a cancel, so that undo knows what the command did: the walk
+    // reads only metadata, and a cancel leaves the files' contents unread (the budget).
+    let recorded = tokio::task::spawn_blocking(move || {
+        let after = TreeStats::capture(&root, &policy, &CancellationToken::new())?;
+        // Asked after the walk: an export that wrote during it is then in its record.
+        let others = journal.others_paths();
+        let changes: Vec<TreeChange> = before
+            .changes_to(&after)
+            .into_iter()
+            .filter(|change| !others.iter().any(|other| is_at(&change.relative, other)))
+            .collect();
+        for change in &changes {
+            journal.command_changed(&root, &change.relative, change.before, &budget);
+        }
+        Ok::<_, ToolError>(
+            changes
+                .into_iter()
+                .filter(|change| after.files.contains_key(&change.relative))
+                .map(|change| change.path)
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await;
+    match recorded {
+        // Open buffers of what the command changed catch up now, not at the user's next
+        // `:write` (which would prompt, or overwrite the command's work).
+        Ok(Ok(changed)) => context.buffers.reload(&changed).await,
+        failed => tracing::warn!(?failed, "recording what a command changed"),
+    }
 }
