@@ -1,18 +1,18 @@
 //! Coding agents driven over the Agent Client Protocol (ACP: JSON-RPC over the agent's
 //! stdio), through the official SDK (`agent-client-protocol`, protocol version 1): an agent
 //! started in the project root (`process.rs`), connected and initialized (`connection.rs`,
-//! `handshake.rs`), its failures typed (`error.rs`); the settings in `config.rs`.
+//! `handshake.rs`, `version.rs`), its failures typed (`error.rs`); the settings in `config.rs`.
 
 mod config;
 mod connection;
 mod error;
 mod handshake;
 mod process;
+mod version;
 
 pub use config::{AgentConfig, check_agents};
 pub use connection::{AgentConnection, FromAgent};
 pub use error::{AcpError, SignIn};
-pub use handshake::{
-    AgentReport, INITIALIZE_TIMEOUT, LOOPR_PROTOCOL_VERSION, initialize, probe_agent, probe_agents,
-};
+pub use handshake::{AgentReport, INITIALIZE_TIMEOUT, initialize, probe_agent, probe_agents};
 pub use process::{AgentProcess, MAX_MESSAGE_BYTES};
+pub use version::LOOPR_PROTOCOL_VERSION;

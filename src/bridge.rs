@@ -16,7 +16,9 @@ mod wire_schemas;
 mod words;
 
 // For the contract tests, which call Lua exactly as the host does.
-pub use buffers::{apply_edit, apply_edit_within, check_buffer, reload_buffers};
+pub use buffers::{
+    apply_edit, apply_edit_within, check_buffer, reload_buffers, unsaved_buffer_text,
+};
 pub use event_pump::{Delivery, deliver_event, deliver_reply};
 pub use request_table::documented_requests;
 pub use transcript_pump::deliver_transcript;

@@ -18,8 +18,9 @@ pub enum NextStep {
     Approve { id: String },
     /// Run the failed loop again.
     Retry,
-    /// Go on with interrupted loop `id` from where it stopped, or cancel it.
-    RetryOrCancel { id: String },
+    /// Go on with interrupted loop `name` (named as the user types it, a phase's code loop
+    /// `{phase}/code`) from where it stopped, or cancel it.
+    RetryOrCancel { name: String },
     /// A run stopped at loop `retry` (named as the user types it): retrying that loop lets
     /// run `run` (its plan's or spec's name) go on, cancelling `run` ends it. `code`: the
     /// loop is a code loop (a new run of the plan starts its phase again).
@@ -109,8 +110,8 @@ impl NextStep {
         match self {
             NextStep::Approve { id } => format!("approving {id} lets it go on"),
             NextStep::Retry => "retrying the loop runs it again".to_owned(),
-            NextStep::RetryOrCancel { id } => {
-                format!("retrying {id} goes on with it, cancelling it allows a new one")
+            NextStep::RetryOrCancel { name } => {
+                format!("retrying {name} goes on with it, cancelling it allows a new one")
             }
             NextStep::RetryOrCancelRun { retry, run, .. } => {
                 format!("retrying {retry} lets the run go on, cancelling {run} ends the run")
@@ -169,6 +170,18 @@ mod tests {
         assert_eq!(
             neutral(&text),
             "plan tree reached its budget; approving 20990101-000000-abcd lets it go on"
+        );
+    }
+
+    #[test]
+    fn an_interrupted_code_loop_is_named_as_the_user_types_it() {
+        let step = NextStep::RetryOrCancel {
+            name: "print-version/code".to_owned(),
+        };
+        assert_eq!(
+            neutral(&step.attach("print-version/code is interrupted")),
+            "print-version/code is interrupted; retrying print-version/code goes on with it, \
+             cancelling it allows a new one"
         );
     }
 

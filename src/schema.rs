@@ -490,6 +490,27 @@ pub(crate) fn judged_differently(full: &Value, model: &Value, valid: &Value) -> 
     differences
 }
 
+/// `value` with every object's keys in sorted order. `serde_json` keeps keys in insertion
+/// order when a dependency turns on its `preserve_order` feature (the ACP SDK does), and the
+/// generated files and the settings' checks read schemas in key order: sorted, that order
+/// does not depend on which features the build unifies.
+pub fn keys_sorted(value: Value) -> Value {
+    match value {
+        Value::Object(object) => {
+            let mut entries: Vec<(String, Value)> = object.into_iter().collect();
+            entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, keys_sorted(value)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(keys_sorted).collect()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,26 +768,5 @@ mod tests {
             "specs[1].dependencies[0]"
         );
         assert_eq!(readable_location("/title"), "title");
-    }
-}
-
-/// `value` with every object's keys in sorted order. `serde_json` keeps keys in insertion
-/// order when a dependency turns on its `preserve_order` feature (the ACP SDK does), and the
-/// generated files and the settings' checks read schemas in key order: sorted, that order
-/// does not depend on which features the build unifies.
-pub fn keys_sorted(value: Value) -> Value {
-    match value {
-        Value::Object(object) => {
-            let mut entries: Vec<(String, Value)> = object.into_iter().collect();
-            entries.sort_by(|(a, _), (b, _)| a.cmp(b));
-            Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(key, value)| (key, keys_sorted(value)))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(keys_sorted).collect()),
-        other => other,
     }
 }

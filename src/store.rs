@@ -28,5 +28,5 @@ pub use rules::{
     Awaited, Purpose, REWOUND_NOTE_PREFIX, Standing, UNDONE_NOTE_PREFIX, approvable, awaited,
     awaits_approval, code_turn_holder, default_retry, held_at_budget, holds_working_tree, note,
     retried_with, retryable, rewound, runnable_phase, runs_as_a_tree, shown_status, siblings,
-    tree_work, undone, verifiable, waits_for_budget, work_stands,
+    tree_work, undone, verifiable, waits_for_budget, waits_for_commit, work_stands,
 };

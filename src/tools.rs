@@ -45,16 +45,18 @@ pub use output::{CappedOutput, CommandOutput};
 pub use policy::{DEFAULT_DENIED_COMMANDS, DEFAULT_SECRET_PATTERNS, ToolPolicy};
 pub use project_file::{ProjectFile, ReadBudget, ReadError, read_regular};
 pub use project_walk::project_walker;
-pub use project_write::{Existing, FolderError, ProjectFolder};
-pub use read_file::ReadFileTool;
-pub use run_command::{RunCommandTool, unsandboxed_note};
+pub use project_write::{Existing, FolderError, ProjectFolder, Replaced};
+pub use read_file::{MAX_FILE_BYTES as MAX_READ_BYTES, ReadFileTool};
+pub use run_command::{RunCommandTool, approve_command, command_directory, unsandboxed_note};
 pub use sandbox::{
     ExecRequest, Mechanism, SETUP_FAILED as SANDBOX_SETUP_FAILED, Sandbox, SandboxMode,
     SandboxSettings, SetupError as SandboxSetupError, command_environment, looks_secret,
     sandbox_exec,
 };
-pub use shell::run_shell;
-pub use tree_watch::{FileStat, TreeChange, TreeStats, recorded, run_recorded};
+pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, spawn_shell};
+pub use tree_watch::{
+    FileStat, TreeChange, TreeStats, record_command_changes, run_recorded, tree_before_command,
+};
 pub use unfit_root::{UnfitRoot, unfit_root};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};
 pub use write_file::WriteFileTool;
@@ -549,7 +551,7 @@ fn read_existing(
 }
 
 /// Secret files are never read or written, whatever the tool.
-fn refuse_secret(context: &ToolContext, path: &std::path::Path) -> Result<(), ToolError> {
+pub fn refuse_secret(context: &ToolContext, path: &std::path::Path) -> Result<(), ToolError> {
     match context.policy.secret_pattern(path) {
         Some(pattern) => Err(ToolError::Denied(format!(
             "{} matches the secret-file pattern {pattern:?}; secret files are never read or written",

@@ -767,6 +767,41 @@ async fn bad_settings_are_reported_with_the_fix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_settings_are_read_and_checked_from_settings() {
+    let fake = FakeLlm::start().await;
+    let dirs = TestDirs::new();
+    let settings = r#"{"agents": {"claude": {"command": "claude-agent-acp", "env": {"ANTHROPIC_API_KEY": "sk-ant-never-shown"}}}, "code_agent": "codex"}"#;
+    let output = run_loopr(&dirs, &fake, &["plan", "x", "--settings", settings]).await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "code_agent is \"codex\", which agents does not configure (the configured agents \
+             are claude); add it to agents or unset code_agent"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("sk-ant-never-shown"), "{stderr}");
+    let output = run_loopr(
+        &dirs,
+        &fake,
+        &[
+            "plan",
+            "x",
+            "--settings",
+            r#"{"agents": {"claude": {"command": ""}}}"#,
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("agents.claude.command is empty; name the agent's ACP program"),
+        "{stderr}"
+    );
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_root_that_holds_the_state_or_home_is_refused() {
     let fake = FakeLlm::start().await;
     let mut dirs = TestDirs::new();

@@ -249,7 +249,7 @@ async fn code_loop_in_status(dirs: &TestDirs, fake: &FakeLlm) -> (String, String
 
 /// A `loopr run` killed while its code loop waits for the model leaves that loop
 /// interrupted: the next `loopr run` of the phase is refused with what happened and the
-/// command line's two ways on, `loopr resume` and `loopr cancel <id>`; once it is cancelled
+/// command line's two ways on, `loopr resume` and `loopr cancel <phase>/code`; once it is cancelled
 /// (at once: no host is left to stop it), `loopr run` implements the phase.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel() {
@@ -265,16 +265,17 @@ async fn running_a_phase_whose_code_loop_was_interrupted_names_resume_and_cancel
     let refused = run_loopr(&dirs, &fake, &run).await;
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
+    // Named as the user types it, never by its id.
     assert!(
-        stderr.contains(&format!("loop {id}"))
-            && stderr.contains("interrupted")
+        stderr.contains("print-version/code, this phase's code loop, is interrupted")
             && stderr.contains("`loopr resume`")
-            && stderr.contains(&format!("`loopr cancel {id}`"))
+            && stderr.contains("`loopr cancel print-version/code`")
+            && !stderr.contains(&id)
             && !stderr.contains(":Loopr"),
         "{stderr}"
     );
 
-    let cancelled = run_loopr(&dirs, &fake, &["cancel", &id]).await;
+    let cancelled = run_loopr(&dirs, &fake, &["cancel", "print-version/code"]).await;
     let stderr = String::from_utf8_lossy(&cancelled.stderr);
     assert!(cancelled.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("code {id} cancelled")), "{stderr}");

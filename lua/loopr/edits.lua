@@ -4,8 +4,8 @@
 -- reloaded first, so the edit lands on the right lines and saving raises no "file changed"
 -- prompt: nothing here may ever wait for the user.
 --
--- The host calls `apply(path, edit, old, deadline)`, `check(path)` and `reload(paths)`
--- (src/bridge/buffers.rs).
+-- The host calls `apply(path, edit, old, deadline)`, `check(path)`, `reload(paths)` and
+-- `unsaved_text(path)` (src/bridge/buffers.rs).
 -- An edit that reaches Neovim after its deadline is refused: the host stopped waiting for it
 -- (Neovim was blocked) and told the model it was not made.
 
@@ -112,6 +112,28 @@ function M.check(path)
     return 'not_loaded'
   end
   return vim.bo[buf].modified and 'modified' or 'ready'
+end
+
+---What `path`'s buffer holds where it has unsaved changes (what the user sees, newer than the
+---file), as the file would hold it once written; nil where no buffer shows the file or it holds
+---what the file does.
+---@param path string Absolute path of the file.
+---@return string|nil
+function M.unsaved_text(path)
+  local buf = type(path) == 'string' and loaded_buffer(path)
+  if not buf or not vim.bo[buf].modified then
+    return nil
+  end
+  local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+  if #lines == 1 and lines[1] == '' then
+    return ''
+  end
+  local eol = vim.bo[buf].fileformat == 'dos' and '\r\n' or '\n'
+  local text = table.concat(lines, eol)
+  if vim.bo[buf].eol or vim.bo[buf].fixeol then
+    text = text .. eol
+  end
+  return text
 end
 
 ---Apply the host's edit to `path`'s buffer and save it.

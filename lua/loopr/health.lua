@@ -256,6 +256,41 @@ local function check_mcp()
   end
 end
 
+---Starts each configured coding agent (in the current project), runs ACP's `initialize` and
+---shows what it says of itself, or why it failed.
+local function check_agents()
+  local cfg = require('loopr.config')
+  local settings = cfg.settings()
+  if not settings.agents then
+    health.info('no coding agents configured (agents); phases are coded by Loopr itself')
+    return
+  end
+  local probed, err = require('loopr.host').request('agent_probe', { root = cfg.root(), settings = settings })
+  if not probed then
+    health.error('cannot probe the coding agents: ' .. tostring(err))
+    return
+  end
+  for _, agent in ipairs(probed) do
+    if agent.error and agent.error ~= vim.NIL then
+      health.error(('agent %s: %s'):format(agent.name, agent.error))
+    else
+      local version = agent.version ~= vim.NIL and agent.version or 'no version given'
+      health.ok(
+        ('agent %s starts: %s %s, ACP protocol version %d; %s'):format(
+          agent.name,
+          agent.agent,
+          version,
+          agent.protocol_version,
+          agent.capabilities
+        )
+      )
+    end
+  end
+  if settings.code_agent then
+    health.info(('code_agent: %s writes the code of phases'):format(settings.code_agent))
+  end
+end
+
 function M.check()
   health.start('loopr: Neovim')
   check_neovim()
@@ -271,6 +306,8 @@ function M.check()
   check_sandbox()
   health.start('loopr: MCP servers')
   check_mcp()
+  health.start('loopr: coding agents (ACP)')
+  check_agents()
 end
 
 return M

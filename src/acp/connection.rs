@@ -23,7 +23,8 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// A request of the agent with its responder: answered by whoever serves it. A responder
 /// dropped unanswered answers the agent with an error, so the agent never waits forever.
-type Asked<Request> = (Request, Responder<<Request as JsonRpcRequest>::Response>);
+/// Boxed: requests are large and differ in size.
+type Asked<Request> = Box<(Request, Responder<<Request as JsonRpcRequest>::Response>)>;
 
 /// What the agent sends Loopr, in the order it arrives.
 #[derive(Debug)]
@@ -78,7 +79,7 @@ macro_rules! pass_requests_on {
                 {
                     let sender = $sender.clone();
                     async move |request: $request, responder, _connection| {
-                        pass_on(&sender, FromAgent::$variant((request, responder)));
+                        pass_on(&sender, FromAgent::$variant(Box::new((request, responder))));
                         Ok(())
                     }
                 },
@@ -231,11 +232,11 @@ impl AgentConnection {
                 other => other.to_string(),
             })
             .unwrap_or_default();
-        if let Some(agent_version) = super::handshake::version_refused(&data) {
+        if let Some(agent_version) = super::version::version_refused(&data) {
             return AcpError::ProtocolMismatch {
                 agent,
                 agent_version,
-                loopr_version: super::handshake::LOOPR_PROTOCOL_VERSION.as_u16(),
+                loopr_version: super::version::LOOPR_PROTOCOL_VERSION.as_u16(),
             };
         }
         let message = if data.is_empty() {

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AuthCapabilities, ClientCapabilities, FileSystemCapabilities, Implementation,
     InitializeRequest, NewSessionRequest,
@@ -15,9 +14,7 @@ use agent_client_protocol::v1::schema::{
 use super::config::AgentConfig;
 use super::connection::AgentConnection;
 use super::error::AcpError;
-
-/// The ACP protocol version Loopr speaks (the SDK's stable version).
-pub const LOOPR_PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V1;
+use super::version::LOOPR_PROTOCOL_VERSION;
 
 /// How long an agent may take to start and answer `initialize` (adapters started through
 /// `npx` may first install themselves).
@@ -129,22 +126,6 @@ pub async fn initialize(
     })
 }
 
-/// The version an agent answered that the SDK refused, from the SDK's error data
-/// (`unsupported ACP protocol version 7; ...`, `... but peer negotiated 2; ...`).
-pub(super) fn version_refused(data: &str) -> Option<String> {
-    ["unsupported ACP protocol version ", "but peer negotiated "]
-        .iter()
-        .find_map(|lead| {
-            let after = &data[data.find(lead)? + lead.len()..];
-            let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-            Some(if digits.is_empty() {
-                "unknown".to_owned()
-            } else {
-                digits
-            })
-        })
-}
-
 /// Starts agent `name` in `root`, initializes it and, where it offers ways to sign in, opens
 /// a session to learn whether it needs one; then stops it. Each step within `limit`.
 pub async fn probe_agent(
@@ -182,23 +163,6 @@ pub async fn probe_agents(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_refused_version_is_read_from_the_sdk_words() {
-        assert_eq!(
-            version_refused(
-                "unsupported ACP protocol version 7; this endpoint only supports ACP protocol version 1"
-            ),
-            Some("7".to_owned())
-        );
-        assert_eq!(
-            version_refused(
-                "required ACP protocol version 1 but peer negotiated 2; use a matching"
-            ),
-            Some("2".to_owned())
-        );
-        assert_eq!(version_refused("method not found"), None);
-    }
 
     #[test]
     fn capabilities_read_as_a_list() {

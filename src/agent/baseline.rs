@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -190,14 +191,29 @@ struct UndoStep {
     action: UndoAction,
 }
 
+/// Where others write in the project while a loop runs (the plan's export), relative to the
+/// root with `/`: asked after each command, since an export may come at any time.
+pub type OthersPaths = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+#[derive(Clone)]
 pub struct Baseline {
     dir: PathBuf,
+    others: Option<OthersPaths>,
 }
 
 impl Baseline {
     pub fn at(loop_dir: &Path) -> Baseline {
         Baseline {
             dir: loop_dir.join("baseline"),
+            others: None,
+        }
+    }
+
+    /// This baseline, not counting as the loop's what its commands change at `others`.
+    pub fn excluding(self, others: OthersPaths) -> Baseline {
+        Baseline {
+            others: Some(others),
+            ..self
         }
     }
 
@@ -314,9 +330,7 @@ impl Baseline {
         force: bool,
     ) -> Result<UndoReport, BaselineError> {
         let steps = {
-            let baseline = Baseline {
-                dir: self.dir.clone(),
-            };
+            let baseline = self.clone();
             let root = root.clone();
             blocking(move || baseline.plan_undo(&root)).await??
         };
@@ -364,9 +378,7 @@ impl Baseline {
                 }
             }
         }
-        let baseline = Baseline {
-            dir: self.dir.clone(),
-        };
+        let baseline = self.clone();
         blocking(move || baseline.forget(&undone)).await??;
         Ok(report)
     }
@@ -593,6 +605,13 @@ impl Baseline {
 
 // Tools of one loop run one at a time, so the ledger's read-modify-write does not race.
 impl ChangeJournal for Baseline {
+    fn others_paths(&self) -> Vec<String> {
+        self.others
+            .as_ref()
+            .map(|others| others())
+            .unwrap_or_default()
+    }
+
     fn tool_changed(&self, relative: &str, before: Option<&[u8]>, after: &[u8]) {
         let noted = self.note_change(
             relative,

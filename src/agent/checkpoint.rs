@@ -74,8 +74,11 @@ impl Checkpoints {
     /// The checkpoints of the project at `root`; `None` outside a git work tree or without git.
     pub async fn find(root: &Path) -> Option<Checkpoints> {
         let git = Git::find(root).await?;
-        let top = git.work_tree().canonicalize().ok()?;
-        let root = root.canonicalize().ok()?;
+        let (top, root) = (git.work_tree().to_owned(), root.to_owned());
+        let (top, root) =
+            off_workers(move || Some((top.canonicalize().ok()?, root.canonicalize().ok()?)))
+                .await
+                .ok()??;
         let relative = root.strip_prefix(&top).ok()?;
         let mut prefix = String::new();
         for part in relative.components() {
@@ -112,13 +115,19 @@ impl Checkpoints {
         name: &str,
         scratch_dir: &Path,
         timeout: Duration,
-        also: Vec<String>,
+        also: Vec<PathBuf>,
     ) -> Result<String, CheckpointError> {
         let index = scratch_dir.join(format!("checkpoint-{name}.index"));
         let taken =
             tokio::time::timeout(timeout, self.take_with(loop_id, name, &index, also)).await;
-        let _ = std::fs::remove_file(&index);
-        let _ = std::fs::remove_file(index.with_extension("index.lock"));
+        let removed = off_workers(move || {
+            let _ = std::fs::remove_file(&index);
+            let _ = std::fs::remove_file(index.with_extension("index.lock"));
+        })
+        .await;
+        if let Err(err) = removed {
+            tracing::warn!(error = %err, "removing a checkpoint's temporary index");
+        }
         taken.unwrap_or_else(|_| {
             Err(CheckpointError::Git(GitError::TimedOut {
                 command: "add".to_owned(),
@@ -132,24 +141,27 @@ impl Checkpoints {
         loop_id: &LoopId,
         name: &str,
         index: &Path,
-        also: Vec<String>,
+        also: Vec<PathBuf>,
     ) -> Result<String, CheckpointError> {
-        if let Some(dir) = index.parent() {
-            std::fs::create_dir_all(dir).map_err(|err| CheckpointError::Io {
-                path: dir.to_owned(),
-                message: err.to_string(),
-            })?;
-        }
-        let _ = std::fs::remove_file(index);
+        let fresh = index.to_owned();
+        off_workers(move || {
+            if let Some(dir) = fresh.parent() {
+                std::fs::create_dir_all(dir).map_err(|err| CheckpointError::Io {
+                    path: dir.to_owned(),
+                    message: err.to_string(),
+                })?;
+            }
+            let _ = std::fs::remove_file(&fresh);
+            Ok::<(), CheckpointError>(())
+        })
+        .await??;
         let with_index = |args: &[&str]| {
             self.git
                 .command(args.iter().copied())
                 .env("GIT_INDEX_FILE", index)
         };
         let root = self.root.clone();
-        let unfit = tokio::task::spawn_blocking(move || unfit_git_file(&root))
-            .await
-            .map_err(|err| CheckpointError::Unexpected(err.to_string()))?;
+        let unfit = off_workers(move || unfit_git_file(&root)).await?;
         if let Some(unfit) = unfit {
             return Err(CheckpointError::UnfitGitFile(unfit));
         }
@@ -203,22 +215,21 @@ impl Checkpoints {
 
     /// Those of `relatives` that exist under the root, as paths from the top of the work tree
     /// each ended by a NUL (git's `--pathspec-file-nul`).
-    async fn present_paths(&self, relatives: Vec<String>) -> Result<Vec<u8>, CheckpointError> {
+    async fn present_paths(&self, relatives: Vec<PathBuf>) -> Result<Vec<u8>, CheckpointError> {
         let (root, prefix) = (self.root.clone(), self.prefix.clone());
-        tokio::task::spawn_blocking(move || {
+        off_workers(move || {
             let mut listed = Vec::new();
             for relative in relatives {
                 if std::fs::symlink_metadata(root.join(&relative)).is_ok_and(|meta| !meta.is_dir())
                 {
                     listed.extend_from_slice(prefix.as_bytes());
-                    listed.extend_from_slice(relative.as_bytes());
+                    listed.extend_from_slice(&path_bytes(&relative));
                     listed.push(0);
                 }
             }
             listed
         })
         .await
-        .map_err(|err| CheckpointError::Unexpected(err.to_string()))
     }
 
     /// HEAD's commit, `None` in a repository without one yet.
@@ -235,8 +246,9 @@ impl Checkpoints {
         }
     }
 
-    /// What commit `commit` holds under the project root, by path relative to the root.
-    pub async fn entries(&self, commit: &str) -> Result<BTreeMap<String, Entry>, CheckpointError> {
+    /// What commit `commit` holds under the project root, by path relative to the root (its
+    /// bytes as git has them, UTF-8 or not).
+    pub async fn entries(&self, commit: &str) -> Result<BTreeMap<PathBuf, Entry>, CheckpointError> {
         let listed = self
             .git
             .command(["ls-tree", "-r", "-z", "--full-tree", commit])
@@ -247,11 +259,14 @@ impl Checkpoints {
             if record.is_empty() {
                 continue;
             }
-            let text = String::from_utf8_lossy(record);
-            let (meta, path) = text
-                .split_once('\t')
-                .ok_or_else(|| CheckpointError::Unexpected(text.to_string()))?;
-            let Some(relative) = path.strip_prefix(self.prefix.as_str()) else {
+            let unexpected = || CheckpointError::Unexpected(String::from_utf8_lossy(record).into());
+            let tab = record
+                .iter()
+                .position(|byte| *byte == b'\t')
+                .ok_or_else(unexpected)?;
+            let (meta, path) = (&record[..tab], &record[tab + 1..]);
+            let meta = std::str::from_utf8(meta).map_err(|_| unexpected())?;
+            let Some(relative) = path.strip_prefix(self.prefix.as_bytes()) else {
                 continue;
             };
             let mut fields = meta.split(' ');
@@ -269,7 +284,7 @@ impl Checkpoints {
                 Some("120000") => Entry::Symlink { blob },
                 _ => Entry::Other,
             };
-            entries.insert(relative.to_owned(), entry);
+            entries.insert(path_from_bytes(relative), entry);
         }
         Ok(entries)
     }
@@ -379,6 +394,41 @@ fn unfit_git_file(root: &Path) -> Option<String> {
         (named && !kind.is_file() && !kind.is_symlink() && !kind.is_dir())
             .then(|| root.relative_display(entry.path()))
     })
+}
+
+/// Runs blocking file work on the blocking pool, off the async workers.
+async fn off_workers<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CheckpointError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| CheckpointError::Unexpected(format!("the work crashed: {err}")))
+}
+
+/// A path as git writes it (`-z`), every byte kept (on Unix; elsewhere paths are Unicode).
+pub fn path_from_bytes(bytes: &[u8]) -> PathBuf {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+/// `path`'s bytes as git takes them, with `/` between its parts.
+pub fn path_bytes(path: &Path) -> Vec<u8> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes().to_vec()
+    }
+    #[cfg(not(unix))]
+    {
+        path.to_string_lossy().replace('\\', "/").into_bytes()
+    }
 }
 
 fn one_line(stdout: Vec<u8>) -> Result<String, CheckpointError> {

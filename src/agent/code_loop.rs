@@ -235,7 +235,12 @@ fn changing_tool_context(context: &LoopContext) -> ToolContext {
         approver: context.approver.clone(),
         loop_id: context.record.id.to_string(),
         buffers: context.buffers.clone(),
-        journal: Arc::new(Baseline::at(&context.layout.loop_dir(&context.record.id))),
+        journal: Arc::new(
+            Baseline::at(&context.layout.loop_dir(&context.record.id)).excluding({
+                let layout = context.layout.clone();
+                Arc::new(move || export::exported_paths(&layout))
+            }),
+        ),
     }
 }
 

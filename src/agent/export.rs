@@ -8,9 +8,9 @@
 //! told and logged; it never fails the loop.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -28,7 +28,7 @@ use crate::artifacts::{
 use crate::store::{
     LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StoreError, write_atomic,
 };
-use crate::tools::{Existing, FolderError, ProjectFolder, ProjectRoot};
+use crate::tools::{Existing, FolderError, ProjectFolder, ProjectRoot, Replaced};
 
 /// The record of what Loopr wrote, in the project's directory under `$LOOPR_HOME`.
 const EXPORT_RECORD: &str = "export.json";
@@ -40,9 +40,12 @@ const MAX_EXPORTED_FILE_BYTES: u64 = 4 << 20;
 /// How many parents a loop may have on the way up to its plan (plan, spec, phase, code).
 const MAX_TREE_DEPTH: usize = 8;
 
-/// One export at a time in this host: two loops of a tree may store at once, and each export
-/// reads and writes the one record.
-static EXPORTING: Mutex<()> = Mutex::new(());
+/// Beside the record: one export of a project at a time, whichever host runs it (two loops
+/// of a tree may store at once; two Neovims, or Neovim and the CLI, may run one project), since
+/// each export reads the record, writes files by it and writes it back. A file lock
+/// (`flock`): two opens of it exclude each other in one process too, and a host that dies
+/// lets go of it.
+const EXPORT_LOCK: &str = "export.lock";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -61,6 +64,12 @@ pub enum ExportError {
     #[error("{path}: {source}")]
     File {
         path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("locking the record of exported files {}: {source}", .path.display())]
+    Lock {
+        path: PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -93,6 +102,9 @@ struct ExportRecord {
 struct PlanRecord {
     /// The plan's folder below `export_dir`, chosen once: stable across revisions.
     folder: String,
+    /// That folder relative to the project root, as last exported to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    dir: String,
     /// By path relative to the project root.
     #[serde(default)]
     files: BTreeMap<String, FileRecord>,
@@ -152,7 +164,7 @@ pub fn export_plan_tree(
     let Some(export_dir) = LoopSettings::from_stored(&plan.settings).export_dir() else {
         return Ok(Vec::new());
     };
-    let _one_at_a_time = EXPORTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let _one_at_a_time = lock_exports(layout)?;
     export_tree(db, layout, root, &export_dir, &plan).map_err(|source| ExportError::Failed {
         export_dir: export_dir.display().to_string(),
         source: Box::new(source),
@@ -171,6 +183,7 @@ fn export_tree(
     };
     let record_path = layout.project_dir().join(EXPORT_RECORD);
     let mut record = read_record(&record_path);
+    crate::test_hooks::hold_point("export_record_read");
     let key = plan.id.to_string();
     if !record.plans.contains_key(&key) {
         let base = path_slug(&plan_name(&plan.task), "plan");
@@ -181,12 +194,14 @@ fn export_tree(
             key.clone(),
             PlanRecord {
                 folder,
+                dir: String::new(),
                 files: BTreeMap::new(),
             },
         );
     }
     let plan_record = record.plans.entry(key).or_default();
     let plan_dir = export_dir.join(&plan_record.folder);
+    plan_record.dir = plan_dir.display().to_string();
     let plan_folder = Rc::new(ProjectFolder::open_creating(root, &plan_dir)?);
     let mut sync = Sync {
         plan_dir: &plan_dir,
@@ -293,6 +308,50 @@ fn readable<T: serde::de::DeserializeOwned>(
         .ok()
 }
 
+/// The project's export lock, held (exclusively) until the file is dropped.
+fn lock_exports(layout: &ProjectLayout) -> Result<File, ExportError> {
+    let path = layout.project_dir().join(EXPORT_LOCK);
+    let failed = |source| ExportError::Lock {
+        path: path.clone(),
+        source,
+    };
+    let file = lock_file(&path).map_err(failed)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(TryLockError::WouldBlock) => {}
+        Err(TryLockError::Error(err)) => return Err(failed(err)),
+    }
+    crate::test_hooks::hold_point("export_lock_busy");
+    file.lock().map_err(failed)?;
+    Ok(file)
+}
+
+fn lock_file(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+}
+
+/// What the exports keep in the project, relative to its root with `/`: each plan's folder
+/// and each file written. Whoever else writes there (a command of a code loop) is not the
+/// author of a change there. Read under the export lock (shared), so an export halfway
+/// through is waited for and its files are in the record. Blocking.
+pub fn exported_paths(layout: &ProjectLayout) -> Vec<String> {
+    let lock = lock_file(&layout.project_dir().join(EXPORT_LOCK));
+    let _exports_done = lock.as_ref().map(File::lock_shared);
+    let record = read_record(&layout.project_dir().join(EXPORT_RECORD));
+    record
+        .plans
+        .into_values()
+        .flat_map(|plan| {
+            let dir = Some(plan.dir).filter(|dir| !dir.is_empty());
+            dir.into_iter().chain(plan.files.into_keys())
+        })
+        .collect()
+}
+
 fn read_record(path: &Path) -> ExportRecord {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|err| {
@@ -372,33 +431,21 @@ impl Sync<'_> {
             );
             return Ok(());
         }
-        let leave_alone = match existing {
-            Existing::Absent => None,
-            Existing::File(ref current) => {
-                let current = sha256(current);
-                let recorded = self.recorded(&shown);
-                if Some(&current) == recorded.as_ref() {
-                    None
-                } else {
-                    let why = match recorded {
-                        Some(_) => "was edited since Loopr exported it",
-                        None => "was not written by Loopr",
-                    };
-                    Some((current, why.to_owned()))
-                }
-            }
-            Existing::Other(what) => Some((String::new(), what)),
-        };
-        if let Some((current, why)) = leave_alone {
-            self.tell_once(&shown, current, || {
-                format!(
-                    "{shown} {why}, so Loopr left it as it is and the plan's newer text is not \
-                     in it; delete or move the file to have it exported again"
-                )
-            });
+        if let Some((current, why)) = self.left_alone(&shown, &existing) {
+            self.tell_left_alone(&shown, current, &why);
             return Ok(());
         }
-        folder.replace(name, bytes).map_err(io)?;
+        crate::test_hooks::hold_point("export_write");
+        if let Replaced::LeftAlone(now) = folder
+            .replace(name, bytes, &existing, MAX_EXPORTED_FILE_BYTES)
+            .map_err(io)?
+        {
+            // Edited between the look above and the write.
+            if let Some((current, why)) = self.left_alone(&shown, &now) {
+                self.tell_left_alone(&shown, current, &why);
+            }
+            return Ok(());
+        }
         self.files.insert(
             shown,
             FileRecord {
@@ -407,6 +454,36 @@ impl Sync<'_> {
             },
         );
         Ok(())
+    }
+
+    /// Why what is at `shown` is not to be replaced, with its hash (to tell each change
+    /// once); `None` when it is absent or holds what Loopr last wrote.
+    fn left_alone(&self, shown: &str, existing: &Existing) -> Option<(String, String)> {
+        match existing {
+            Existing::Absent => None,
+            Existing::File(current) => {
+                let current = sha256(current);
+                let recorded = self.recorded(shown);
+                if Some(&current) == recorded.as_ref() {
+                    return None;
+                }
+                let why = match recorded {
+                    Some(_) => "was edited since Loopr exported it",
+                    None => "was not written by Loopr",
+                };
+                Some((current, why.to_owned()))
+            }
+            Existing::Other(what) => Some((String::new(), what.clone())),
+        }
+    }
+
+    fn tell_left_alone(&mut self, shown: &str, current: String, why: &str) {
+        self.tell_once(shown, current, || {
+            format!(
+                "{shown} {why}, so Loopr left it as it is and the plan's newer text is not \
+                 in it; delete or move the file to have it exported again"
+            )
+        });
     }
 
     /// Removes the file Loopr wrote at `shown` (no longer part of the plan) unless the user

@@ -7,6 +7,7 @@
 
 mod budget;
 mod code_changes;
+mod commit_hold;
 mod commit_phase;
 mod new_loops;
 mod phase_done;
@@ -37,14 +38,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{EventSink, LoopEvent};
 use super::jobs::JobError;
+use super::loop_names::shortest_name;
 use super::phases::PhaseLookupError;
 use super::settings::LoopSettings;
 use crate::llm::SharedEnv;
 use crate::llm::{LlmError, LlmProvider};
 use crate::next_step::NextStep;
 use crate::store::{
-    HostLock, LoopDb, LoopId, LoopStatus, LoopType, ProjectLayout, StatusChange, StoreError,
-    host_is_alive,
+    HostLock, LoopDb, LoopId, LoopRecord, LoopStatus, LoopType, ProjectLayout, StatusChange,
+    StoreError, host_is_alive,
 };
 use crate::tools::UnfitRoot;
 use crate::tools::{Approver, OpenBuffers, ProjectRoot};
@@ -116,10 +118,11 @@ pub enum ManagerError {
     #[error("loop {id} is {status}; the phase changed while its code loop was being created")]
     PhaseChanged { id: String, status: &'static str },
     #[error(
-        "loop {id}, this phase's code loop, is interrupted (the host that ran it is gone); \
-         retry it to go on from where it stopped, or cancel it to start a new one"
+        "{name}, this phase's code loop, is interrupted (the host that ran it is gone); retry \
+         it to go on from where it stopped, or cancel it to start a new one"
     )]
-    CodeLoopInterrupted { id: String },
+    /// `name`: the loop as the user types it (`{phase}/code`), see `code_loop_interrupted`.
+    CodeLoopInterrupted { name: String },
     #[error("no code loop has run for phase {0:?}")]
     NoCodeLoop(String),
     #[error(transparent)]
@@ -140,6 +143,16 @@ pub enum ManagerError {
 }
 
 impl ManagerError {
+    /// The phase's code loop `id` is interrupted: the error names it as the user types it
+    /// among `records` (the project's loops), `{phase}/code`, else by its id.
+    pub(super) fn code_loop_interrupted(records: &[LoopRecord], id: &LoopId) -> ManagerError {
+        let name = records
+            .iter()
+            .find(|record| record.id == *id)
+            .map_or_else(|| id.to_string(), |record| shortest_name(records, record));
+        ManagerError::CodeLoopInterrupted { name }
+    }
+
     /// What the user can do about it, if a shell can help; each shell words it.
     pub fn next_step(&self) -> Option<NextStep> {
         match self {
@@ -147,8 +160,8 @@ impl ManagerError {
             ManagerError::UnknownPhase(_) | ManagerError::PhaseChanged { .. } => {
                 Some(NextStep::ListLoops)
             }
-            ManagerError::CodeLoopInterrupted { id } => {
-                Some(NextStep::RetryOrCancel { id: id.clone() })
+            ManagerError::CodeLoopInterrupted { name } => {
+                Some(NextStep::RetryOrCancel { name: name.clone() })
             }
             ManagerError::NoCodeLoop(phase) => Some(NextStep::StartCodeLoop {
                 phase: phase.clone(),
@@ -208,6 +221,9 @@ struct Shared {
     policies: super::policy_cache::PolicyCache,
     projects: Mutex<HashMap<PathBuf, Project>>,
     running: Mutex<HashMap<LoopId, CancellationToken>>,
+    /// Phase commits under way, by project root (`commit_hold`): no code loop starts while
+    /// one is.
+    committing: Mutex<HashMap<PathBuf, Vec<commit_hold::Committing>>>,
     /// Serialises scheduling so two loops finishing at once cannot overfill the slots.
     scheduling: Mutex<()>,
     /// Serialises moving plan runs on, so two loops ending at once start one next phase.
@@ -264,6 +280,7 @@ impl LoopManager {
                 policies: super::policy_cache::PolicyCache::default(),
                 projects: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
+                committing: Mutex::new(HashMap::new()),
                 scheduling: Mutex::new(()),
                 advancing_runs: Mutex::new(()),
                 shutting_down: AtomicBool::new(false),
@@ -285,6 +302,9 @@ impl LoopManager {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         for token in lock(&self.shared.running).values() {
             token.cancel();
+        }
+        for commit in lock(&self.shared.committing).values().flatten() {
+            commit.cancel.cancel();
         }
         self.shared.mcp.shut_down();
     }

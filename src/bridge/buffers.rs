@@ -20,6 +20,7 @@ type Writer = Compat<tokio::fs::File>;
 const APPLY: &str = "return require('loopr.edits').apply(...)";
 const CHECK: &str = "return require('loopr.edits').check(...)";
 const RELOAD: &str = "return require('loopr.edits').reload(...)";
+const UNSAVED_TEXT: &str = "return require('loopr.edits').unsaved_text(...)";
 /// Neovim answers at once unless it is blocked (a prompt); then the edit waits no longer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -54,6 +55,32 @@ impl OpenBuffers for NeovimBuffers {
     async fn reload(&self, paths: &[PathBuf]) {
         if let Some(neovim) = self.neovim.get() {
             reload_buffers(neovim, paths).await;
+        }
+    }
+
+    async fn unsaved_text(&self, path: &Path) -> Option<String> {
+        match self.neovim.get() {
+            Some(neovim) => unsaved_buffer_text(neovim, path).await,
+            None => None,
+        }
+    }
+}
+
+/// Calls `require('loopr.edits').unsaved_text(path)`: what the buffer showing `path` holds
+/// where it has unsaved changes; `None` where none does, or Neovim does not answer in time.
+pub async fn unsaved_buffer_text<W>(neovim: &Neovim<W>, path: &Path) -> Option<String>
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    match exec_lua_within(neovim, UNSAVED_TEXT, vec![path_value(path)], TIMEOUT).await {
+        Some(Ok(value)) => value.as_str().map(str::to_owned),
+        Some(Err(err)) => {
+            tracing::warn!(error = %err, path = %path.display(), "reading a buffer in Neovim");
+            None
+        }
+        None => {
+            tracing::warn!(path = %path.display(), "Neovim did not answer a buffer read in time");
+            None
         }
     }
 }

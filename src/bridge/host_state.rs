@@ -4,8 +4,9 @@
 //! servers, the notifications' updates). The table and the nvim-rs handler both use it.
 
 use super::dto::{
-    BudgetParams, CredentialsParams, LimitsReply, McpParams, McpProbeParams, McpProbeReply,
-    ProviderParams, ProviderReply, TranscriptParams, TranscriptReply,
+    AgentProbeParams, AgentProbeReply, BudgetParams, CredentialsParams, LimitsReply, McpParams,
+    McpProbeParams, McpProbeReply, ProviderParams, ProviderReply, TranscriptParams,
+    TranscriptReply,
 };
 use super::event_pump::OutgoingQueue;
 use super::words::manager_error;
@@ -109,6 +110,26 @@ impl HostState {
             reply.limits = server_limits(&params.settings, &env).await;
         }
         reply
+    }
+
+    /// `agent_probe`: starts each configured coding agent and initializes it.
+    pub(super) async fn agent_probe(
+        &self,
+        params: AgentProbeParams,
+    ) -> Result<Vec<AgentProbeReply>, String> {
+        let settings = &params.settings;
+        crate::acp::check_agents(&settings.agents, settings.code_agent.as_deref())
+            .map_err(|err| format!("Loopr: {err}"))?;
+        let probed = crate::acp::probe_agents(
+            &settings.agents,
+            &params.root,
+            crate::acp::INITIALIZE_TIMEOUT,
+        )
+        .await;
+        Ok(probed
+            .into_iter()
+            .map(|(name, probed)| AgentProbeReply::new(name, probed))
+            .collect())
     }
 
     /// `mcp_probe`: starts the configured servers and lists their tools.

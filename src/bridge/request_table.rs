@@ -8,12 +8,13 @@
 use nvim_rs::Value;
 
 use super::dto::{
-    ApprovalParams, BudgetParams, CancelParams, ChangesReply, CredentialsParams, LoopIdReply,
-    LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams, McpProbeReply, NoParams,
-    PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs, RequirementsParams,
-    RequirementsReply, ResumeReply, ReviseParams, RewindReply, RootParams, RulesParams, RulesReply,
-    RunParams, StatusParams, TasksParams, TasksReply, TranscriptCloseParams, TranscriptParams,
-    TranscriptReply, UndoParams, UndoReply, VerifyParams, WireParams, to_value,
+    AgentProbeParams, AgentProbeReply, ApprovalParams, BudgetParams, CancelParams, ChangesReply,
+    CredentialsParams, LoopIdReply, LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams,
+    McpProbeReply, NoParams, PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs,
+    RequirementsParams, RequirementsReply, ResumeReply, ReviseParams, RewindReply, RootParams,
+    RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
+    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, VerifyParams,
+    WireParams, to_value,
 };
 use super::host_state::HostState;
 use super::words::manager_error;
@@ -335,6 +336,9 @@ request_table! {
     /// Which environment variables the providers read, for Neovim to pass on.
     provider_variables(NoParams) -> crate::llm::ProviderVariables, Blocking, notification: false,
         sender: Lua => |_host, _params| Ok(crate::llm::provider_variables());
+    /// Starts the configured coding agents of a project and initializes each (ACP).
+    agent_probe(AgentProbeParams) -> Vec<AgentProbeReply>, Async, notification: false,
+        sender: Lua => |host, params| host.agent_probe(params).await;
     /// The host's MCP servers and their state.
     mcp_status(NoParams) -> Vec<crate::mcp::ServerStatus>, Async, notification: false,
         sender: Lua => |host, _params| Ok(host.manager.mcp().status());

@@ -62,8 +62,8 @@ fn step_words(step: &NextStep) -> String {
     match step {
         NextStep::Approve { id } => format!(":LooprApprove {id} to go on"),
         NextStep::Retry => ":LooprRetry runs it again".to_owned(),
-        NextStep::RetryOrCancel { id } => {
-            format!(":LooprRetry {id} retries it, :LooprCancel {id} cancels it")
+        NextStep::RetryOrCancel { name } => {
+            format!(":LooprRetry {name} retries it, :LooprCancel {name} cancels it")
         }
         NextStep::RetryOrCancelRun { retry, run, .. } => format!(
             ":LooprRetry {retry} retries it and the run goes on, :LooprCancel {run} ends the run"
@@ -163,6 +163,20 @@ mod tests {
             "{words}"
         );
         assert!(!words.contains("20261126"), "{words}");
+    }
+
+    #[test]
+    fn an_interrupted_code_loop_is_named_by_its_phase_not_its_id() {
+        let words = manager_error(ManagerError::CodeLoopInterrupted {
+            name: "print-version/code".to_owned(),
+        });
+        assert_eq!(
+            words,
+            "Loopr: print-version/code, this phase's code loop, is interrupted (the host that \
+             ran it is gone); retry it to go on from where it stopped, or cancel it to start a \
+             new one; :LooprRetry print-version/code retries it, :LooprCancel \
+             print-version/code cancels it"
+        );
     }
 
     #[test]

@@ -51,9 +51,9 @@ pub(super) fn clause(step: &NextStep) -> String {
              does, or a larger budget in --settings for a new plan"
         ),
         NextStep::Retry => "; `loopr plan` or `loopr run <phase>` starts it again".to_owned(),
-        NextStep::RetryOrCancel { id } => format!(
+        NextStep::RetryOrCancel { name } => format!(
             "; `loopr resume` goes on with it (and with the project's other loops that no host \
-             runs), `loopr cancel {id}` cancels it"
+             runs), `loopr cancel {name}` cancels it"
         ),
         // The command line retries no loop: a new run starts a failed phase again.
         NextStep::RetryOrCancelRun {
@@ -135,6 +135,18 @@ mod tests {
         assert!(
             at_spec.contains("`loopr cancel plan` ends the run"),
             "{at_spec}"
+        );
+    }
+
+    #[test]
+    fn an_interrupted_code_loop_is_named_by_its_phase_not_its_id() {
+        let step = NextStep::RetryOrCancel {
+            name: "print-version/code".to_owned(),
+        };
+        assert_eq!(
+            clause(&step),
+            "; `loopr resume` goes on with it (and with the project's other loops that no host \
+             runs), `loopr cancel print-version/code` cancels it"
         );
     }
 }

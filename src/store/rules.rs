@@ -48,10 +48,16 @@ impl LoopStatus {
     }
 }
 
-/// A code loop that holds the working tree: it runs. One code loop of a project runs at a
-/// time; the others wait their turn, pending.
+/// A code loop that holds the working tree: it runs, or it stopped midway with its changes in
+/// the tree (awaiting their approval, or paused at its tree's budget), where another code loop
+/// would edit over changes not yet reviewed and mix them into this phase's commit and rewind.
+/// One code loop of a project works in the tree at a time; the others wait their turn, pending.
 pub fn holds_working_tree(record: &LoopRecord) -> bool {
-    record.loop_type == LoopType::Code && record.status == LoopStatus::Running
+    record.loop_type == LoopType::Code
+        && matches!(
+            record.status,
+            LoopStatus::Running | LoopStatus::AwaitingApproval | LoopStatus::Paused
+        )
 }
 
 /// The code loop a pending code loop waits its turn for, among `records` (as the user sees
@@ -66,6 +72,18 @@ pub fn code_turn_holder<'a>(
     records
         .iter()
         .find(|other| other.id != record.id && holds_working_tree(other))
+}
+
+/// The code loop whose changes are being committed (`committing`) that a pending code loop
+/// waits its turn for: no code loop starts while a phase's commit is made.
+pub fn waits_for_commit<'a>(
+    record: &LoopRecord,
+    committing: Option<&'a LoopRecord>,
+) -> Option<&'a LoopRecord> {
+    if record.loop_type != LoopType::Code || record.status != LoopStatus::Pending {
+        return None;
+    }
+    committing.filter(|code| code.id != record.id)
 }
 
 /// A loop that ended without success, which a retry runs again.
@@ -611,6 +629,16 @@ mod tests {
             code_turn_holder(&plan, &records).is_none(),
             "only code loops wait"
         );
+        for stopped_midway in [LoopStatus::AwaitingApproval, LoopStatus::Paused] {
+            let holder = LoopRecord {
+                status: stopped_midway,
+                ..running.clone()
+            };
+            assert!(
+                code_turn_holder(&waiting, &[waiting.clone(), holder]).is_some(),
+                "its changes are still in the tree: {stopped_midway:?}"
+            );
+        }
         let interrupted = LoopRecord {
             status: LoopStatus::Interrupted,
             ..running

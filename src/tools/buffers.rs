@@ -45,6 +45,12 @@ pub trait OpenBuffers: Send + Sync {
     /// are brought up to date where they hold no unsaved changes, so a later `:write` neither
     /// prompts nor overwrites the change; the user hears of the others.
     async fn reload(&self, paths: &[PathBuf]);
+
+    /// The text of the buffer holding `path` where it has unsaved changes (what the user
+    /// sees, newer than the file); `None` where no buffer does, or it holds what the file does.
+    async fn unsaved_text(&self, _path: &Path) -> Option<String> {
+        None
+    }
 }
 
 /// No editor: every file is written on disk.
@@ -82,6 +88,13 @@ pub trait ChangeJournal: Send + Sync {
         before: Option<FileStat>,
         budget: &ReadBudget,
     );
+
+    /// Paths (relative, with `/`; a folder stands for all below it) where someone other than
+    /// the loop writes while it runs, such as the plan's export: a command's changes there are
+    /// not the loop's.
+    fn others_paths(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Nothing to remember (planning loops never write).

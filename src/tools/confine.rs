@@ -89,11 +89,30 @@ impl ProjectRoot {
     /// exist yet, but its deepest existing ancestor must lie inside the root once symlinks are
     /// followed, it may not be a directory, and nothing under `.git` qualifies.
     pub fn resolve_for_write(&self, requested: &str) -> Result<PathBuf, PathError> {
-        let owned = || requested.to_owned();
-        let requested_path = Path::new(requested.trim());
         if requested.trim().is_empty() {
-            return Err(PathError::Directory { requested: owned() });
+            return Err(PathError::Directory {
+                requested: requested.to_owned(),
+            });
         }
+        self.resolve_write(Path::new(requested.trim()), &|| requested.to_owned())
+    }
+
+    /// As `resolve_for_write`, for a path whose name need not be Unicode (one git or a
+    /// command wrote), relative to the root or absolute.
+    pub fn resolve_path_for_write(&self, requested: &Path) -> Result<PathBuf, PathError> {
+        if requested.as_os_str().is_empty() {
+            return Err(PathError::Directory {
+                requested: String::new(),
+            });
+        }
+        self.resolve_write(requested, &|| requested.to_string_lossy().into_owned())
+    }
+
+    fn resolve_write(
+        &self,
+        requested_path: &Path,
+        owned: &dyn Fn() -> String,
+    ) -> Result<PathBuf, PathError> {
         if requested_path
             .components()
             .any(|component| component == Component::ParentDir)

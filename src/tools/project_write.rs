@@ -46,6 +46,14 @@ pub enum Existing {
     Other(String),
 }
 
+/// What `ProjectFolder::replace` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Replaced {
+    Written,
+    /// The file no longer held what the caller found there: left as it is, which is this.
+    LeftAlone(Existing),
+}
+
 /// A folder of the project, opened without following a link.
 pub struct ProjectFolder {
     fd: OwnedFd,
@@ -125,8 +133,20 @@ impl ProjectFolder {
         }
     }
 
-    /// Replaces `name` with `bytes` whole: a reader sees the old file or the new one.
-    pub fn replace(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    /// Replaces `name` with `bytes` whole (a reader sees the old file or the new one), if it
+    /// still holds what the caller `found` there: it is looked at again right before the
+    /// rename, once the new bytes are written and synced, so an edit made after the caller's
+    /// look is kept. What is left unguarded is the few system calls between that second look
+    /// and the rename: an edit landing there is replaced. (No lock of ours can keep an editor
+    /// out, and Linux has no rename that compares first.)
+    /// What is there is read up to `limit` bytes, as `existing` does.
+    pub fn replace(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        found: &Existing,
+        limit: u64,
+    ) -> std::io::Result<Replaced> {
         if !is_plain_name(name) {
             return Err(std::io::Error::other(format!(
                 "{name:?} is not a file name"
@@ -143,14 +163,32 @@ impl ProjectFolder {
         let written = file
             .write_all(bytes)
             .and_then(|()| file.sync_all())
-            .and_then(|()| {
-                rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name).map_err(Into::into)
+            .and_then(|()| self.still_as_found(name, found, limit))
+            .and_then(|now| match now {
+                None => rustix::fs::renameat(&self.fd, temp.as_str(), &self.fd, name)
+                    .map(|()| Replaced::Written)
+                    .map_err(Into::into),
+                Some(now) => Ok(Replaced::LeftAlone(now)),
             });
-        if let Err(err) = written {
+        if !matches!(written, Ok(Replaced::Written)) {
             let _ = rustix::fs::unlinkat(&self.fd, temp.as_str(), AtFlags::empty());
-            return Err(err);
         }
-        self.sync()
+        let replaced = written?;
+        if replaced == Replaced::Written {
+            self.sync()?;
+        }
+        Ok(replaced)
+    }
+
+    /// `None` while `name` holds what was `found` there; else what it holds now.
+    fn still_as_found(
+        &self,
+        name: &str,
+        found: &Existing,
+        limit: u64,
+    ) -> std::io::Result<Option<Existing>> {
+        let now = self.existing(name, limit)?;
+        Ok((now != *found).then_some(now))
     }
 
     /// Removes the file `name` (a link is removed, never followed).
@@ -199,8 +237,10 @@ mod tests {
         let (temp, root) = project();
         let folder = ProjectFolder::open_creating(&root, Path::new("docs/plans")).expect("made");
         let spec = folder.child("spec").expect("child");
-        spec.replace("README.md", b"one").expect("written");
-        spec.replace("README.md", b"two").expect("replaced");
+        let written = spec.replace("README.md", b"one", &Existing::Absent, 10);
+        assert_eq!(written.expect("written"), Replaced::Written);
+        let replaced = spec.replace("README.md", b"two", &Existing::File(b"one".to_vec()), 10);
+        assert_eq!(replaced.expect("replaced"), Replaced::Written);
         let path = temp.path().join("docs/plans/spec/README.md");
         assert_eq!(std::fs::read(&path).expect("read"), b"two");
         assert_eq!(
@@ -222,6 +262,35 @@ mod tests {
             .expect("list")
             .collect();
         assert!(names.is_empty(), "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_file_changed_after_the_callers_look_is_left_alone() {
+        let (temp, root) = project();
+        let folder = ProjectFolder::open_creating(&root, Path::new("docs")).expect("made");
+        folder
+            .replace("plan.md", b"loopr's", &Existing::Absent, 100)
+            .expect("written");
+        let found = folder.existing("plan.md", 100).expect("looked");
+        std::fs::write(temp.path().join("docs/plan.md"), "the user's").expect("edit");
+        let replaced = folder
+            .replace("plan.md", b"newer", &found, 100)
+            .expect("looked again");
+        assert_eq!(
+            replaced,
+            Replaced::LeftAlone(Existing::File(b"the user's".to_vec()))
+        );
+        assert_eq!(
+            folder
+                .replace("new.md", b"loopr's", &found, 100)
+                .expect("looked again"),
+            Replaced::LeftAlone(Existing::Absent)
+        );
+        let names: Vec<_> = std::fs::read_dir(temp.path().join("docs"))
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["plan.md"], "the user's file, and no temporary file");
     }
 
     #[test]
@@ -252,8 +321,9 @@ mod tests {
             folder.existing("fifo.md", 100).expect("looked"),
             Existing::Other(_)
         ));
+        let found = folder.existing("README.md", 100).expect("looked");
         folder
-            .replace("README.md", b"new")
+            .replace("README.md", b"new", &found, 100)
             .expect("replaces the link itself");
         assert_eq!(std::fs::read(&target).expect("target"), b"mine");
     }

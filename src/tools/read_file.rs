@@ -15,7 +15,8 @@ use super::{
 };
 use crate::schema::input_schema_for;
 
-const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+/// The largest file read.
+pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 const MAX_LINES: usize = 2000;
 const MAX_LINE_CHARS: usize = 2000;
 const MAX_OUTPUT_BYTES: usize = 100 * 1024;

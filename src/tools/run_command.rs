@@ -65,41 +65,14 @@ impl Tool for RunCommandTool {
 
     async fn call(&self, input: Value, context: &ToolContext) -> Result<String, ToolError> {
         let input: RunCommandInput = parse_input(self.name(), input)?;
-        if let Some(pattern) = context.policy.denied_by(&input.command) {
-            return Err(ToolError::Denied(format!(
-                "the command matches the deny-list pattern {pattern:?} and is never run; do \
-                 the work another way or ask the user to do it"
-            )));
-        }
-        let cwd = context
-            .root
-            .resolve_existing(input.cwd.as_deref().unwrap_or("."))?;
-        if !cwd.is_dir() {
-            return Err(ToolError::InvalidInput(format!(
-                "cwd {:?} is not a directory",
-                input.cwd.unwrap_or_default()
-            )));
-        }
+        let cwd = command_directory(context, input.cwd.as_deref())?;
         let timeout = input
             .timeout_secs
             .filter(|secs| secs.is_finite() && *secs > 0.0)
             .map(|secs| Duration::from_secs_f64(secs.min(MAX_TIMEOUT_SECS)))
             .unwrap_or(context.policy.command_timeout);
         let sandbox = &context.policy.sandbox;
-        context
-            .approve(ApprovalRequest {
-                loop_id: String::new(),
-                kind: CHANGE,
-                tool: self.name(),
-                subject: input.command.clone(),
-                detail: format!(
-                    "$ {}\n(in {}){}",
-                    input.command,
-                    context.root.relative_display(&cwd),
-                    unsandboxed_note(sandbox)
-                ),
-            })
-            .await?;
+        approve_command(context, self.name(), &input.command, &cwd).await?;
         let output = run_recorded(context, &input.command, &cwd, timeout).await?;
         match sandbox.explain_refusal(&output) {
             // An error result, so the model sees at once that it must work another way.
@@ -107,6 +80,51 @@ impl Tool for RunCommandTool {
             None => Ok(output.to_string()),
         }
     }
+}
+
+/// The directory a command runs in: `requested` (relative to the root, or absolute inside
+/// it; the root when `None`), which must be a directory of the project.
+pub fn command_directory(
+    context: &ToolContext,
+    requested: Option<&str>,
+) -> Result<std::path::PathBuf, ToolError> {
+    let cwd = context.root.resolve_existing(requested.unwrap_or("."))?;
+    if !cwd.is_dir() {
+        return Err(ToolError::InvalidInput(format!(
+            "cwd {:?} is not a directory",
+            requested.unwrap_or_default()
+        )));
+    }
+    Ok(cwd)
+}
+
+/// What every command (`tool`'s) passes before it runs: the deny-list, then the user's
+/// approval (the command, its directory, and whether the sandbox confines it).
+pub async fn approve_command(
+    context: &ToolContext,
+    tool: &'static str,
+    command: &str,
+    cwd: &std::path::Path,
+) -> Result<(), ToolError> {
+    if let Some(pattern) = context.policy.denied_by(command) {
+        return Err(ToolError::Denied(format!(
+            "the command matches the deny-list pattern {pattern:?} and is never run; do \
+             the work another way or ask the user to do it"
+        )));
+    }
+    context
+        .approve(ApprovalRequest {
+            loop_id: String::new(),
+            kind: CHANGE,
+            tool,
+            subject: command.to_owned(),
+            detail: format!(
+                "$ {command}\n(in {}){}",
+                context.root.relative_display(cwd),
+                unsandboxed_note(&context.policy.sandbox)
+            ),
+        })
+        .await
 }
 
 /// The line an approval request for a command gets when nothing confines it.

@@ -14,6 +14,8 @@ use super::sandbox::Sandbox;
 /// Bytes of each stream kept from its start and from its end.
 const HEAD_BYTES: usize = 4 * 1024;
 const TAIL_BYTES: usize = 12 * 1024;
+/// The most of one stream of a command's output Loopr keeps.
+pub const KEPT_BYTES_PER_STREAM: usize = HEAD_BYTES + TAIL_BYTES;
 
 /// Runs `command` with `sh -c` in `cwd` inside `sandbox` (confined to `root`), in its own
 /// process group, which is killed with everything in it on timeout or cancel, and also once
@@ -30,22 +32,7 @@ pub async fn run_shell(
         path: "(command)".to_owned(),
         message: format!("could not start the command: {err}"),
     };
-    // Making the sandbox looks through the project for nested repositories, which a huge or
-    // slow tree makes long: a cancel does not wait for it (the look, on the blocking pool,
-    // finishes on its own).
-    let mut process = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => return Err(ToolError::Cancelled),
-        process = sandbox.command(command, cwd, root) => process.map_err(spawn_error)?,
-    };
-    process
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Its own process group, so a timeout or cancel kills everything it started.
-    #[cfg(unix)]
-    process.process_group(0);
-    let mut child = process.spawn().map_err(spawn_error)?;
+    let mut child = spawn_shell(command, cwd, cancel, sandbox, root).await?;
     let group = child.id();
     let stdout = child.stdout.take().map(read_capped);
     let stderr = child.stderr.take().map(read_capped);
@@ -83,6 +70,37 @@ pub async fn run_shell(
         stdout,
         stderr,
     })
+}
+
+/// Starts `sh -c command` in `cwd` inside `sandbox` (confined to `root`) in a process group
+/// of its own, stdin closed, stdout and stderr piped.
+pub async fn spawn_shell(
+    command: &str,
+    cwd: &std::path::Path,
+    cancel: &tokio_util::sync::CancellationToken,
+    sandbox: &Sandbox,
+    root: &std::path::Path,
+) -> Result<tokio::process::Child, ToolError> {
+    let spawn_error = |err: std::io::Error| ToolError::File {
+        path: "(command)".to_owned(),
+        message: format!("could not start the command: {err}"),
+    };
+    // Making the sandbox looks through the project for nested repositories, which a huge or
+    // slow tree makes long: a cancel does not wait for it (the look, on the blocking pool,
+    // finishes on its own).
+    let mut process = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Err(ToolError::Cancelled),
+        process = sandbox.command(command, cwd, root) => process.map_err(spawn_error)?,
+    };
+    process
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a timeout or cancel kills everything it started.
+    #[cfg(unix)]
+    process.process_group(0);
+    process.spawn().map_err(spawn_error)
 }
 
 /// The output of a reader task; a process that escaped the group (with `setsid`) may keep
@@ -128,8 +146,9 @@ fn read_capped<R: AsyncRead + Unpin + Send + 'static>(
     })
 }
 
+/// Kills process group `group` (a command's, from `spawn_shell`) with everything in it.
 #[cfg(unix)]
-fn kill_group(group: Option<u32>) {
+pub fn kill_group(group: Option<u32>) {
     let Some(group) = group.and_then(|id| libc::pid_t::try_from(id).ok()) else {
         return;
     };
@@ -140,4 +159,4 @@ fn kill_group(group: Option<u32>) {
 }
 
 #[cfg(not(unix))]
-fn kill_group(_group: Option<u32>) {}
+pub fn kill_group(_group: Option<u32>) {}

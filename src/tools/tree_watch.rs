@@ -132,41 +132,44 @@ impl TreeStats {
     }
 }
 
+/// Whether `relative` is `path` or below it.
+fn is_at(relative: &str, path: &str) -> bool {
+    relative
+        .strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Runs `command` like `run_shell` and tells the context's journal every project file it
-/// created, changed or deleted, also when it was killed or cancelled midway.
+/// created, changed or deleted, also when it was killed or cancelled midway; not what
+/// changed where the journal says others write.
 pub async fn run_recorded(
     context: &ToolContext,
     command: &str,
     cwd: &Path,
     timeout: Duration,
 ) -> Result<CommandOutput, ToolError> {
-    let run = run_shell(
+    let before = tree_before_command(context).await?;
+    let output = run_shell(
         command,
         cwd,
         timeout,
         &context.cancel,
         &context.policy.sandbox,
         context.root.path(),
-    );
-    recorded(context, run).await?
+    )
+    .await;
+    record_command_changes(context, before).await;
+    output
 }
 
-/// Runs `work` (a command, or a coding agent's turn whose own tools write behind Loopr's back)
-/// and tells the context's journal every project file that changed meanwhile, also when it
-/// was cancelled midway. Fails only when cancelled before `work` starts.
-pub async fn recorded<T>(
-    context: &ToolContext,
-    work: impl std::future::Future<Output = T>,
-) -> Result<T, ToolError> {
-    let capture = {
+/// The project's files before a command runs, to tell later what it changed; `None` when
+/// they could not be listed (nothing is recorded then). A cancel ends the wait at once.
+pub async fn tree_before_command(context: &ToolContext) -> Result<Option<TreeStats>, ToolError> {
+    let listing = {
         let root = context.root.clone();
         let policy = context.policy.clone();
-        move |cancel: &CancellationToken| TreeStats::capture(&root, &policy, cancel)
-    };
-    let listing = {
-        let capture = capture.clone();
         let cancel = context.cancel.clone();
-        tokio::task::spawn_blocking(move || capture(&cancel))
+        tokio::task::spawn_blocking(move || TreeStats::capture(&root, &policy, &cancel))
     };
     // A cancel ends the wait at once, and the walk at its next file.
     let before = tokio::select! {
@@ -174,46 +177,57 @@ pub async fn recorded<T>(
         _ = context.cancel.cancelled() => return Err(ToolError::Cancelled),
         listed = listing => listed,
     };
-    let before = match before {
-        Ok(Ok(stats)) => Some(stats),
+    match before {
+        Ok(Ok(stats)) => Ok(Some(stats)),
         failed => {
-            // Without a "before", every file would look created by the work, and undo
+            // Without a "before", every file would look created by the command, and undo
             // would remove them: better to record nothing.
             tracing::warn!(
                 ?failed,
                 "listing the project before a command; its changes are not recorded"
             );
-            None
-        }
-    };
-    let output = work.await;
-    if let Some(before) = before {
-        let journal = context.journal.clone();
-        let root = context.root.clone();
-        let budget = ReadBudget::new(READ_BUDGET_PER_COMMAND, context.cancel.clone());
-        // Recorded even after a cancel, so that undo knows what the command did: the walk
-        // reads only metadata, and a cancel leaves the files' contents unread (the budget).
-        let recorded = tokio::task::spawn_blocking(move || {
-            let after = capture(&CancellationToken::new())?;
-            let changes = before.changes_to(&after);
-            for change in &changes {
-                journal.command_changed(&root, &change.relative, change.before, &budget);
-            }
-            Ok::<_, ToolError>(
-                changes
-                    .into_iter()
-                    .filter(|change| after.files.contains_key(&change.relative))
-                    .map(|change| change.path)
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .await;
-        match recorded {
-            // Open buffers of what the command changed catch up now, not at the user's next
-            // `:write` (which would prompt, or overwrite the command's work).
-            Ok(Ok(changed)) => context.buffers.reload(&changed).await,
-            failed => tracing::warn!(?failed, "recording what a command changed"),
+            Ok(None)
         }
     }
-    Ok(output)
+}
+
+/// Tells the context's journal every project file created, changed or deleted since
+/// `before` (`tree_before_command`), and brings open buffers of them up to date.
+pub async fn record_command_changes(context: &ToolContext, before: Option<TreeStats>) {
+    let Some(before) = before else {
+        return;
+    };
+    let journal = context.journal.clone();
+    let root = context.root.clone();
+    let policy = context.policy.clone();
+    let budget = ReadBudget::new(READ_BUDGET_PER_COMMAND, context.cancel.clone());
+    // Recorded even after a cancel, so that undo knows what the command did: the walk
+    // reads only metadata, and a cancel leaves the files' contents unread (the budget).
+    let recorded = tokio::task::spawn_blocking(move || {
+        let after = TreeStats::capture(&root, &policy, &CancellationToken::new())?;
+        // Asked after the walk: an export that wrote during it is then in its record.
+        let others = journal.others_paths();
+        let changes: Vec<TreeChange> = before
+            .changes_to(&after)
+            .into_iter()
+            .filter(|change| !others.iter().any(|other| is_at(&change.relative, other)))
+            .collect();
+        for change in &changes {
+            journal.command_changed(&root, &change.relative, change.before, &budget);
+        }
+        Ok::<_, ToolError>(
+            changes
+                .into_iter()
+                .filter(|change| after.files.contains_key(&change.relative))
+                .map(|change| change.path)
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await;
+    match recorded {
+        // Open buffers of what the command changed catch up now, not at the user's next
+        // `:write` (which would prompt, or overwrite the command's work).
+        Ok(Ok(changed)) => context.buffers.reload(&changed).await,
+        failed => tracing::warn!(?failed, "recording what a command changed"),
+    }
 }

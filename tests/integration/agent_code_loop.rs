@@ -32,7 +32,7 @@ fn agent_setup(behave: &str, code_agent: bool) -> String {
     )
 }
 
-/// Answers every approval request as it comes: commands naming `deploy` rejected, the rest
+/// Answers every approval request as it comes: what names `deploy` rejected, the rest
 /// accepted; each answer noted in `_G.agent_approvals`.
 async fn answer_approvals(editor: &TestNvim) {
     editor
@@ -40,7 +40,7 @@ async fn answer_approvals(editor: &TestNvim) {
             "_G.agent_approvals = {}
              vim.api.nvim_create_autocmd('User', { pattern = 'LooprApprovalRequested', callback = function(ev)
                local req = ev.data
-               local reject = req.kind == 'command' and req.subject:find('deploy') ~= nil
+               local reject = req.subject:find('deploy') ~= nil
                local decision = reject and 'reject' or 'accept'
                table.insert(_G.agent_approvals, ('%s %s: %s'):format(req.kind, req.subject, decision))
                vim.schedule(function()
@@ -185,10 +185,10 @@ async fn an_agent_s_loop_is_validated_sent_back_and_passes_with_its_work_shown_a
     editor.quit().await;
 }
 
-/// What the agent's requests get once the client side serves them (`agent_client`, the
-/// serving part of issue 27): until then each is refused, and the agent says so.
+/// What the agent's requests get, served by the loop's `AgentClient`: its read, its edit
+/// once approved, its command's permission rejected (and it goes on), its terminal in the
+/// sandbox (a write outside the project refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "waits on the serving of fs, terminal and permission requests (branch i27-serve)"]
 async fn an_agent_s_requests_go_through_loopr_s_confinement_approvals_and_sandbox() {
     let fake = FakeLlm::start().await;
     let (mut editor, code_id, _) = scripted_run(&fake).await;

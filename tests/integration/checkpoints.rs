@@ -35,18 +35,59 @@ fn loopr_rewind(editor: &TestNvim, phase: &str) -> String {
 
 /// Runs `loopr <args>` in `editor`'s project, with its state; its standard output.
 fn loopr(editor: &TestNvim, args: &[&str]) -> String {
-    let cli = std::process::Command::new(crate::nvim::host_binary())
-        .args(args)
-        .current_dir(&editor.dirs.project)
-        .env("LOOPR_HOME", &editor.dirs.loopr_home)
-        .output()
-        .expect("loopr rewind");
+    let cli = loopr_output(editor, args);
     assert!(
         cli.status.success(),
         "{}",
         String::from_utf8_lossy(&cli.stderr)
     );
     String::from_utf8_lossy(&cli.stdout).into_owned()
+}
+
+/// Runs `loopr <args>` in `editor`'s project, which must fail; its standard error.
+fn loopr_failing(editor: &TestNvim, args: &[&str]) -> String {
+    let cli = loopr_output(editor, args);
+    assert!(
+        !cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stdout)
+    );
+    String::from_utf8_lossy(&cli.stderr).into_owned()
+}
+
+fn loopr_output(editor: &TestNvim, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(crate::nvim::host_binary())
+        .args(args)
+        .current_dir(&editor.dirs.project)
+        .env("LOOPR_HOME", &editor.dirs.loopr_home)
+        .output()
+        .expect("loopr runs")
+}
+
+/// An editor on a git project whose one-spec hierarchy is planned and approved.
+async fn planned_in_git(fake: &FakeLlm) -> TestNvim {
+    crate::scenario::push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
+    let mut editor = start_editor(fake, AUTO_APPROVE).await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
+}
+
+/// Runs print-version's code loop, which edits `src/main.rs` and creates `src/version.rs`,
+/// to completion; its id.
+async fn run_two_changes(fake: &FakeLlm, editor: &mut TestNvim) -> String {
+    fake.push_routed(
+        &code_route("print-version"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
+            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
+            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
+            .reply(),
+    );
+    let code_id = run_code_loop(editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    code_id
 }
 
 /// The `error` (note) of loop `id` in the status list.
@@ -209,16 +250,7 @@ async fn without_git_loopr_rewind_restores_from_the_baselines_and_says_it_cannot
     assert!(!project.join(".git").exists(), "no git here");
     let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
     let main_before = read("src/main.rs").expect("main.rs");
-    fake.push_routed(
-        &code_route("print-version"),
-        TurnBuilder::new()
-            .tool_use("e1", "edit_file", json!({"path": "src/main.rs", "old_string": "\"hello\"", "new_string": "\"bye\""}))
-            .tool_use("w1", "write_file", json!({"path": "src/version.rs", "content": "pub const VERSION: &str = \"0.3.1\";\n"}))
-            .tool_use("done", "complete_phase", json!({"summary": "two changes"}))
-            .reply(),
-    );
-    let code_id = run_code_loop(&mut editor, "print-version").await;
-    editor.wait_status(&code_id, "complete").await;
+    let code_id = run_two_changes(&fake, &mut editor).await;
 
     assert_eq!(
         loopr_rewind(&editor, "print-version"),
@@ -290,4 +322,128 @@ async fn rewind_restores_a_file_git_ignores_that_the_phase_edited_and_undo_bring
         "undo brings the phase's edit back"
     );
     editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_git_cannot_read_stops_the_rewind_with_a_clear_error_before_anything_changes()
+{
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_in_git(&fake).await;
+    let project = editor.dirs.project.clone();
+    let code_id = run_two_changes(&fake, &mut editor).await;
+    // The checkpoint's commit is lost (a pruned or damaged object store): its ref names an
+    // object git no longer has.
+    let before = git(
+        &project,
+        &["rev-parse", &format!("refs/loopr/{code_id}/before")],
+    );
+    let before = before.trim();
+    std::fs::remove_file(
+        project
+            .join(".git/objects")
+            .join(&before[..2])
+            .join(&before[2..]),
+    )
+    .expect("the checkpoint's loose object");
+    let tree = |project: &Path| {
+        (
+            std::fs::read_to_string(project.join("src/main.rs")).ok(),
+            std::fs::read_to_string(project.join("src/version.rs")).ok(),
+            git(project, &["status", "--porcelain=v1"]),
+        )
+    };
+    let tree_before = tree(&project);
+
+    let refused = loopr_failing(&editor, &["rewind", "print-version"]);
+    assert!(
+        refused.starts_with(
+            "loopr: rewinding to before print-version: the checkpoint taken before phase \
+             print-version cannot be read, so nothing was changed: git "
+        ),
+        "{refused}"
+    );
+    assert_eq!(tree(&project), tree_before, "the tree is untouched");
+    assert_eq!(
+        git(
+            &project,
+            &["for-each-ref", "--format=%(refname)", "refs/loopr/"]
+        ),
+        format!("refs/loopr/{code_id}/before\n"),
+        "no snapshot of a rewind that did not happen"
+    );
+    assert_eq!(note_of(&editor, &code_id).await, Value::Null, "not rewound");
+    editor.quit().await;
+}
+
+/// A rewind that wrote the files but cannot record itself beside one of the loops it rewound
+/// (a folder stands where its record goes) says so, and still records itself beside the
+/// phase's loop and notes every loop rewound: undoing it brings the phases' work back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_that_fails_part_way_records_and_notes_what_it_did_so_undo_brings_it_back() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_in_git(&fake).await;
+    let project = editor.dirs.project.clone();
+    let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
+    let (main_before, readme_before) = (read("src/main.rs"), read("README.md"));
+    let first = run_two_changes(&fake, &mut editor).await;
+    fake.push_routed(
+        &code_route("document-flag"),
+        TurnBuilder::new()
+            .tool_use("e1", "edit_file", json!({"path": "README.md", "old_string": "A tiny CLI.", "new_string": "A tiny CLI with --version."}))
+            .tool_use("done", "complete_phase", json!({"summary": "documented"}))
+            .reply(),
+    );
+    let second = run_code_loop(&mut editor, "document-flag").await;
+    editor.wait_status(&second, "complete").await;
+    let (main_after, readme_after) = (read("src/main.rs"), read("README.md"));
+    let second_dir = walkdir_named(&editor.dirs.loopr_home, &second).expect("its folder");
+    std::fs::create_dir(second_dir.join("rewind.json")).expect("a folder in the way");
+
+    let failed = loopr_failing(&editor, &["rewind", "print-version"]);
+    assert!(
+        failed.starts_with(
+            "loopr: rewinding to before print-version: the rewind to before phase print-version \
+             stopped part way (3 file(s) restored, 2 code loop(s) noted rewound; it can be \
+             undone): recording the rewind in "
+        ),
+        "{failed}"
+    );
+    assert_eq!(read("src/main.rs"), main_before);
+    assert_eq!(read("src/version.rs"), None);
+    assert_eq!(read("README.md"), readme_before);
+    for id in [&first, &second] {
+        let note = note_of(&editor, id).await;
+        assert!(
+            note.as_str()
+                .is_some_and(|note| note.starts_with("rewound: to before phase print-version")),
+            "{note}"
+        );
+    }
+
+    let undone = loopr(&editor, &["undo", "print-version"]);
+    assert!(
+        undone.starts_with("undid the rewind to before print-version: restored 3 file(s)\n"),
+        "{undone}"
+    );
+    assert_eq!(read("src/main.rs"), main_after);
+    assert_eq!(read("README.md"), readme_after);
+    assert!(read("src/version.rs").is_some(), "created again");
+    editor.quit().await;
+}
+
+/// The folder named `name` somewhere under `dir`.
+fn walkdir_named(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if let Some(found) = walkdir_named(&path, name) {
+            return Some(found);
+        }
+    }
+    None
 }

@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use loopr::agent::{FailureLocation, LoopEvent, NoticeLevel, TreeReady};
 use loopr::artifacts::ArtifactKind;
-use loopr::bridge::{apply_edit, apply_edit_within, check_buffer, deliver_event, reload_buffers};
+use loopr::bridge::{
+    apply_edit, apply_edit_within, check_buffer, deliver_event, reload_buffers, unsaved_buffer_text,
+};
 use loopr::store::{LoopId, LoopStatus, LoopType};
 use loopr::tools::{ApprovalRequest, BufferCheck, BufferEdit, ChangeKind};
 
@@ -115,6 +117,28 @@ async fn a_buffer_with_unsaved_changes_behind_its_file_is_refused_and_left_alone
     );
     assert!(modified);
     assert_eq!(std::fs::read_to_string(&main).expect("read"), on_disk);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffers_unsaved_text_is_read_as_its_file_would_hold_it() {
+    let (_fake, editor, main) = editor_with_main_open().await;
+    assert_eq!(
+        unsaved_buffer_text(&editor.nvim, &main).await,
+        None,
+        "an unmodified buffer holds what the file does"
+    );
+    editor
+        .exec("vim.api.nvim_buf_set_lines(0, 0, 0, false, { '// my unsaved note' })")
+        .await;
+    assert_eq!(
+        unsaved_buffer_text(&editor.nvim, &main).await.as_deref(),
+        Some(format!("// my unsaved note\n{MAIN}").as_str())
+    );
+    assert_eq!(std::fs::read_to_string(&main).expect("read"), MAIN);
+    let readme = editor.dirs.project.join("README.md");
+    assert_eq!(unsaved_buffer_text(&editor.nvim, &readme).await, None);
+    assert_not_blocked(&editor).await;
     editor.quit().await;
 }
 

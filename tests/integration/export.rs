@@ -1,12 +1,13 @@
 //! The plan in the repository (`export_dir`): the approved tree is mirrored with relative
 //! links that resolve, a revision updates the files the user left alone and keeps (and names)
-//! the one they edited, and a link planted at the export folder is refused with a message.
+//! the one they edited, and a link planted at the export folder is refused with a message;
+//! what an export writes while a code loop's command runs is not that loop's change.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::code::planned_editor;
+use super::code::{mkfifo, planned_editor, quickfix_items};
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
@@ -213,5 +214,66 @@ async fn the_exported_phase_shows_the_tasks_ticked_as_the_code_loop_goes() {
     // The loop's end is recorded after its last ticks are exported.
     editor.wait_status(&code_id, "complete").await;
     assert_eq!(exported_boxes(&phase_file), ["- [x] 1.", "- [x] 2."]);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_written_while_a_command_runs_is_not_in_the_code_loops_changes_or_undo() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ export_dir = 'docs/plans', approvals = { write = 'auto', edit = 'auto', command = 'auto' } }";
+    let mut editor = planned_editor(&fake, setup, "true").await;
+    let project = editor.dirs.project.clone();
+    mkfifo(&project.join("go.fifo"));
+    let route = code_route("print-version");
+    fake.push_routed(
+        &route,
+        tool_turn(
+            "c1",
+            "run_command",
+            json!({"command": "read -r word < go.fifo && echo \"$word\" > generated.txt"}),
+        ),
+    );
+    fake.push_routed(&route, complete_phase_turn("wrote generated.txt"));
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    // The open for writing returns once the command opened the FIFO to read: it runs.
+    let fifo = project.join("go.fifo");
+    let writer = tokio::task::spawn_blocking(move || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(fifo)
+            .expect("open the FIFO")
+    });
+    let mut writer = tokio::time::timeout(crate::nvim::WAIT, writer)
+        .await
+        .expect("the command runs")
+        .expect("join");
+
+    // Meanwhile another plan of the project is made, and exported.
+    fake.push_routed(plan_route(), tool_turn("plan", "create_plan", valid_plan()));
+    assert_eq!(editor.command("LooprPlan Add a --help flag").await, None);
+    editor
+        .wait_event("LooprReady", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("Add a --help flag"))
+        })
+        .await;
+    let exported = project.join("docs/plans/add-a-help-flag/README.md");
+    assert!(exported.exists(), "the other plan is exported");
+
+    std::io::Write::write_all(&mut writer, b"generated\n").expect("the command's input");
+    drop(writer);
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    let items = quickfix_items(&editor).await;
+    assert_eq!(
+        items,
+        json!([{"file": "generated.txt", "text": "added: generated"}]),
+        "only the command's own file"
+    );
+    // Forced: a file a command created may hold the user's saves (see `:LooprUndo`).
+    assert_eq!(editor.command("LooprUndo! print-version").await, None);
+    assert!(!project.join("generated.txt").exists(), "undone");
+    assert!(exported.exists(), "the export is not undone");
     editor.quit().await;
 }

@@ -18,8 +18,13 @@ const SETUP: &str =
 /// An editor with `commit = "phase"` on a git project whose one-spec plan is approved, its
 /// three phases validated by `true`, and a git identity of the project's own.
 async fn planned_editor(fake: &FakeLlm) -> TestNvim {
+    planned_editor_with(fake, SETUP).await
+}
+
+/// `planned_editor` with `setup` as the plugin's setup.
+async fn planned_editor_with(fake: &FakeLlm, setup: &str) -> TestNvim {
     push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
-    let mut editor = start_editor(fake, SETUP).await;
+    let mut editor = start_editor(fake, setup).await;
     commit_everything(&editor.dirs.project);
     git(&editor, &["config", "user.name", "Ada Lovelace"]);
     git(&editor, &["config", "user.email", "ada@example.com"]);
@@ -52,16 +57,21 @@ fn write_and_complete(files: &[(&str, &str)]) -> Reply {
 async fn run_phase(editor: &mut TestNvim, phase: &str) -> (String, String) {
     let code_id = run_code_loop(editor, phase).await;
     editor.wait_status(&code_id, "complete").await;
+    let message = commit_notice(editor, &code_id).await;
+    (code_id, message)
+}
+
+/// The notice that tells how the commit of code loop `code_id` went.
+async fn commit_notice(editor: &mut TestNvim, code_id: &str) -> String {
     let notice: Value = editor
         .wait_event("LooprNotice", |data| {
-            data["loop_id"] == code_id.as_str()
+            data["loop_id"] == code_id
                 && data["message"]
                     .as_str()
                     .is_some_and(|message| message.contains("ommitted"))
         })
         .await;
-    let message = notice["message"].as_str().expect("message").to_owned();
-    (code_id, message)
+    notice["message"].as_str().expect("message").to_owned()
 }
 
 /// Makes `script` the repository's hook `name`.
@@ -247,5 +257,185 @@ async fn a_verified_phase_s_commit_names_the_requirements_its_verification_found
          Loopr-Plan: Add a --version flag\n\
          Loopr-Phase: print-version\n\n"
     );
+    editor.quit().await;
+}
+
+/// A pre-commit hook that waits (at most a minute) until the test creates `.git/{flag}`.
+fn hook_waiting_for(flag: &str) -> String {
+    format!(
+        "#!/bin/sh\ni=0\nwhile [ ! -e .git/{flag} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+    )
+}
+
+/// The status row of loop `id`.
+async fn status_row(editor: &TestNvim, id: &str) -> Value {
+    editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["id"] == id)
+        .expect("the loop's row")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_started_while_a_phase_is_committed_waits_for_the_commit() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake).await;
+    let project = editor.dirs.project.clone();
+    install_hook(&editor, "pre-commit", &hook_waiting_for("commit-may-go"));
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[("src/main.rs", "fn main() {\n    println!(\"0.3.1\");\n}\n")]),
+    );
+    // The second phase edits the first one's file too: in the first commit, it would show.
+    fake.push_routed(
+        &code_route("document-flag"),
+        write_and_complete(&[
+            ("docs/flag.md", "# --version\n"),
+            ("src/main.rs", "fn main() {\n    println!(\"0.3.2\");\n}\n"),
+        ]),
+    );
+    let first = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&first, "complete").await;
+    // Its commit waits in the pre-commit hook; a code loop started by hand now waits for it.
+    assert_eq!(editor.command("LooprRun document-flag").await, None);
+    let second = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "pending" && data["id"] != first.as_str()
+        })
+        .await;
+    let second = second["id"].as_str().expect("id").to_owned();
+    let row = status_row(&editor, &second).await;
+    assert_eq!(row["status"], "pending", "{row:#}");
+    assert_eq!(
+        row["waits_for"],
+        "waits its turn: the changes of \"print-version\" are being committed"
+    );
+    editor.exec("vim.o.columns = 250").await;
+    assert_eq!(editor.command("LooprStatus").await, None);
+    let shown: String = editor
+        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+        .await;
+    assert!(
+        shown.contains("waits its turn: the changes of \"print-version\""),
+        "{shown}"
+    );
+    let asked_for_second = fake.requests().iter().any(|request| {
+        request
+            .body
+            .to_string()
+            .contains("# Phase: Phase document-flag")
+    });
+    assert!(!asked_for_second, "the second code loop has not started");
+
+    std::fs::write(project.join(".git/commit-may-go"), "").expect("flag");
+    editor.wait_status(&second, "complete").await;
+    let notice = commit_notice(&mut editor, &second).await;
+    assert!(
+        notice.starts_with("Loopr: Committed phase document-flag"),
+        "{notice}"
+    );
+    assert_eq!(
+        git(&editor, &["log", "--format=%s"]),
+        "Phase document-flag\nPhase print-version\ninitial\n"
+    );
+    assert_eq!(
+        git(&editor, &["show", "--name-only", "--format=", "HEAD~1"]),
+        "src/main.rs\n"
+    );
+    assert_eq!(
+        git(&editor, &["show", "HEAD~1:src/main.rs"]),
+        "fn main() {\n    println!(\"0.3.1\");\n}\n",
+        "the first commit holds the first phase's file as it left it"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_of_a_phase_s_changes_is_answered_before_its_commit_is_made() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ commit = 'phase', review_gates = { 'plan', 'code' }, approvals = { write = \
+                 'auto', edit = 'auto', command = 'auto' } }";
+    let mut editor = planned_editor_with(&fake, setup).await;
+    let project = editor.dirs.project.clone();
+    install_hook(&editor, "pre-commit", &hook_waiting_for("commit-may-go"));
+    let head = git(&editor, &["rev-parse", "HEAD"]);
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[("src/main.rs", "fn main() {\n    println!(\"0.3.1\");\n}\n")]),
+    );
+    assert_eq!(editor.command("LooprRun print-version").await, None);
+    let held = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "awaiting_approval"
+        })
+        .await;
+    let code_id = held["id"].as_str().expect("id").to_owned();
+    assert_eq!(editor.command("LooprApprove print-version").await, None);
+    // Answered while the commit still waits in its pre-commit hook.
+    let answered: bool = editor
+        .lua("return vim.wait(20000, function() return vim.fn.execute('messages'):find('Loopr: approved', 1, true) ~= nil end, 5)")
+        .await;
+    assert!(answered, "{}", shown_messages(&editor).await);
+    assert_eq!(
+        git(&editor, &["rev-parse", "HEAD"]),
+        head,
+        "the commit waits in its hook"
+    );
+    std::fs::write(project.join(".git/commit-may-go"), "").expect("flag");
+    let notice = commit_notice(&mut editor, &code_id).await;
+    assert!(
+        notice.starts_with("Loopr: Committed phase print-version as "),
+        "{notice}"
+    );
+    assert_eq!(
+        git(&editor, &["log", "--format=%s"]),
+        "Phase print-version\ninitial\n"
+    );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_plan_answers_the_approval_of_unsandboxed_hooks_and_commits_nothing() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ commit = 'phase', sandbox = { mode = 'off' }, approvals = { write = 'auto', \
+                 edit = 'auto', command = 'auto' } }";
+    let mut editor = planned_editor_with(&fake, setup).await;
+    install_hook(&editor, "pre-commit", "#!/bin/sh\nexit 0\n");
+    let head = git(&editor, &["rev-parse", "HEAD"]);
+    fake.push_routed(
+        &code_route("print-version"),
+        write_and_complete(&[("src/main.rs", "fn main() {\n    println!(\"0.3.1\");\n}\n")]),
+    );
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    // Without a sandbox the validation is asked about, and then the commit's hooks.
+    let validation = editor
+        .wait_event("LooprApprovalRequested", |data| data["subject"] == "true")
+        .await;
+    super::code::accept(&editor, &validation).await;
+    editor
+        .wait_event("LooprApprovalRequested", |data| {
+            data["subject"] == "git hook run pre-commit"
+        })
+        .await;
+    let plan = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["type"] == "plan")
+        .expect("the plan");
+    let plan_id = plan["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        editor.command(&format!("LooprCancel {plan_id}")).await,
+        None
+    );
+    let notice = commit_notice(&mut editor, &code_id).await;
+    assert_eq!(
+        notice,
+        "Loopr: Phase print-version was not committed: the commit was stopped (cancelled). Its \
+         changes stay in the working tree, uncommitted."
+    );
+    assert_eq!(git(&editor, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&editor, &["status", "--porcelain"]), " M src/main.rs\n");
     editor.quit().await;
 }

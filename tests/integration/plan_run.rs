@@ -409,3 +409,47 @@ async fn a_run_whose_host_was_killed_goes_on_after_the_restart() {
     assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_whose_changes_await_approval_keeps_the_working_tree_until_approved() {
+    let fake = FakeLlm::start().await;
+    let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, review_gates = { 'plan', 'code' } }";
+    let mut editor = written_tree(&fake, setup, "true").await;
+    script_code(&fake, &["a-1", "b-1"]);
+    assert_eq!(editor.command("LooprRun a-1").await, None);
+    let first = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "awaiting_approval"
+        })
+        .await;
+    assert_eq!(editor.command("LooprRun b-1").await, None);
+    let second = editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["type"] == "code" && data["status"] == "pending" && data["id"] != first["id"]
+        })
+        .await;
+    let row = editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|r| r["id"] == second["id"])
+        .expect("second code loop");
+    assert_eq!(
+        row["status"], "pending",
+        "b-1 must not edit over a-1's unreviewed changes"
+    );
+    assert_eq!(
+        row["waits_for"],
+        "waits its turn: the changes of code \"a-1\" await approval, and one code loop works \
+         in the tree at a time"
+    );
+    assert_eq!(code_order(&fake), ["a-1"]);
+    assert_eq!(editor.command("LooprApprove a-1").await, None);
+    editor
+        .wait_event("LooprLoopUpdated", |data| {
+            data["id"] == second["id"] && data["status"] == "awaiting_approval"
+        })
+        .await;
+    assert_eq!(code_order(&fake), ["a-1", "b-1"]);
+    editor.quit().await;
+}

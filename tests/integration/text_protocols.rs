@@ -58,7 +58,13 @@ fn all_text(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
         Value::Array(items) => items.iter().map(all_text).collect::<Vec<_>>().join("\n"),
-        Value::Object(fields) => fields.values().map(all_text).collect::<Vec<_>>().join("\n"),
+        // By key (`content` before `role`), whatever order serde_json keeps keys in.
+        Value::Object(fields) => {
+            let mut fields: Vec<(&String, &Value)> = fields.iter().collect();
+            fields.sort_by_key(|(key, _)| *key);
+            let texts: Vec<String> = fields.into_iter().map(|(_, v)| all_text(v)).collect();
+            texts.join("\n")
+        }
         _ => String::new(),
     }
 }

@@ -102,7 +102,10 @@ async fn first_turn(session: &Session<'_>) {
         ToolKind::Edit,
         ToolCallStatus::Pending,
     );
-    match session.permission("edit").await {
+    match session
+        .permission("edit", "Edit notes.txt", ToolKind::Edit)
+        .await
+    {
         Ok(true) => {
             let written = session
                 .ask(WriteTextFileRequest::new(
@@ -136,7 +139,10 @@ async fn first_turn(session: &Session<'_>) {
         ToolCallStatus::Pending,
     );
     session.done("deploy", ToolCallStatus::Failed);
-    match session.permission("deploy").await {
+    match session
+        .permission("deploy", "Run make deploy", ToolKind::Execute)
+        .await
+    {
         Ok(true) => session.say("make deploy was approved (it is not run)"),
         Ok(false) => session.say("make deploy was rejected; going on without it"),
         Err(err) => session.say(&format!(
@@ -246,15 +252,23 @@ impl Session<'_> {
         self.connection.send_request(request).block_task().await
     }
 
-    /// Asks permission for tool call `id`: whether "allow" was picked.
-    async fn permission(&self, id: &str) -> Result<bool, agent_client_protocol::Error> {
+    /// Asks permission for tool call `id` (`title`, of `kind`): whether "allow" was picked.
+    async fn permission(
+        &self,
+        id: &str,
+        title: &str,
+        kind: ToolKind,
+    ) -> Result<bool, agent_client_protocol::Error> {
         let options = vec![
             PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
         ];
         let asked = RequestPermissionRequest::new(
             self.id.clone(),
-            ToolCallUpdate::new(id.to_owned(), ToolCallUpdateFields::new()),
+            ToolCallUpdate::new(
+                id.to_owned(),
+                ToolCallUpdateFields::new().title(title).kind(kind),
+            ),
             options,
         );
         let answer = self.ask(asked).await?;

@@ -16,6 +16,13 @@
 ---@class loopr.AgentPlanItem One entry of a coding agent's plan.
 ---@field status string `pending`, `in_progress` or `completed`.
 ---@field text string
+---@class loopr.AgentProbeReply One coding agent probed: what it said of itself in `initialize`, or why it failed.
+---@field agent? string The name it gives itself.
+---@field capabilities? string In words: `load session, prompts with image, MCP over stdio and http`.
+---@field error? string
+---@field name string Its name in `agents`.
+---@field protocol_version? integer
+---@field version? string
 ---@class loopr.ChangeItem
 ---@field location lsp.Location
 ---@field status string

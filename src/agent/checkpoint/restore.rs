@@ -14,12 +14,14 @@ use super::{CheckpointError, Checkpoints, Entry};
 use crate::agent::baseline::{
     Baseline, SkipReason, UndoReport, current_state, restore_file, what_is_at,
 };
+use crate::git::GitError;
 use crate::tools::{OpenBuffers, ProjectRoot, ReadBudget};
 
 /// A path to put back, with what should be there now for it to be restored without force
 /// (its fingerprint as the baseline's ledger keeps them; `None`: nothing).
 pub struct PathToRestore {
-    pub relative: String,
+    /// Relative to the root, its bytes as the ledger or git has them.
+    pub relative: PathBuf,
     pub expected: Option<String>,
     /// The directory of the loop whose baseline saw the path before any rewound loop changed
     /// it: asked when the checkpoint lacks the path (git ignores it), so it is not deleted.
@@ -31,112 +33,224 @@ pub struct PathToRestore {
 #[derive(Debug, Default)]
 pub struct Restored {
     pub report: UndoReport,
-    pub now: BTreeMap<String, Option<String>>,
+    pub now: BTreeMap<PathBuf, Option<String>>,
 }
 
-/// Puts `paths` back as checkpoint `commit` holds them.
+/// Puts `paths` back as a checkpoint holds them (`entries`, read before anything changed).
+/// It never fails as a whole: a path that cannot be put back is reported skipped, with why,
+/// so what was written is always known to the caller. The file work runs off the async
+/// workers (each path's state read in one batch, as undo plans; each write's follow-up apart).
 pub async fn restore_paths(
     checkpoints: &Checkpoints,
-    commit: &str,
+    entries: &BTreeMap<PathBuf, Entry>,
     root: &ProjectRoot,
     paths: Vec<PathToRestore>,
     force: bool,
     buffers: &dyn OpenBuffers,
-) -> Result<Restored, CheckpointError> {
-    let entries = checkpoints.entries(commit).await?;
+) -> Restored {
+    let shown: Vec<PathBuf> = paths
+        .iter()
+        .map(|wanted| root.path().join(&wanted.relative))
+        .collect();
+    let planned = {
+        let root = root.clone();
+        off_workers(move || plan(&root, paths)).await
+    };
     let mut restored = Restored::default();
-    for wanted in paths {
-        let shown = root.path().join(&wanted.relative);
-        let skip = |restored: &mut Restored, reason: SkipReason| {
-            restored.report.skipped.push((shown.clone(), reason));
-        };
-        let path = match root.resolve_for_write(&wanted.relative) {
-            Ok(path) if path == shown => path,
-            _ => {
-                skip(
-                    &mut restored,
-                    SkipReason::Unrestorable(
-                        "its path now leads through a link, outside the project or into .git"
-                            .to_owned(),
-                    ),
-                );
-                continue;
-            }
-        };
-        let current = match current_state(root, &path, wanted.expected.as_deref()) {
-            Ok(current) => current,
-            Err(err) => {
-                skip(&mut restored, SkipReason::Unrestorable(format!("it {err}")));
-                continue;
-            }
-        };
-        if current.fingerprint != wanted.expected && !force {
-            skip(&mut restored, SkipReason::ChangedSince);
-            continue;
+    let planned = match planned {
+        Ok(planned) => planned,
+        Err(err) => {
+            let why = format!("reading what is there failed: {err}");
+            restored.report.skipped = shown
+                .into_iter()
+                .map(|path| (path, SkipReason::Unrestorable(why.clone())))
+                .collect();
+            return restored;
         }
-        let written = match entries.get(&wanted.relative) {
-            None => match before_in_baseline(wanted.earlier.clone(), &wanted.relative).await {
-                Err(err) => Err(err),
-                Ok(before) if before.is_none() && current.fingerprint.is_none() => continue,
-                Ok(before) if before.is_some() && before == current.bytes => continue,
-                Ok(before) => restore_file(&path, current.bytes, before, buffers)
-                    .await
-                    .map_err(|err| err.to_string()),
-            },
-            Some(Entry::File { blob, executable }) => {
-                let bytes = match checkpoints.blob(blob).await {
-                    Ok(bytes) => bytes,
-                    Err(err) => {
-                        skip(&mut restored, SkipReason::Unrestorable(err.to_string()));
-                        continue;
-                    }
-                };
-                if current.bytes.as_ref() == Some(&bytes) {
-                    continue;
-                }
-                let written = restore_file(&path, current.bytes, Some(bytes), buffers)
-                    .await
-                    .map_err(|err| err.to_string());
-                match written {
-                    Ok(true) if *executable => set_executable(&path).map(|()| true),
-                    other => other,
-                }
-            }
-            Some(Entry::Symlink { blob }) => match checkpoints.blob(blob).await {
-                Ok(target) => put_link(&path, &target),
-                Err(err) => Err(err.to_string()),
-            },
-            Some(Entry::Other) => {
-                skip(
-                    &mut restored,
-                    SkipReason::Unrestorable(
-                        "git holds a submodule there, which a rewind does not write".to_owned(),
-                    ),
-                );
-                continue;
-            }
+    };
+    let restore = Restore {
+        checkpoints,
+        entries,
+        root,
+        force,
+        buffers,
+    };
+    for (wanted, found) in planned {
+        let shown = root.path().join(&wanted.relative);
+        let outcome = match found {
+            Ok(found) => restore.one(&wanted, found).await,
+            Err(reason) => Err(reason),
         };
-        match written {
-            Ok(true) => {
-                let unlimited = ReadBudget::new(u64::MAX, CancellationToken::new());
-                let now = what_is_at(root, &path, &unlimited).unwrap_or(None);
+        match outcome {
+            Ok(Some((path, now))) => {
                 restored.now.insert(wanted.relative, now);
                 restored.report.restored.push(path);
             }
-            Ok(false) => skip(&mut restored, SkipReason::UnsavedBuffer),
-            Err(err) => skip(&mut restored, SkipReason::Unrestorable(err)),
+            Ok(None) => {}
+            Err(reason) => restored.report.skipped.push((shown, reason)),
         }
     }
-    Ok(restored)
+    restored
+}
+
+/// A path to restore as found before it is written: where it leads and what it holds now
+/// (as `baseline::current_state` read it).
+struct Found {
+    path: PathBuf,
+    /// Its bytes, when it exists and is small enough to compare.
+    bytes: Option<Vec<u8>>,
+    /// Its fingerprint as the ledger keeps them; `None` when it does not exist.
+    fingerprint: Option<String>,
+}
+
+/// Each of `paths` as found, or why it is not put back. Blocking.
+fn plan(
+    root: &ProjectRoot,
+    paths: Vec<PathToRestore>,
+) -> Vec<(PathToRestore, Result<Found, SkipReason>)> {
+    paths
+        .into_iter()
+        .map(|wanted| {
+            let shown = root.path().join(&wanted.relative);
+            let found = match root.resolve_path_for_write(&wanted.relative) {
+                Ok(path) if path == shown => current_state(root, &path, wanted.expected.as_deref())
+                    .map(|current| Found {
+                        path,
+                        bytes: current.bytes,
+                        fingerprint: current.fingerprint,
+                    })
+                    .map_err(|err| SkipReason::Unrestorable(format!("it {err}"))),
+                _ => Err(SkipReason::Unrestorable(
+                    "its path now leads through a link, outside the project or into .git"
+                        .to_owned(),
+                )),
+            };
+            (wanted, found)
+        })
+        .collect()
+}
+
+/// One restore: where the paths' content comes from, and how they are written.
+struct Restore<'a> {
+    checkpoints: &'a Checkpoints,
+    entries: &'a BTreeMap<PathBuf, Entry>,
+    root: &'a ProjectRoot,
+    force: bool,
+    buffers: &'a dyn OpenBuffers,
+}
+
+impl Restore<'_> {
+    /// Puts one path back; what it holds now when it was written, `None` when it already held
+    /// what the checkpoint has, or why it was left.
+    async fn one(
+        &self,
+        wanted: &PathToRestore,
+        found: Found,
+    ) -> Result<Option<(PathBuf, Option<String>)>, SkipReason> {
+        let Restore {
+            checkpoints,
+            entries,
+            root,
+            force,
+            buffers,
+        } = *self;
+        let Found {
+            path,
+            bytes: held,
+            fingerprint,
+        } = found;
+        if fingerprint != wanted.expected && !force {
+            return Err(SkipReason::ChangedSince);
+        }
+        let unrestorable = |why: String| SkipReason::Unrestorable(why);
+        let written = match entries.get(&wanted.relative) {
+            None => {
+                let before = before_in_baseline(wanted.earlier.clone(), &wanted.relative)
+                    .await
+                    .map_err(unrestorable)?;
+                if before.is_none() && fingerprint.is_none() || before.is_some() && before == held {
+                    return Ok(None);
+                }
+                restore_file(&path, held, before, buffers)
+                    .await
+                    .map_err(|err| unrestorable(err.to_string()))?
+            }
+            Some(Entry::File { blob, executable }) => {
+                let stored = checkpoints.blob(blob).await.map_err(|err| match err {
+                    CheckpointError::Git(GitError::TooMuchOutput { limit, .. }) => {
+                        unrestorable(format!(
+                            "it is over {} MiB in the checkpoint, more than a rewind restores; \
+                             git holds it as blob {blob}",
+                            limit / (1024 * 1024)
+                        ))
+                    }
+                    err => unrestorable(err.to_string()),
+                })?;
+                if held.as_ref() == Some(&stored) {
+                    return Ok(None);
+                }
+                let written = restore_file(&path, held, Some(stored), buffers)
+                    .await
+                    .map_err(|err| unrestorable(err.to_string()))?;
+                if written && *executable {
+                    let path = path.clone();
+                    off_workers(move || set_executable(&path))
+                        .await
+                        .and_then(|done| done)
+                        .map_err(unrestorable)?;
+                }
+                written
+            }
+            Some(Entry::Symlink { blob }) => {
+                let target = checkpoints
+                    .blob(blob)
+                    .await
+                    .map_err(|err| unrestorable(err.to_string()))?;
+                let path = path.clone();
+                off_workers(move || put_link(&path, &target))
+                    .await
+                    .and_then(|done| done)
+                    .map_err(unrestorable)?
+            }
+            Some(Entry::Other) => {
+                return Err(unrestorable(
+                    "git holds a submodule there, which a rewind does not write".to_owned(),
+                ));
+            }
+        };
+        if !written {
+            return Err(SkipReason::UnsavedBuffer);
+        }
+        let now = {
+            let (root, path) = (root.clone(), path.clone());
+            off_workers(move || {
+                let unlimited = ReadBudget::new(u64::MAX, CancellationToken::new());
+                what_is_at(&root, &path, &unlimited).unwrap_or(None)
+            })
+            .await
+            .unwrap_or(None)
+        };
+        Ok(Some((path, now)))
+    }
+}
+
+/// Runs blocking file work on the blocking pool; its crash is the path's error.
+async fn off_workers<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    super::off_workers(work)
+        .await
+        .map_err(|err| err.to_string())
 }
 
 /// What was at `relative` before the rewound loops changed it, for a path the checkpoint lacks:
-/// what the baseline in `earlier` found, else nothing (the loops created it).
+/// what the baseline in `earlier` found, else nothing (the loops created it; a baseline names
+/// files in Unicode, so one with another name is none of its).
 async fn before_in_baseline(
     earlier: Option<PathBuf>,
-    relative: &str,
+    relative: &Path,
 ) -> Result<Option<Vec<u8>>, String> {
-    let Some(dir) = earlier else {
+    let (Some(dir), Some(relative)) = (earlier, relative.to_str()) else {
         return Ok(None);
     };
     let relative = relative.to_owned();

@@ -85,7 +85,7 @@ async fn a_checkpoint_holds_the_working_tree_and_leaves_head_index_branches_stas
         "its parent is HEAD"
     );
     let entries = checkpoints.entries(&commit).await.expect("entries");
-    let names: Vec<&str> = entries.keys().map(String::as_str).collect();
+    let names: Vec<&str> = entries.keys().filter_map(|name| name.to_str()).collect();
     assert_eq!(
         names,
         vec![
@@ -98,7 +98,7 @@ async fn a_checkpoint_holds_the_working_tree_and_leaves_head_index_branches_stas
         ],
         "no ignored file, no FIFO"
     );
-    let Some(Entry::File { blob, .. }) = entries.get("a.txt") else {
+    let Some(Entry::File { blob, .. }) = entries.get(Path::new("a.txt")) else {
         panic!("{entries:?}");
     };
     assert_eq!(
@@ -134,7 +134,10 @@ async fn a_repository_without_a_commit_gets_a_checkpoint_without_a_parent() {
         "?? only.txt\n"
     );
     let entries = checkpoints.entries(&commit).await.expect("entries");
-    assert_eq!(entries.keys().collect::<Vec<_>>(), vec!["only.txt"]);
+    assert_eq!(
+        entries.keys().collect::<Vec<_>>(),
+        vec![Path::new("only.txt")]
+    );
 }
 
 #[tokio::test]
@@ -171,34 +174,33 @@ async fn restoring_brings_back_modified_and_deleted_files_removes_created_ones_a
     let fingerprint = |text: &str| Some(crate::agent::baseline::hash_of(text.as_bytes()));
     let paths = vec![
         PathToRestore {
-            relative: "a.txt".to_owned(),
+            relative: "a.txt".into(),
             expected: fingerprint("the phase's\n"),
             earlier: None,
         },
         PathToRestore {
-            relative: "bin/run.sh".to_owned(),
+            relative: "bin/run.sh".into(),
             expected: None,
             earlier: None,
         },
         PathToRestore {
-            relative: "link".to_owned(),
+            relative: "link".into(),
             expected: None,
             earlier: None,
         },
         PathToRestore {
-            relative: "created.txt".to_owned(),
+            relative: "created.txt".into(),
             expected: fingerprint("by the phase\n"),
             earlier: None,
         },
         PathToRestore {
-            relative: "new.txt".to_owned(),
+            relative: "new.txt".into(),
             expected: fingerprint("the phase's\n"),
             earlier: None,
         },
     ];
-    let restored = restore_paths(&checkpoints, &commit, &root, paths, false, &NoBuffers)
-        .await
-        .expect("restored");
+    let entries = checkpoints.entries(&commit).await.expect("entries");
+    let restored = restore_paths(&checkpoints, &entries, &root, paths, false, &NoBuffers).await;
 
     let read = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
     assert_eq!(read("a.txt").as_deref(), Some("a, unstaged\n"));
@@ -228,7 +230,7 @@ async fn restoring_brings_back_modified_and_deleted_files_removes_created_ones_a
             "the link as git stored it"
         );
     }
-    assert_eq!(restored.now.get("created.txt"), Some(&None));
+    assert_eq!(restored.now.get(Path::new("created.txt")), Some(&None));
 }
 
 #[tokio::test]
@@ -327,10 +329,140 @@ async fn a_project_below_the_top_of_the_work_tree_is_checkpointed_by_its_own_pat
         .await
         .expect("taken");
     let entries = checkpoints.entries(&commit).await.expect("entries");
-    assert_eq!(entries.keys().collect::<Vec<_>>(), vec!["inner.txt"]);
+    assert_eq!(
+        entries.keys().collect::<Vec<_>>(),
+        vec![Path::new("inner.txt")]
+    );
     let whole = git(dir, &["ls-tree", "-r", "--name-only", &commit]);
     assert_eq!(
         whole, ".gitignore\na.txt\nproject/inner.txt\nstaged.txt\n",
         "outside the project: HEAD's tree, not the working tree's"
+    );
+}
+
+/// A file named with bytes that are not UTF-8 (as a command may create one): a phase creates
+/// one and changes another; the rewind puts both back by their bytes, and its undo brings the
+/// phase's work back.
+#[cfg(unix)]
+#[tokio::test]
+async fn files_named_with_invalid_utf8_are_restored_removed_and_brought_back_by_their_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let repo = busy_repository();
+    let dir = repo.path();
+    let changed = Path::new(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
+    let created = Path::new(std::ffi::OsStr::from_bytes(b"sub/n\xffew.txt"));
+    std::fs::write(dir.join(changed), "before\n").expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-abababab02").expect("id");
+    let before = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    let entries = checkpoints.entries(&before).await.expect("entries");
+    let names: Vec<String> = entries.keys().map(|name| format!("{name:?}")).collect();
+    assert!(
+        names.iter().any(|name| name.contains("caf\\xE9.txt")),
+        "the name's bytes are kept: {names:?}"
+    );
+    // The phase's work: one file changed, one created (in a new folder).
+    std::fs::write(dir.join(changed), "the phase's\n").expect("write");
+    std::fs::create_dir(dir.join("sub")).expect("mkdir");
+    std::fs::write(dir.join(created), "created\n").expect("write");
+    let fingerprint = |text: &str| Some(crate::agent::baseline::hash_of(text.as_bytes()));
+    let snapshot = checkpoints
+        .take_also(
+            &id,
+            REWOUND,
+            state.path(),
+            TAKE_TIMEOUT,
+            vec![changed.to_owned(), created.to_owned()],
+        )
+        .await
+        .expect("the rewind's snapshot");
+    let root = ProjectRoot::new(dir).expect("root");
+    let paths = vec![
+        PathToRestore {
+            relative: changed.to_owned(),
+            expected: fingerprint("the phase's\n"),
+            earlier: None,
+        },
+        PathToRestore {
+            relative: created.to_owned(),
+            expected: fingerprint("created\n"),
+            earlier: None,
+        },
+    ];
+    let rewound = restore_paths(&checkpoints, &entries, &root, paths, false, &NoBuffers).await;
+    assert_eq!(rewound.report.skipped, vec![]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join(changed)).ok().as_deref(),
+        Some("before\n")
+    );
+    assert!(!dir.join(created).exists(), "created: removed");
+
+    // Undone: each path the rewind wrote gets back what the snapshot holds.
+    let undo_paths = rewound
+        .now
+        .iter()
+        .map(|(relative, now)| PathToRestore {
+            relative: relative.clone(),
+            expected: now.clone(),
+            earlier: None,
+        })
+        .collect();
+    let snapshot_entries = checkpoints.entries(&snapshot).await.expect("entries");
+    let undone = restore_paths(
+        &checkpoints,
+        &snapshot_entries,
+        &root,
+        undo_paths,
+        false,
+        &NoBuffers,
+    )
+    .await;
+    assert_eq!(undone.report.skipped, vec![]);
+    assert_eq!(undone.report.restored.len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(dir.join(changed)).ok().as_deref(),
+        Some("the phase's\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(created)).ok().as_deref(),
+        Some("created\n")
+    );
+}
+
+/// A file over what git's output may hold (32 MiB) is not restored, and the rewind says so by
+/// its name, never skipping it unsaid.
+#[tokio::test]
+async fn a_file_too_large_to_restore_is_reported_by_name() {
+    let repo = busy_repository();
+    let dir = repo.path();
+    std::fs::write(dir.join("big.bin"), vec![b'x'; 33 * 1024 * 1024]).expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let checkpoints = Checkpoints::find(dir).await.expect("git");
+    let id = LoopId::parse("20261126-120000-000-abababab03").expect("id");
+    let before = checkpoints
+        .take(&id, BEFORE, state.path(), TAKE_TIMEOUT)
+        .await
+        .expect("taken");
+    std::fs::write(dir.join("big.bin"), "the phase's\n").expect("write");
+    let root = ProjectRoot::new(dir).expect("root");
+    let entries = checkpoints.entries(&before).await.expect("entries");
+    let paths = vec![PathToRestore {
+        relative: "big.bin".into(),
+        expected: Some(crate::agent::baseline::hash_of(b"the phase's\n")),
+        earlier: None,
+    }];
+    let restored = restore_paths(&checkpoints, &entries, &root, paths, false, &NoBuffers).await;
+    assert_eq!(restored.report.restored, Vec::<std::path::PathBuf>::new());
+    let [(path, SkipReason::Unrestorable(why))] = restored.report.skipped.as_slice() else {
+        panic!("{:?}", restored.report.skipped);
+    };
+    assert_eq!(path, &dir.join("big.bin"));
+    assert!(
+        why.starts_with("it is over 32 MiB in the checkpoint, more than a rewind restores"),
+        "{why}"
     );
 }

@@ -21,7 +21,7 @@ use crate::agent::context_budget::RereadHints;
 use crate::agent::turn::Conversation;
 use crate::artifacts::PhaseArtifact;
 use crate::llm::{ContentBlock, Role};
-use crate::tools::{ToolContext, ToolError, recorded};
+use crate::tools::{ToolContext, record_command_changes, tree_before_command};
 
 /// What a failed validation asks of the agent, in place of `complete_phase`.
 const END_TURN_AGAIN: &str = "end your turn again; Loopr then runs the validation once more";
@@ -165,6 +165,11 @@ impl AgentRun<'_> {
                 state.iteration,
                 state.last_allowed_iteration(max_iterations)
             ));
+            // The agent's own tools write behind the protocol: what changed in the turn is
+            // recorded like a command's changes, for the changes list and undo.
+            let before = tree_before_command(self.tool_context)
+                .await
+                .map_err(|_| LoopError::Cancelled)?;
             let turn = agent_turn::take_turn(
                 context,
                 session,
@@ -173,15 +178,10 @@ impl AgentRun<'_> {
                 prompt,
                 &self.model,
                 &self.phase.name,
-            );
-            // The agent's own tools write behind the protocol: what changed in the turn is
-            // recorded like a command's changes, for the changes list and undo.
-            let turn = recorded(self.tool_context, turn)
-                .await
-                .map_err(|err| match err {
-                    ToolError::Cancelled => LoopError::Cancelled,
-                    other => LoopError::Validation(other.to_string()),
-                })??;
+            )
+            .await;
+            record_command_changes(self.tool_context, before).await;
+            let turn = turn?;
             conversation.add_agent_turn(turn.content, turn.results, self.model.clone(), turn.usage);
             if let Some(why) = turn.stopped {
                 // What it did and spent before it stopped is kept.

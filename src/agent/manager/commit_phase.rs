@@ -23,13 +23,14 @@ use crate::git::Git;
 use crate::store::{LoopRecord, LoopType};
 
 impl LoopManager {
-    /// Commits what code loop `code` changed when the settings ask for a commit per phase.
-    /// Blocking: call it from the blocking pool.
+    /// Commits what code loop `code` changed when the settings ask for a commit per phase;
+    /// `cancel` stops it (the project's commit hold's). Blocking: call it from the blocking pool.
     pub(super) fn commit_phase(
         &self,
         project: &Project,
         code: &LoopRecord,
         settings: &LoopSettings,
+        cancel: &CancellationToken,
     ) {
         if settings.commit != CommitMode::Phase {
             return;
@@ -38,10 +39,10 @@ impl LoopManager {
             tracing::error!(loop_id = %code.id, "no runtime to commit the phase on");
             return;
         };
-        let name = code.name.clone().unwrap_or_else(|| code.label());
+        let name = phase_name(code);
         let (level, message) = match self.commit_inputs(project, code) {
             Ok((files, message)) => runtime.block_on(
-                self.phase_commit_words(project, code, settings, &name, &files, &message),
+                self.phase_commit_words(project, code, settings, &files, &message, cancel),
             ),
             Err(why) => (NoticeLevel::Warn, not_committed(&name, &why)),
         };
@@ -66,16 +67,17 @@ impl LoopManager {
         });
     }
 
-    /// Commits `files` with `message` for the phase `name`; what the user is told of it.
+    /// Commits `files` with `message` for the phase of `code`; what the user is told of it.
     async fn phase_commit_words(
         &self,
         project: &Project,
         code: &LoopRecord,
         settings: &LoopSettings,
-        name: &str,
         files: &[String],
         message: &CommitMessage,
+        cancel: &CancellationToken,
     ) -> (NoticeLevel, String) {
+        let name = &phase_name(code);
         let not_committed = |why: String| (NoticeLevel::Warn, not_committed(name, &why));
         let Some(git) = Git::find(project.root.path()).await else {
             return not_committed("the project is not in a git repository".to_owned());
@@ -96,7 +98,9 @@ impl LoopManager {
             approver: self.shared.approver.clone(),
             loop_id: code.id.to_string(),
             phase: name.to_owned(),
-            cancel: CancellationToken::new(),
+            // A cancel of the loop's tree or the host's shutdown answers an approval asked
+            // of the hooks "not approved", and stops a hook that runs.
+            cancel: cancel.clone(),
         };
         let scratch = format!("loopr-commit-{}", code.id);
         let outcome = PhaseCommit {
@@ -171,6 +175,11 @@ impl LoopManager {
                 .collect();
         Ok((files, CommitMessage::of(&phase, &done, &met, &plan)))
     }
+}
+
+/// How the commit's notices name the phase of code loop `code`.
+fn phase_name(code: &LoopRecord) -> String {
+    code.name.clone().unwrap_or_else(|| code.label())
 }
 
 /// Why phase `name` was not committed, and that its changes stay.

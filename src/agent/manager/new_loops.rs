@@ -98,7 +98,10 @@ impl LoopManager {
                 id,
                 status: LoopStatus::Interrupted,
             }) => {
-                return Err(ManagerError::CodeLoopInterrupted { id: id.to_string() });
+                return Err(ManagerError::code_loop_interrupted(
+                    &project.db.list()?,
+                    &id,
+                ));
             }
             Err(CodeLoopRefused::Busy { id, status }) => {
                 return Err(ManagerError::WrongState {

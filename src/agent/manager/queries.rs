@@ -15,7 +15,7 @@ use crate::agent::plan_tree::PlanTrees;
 use crate::agent::tasks::{PhaseSelector, TaskList, listed_phase, phase_tasks};
 use crate::llm::Usage;
 use crate::pricing::{Cost, ModelUsage, PriceTable, total_usage};
-use crate::store::{LoopId, LoopRecord, LoopType, Purpose};
+use crate::store::{LoopId, LoopRecord, LoopType, Purpose, waits_for_commit};
 
 /// One loop of a shell's status list.
 pub struct StatusRow {
@@ -30,6 +30,9 @@ pub struct StatusRow {
     /// Where the run of a plan or spec stands: `run: phase 3 of 7 (parse): its code loop
     /// runs`.
     pub run: Option<String>,
+    /// For a pending code loop, the code loop whose changes are being committed, which it
+    /// waits its turn for (`store::waits_for_commit`).
+    pub waits_for_commit: Option<LoopRecord>,
 }
 
 /// Tokens of every kind and what they cost.
@@ -128,6 +131,7 @@ impl LoopManager {
         let mut coverage = coverage_by_loop(&project.layout, &records);
         let mut runs = super::plan_runs::run_words(&project.db.plan_runs()?);
         let trees = PlanTrees::of(rows.iter().map(|(record, _)| record));
+        let committing = self.committing(&project);
         let mut by_tree: HashMap<LoopId, Vec<ModelUsage>> = HashMap::new();
         let mut with_usage = Vec::with_capacity(rows.len());
         for (record, artifact) in rows {
@@ -151,6 +155,7 @@ impl LoopManager {
                     )
                 });
                 StatusRow {
+                    waits_for_commit: waits_for_commit(&record, committing.as_ref()).cloned(),
                     run: runs.remove(&record.id),
                     spend: Spend::of(&usage, prices),
                     coverage: coverage.remove(&record.id),

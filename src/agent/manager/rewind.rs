@@ -35,7 +35,7 @@ struct RewindRecord {
     /// The code loops it rewound, each with the note it had before.
     loops: Vec<(LoopId, Option<String>)>,
     /// Each path the rewind wrote, and what it left there (`None`: it removed the file).
-    restored: BTreeMap<String, Option<String>>,
+    restored: BTreeMap<StoredPath, Option<String>>,
 }
 
 const REWIND_RECORD: &str = "rewind.json";
@@ -95,9 +95,22 @@ impl LoopManager {
             Some(_) => Checkpoints::find(project.root.path()).await,
             None => None,
         };
+        let shown_phase = code.name.as_deref().unwrap_or(phase).to_owned();
         let mut report = RewindReport::default();
+        // Once the tree changed, a failure still lets what was done be recorded and noted (so
+        // the rewind can be undone); it is told after.
+        let mut failure: Option<ManagerError> = None;
+        let mut done: Vec<&LoopRecord> = Vec::new();
         match (checkpoints, before) {
             (Some(checkpoints), Some(before)) => {
+                // Read before anything changes: a checkpoint git cannot read (an object lost
+                // or damaged) stops the rewind here, with no snapshot taken and no file written.
+                let entries = checkpoints.entries(&before).await.map_err(|err| {
+                    ManagerError::Baseline(format!(
+                        "the checkpoint taken before phase {shown_phase} cannot be read, so \
+                         nothing was changed: {err}"
+                    ))
+                })?;
                 let dirs: Vec<PathBuf> = loops
                     .iter()
                     .map(|record| project.layout.loop_dir(&record.id))
@@ -121,52 +134,80 @@ impl LoopManager {
                     })?;
                 let Restored { report: files, now } = restore_paths(
                     &checkpoints,
-                    &before,
+                    &entries,
                     &project.root,
                     paths,
                     force,
                     self.shared.buffers.as_ref(),
                 )
-                .await
-                .map_err(|err| ManagerError::Baseline(format!("rewinding: {err}")))?;
+                .await;
+                report.files = files;
                 let record = RewindRecord {
                     snapshot,
                     loops: loops
                         .iter()
                         .map(|record| (record.id.clone(), record.error.clone()))
                         .collect(),
-                    restored: now,
+                    restored: now
+                        .into_iter()
+                        .map(|(relative, now)| (StoredPath(relative), now))
+                        .collect(),
                 };
-                let dirs: Vec<PathBuf> = loops
+                // The phase's own loop's record is what its undo reads: the rewind can be
+                // undone once that one is written, whatever befalls the others'.
+                let others: Vec<PathBuf> = loops
                     .iter()
+                    .filter(|record| record.id != code.id)
                     .map(|record| project.layout.loop_dir(&record.id))
                     .collect();
-                blocking(move || write_records(&dirs, &record)).await??;
-                report.files = files;
-                report.undoable = true;
+                let own = [code_dir.clone()];
+                let written = blocking(move || {
+                    let own = write_records(&own, &record);
+                    (own.is_ok(), own.and(write_records(&others, &record)))
+                })
+                .await;
+                match written {
+                    Ok((undoable, written)) => {
+                        report.undoable = undoable;
+                        failure = written.err();
+                    }
+                    Err(err) => failure = Some(err),
+                }
+                done.extend(loops.iter());
             }
             _ => {
                 // Without a checkpoint: each loop's baseline, newest first, down to the phase's.
                 for record in &loops {
                     let undone = Baseline::at(&project.layout.loop_dir(&record.id))
                         .undo(&project.root, self.shared.buffers.as_ref(), force)
-                        .await
-                        .map_err(|err| ManagerError::Baseline(err.to_string()))?;
-                    report.files.restored.extend(undone.restored);
-                    report.files.skipped.extend(undone.skipped);
+                        .await;
+                    match undone {
+                        Ok(undone) => {
+                            report.files.restored.extend(undone.restored);
+                            report.files.skipped.extend(undone.skipped);
+                            done.push(record);
+                        }
+                        Err(err) => {
+                            failure = Some(ManagerError::Baseline(err.to_string()));
+                            break;
+                        }
+                    }
                 }
             }
         }
         let at = time::OffsetDateTime::now_utc();
         let (hour, minute, restored) = (at.hour(), at.minute(), report.files.restored.len());
         let note = format!(
-            "{REWOUND_NOTE_PREFIX} to before phase {} at {hour:02}:{minute:02} UTC; {restored} \
-             file(s) restored",
-            code.name.as_deref().unwrap_or(phase)
+            "{REWOUND_NOTE_PREFIX} to before phase {shown_phase} at {hour:02}:{minute:02} UTC; \
+             {restored} file(s) restored"
         );
-        for record in &loops {
-            self.note_loop(&project, record, Some(note.clone())).await?;
-            report.rewound.push(record.id.clone());
+        for record in done {
+            match self.note_loop(&project, record, Some(note.clone())).await {
+                Ok(()) => report.rewound.push(record.id.clone()),
+                Err(err) => {
+                    failure.get_or_insert(err);
+                }
+            }
         }
         let journal = crate::agent::journal::Journal::of(&project.layout, &code.id);
         let line = format!(
@@ -181,6 +222,18 @@ impl LoopManager {
             ),
             Ok(None) => {}
             Err(err) => tracing::warn!(error = %err, "noting the rewind in the transcript"),
+        }
+        if let Some(err) = failure {
+            return Err(ManagerError::Baseline(format!(
+                "the rewind to before phase {shown_phase} stopped part way ({restored} file(s) \
+                 restored, {} code loop(s) noted rewound{}): {err}",
+                report.rewound.len(),
+                if report.undoable {
+                    "; it can be undone"
+                } else {
+                    ""
+                }
+            )));
         }
         tracing::info!(loop_id = %code.id, restored = report.files.restored.len(), skipped = report.files.skipped.len(), "rewound");
         Ok((code.id, report))
@@ -210,31 +263,35 @@ impl LoopManager {
                         .to_owned(),
                 )
             })?;
+        let entries = checkpoints.entries(&record.snapshot).await.map_err(|err| {
+            ManagerError::Baseline(format!(
+                "the rewind's snapshot cannot be read, so nothing was changed: {err}"
+            ))
+        })?;
         let paths = record
             .restored
             .iter()
             .map(|(relative, now)| PathToRestore {
-                relative: relative.clone(),
+                relative: relative.0.clone(),
                 expected: now.clone(),
                 earlier: None,
             })
             .collect();
         let Restored { mut report, now } = restore_paths(
             &checkpoints,
-            &record.snapshot,
+            &entries,
             &project.root,
             paths,
             force,
             self.shared.buffers.as_ref(),
         )
-        .await
-        .map_err(|err| ManagerError::Baseline(format!("undoing the rewind: {err}")))?;
-        let left: BTreeMap<String, Option<String>> = record
+        .await;
+        let left: BTreeMap<StoredPath, Option<String>> = record
             .restored
             .iter()
-            .filter(|(relative, _)| !now.contains_key(*relative))
+            .filter(|(relative, _)| !now.contains_key(&relative.0))
             .filter(|(relative, _)| {
-                let path = project.root.path().join(relative);
+                let path = project.root.path().join(&relative.0);
                 report.skipped.iter().any(|(skipped, _)| *skipped == path)
             })
             .map(|(relative, expected)| (relative.clone(), expected.clone()))
@@ -348,7 +405,7 @@ fn changed_paths(dirs: &[PathBuf]) -> Vec<PathToRestore> {
             changed
                 .entry(relative.clone())
                 .or_insert(PathToRestore {
-                    relative,
+                    relative: PathBuf::from(relative),
                     expected: after,
                     earlier: None,
                 })
@@ -358,20 +415,67 @@ fn changed_paths(dirs: &[PathBuf]) -> Vec<PathToRestore> {
     changed.into_values().collect()
 }
 
+/// A path relative to the root as a rewind record keeps it: its text when it is Unicode, else
+/// `NUL` (which no file name holds), `hex:` and its bytes in hex, so no byte is lost.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct StoredPath(PathBuf);
+
+/// What starts a name kept as its bytes.
+const BYTES_MARK: &str = "\0hex:";
+
+impl Serialize for StoredPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.to_str() {
+            Some(text) if !text.starts_with(BYTES_MARK) => serializer.serialize_str(text),
+            _ => {
+                let hex: String = checkpoint::path_bytes(&self.0)
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect();
+                serializer.serialize_str(&format!("{BYTES_MARK}{hex}"))
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredPath {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let Some(hex) = text.strip_prefix(BYTES_MARK) else {
+            return Ok(StoredPath(PathBuf::from(text)));
+        };
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|at| {
+                hex.get(at..at + 2)
+                    .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+            })
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(|| serde::de::Error::custom(format!("not a stored path: {text:?}")))?;
+        Ok(StoredPath(checkpoint::path_from_bytes(&bytes)))
+    }
+}
+
 fn read_record(dir: &Path) -> Option<RewindRecord> {
     let bytes = std::fs::read(dir.join(REWIND_RECORD)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Writes `record` into each of `dirs`; one that fails does not keep it from the others.
+/// The first failure.
 fn write_records(dirs: &[PathBuf], record: &RewindRecord) -> Result<(), ManagerError> {
     let json = serde_json::to_vec(record)
         .map_err(|err| ManagerError::Baseline(format!("recording the rewind: {err}")))?;
+    let mut first_failure = None;
     for dir in dirs {
-        write_atomic(&dir.join(REWIND_RECORD), &json).map_err(|err| {
-            ManagerError::Baseline(format!("recording the rewind in {}: {err}", dir.display()))
-        })?;
+        if let Err(err) = write_atomic(&dir.join(REWIND_RECORD), &json) {
+            first_failure.get_or_insert(ManagerError::Baseline(format!(
+                "recording the rewind in {}: {err}",
+                dir.display()
+            )));
+        }
     }
-    Ok(())
+    first_failure.map_or(Ok(()), Err)
 }
 
 /// Runs blocking work off the async threads.
@@ -388,6 +492,26 @@ mod tests {
     use super::*;
     use crate::store::LoopStatus;
     use crate::test_support::git;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_rewind_record_keeps_a_name_that_is_not_unicode_byte_for_byte() {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"dir/caf\xe9.txt"));
+        let record = RewindRecord {
+            snapshot: "0".repeat(40),
+            loops: Vec::new(),
+            restored: BTreeMap::from([
+                (StoredPath(odd.clone()), None),
+                (StoredPath("plain.txt".into()), Some("hash".to_owned())),
+            ]),
+        };
+        let json = serde_json::to_string(&record).expect("json");
+        assert!(json.contains("\"plain.txt\":\"hash\""), "{json}");
+        let read: RewindRecord = serde_json::from_str(&json).expect("read back");
+        assert_eq!(read.restored, record.restored);
+        assert_eq!(read.restored.keys().next().map(|path| &path.0), Some(&odd));
+    }
 
     #[test]
     fn pruning_deletes_this_projects_checkpoints_of_loops_gone_or_long_over_and_nothing_else() {

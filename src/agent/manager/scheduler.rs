@@ -1,5 +1,6 @@
 //! What runs next: pending loops of this host whose dependencies are complete, while slots
-//! are free and their plan tree is within its budget; one code loop of a project at a time.
+//! are free and their plan tree is within its budget; one code loop of a project at a time,
+//! and none while a phase of it is being committed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -25,9 +26,12 @@ impl LoopManager {
                 return;
             }
         };
-        // One code loop changes the working tree at a time; the others wait their turn.
+        // One code loop changes the working tree at a time, and none while a phase's changes
+        // are being committed; the others wait their turn.
         let mut working_tree_held = match self.seen(project) {
-            Ok(records) => records.iter().any(holds_working_tree),
+            Ok(records) => {
+                records.iter().any(holds_working_tree) || self.committing(project).is_some()
+            }
             Err(err) => {
                 tracing::error!(error = %err, "listing the project's loops");
                 return;

@@ -155,8 +155,13 @@ impl LoopManager {
                 if settings.gates(record.loop_type.as_str()) {
                     // Done once the user approves its changes (`approve`).
                     self.record_end(project, record, LoopStatus::AwaitingApproval, None);
-                } else if self.record_end(project, record, LoopStatus::Complete, None) {
-                    self.after_phase_done(project, record, settings);
+                } else {
+                    // Held before the phase is recorded done: no code loop starts before
+                    // its commit is made.
+                    let hold = self.hold_for_commit(project, record, settings);
+                    if self.record_end(project, record, LoopStatus::Complete, None) {
+                        self.after_phase_done(project, record, settings, hold);
+                    }
                 }
             }
             Ok(Err(LoopError::Cancelled)) => {

@@ -97,7 +97,11 @@ impl LoopManager {
 
     /// Approves the changes of a code loop the `"code"` gate holds: it completes, its phase
     /// is done, and what follows a done phase runs.
+    /// The reply does not wait for the commit: it is made in the background, the project's
+    /// commit hold keeping code loops from starting until it is.
     fn approve_code(&self, project: &Project, record: &LoopRecord) -> Result<LoopId, ManagerError> {
+        let settings = LoopSettings::from_stored(&record.settings);
+        let hold = self.hold_for_commit(project, record, &settings);
         if let Err(refused) =
             project
                 .db
@@ -111,13 +115,7 @@ impl LoopManager {
         }
         self.emit_completed(record, &[]);
         tracing::info!(loop_id = %record.id, "code approved");
-        self.after_phase_done(
-            project,
-            record,
-            &LoopSettings::from_stored(&record.settings),
-        );
-        self.schedule(project);
-        self.tell_if_ready(project, &record.id);
+        self.after_phase_done_in_background(project, record, settings, hold);
         Ok(record.id.clone())
     }
 
@@ -241,7 +239,9 @@ impl LoopManager {
             .cancel_tree(&target.id, |owner| self.host_is_gone(owner))?;
         // A run stopped at a failed phase has nothing active, and is still there to end.
         let runs_ended = self.cancel_plan_runs(&project, &target);
-        if tree.is_empty() && runs_ended == 0 {
+        // A commit of a phase of the tree, done, may wait on the user's approval of its hooks.
+        let commits_stopped = self.cancel_commits_below(&project, &target.id, &project.db.list()?);
+        if tree.is_empty() && runs_ended == 0 && commits_stopped == 0 {
             return Err(ManagerError::WrongState {
                 id: target.id.to_string(),
                 status: target.status.as_str(),

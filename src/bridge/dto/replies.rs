@@ -43,6 +43,44 @@ pub struct McpProbeReply {
     pub error: Option<String>,
 }
 
+/// One coding agent probed: what it said of itself in `initialize`, or why it failed.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.AgentProbeReply")]
+pub struct AgentProbeReply {
+    /// Its name in `agents`.
+    pub name: String,
+    /// The name it gives itself.
+    pub agent: Option<String>,
+    pub version: Option<String>,
+    pub protocol_version: Option<u16>,
+    /// In words: `load session, prompts with image, MCP over stdio and http`.
+    pub capabilities: Option<String>,
+    pub error: Option<String>,
+}
+
+impl AgentProbeReply {
+    pub fn new(
+        name: String,
+        probed: Result<crate::acp::AgentReport, crate::acp::AcpError>,
+    ) -> Self {
+        match probed {
+            Ok(report) => AgentProbeReply {
+                capabilities: Some(report.capabilities()),
+                agent: Some(report.name),
+                version: report.version,
+                protocol_version: Some(report.protocol_version),
+                name,
+                error: None,
+            },
+            Err(error) => AgentProbeReply {
+                name,
+                error: Some(error.to_string()),
+                ..AgentProbeReply::default()
+            },
+        }
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "loopr.RulesReply")]
 pub struct RulesReply {
@@ -506,10 +544,18 @@ pub fn waits_for(record: &LoopRecord, records: &[LoopRecord]) -> Option<String> 
         return None;
     }
     if let Some(holder) = code_turn_holder(record, records) {
-        return Some(format!(
-            "waits its turn: {} is running, and one code loop runs at a time",
-            holder.label()
-        ));
+        let label = holder.label();
+        return Some(match holder.status {
+            LoopStatus::AwaitingApproval => format!(
+                "waits its turn: the changes of {label} await approval, and one code loop \
+                 works in the tree at a time"
+            ),
+            LoopStatus::Paused => format!(
+                "waits its turn: {label} is paused at its plan's budget, and one code loop \
+                 works in the tree at a time"
+            ),
+            _ => format!("waits its turn: {label} is running, and one code loop runs at a time"),
+        });
     }
     let awaited: Vec<String> = awaited(record, records)
         .into_iter()
@@ -625,8 +671,15 @@ impl LoopRecordReply {
                 // Named as the user can type it, short enough to stay on a failure's line.
                 let name = (!taken && retryable(record.status))
                     .then(|| crate::agent::shortest_name(&records, record));
+                let waits = match &row.waits_for_commit {
+                    Some(code) => Some(format!(
+                        "waits its turn: the changes of {:?} are being committed",
+                        code.name.clone().unwrap_or_else(|| code.label())
+                    )),
+                    None => waits_for(record, &records),
+                };
                 LoopRecordReply {
-                    waits_for: waits_for(record, &records),
+                    waits_for: waits,
                     way_on: words::way_on(record, name.as_deref()),
                     ..LoopRecordReply::new(row)
                 }

@@ -33,6 +33,7 @@ read_through_serde!(
     VerifyParams,
     PhaseParams,
     McpProbeParams,
+    AgentProbeParams,
     ProviderParams,
     RulesParams,
     UndoParams,
@@ -190,6 +191,16 @@ pub struct BudgetParams {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpProbeParams {
+    pub root: std::path::PathBuf,
+    #[serde(default)]
+    pub settings: LoopSettings,
+}
+
+/// `:checkhealth loopr` starts the configured coding agents of a project and initializes
+/// them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentProbeParams {
     pub root: std::path::PathBuf,
     #[serde(default)]
     pub settings: LoopSettings,
