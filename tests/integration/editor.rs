@@ -26,7 +26,7 @@ async fn setup_reports_unknown_and_ill_typed_options_by_name_without_a_lua_error
     for (opts, expected) in [
         (
             "{ colour = 'red' }",
-            "Loopr: setup(): unknown option \"colour\" (valid options: allow_commands,",
+            "Loopr: setup(): unknown option \"colour\" (valid options: agents, allow_commands,",
         ),
         (
             "{ max_tokens = 'lots' }",
