@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use crate::acp::AgentConfig;
-use crate::next_step::NextStep;
+use crate::mcp::env_from_current;
 
 /// Shared by the host's loops; set each time a shell asks for a new loop.
 #[derive(Debug, Default)]
@@ -27,33 +27,13 @@ impl CurrentAgents {
         name: &str,
         stored: &AgentConfig,
     ) -> Result<AgentConfig, String> {
-        if stored.env.is_empty() {
-            return Ok(stored.clone());
-        }
         let agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = agents.get(name).map(|agent| &agent.env);
-        let mut env = BTreeMap::new();
-        let mut missing = Vec::new();
-        for variable in stored.env.keys() {
-            match current.and_then(|current| current.get(variable)) {
-                Some(value) => {
-                    env.insert(variable.clone(), value.clone());
-                }
-                None => missing.push(variable.as_str()),
-            }
-        }
-        if !missing.is_empty() {
-            let problem = format!(
-                "agent {name:?} needs {} in its env, which the current settings do not set \
-                 (env values are never stored with a loop)",
-                missing.join(", ")
-            );
-            return Err(NextStep::SetOption {
-                key: format!("agents.{name}.env"),
-                example: None,
-            }
-            .attach(&problem));
-        }
+        let env = env_from_current(
+            &format!("agent {name:?}"),
+            &format!("agents.{name}.env"),
+            &stored.env,
+            agents.get(name).map(|agent| &agent.env),
+        )?;
         Ok(AgentConfig {
             env,
             ..stored.clone()

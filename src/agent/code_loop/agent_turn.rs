@@ -299,17 +299,11 @@ impl AgentTurn {
     }
 }
 
-fn kind_word(kind: ToolKind) -> &'static str {
-    match kind {
-        ToolKind::Read => "read",
-        ToolKind::Edit => "edit",
-        ToolKind::Delete => "delete",
-        ToolKind::Move => "move",
-        ToolKind::Search => "search",
-        ToolKind::Execute => "execute",
-        ToolKind::Think => "think",
-        ToolKind::Fetch => "fetch",
-        _ => "other",
+/// `kind` as ACP spells it (`read`, `execute`, ...).
+fn kind_word(kind: ToolKind) -> String {
+    match serde_json::to_value(kind) {
+        Ok(serde_json::Value::String(word)) => word,
+        _ => "other".to_owned(),
     }
 }
 
