@@ -51,6 +51,17 @@ async fn answer_approvals(editor: &TestNvim) {
         .await;
 }
 
+/// The test agent noted a `session/cancel` in the project.
+fn assert_agent_saw_cancel(editor: &TestNvim) {
+    assert_eq!(
+        std::fs::read_to_string(editor.dirs.project.join("agent-saw-cancel"))
+            .ok()
+            .as_deref(),
+        Some("session/cancel arrived\n"),
+        "the agent was sent session/cancel"
+    );
+}
+
 /// The error loop `id`'s record keeps, as `:LooprStatus` shows it.
 async fn loop_error(editor: &TestNvim, id: &str) -> String {
     editor
@@ -256,13 +267,7 @@ async fn cancel_mid_turn_tells_the_agent_and_stops_its_process() {
         None
     );
     editor.wait_status(&code_id, "cancelled").await;
-    assert_eq!(
-        std::fs::read_to_string(editor.dirs.project.join("agent-saw-cancel"))
-            .ok()
-            .as_deref(),
-        Some("session/cancel arrived\n"),
-        "the agent was sent session/cancel"
-    );
+    assert_agent_saw_cancel(&editor);
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "the agent's process is gone"
@@ -306,13 +311,7 @@ async fn at_the_budget_the_agent_is_told_to_stop_and_the_loop_pauses_with_its_sp
         "{message}"
     );
     editor.wait_status(&code_id, "paused").await;
-    assert_eq!(
-        std::fs::read_to_string(editor.dirs.project.join("agent-saw-cancel"))
-            .ok()
-            .as_deref(),
-        Some("session/cancel arrived\n"),
-        "the agent was sent session/cancel"
-    );
+    assert_agent_saw_cancel(&editor);
     let code = editor
         .status_records()
         .await
