@@ -14,6 +14,7 @@ mod code_loop;
 mod context;
 mod context_budget;
 mod coverage;
+mod current_agents;
 mod cut_off;
 mod events;
 mod export;
@@ -49,7 +50,7 @@ pub use approvals::{ApprovalMode, ApprovalSettings, InteractiveApprover, PolicyA
 pub use baseline::{Baseline, ChangeStatus, ChangedHunk, FileDiff, SkipReason, UndoReport};
 pub use context::LoopError;
 pub use coverage::{LoopCoverage, RequirementPlace, RequirementsLeft, coverage_by_loop};
-pub use events::{EventSink, LoopEvent, NoticeLevel};
+pub use events::{AgentPlanEntry, EventSink, LoopEvent, NoticeLevel};
 pub use failure_locations::FailureLocation;
 pub use limits::{Limits, Window, fit_limits};
 pub use loop_names::{plan_name, shortest_name};

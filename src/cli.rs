@@ -579,6 +579,19 @@ impl Reporter {
                 kind.as_str(),
                 markdown_path.display()
             ),
+            LoopEvent::AgentPlan {
+                loop_id, entries, ..
+            } => {
+                let done = entries
+                    .iter()
+                    .filter(|entry| entry.status == "completed")
+                    .count();
+                say!(
+                    "loopr: {}: the agent's plan: {done} of {} entries done",
+                    self.name(loop_id.as_str()),
+                    entries.len()
+                );
+            }
             LoopEvent::TasksUpdated {
                 loop_id,
                 markdown_path,

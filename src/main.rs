@@ -63,6 +63,10 @@ enum Command {
         /// Settings as JSON, as for `loopr plan`.
         #[arg(long, default_value = "{}")]
         settings: String,
+        /// Have this coding agent of the settings' `agents` write the code, for this run (in
+        /// place of `code_agent`); its loops keep it when resumed or retried.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
     },
     /// Verify the working tree against a phase or spec without Neovim, changing nothing: the
     /// findings go to stdout as `file:line: severity: message`. Exits 0 when it passes, 1
@@ -282,7 +286,16 @@ fn main() -> ExitCode {
             unsandboxed,
             root,
             settings,
-        } => run_code(credentials, &phase, yes, unsandboxed, root, &settings),
+            agent,
+        } => run_code(
+            credentials,
+            &phase,
+            yes,
+            unsandboxed,
+            root,
+            &settings,
+            agent,
+        ),
         Command::Verify {
             name,
             root,
@@ -527,6 +540,7 @@ fn run_code(
     unsandboxed: bool,
     root: PathBuf,
     settings: &str,
+    agent: Option<String>,
 ) -> anyhow::Result<()> {
     if !yes {
         anyhow::bail!(
@@ -534,7 +548,10 @@ fn run_code(
              --yes to accept every change, or use :LooprRun in Neovim to review them"
         );
     }
-    let settings = parse_settings(settings)?;
+    let mut settings = parse_settings(settings)?;
+    if agent.is_some() {
+        settings.code_agent = agent;
+    }
     require_confinement(&settings.sandbox, yes, unsandboxed)?;
     let runtime = runtime()?;
     let passed = runtime.block_on(loopr::cli::run_code(

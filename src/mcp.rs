@@ -9,7 +9,9 @@ mod pool;
 mod server;
 mod tools;
 
-pub use config::{Endpoint, MCP_LEVELS, McpServerConfig, McpSettings, TOOL_SEPARATOR};
+pub use config::{
+    Endpoint, MCP_LEVELS, McpServerConfig, McpSettings, TOOL_SEPARATOR, env_from_current,
+};
 pub use pool::{McpPool, Unavailable};
 pub use server::{McpError, ServerStatus};
 pub use tools::McpTools;

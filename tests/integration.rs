@@ -9,6 +9,9 @@ mod nvim;
 mod scenario;
 
 mod integration {
+    // Needs the test agent: `--features test-mcp-server` (scripts/test.sh).
+    #[cfg(feature = "test-mcp-server")]
+    mod agent_code_loop;
     mod agents;
     mod approve;
     mod cancel_and_restart;

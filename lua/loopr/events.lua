@@ -181,6 +181,13 @@ function handlers.verification(ev)
   fire('LooprVerification', { loop_id = ev.loop_id, label = label, round = ev.round, blocking = ev.blocking })
 end
 
+---@param ev loopr.AgentPlanEvent
+function handlers.agent_plan(ev)
+  local phase = str(ev.phase) or ev.loop_id
+  require('loopr.qf').set_agent_plan(('Loopr: %s agent todo'):format(phase), ev.items or {})
+  fire('LooprAgentPlan', { loop_id = ev.loop_id, phase = phase })
+end
+
 ---@param ev loopr.NoticeEvent
 function handlers.notice(ev)
   local levels = { info = vim.log.levels.INFO, warn = vim.log.levels.WARN, error = vim.log.levels.ERROR }

@@ -400,13 +400,20 @@ end
 
 ---Implement a phase with a code loop (|:LooprRun|): phase `phase` (a name or a phase loop
 ---id), else the phase whose `phase.md` is in the current buffer. Changes wait for approval
----per the `approvals` option.
+---per the `approvals` option. A word `agent=<name>` in `phase` has that coding agent write
+---the code (|loopr-agents|).
 ---Returns at once; the host's answer is notified.
 ---@param phase string|nil
 ---@param on_done? fun(loop_id: string|nil) Called with the code loop, nil on error (already notified).
 ---@return boolean sent false when refused before asking the host (already notified).
 function M.run(phase, on_done)
   local root = config.root()
+  -- `agent=<name>` has that agent of `agents` write this run's code, in place of `code_agent`.
+  local agent
+  phase = (phase or ''):gsub('%s*agent=(%S*)%s*', function(name)
+    agent = name
+    return ' '
+  end)
   local target = trimmed(phase)
   local here = not target and require('loopr.paths').buf_artifact()
   -- A phase.md runs its phase; a plan.md or spec.md every phase of its tree.
@@ -422,7 +429,13 @@ function M.run(phase, on_done)
       notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
     end
   end
-  local params = { root = root, phase = target, settings = config.settings() }
+  local settings = config.settings()
+  if agent then
+    -- A copy: the settings table is the one every request sends.
+    settings = vim.tbl_extend('force', {}, settings)
+    settings.code_agent = agent ~= '' and agent or nil
+  end
+  local params = { root = root, phase = target, settings = settings }
   -- A phase given by its loop id (this phase.md's, a status row's) is named in the message
   -- by its name, not its id.
   local by_id = here and here.loop_id or (target:match('^%d+%-%d+%-%d+%-%x+$') and target)

@@ -86,4 +86,18 @@ function M.set_verification(label, findings)
   return M.set({ title = ('Loopr: %s verification'):format(label), items = entries })
 end
 
+---Sets the list `title` to a coding agent's plan: one entry per step, marked as the agent
+---reported it (`[x]` done, `[~]` under way, `[ ]` to do), with no place to jump to.
+---@param title string
+---@param items loopr.AgentPlanItem[]
+---@return integer qf_id
+function M.set_agent_plan(title, items)
+  local marks = { completed = '[x]', in_progress = '[~]' }
+  local entries = {}
+  for _, item in ipairs(items) do
+    entries[#entries + 1] = { text = ('%s %s'):format(marks[item.status] or '[ ]', item.text), valid = 0 }
+  end
+  return M.set({ title = title, items = entries })
+end
+
 return M

@@ -3,7 +3,10 @@
 //! up to a limit. Each iteration's conversation and validation output are stored under
 //! `iterations/NNN/`; `run.json` holds the run so a killed host resumes it.
 
+mod agent_session;
+mod agent_turn;
 mod verifying;
+mod with_agent;
 
 use std::sync::Arc;
 
@@ -92,8 +95,12 @@ impl CodeRunState {
     }
 }
 
-/// Implements the phase; returns the iteration whose validation passed.
+/// Implements the phase, with Loopr's own tools or through the coding agent the loop's
+/// settings name (`code_agent`); returns the iteration whose validation passed.
 pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
+    if let Some(agent) = context.settings.code_agent.clone() {
+        return with_agent::run_with_agent(context, &agent).await;
+    }
     let record = &context.record;
     let phase = phase_of(context)?;
     let tools = ToolRegistry::for_loop(record.loop_type, context.settings.web_fetch);
@@ -104,21 +111,9 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     tool_specs.push(complete_phase_spec(&phase.validation_command));
     // `complete_phase`, the loop's own, answers with the defaults.
     let reread = RereadHints::of(&[&tools, &mcp_tools, &tool_specs]);
-    // Before the baseline: a loop resumed after its baseline (or started by an older Loopr)
-    // may have changed the tree already, so it takes none.
-    if !Baseline::at(&context.layout.loop_dir(&record.id)).exists() {
-        take_checkpoint(context).await;
-    }
-    record_baseline(context).await?;
-    let journal = Journal::of(&context.layout, &record.id);
-    let worked_on = phase
-        .tasks
-        .iter()
-        .filter_map(|task| task.file.clone())
-        .collect();
-    let rules = super::rules::for_loop(context, worked_on).await;
+    let (journal, rules) = before_changes(context, &phase).await?;
     let (mut state, messages, batches) =
-        load_or_start(context, &phase, &journal, rules.summary()).await?;
+        load_or_start(context, &phase, &journal, rules.summary(), |first| first).await?;
     let project_name = context
         .root
         .path()
@@ -134,40 +129,15 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
         messages,
         batches,
     );
-    let max_iterations = context.settings.code_max_iterations;
-    if let Some(feedback) = context.record.feedback.as_deref() {
-        take_feedback(context, &mut conversation, &mut state, feedback).await?;
-    } else if state.passed {
-        return Ok(state.iteration);
-    } else if state.verifying.is_some() {
-        // Killed while it verified: the round goes on.
-        match verifying::verify(context, &mut conversation, &mut state, &phase).await? {
-            verifying::Settled::Complete => return Ok(state.iteration),
-            verifying::Settled::Again => conversation.commit_later(&state)?,
-        }
-    } else if state.iteration > state.last_allowed_iteration(max_iterations) {
-        // It gave up before and the user asked for another go.
-        state.allowance_from = state.iteration;
-        state.verify_rounds = 0;
+    if let Some(passed) = where_it_stands(context, &mut conversation, &mut state, &phase).await? {
+        return Ok(passed);
     }
+    let max_iterations = context.settings.code_max_iterations;
     let model = context
         .settings
         .model_for("code")
         .map_err(LoopError::Settings)?;
-    let tool_context = ToolContext {
-        root: context.root.clone(),
-        cancel: context.cancel.clone(),
-        policy: context.policy.clone(),
-        approver: context.approver.clone(),
-        loop_id: record.id.to_string(),
-        buffers: context.buffers.clone(),
-        journal: Arc::new(
-            Baseline::at(&context.layout.loop_dir(&record.id)).excluding({
-                let layout = context.layout.clone();
-                Arc::new(move || export::exported_paths(&layout))
-            }),
-        ),
-    };
+    let tool_context = changing_tool_context(context);
     let max_turns = context.settings.max_turns;
     let nudge = prompts::nudge_to_call(
         &complete_phase_spec(&phase.validation_command),
@@ -233,6 +203,74 @@ pub async fn run_code_loop(context: &LoopContext) -> Result<u32, LoopError> {
     })
 }
 
+/// What a code loop does before it changes anything: the checkpoint and the baseline (kept
+/// across resumes); its journal and the project's rules for the phase.
+async fn before_changes(
+    context: &LoopContext,
+    phase: &PhaseArtifact,
+) -> Result<(Journal, super::rules::ProjectRules), LoopError> {
+    // Before the baseline: a loop resumed after its baseline (or started by an older Loopr)
+    // may have changed the tree already, so it takes none.
+    if !Baseline::at(&context.layout.loop_dir(&context.record.id)).exists() {
+        take_checkpoint(context).await;
+    }
+    record_baseline(context).await?;
+    let journal = Journal::of(&context.layout, &context.record.id);
+    let worked_on = phase
+        .tasks
+        .iter()
+        .filter_map(|task| task.file.clone())
+        .collect();
+    let rules = super::rules::for_loop(context, worked_on).await;
+    Ok((journal, rules))
+}
+
+/// What the loop's changing tools (and its validation) run with: each change journaled in
+/// its baseline, for the changes list and undo.
+fn changing_tool_context(context: &LoopContext) -> ToolContext {
+    ToolContext {
+        root: context.root.clone(),
+        cancel: context.cancel.clone(),
+        policy: context.policy.clone(),
+        approver: context.approver.clone(),
+        loop_id: context.record.id.to_string(),
+        buffers: context.buffers.clone(),
+        journal: Arc::new(
+            Baseline::at(&context.layout.loop_dir(&context.record.id)).excluding({
+                let layout = context.layout.clone();
+                Arc::new(move || export::exported_paths(&layout))
+            }),
+        ),
+    }
+}
+
+/// Readies a run (new, resumed, revised or retried) for its next turn: the user's feedback
+/// taken, a verification round a killed host left finished, a new allowance for a run that
+/// gave up. `Some(iteration)` when the phase is done already (that iteration passed).
+async fn where_it_stands(
+    context: &LoopContext,
+    conversation: &mut Conversation,
+    state: &mut CodeRunState,
+    phase: &PhaseArtifact,
+) -> Result<Option<u32>, LoopError> {
+    if let Some(feedback) = context.record.feedback.as_deref() {
+        take_feedback(context, conversation, state, feedback).await?;
+    } else if state.passed {
+        return Ok(Some(state.iteration));
+    } else if state.verifying.is_some() {
+        // Killed while it verified: the round goes on.
+        match verifying::verify(context, conversation, state, phase).await? {
+            verifying::Settled::Complete => return Ok(Some(state.iteration)),
+            verifying::Settled::Again => conversation.commit_later(state)?,
+        }
+    } else if state.iteration > state.last_allowed_iteration(context.settings.code_max_iterations) {
+        // It gave up before and the user asked for another go.
+        state.allowance_from = state.iteration;
+        state.verify_rounds = 0;
+    }
+    Ok(None)
+}
+
 /// The calls of one turn of a code loop.
 struct CodeCalls<'a> {
     context: &'a LoopContext,
@@ -272,6 +310,7 @@ impl CallHandler for CodeCalls<'_> {
                         self.phase,
                         self.iteration,
                         conversation,
+                        &format!("call {COMPLETE_PHASE} again"),
                     )
                     .await?;
                     self.passed = passed;
@@ -398,13 +437,15 @@ async fn take_checkpoint(context: &LoopContext) {
 }
 
 /// Runs the validation command for `iteration`, stores its output and the conversation, and
-/// returns whether it passed with the text for the model.
+/// returns whether it passed with the text for the model (which, on a failure, is told to
+/// fix it and `again`: what has the validation run once more).
 async fn validate(
     context: &LoopContext,
     tool_context: &ToolContext,
     phase: &PhaseArtifact,
     iteration: u32,
     conversation: &[std::sync::Arc<Message>],
+    again: &str,
 ) -> Result<(bool, String), LoopError> {
     let command = &phase.validation_command;
     if let Some(pattern) = context.policy.denied_by(command) {
@@ -503,8 +544,7 @@ async fn validate(
             .map(|refusal| format!(" Note: {refusal}."))
             .unwrap_or_default();
         format!(
-            "Validation failed: `{command}` ({}).{refusal} Fix the failures and call \
-             {COMPLETE_PHASE} again.\n{}",
+            "Validation failed: `{command}` ({}).{refusal} Fix the failures and {again}.\n{}",
             output.status,
             tail(&output.to_string(), VALIDATION_TAIL)
         )
@@ -574,11 +614,14 @@ fn phase_of(context: &LoopContext) -> Result<PhaseArtifact, LoopError> {
     Ok(phase)
 }
 
+/// The stored run, or a new one whose first message is the phase (`first_message`) as
+/// `framed` words it.
 async fn load_or_start(
     context: &LoopContext,
     phase: &PhaseArtifact,
     journal: &Journal,
     rules: Vec<String>,
+    framed: impl FnOnce(String) -> String,
 ) -> Result<(CodeRunState, Vec<Message>, u64), LoopError> {
     if let Some(run) = stored_run::<CodeRunState>(context, journal).await? {
         context.progress("resuming the code conversation");
@@ -591,7 +634,7 @@ async fn load_or_start(
         verifying: None,
         verify_rounds: 0,
     };
-    let first = Message::user_text(first_message(context, phase).await?);
+    let first = Message::user_text(framed(first_message(context, phase).await?));
     let batches = start_run(context, journal, &first, rules, &state).await?;
     Ok((state, vec![first], batches))
 }

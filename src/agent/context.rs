@@ -104,6 +104,10 @@ pub enum LoopError {
         /// What was reached, e.g. "10250 of 10000 tokens".
         reached: String,
     },
+    /// The coding agent running the loop (`code_agent`) failed: it could not start, died, or
+    /// answered wrongly; the message names the setting or ends with its stderr.
+    #[error(transparent)]
+    Agent(#[from] crate::acp::AcpError),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
@@ -231,6 +235,8 @@ pub struct LoopContext {
     pub stage: std::sync::Mutex<Option<String>>,
     /// The host's MCP servers, whose tools the loop may be offered.
     pub mcp: Arc<crate::mcp::McpPool>,
+    /// The user's coding agents now: the `env` values a loop run by one of them gets.
+    pub agents: Arc<super::current_agents::CurrentAgents>,
 }
 
 impl LoopContext {

@@ -62,6 +62,13 @@ pub enum LoopEvent {
         /// The project root the command ran in.
         root: PathBuf,
     },
+    /// The coding agent running a code loop (`code_agent`) reported its plan: every entry,
+    /// the whole list each time.
+    AgentPlan {
+        loop_id: LoopId,
+        phase: String,
+        entries: Vec<AgentPlanEntry>,
+    },
     /// The done tasks of a phase changed, and its phase.md (ticked in place) with them.
     TasksUpdated {
         /// The phase loop.
@@ -96,6 +103,14 @@ pub enum LoopEvent {
         level: NoticeLevel,
         message: String,
     },
+}
+
+/// One entry of a coding agent's plan: what it means to do, and how far it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentPlanEntry {
+    pub content: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: &'static str,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

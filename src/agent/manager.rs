@@ -238,6 +238,8 @@ struct Shared {
     tree_budget: Arc<crate::budget::TreeBudget>,
     /// MCP servers, shared by the loops and stopped with the host.
     mcp: Arc<crate::mcp::McpPool>,
+    /// The user's coding agents as a shell last gave them (their `env` values).
+    agents: Arc<super::current_agents::CurrentAgents>,
     /// Each stopped tree's state when its readiness was last told (by root): loops of one
     /// tree that end together tell it once.
     told_ready: Mutex<HashMap<LoopId, String>>,
@@ -286,6 +288,7 @@ impl LoopManager {
                 transcripts: super::transcript::TranscriptHub::new(),
                 tree_budget: Arc::default(),
                 mcp: Arc::new(crate::mcp::McpPool::new()),
+                agents: Arc::default(),
                 told_ready: Mutex::new(HashMap::new()),
                 _host_lock: host_lock,
             }),

@@ -308,6 +308,63 @@ impl Conversation {
         self.pending.push(entry);
     }
 
+    /// Writes the kept turn and checks that the loop may go on, as `take_turn` does before
+    /// it asks: `Cancelled` when it was cancelled or revised elsewhere, `BudgetReached` when
+    /// its tree has spent its budget.
+    pub async fn go_on(&mut self) -> Result<(), LoopError> {
+        if self.write_then_check().await? {
+            Ok(())
+        } else {
+            Err(LoopError::Cancelled)
+        }
+    }
+
+    /// The conversation so far, whole.
+    pub fn messages(&self) -> &[Arc<Message>] {
+        &self.request.messages
+    }
+
+    /// Text a coding agent streamed (a loop run by an agent over ACP), shown as it comes.
+    pub fn agent_text(&self, delta: &str) {
+        self.transcript.text_delta(delta);
+    }
+
+    /// A coding agent's whole turn (its text, its tool calls, what it spent, as `model`),
+    /// added to the turn under way as the model's answer would be; `results` (how each call
+    /// ended) follow as our message.
+    pub fn add_agent_turn(
+        &mut self,
+        content: Vec<ContentBlock>,
+        results: Vec<ContentBlock>,
+        model: String,
+        usage: Usage,
+    ) {
+        self.usage.input_tokens = self.usage.input_tokens.saturating_add(usage.total_input());
+        self.usage.output_tokens = self.usage.output_tokens.saturating_add(usage.output_tokens);
+        self.transcript
+            .answer_end(&content, &model, &usage, None, &[]);
+        self.request.messages.push(Arc::new(Message {
+            role: Role::Assistant,
+            content: content.clone(),
+        }));
+        self.pending.push(Entry::Assistant {
+            content,
+            model,
+            usage,
+            stop_reason: None,
+            truncated_tool_calls: Vec::new(),
+        });
+        if !results.is_empty() {
+            self.request.messages.push(Arc::new(Message {
+                role: Role::User,
+                content: results.clone(),
+            }));
+            let entry = Entry::User { content: results };
+            self.transcript.entry(&entry);
+            self.pending.push(entry);
+        }
+    }
+
     /// One turn: asks `model`, runs the calls through `handler`, and adds the answer and the
     /// results to the conversation. `nudge` is what the model is told when it called nothing.
     pub async fn take_turn(

@@ -132,6 +132,40 @@ impl McpServerConfig {
     }
 }
 
+/// The values of the variables `stored` names (an `env` as a loop's stored settings keep it,
+/// names only) from `current` (the user's settings now). Else the variables they lack, said
+/// of `what` (`MCP server docs`), with the setting `key` that sets them as the fix.
+pub fn env_from_current(
+    what: &str,
+    key: &str,
+    stored: &BTreeMap<String, String>,
+    current: Option<&BTreeMap<String, String>>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    let mut missing = Vec::new();
+    for variable in stored.keys() {
+        match current.and_then(|current| current.get(variable)) {
+            Some(value) => {
+                env.insert(variable.clone(), value.clone());
+            }
+            None => missing.push(variable.as_str()),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(env);
+    }
+    let problem = format!(
+        "{what} needs {} in its env, which the current settings do not set (env values are \
+         never stored with a loop)",
+        missing.join(", ")
+    );
+    Err(crate::next_step::NextStep::SetOption {
+        key: key.to_owned(),
+        example: None,
+    }
+    .attach(&problem))
+}
+
 impl McpSettings {
     /// `server` (as a loop's settings have it) with the values of its `env` taken from these,
     /// the user's current settings, by server and variable name: a loop's stored settings
@@ -141,32 +175,12 @@ impl McpSettings {
         name: &str,
         server: &McpServerConfig,
     ) -> Result<McpServerConfig, String> {
-        if server.env.is_empty() {
-            return Ok(server.clone());
-        }
-        let current = self.servers.get(name).map(|current| &current.env);
-        let mut env = BTreeMap::new();
-        let mut missing = Vec::new();
-        for variable in server.env.keys() {
-            match current.and_then(|current| current.get(variable)) {
-                Some(value) => {
-                    env.insert(variable.clone(), value.clone());
-                }
-                None => missing.push(variable.as_str()),
-            }
-        }
-        if !missing.is_empty() {
-            let problem = format!(
-                "MCP server {name} needs {} in its env, which the current settings do not \
-                 set (env values are never stored with a loop)",
-                missing.join(", ")
-            );
-            return Err(crate::next_step::NextStep::SetOption {
-                key: format!("mcp.servers.{name}.env"),
-                example: None,
-            }
-            .attach(&problem));
-        }
+        let env = env_from_current(
+            &format!("MCP server {name}"),
+            &format!("mcp.servers.{name}.env"),
+            &server.env,
+            self.servers.get(name).map(|current| &current.env),
+        )?;
         Ok(McpServerConfig {
             env,
             ..server.clone()

@@ -54,6 +54,14 @@ impl McpPool {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = settings.clone();
     }
 
+    /// The user's MCP settings now (with their `env` values): what a coding agent is given.
+    pub fn current(&self) -> McpSettings {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The tools the servers of a loop's `settings` offer loops of `level` in the project at
     /// `root`, starting the servers not running, with the `env` values of the current
     /// settings. A server that cannot start, or whose `env` the current settings lack, is

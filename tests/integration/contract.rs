@@ -285,6 +285,14 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             markdown_path: artifact.to_path_buf(),
             done: vec![1, 3],
         },
+        LoopEvent::AgentPlan {
+            loop_id: id.clone(),
+            phase: "print-version".to_owned(),
+            entries: vec![loopr::agent::AgentPlanEntry {
+                content: "Add the flag".to_owned(),
+                status: "in_progress",
+            }],
+        },
         LoopEvent::VerificationFinished {
             loop_id: id.clone(),
             root: artifact
@@ -337,6 +345,7 @@ fn every_event(artifact: &std::path::Path) -> Vec<LoopEvent> {
             | LoopEvent::VerificationFinished { .. }
             | LoopEvent::Notice { .. }
             | LoopEvent::TasksUpdated { .. }
+            | LoopEvent::AgentPlan { .. }
             | LoopEvent::TreeReady { .. } => {}
         }
     }

@@ -7,10 +7,18 @@
 //! - `version`: answers `initialize` with protocol version 7 (written by hand: the SDK's agent
 //!   side answers only in the version it was asked);
 //! - `auth`: offers a terminal sign-in (`--login`) and refuses `session/new` until signed in;
-//! - `hang`: reads `initialize` and never answers.
+//! - `hang`: reads `initialize` and never answers;
+//! - `script`: a code loop's session (`script` below): the first prompt reads `notes.txt` over
+//!   `fs`, asks permission for an edit (written over `fs` once approved) and for a command
+//!   (expected to be rejected: it goes on), writes `README.md` and `status.txt` ("not yet")
+//!   straight to disk, runs a command through `terminal` (one write inside the project, one
+//!   outside), reports its plan and usage and ends its turn; a prompt saying the validation
+//!   failed writes `status.txt` ("ok") and ends its turn;
+//! - `wait`: each prompt writes its pid to `agent.pid`, says it works, then waits for
+//!   `session/cancel` and ends its turn as cancelled;
 //!
-//! A scripted session (file reads and writes, permissions, terminals, plan, usage) is one
-//! more behaviour: a `Behaviour` variant and its `session/prompt` handler.
+//! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
+//! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
 
 use std::time::Duration;
 
@@ -29,6 +37,9 @@ enum Behaviour {
     Version,
     Auth,
     Hang,
+    Script,
+    Wait,
+    Die,
 }
 
 impl Behaviour {
@@ -45,6 +56,9 @@ impl Behaviour {
             ["--behave", "version"] => Ok(Behaviour::Version),
             ["--behave", "auth"] => Ok(Behaviour::Auth),
             ["--behave", "hang"] => Ok(Behaviour::Hang),
+            ["--behave", "script"] => Ok(Behaviour::Script),
+            ["--behave", "wait"] => Ok(Behaviour::Wait),
+            ["--behave", "die"] => Ok(Behaviour::Die),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -76,6 +90,8 @@ async fn main() {
 }
 
 async fn serve(behaviour: Behaviour) -> Result<(), Error> {
+    let cancelled = std::sync::Arc::new(tokio::sync::Notify::new());
+    let seen_cancel = cancelled.clone();
     Agent
         .v1()
         .name("loopr-test-acp-agent")
@@ -98,13 +114,30 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |_request: PromptRequest, responder, _connection| {
-                responder.respond(PromptResponse::new(StopReason::EndTurn))
+            async move |request: PromptRequest, responder, connection| {
+                let cancelled = cancelled.clone();
+                match behaviour {
+                    // The turn talks to the client: on a task of its own, so that the
+                    // connection goes on reading the client's answers.
+                    Behaviour::Script | Behaviour::Wait | Behaviour::Die => {
+                        connection.clone().spawn(async move {
+                            let stop =
+                                script::turn(behaviour, &connection, &request, &cancelled).await;
+                            responder.respond(PromptResponse::new(stop))
+                        })
+                    }
+                    _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_notification(
-            async move |_cancel: CancelNotification, _connection| Ok(()),
+            async move |_cancel: CancelNotification, _connection| {
+                // Noted on disk for the tests; a turn waiting for it (`wait`) then ends.
+                let _ = std::fs::write("agent-saw-cancel", "session/cancel arrived\n");
+                seen_cancel.notify_one();
+                Ok(())
+            },
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_to(stdio())
@@ -132,6 +165,9 @@ async fn answer_in_version_7() {
     let _ = stdout.flush().await;
     while let Ok(Some(_)) = lines.next_line().await {}
 }
+
+#[path = "acp_agent_script.rs"]
+mod script;
 
 fn initialize_answer(behaviour: Behaviour, request: &InitializeRequest) -> InitializeResponse {
     let mut answer = InitializeResponse::new(request.protocol_version)

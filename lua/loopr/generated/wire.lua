@@ -13,6 +13,9 @@
 ---@field state string `not started`, `starting`, `running`, `stopped` (crashed or failed; restarted in the background) or `shut down`.
 ---@field tools string[]
 ---@field transport string
+---@class loopr.AgentPlanItem One entry of a coding agent's plan.
+---@field status string `pending`, `in_progress` or `completed`.
+---@field text string
 ---@class loopr.AgentProbeReply One coding agent probed: what it said of itself in `initialize`, or why it failed.
 ---@field agent? string The name it gives itself.
 ---@field capabilities? string In words: `load session, prompts with image, MCP over stdio and http`.
@@ -168,7 +171,7 @@
 ---@field text string The message, the requirement it concerns and the fix.
 ---@field type string `E` (critical), `W` (major) or `I` (minor).
 ---@class loopr.Event An event as `require('loopr.events').dispatch` receives it.
----@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"verification"|"notice"|"tasks_updated"|"ready"
+---@field event "loop_updated"|"progress"|"artifact_created"|"approval_requested"|"approval_closed"|"validation"|"verification"|"notice"|"tasks_updated"|"agent_plan"|"ready"
 ---@class loopr.LoopUpdatedEvent Where a loop stands, as its status (as seen) and its error note say: what it waits for and what the user may do with it. The shells show these answers and keep no rule of their own (serialised as they are with every loop record and status event a shell sends on).
 ---@field active boolean Not finished (`LoopStatus::is_active`).
 ---@field awaits_approval boolean An approval without a loop named takes it: it awaits review, or its plan tree's budget (`awaits_approval`).
@@ -235,6 +238,11 @@
 ---@field event "tasks_updated"
 ---@field loop_id string The phase loop.
 ---@field path string
+---@class loopr.AgentPlanEvent The coding agent running a phase's code loop reported its plan, for the quickfix list `Loopr: <phase> agent todo` (replaced whole each time).
+---@field event "agent_plan"
+---@field items loopr.AgentPlanItem[]
+---@field loop_id string
+---@field phase string
 ---@class loopr.ReadyEvent No loop of the plan tree of `root` runs or is about to: `message` says what it has ready and the commands to go on with, and replaces what its loops said they were doing.
 ---@field event "ready"
 ---@field message string

@@ -33,8 +33,8 @@ impl LoopManager {
 
     /// The project at `root`, once `settings` can start a loop there (checked, a provider
     /// built: fail now, not in the background, when it cannot be, as without an API key); the
-    /// loop's MCP servers get the user's current settings (they are stored without their env
-    /// values).
+    /// loop's MCP servers and coding agent get the user's current settings (they are stored
+    /// without their env values).
     pub(super) fn project_for_a_new_loop(
         &self,
         root: &Path,
@@ -44,6 +44,7 @@ impl LoopManager {
         (self.shared.provider_factory)(settings)?;
         let project = self.project(root)?;
         self.shared.mcp.use_current(&settings.mcp);
+        self.shared.agents.use_current(&settings.agents);
         Ok(project)
     }
 

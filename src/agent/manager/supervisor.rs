@@ -83,6 +83,7 @@ impl LoopManager {
             transcripts: self.shared.transcripts.clone(),
             tree_budget: self.shared.tree_budget.clone(),
             mcp: self.shared.mcp.clone(),
+            agents: self.shared.agents.clone(),
             stage: Default::default(),
         };
         self.shared.busy.send_modify(|busy| *busy += 1);

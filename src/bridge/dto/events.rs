@@ -92,6 +92,13 @@ pub enum EventMessage {
         /// The numbers of the done tasks, from 1.
         done: Vec<usize>,
     },
+    /// The coding agent running a phase's code loop reported its plan, for the quickfix
+    /// list `Loopr: <phase> agent todo` (replaced whole each time).
+    AgentPlan {
+        loop_id: String,
+        phase: String,
+        items: Vec<AgentPlanItem>,
+    },
     /// No loop of the plan tree of `root` runs or is about to: `message` says what it has
     /// ready and the commands to go on with, and replaces what its loops said they were doing.
     Ready {
@@ -210,12 +217,36 @@ impl From<LoopEvent> for EventMessage {
                 path: markdown_path.to_string_lossy().into_owned(),
                 done,
             },
+            LoopEvent::AgentPlan {
+                loop_id,
+                phase,
+                entries,
+            } => EventMessage::AgentPlan {
+                loop_id: loop_id.to_string(),
+                phase,
+                items: entries
+                    .into_iter()
+                    .map(|entry| AgentPlanItem {
+                        text: entry.content,
+                        status: entry.status,
+                    })
+                    .collect(),
+            },
             LoopEvent::TreeReady { root, label, ready } => EventMessage::Ready {
                 root: root.to_string(),
                 message: crate::bridge::words::tree_ready(&label, &ready),
             },
         }
     }
+}
+
+/// One entry of a coding agent's plan.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.AgentPlanItem")]
+pub struct AgentPlanItem {
+    pub text: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: &'static str,
 }
 
 /// A place a validation's output names, as a quickfix entry takes it.
