@@ -1,7 +1,7 @@
 //! One connection to a started agent: the SDK's client side driven on its own task over the
 //! agent's stdio, requests bounded in time with their failures typed (`AcpError`), and what
 //! the agent sends Loopr (session updates, and its requests with their responders) passed on
-//! through one channel, `FromAgent`, for the code loop to serve.
+//! through one bounded channel, `FromAgent`, for the code loop to serve.
 
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub struct AgentConnection {
     process: AgentProcess,
     config: AgentConfig,
     connection: ConnectionTo<Agent>,
-    from_agent: Option<mpsc::UnboundedReceiver<FromAgent>>,
+    from_agent: Option<mpsc::Receiver<FromAgent>>,
     stop: Option<oneshot::Sender<()>>,
     driver: tokio::task::JoinHandle<()>,
     /// How the agent said one signs in (`initialize`), for an `auth_required` error.
@@ -62,10 +62,16 @@ impl Drop for AgentConnection {
     }
 }
 
-/// Passes what arrives on to `sender`; with no one left to serve it, the request is answered
-/// with an error (its responder dropped).
-fn pass_on(sender: &mpsc::UnboundedSender<FromAgent>, message: FromAgent) {
-    if sender.unbounded_send(message).is_err() {
+/// How many of the agent's messages wait to be served: past it, the connection stops reading
+/// the agent until the loop takes one, so an agent that floods Loopr (between turns, when
+/// nothing is taken) fills its own pipe, not the host's memory.
+const WAITING_MESSAGES: usize = 64;
+
+/// Passes what arrives on to `sender`, waiting while `WAITING_MESSAGES` wait; with no one
+/// left to serve it, the request is answered with an error (its responder dropped).
+async fn pass_on(sender: &mpsc::Sender<FromAgent>, message: FromAgent) {
+    use futures::SinkExt;
+    if sender.clone().send(message).await.is_err() {
         tracing::debug!("a message of the ACP agent arrived with no one to serve it");
     }
 }
@@ -79,7 +85,7 @@ macro_rules! pass_requests_on {
                 {
                     let sender = $sender.clone();
                     async move |request: $request, responder, _connection| {
-                        pass_on(&sender, FromAgent::$variant(Box::new((request, responder))));
+                        pass_on(&sender, FromAgent::$variant(Box::new((request, responder)))).await;
                         Ok(())
                     }
                 },
@@ -104,13 +110,13 @@ impl AgentConnection {
                 command: config.command.clone(),
                 reason: "its stdio was already taken".to_owned(),
             })?;
-        let (sender, from_agent) = mpsc::unbounded();
+        let (sender, from_agent) = mpsc::channel(WAITING_MESSAGES);
         let (connection_sender, connection_receiver) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let updates = sender.clone();
         let builder = Client.v1().name("loopr").on_receive_notification(
             async move |notification: SessionNotification, _connection| {
-                pass_on(&updates, FromAgent::Update(Box::new(notification)));
+                pass_on(&updates, FromAgent::Update(Box::new(notification))).await;
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),
@@ -162,7 +168,7 @@ impl AgentConnection {
     }
 
     /// What the agent sends Loopr, once (the code loop serves it).
-    pub fn take_from_agent(&mut self) -> Option<mpsc::UnboundedReceiver<FromAgent>> {
+    pub fn take_from_agent(&mut self) -> Option<mpsc::Receiver<FromAgent>> {
         self.from_agent.take()
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use agent_client_protocol::v1::schema::{
     EnvVariable, McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, SessionId,
 };
-use futures::channel::mpsc::UnboundedReceiver;
+use futures::channel::mpsc::Receiver;
 
 use crate::acp::{AcpError, AgentConfig, AgentConnection, FromAgent, INITIALIZE_TIMEOUT};
 use crate::agent::context::{LoopContext, LoopError};
@@ -20,7 +20,7 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
 /// A started agent with its session open.
 pub(super) struct AgentSession {
     pub agent: AgentConnection,
-    pub from_agent: UnboundedReceiver<FromAgent>,
+    pub from_agent: Receiver<FromAgent>,
     pub id: SessionId,
 }
 
