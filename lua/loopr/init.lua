@@ -655,7 +655,8 @@ end
 
 ---What <Tab> offers for a command's argument (`complete` of its row in
 ---lua/loopr/commands.lua), starting with `arglead`: the host's names of the current phases
----("phases") or specs ("specs"), of the phases that may run ("run") or of the phases and specs
+---("phases") or specs ("specs"), of the phases that may run ("run", and after `agent=` the
+---configured coding agents) or of the phases and specs
 ---a verification takes ("verify"), each the shortest that picks its phase
 ---(|loopr-phase-names|); else the ids of every loop ("loops") or of the loops an action takes
 ---(a purpose), which take loop names too.
@@ -669,6 +670,12 @@ function M.complete(what, arglead)
     names = host.request('phase_names', { root = config.root() })
   elseif what == 'specs' then
     names = host.request('spec_names', { root = config.root() })
+  elseif what == 'run' and vim.startswith(arglead or '', 'agent=') then
+    -- `:LooprRun {phase} agent=<name>`: the agents the settings configure.
+    names = vim.tbl_map(function(name)
+      return 'agent=' .. name
+    end, vim.tbl_keys(config.get().agents or {}))
+    table.sort(names)
   elseif what == 'run' then
     names = host.request('loop_names', { root = config.root(), purpose = 'run' })
   elseif what == 'verify' then

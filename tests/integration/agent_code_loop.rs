@@ -363,6 +363,11 @@ async fn an_agent_not_configured_or_not_installed_is_named_with_its_setting() {
         )
         .await;
     assert_eq!(started, Value::Null, "refused");
+    // <Tab> after `agent=` offers the configured agents.
+    let offered: Value = editor
+        .lua("return require('loopr').complete('run', 'agent=')")
+        .await;
+    assert_eq!(offered, serde_json::json!(["agent=gone", "agent=test"]));
     let shown = messages(&editor).await;
     assert!(
         shown.contains(
