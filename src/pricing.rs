@@ -144,10 +144,16 @@ impl PriceTable {
 
     /// What `usage` (per model) costs: the dollars of the priced models, and the models
     /// without a price, whose tokens the dollars leave out. A model listed answered, so its
-    /// cost is unknown without a price even if it counted no tokens.
+    /// cost is unknown without a price even if it counted no tokens. What a model's client
+    /// reported it cost is its cost, in place of any price.
     pub fn cost(&self, usage: &[ModelUsage]) -> Cost {
         let mut cost = Cost::default();
         for entry in usage {
+            if entry.reported_usd_micros > 0 {
+                cost.usd += entry.reported_usd_micros as f64 / 1_000_000.0;
+                cost.priced_any = true;
+                continue;
+            }
             match self.price_of(&entry.model) {
                 Some(price) => {
                     cost.usd += price.cost(&entry.usage);
@@ -187,6 +193,19 @@ pub struct ModelUsage {
     /// without recording the model.
     pub model: String,
     pub usage: Usage,
+    /// What the model's own client said these tokens cost, in millionths of a US dollar (a
+    /// coding agent over ACP reports its cost; no price is looked up then). Whole numbers, so
+    /// that sums over turns and loops stay exact.
+    pub reported_usd_micros: u64,
+}
+
+/// `usd` in the millionths `ModelUsage::reported_usd_micros` counts (none below 0).
+pub fn usd_micros(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        (usd * 1_000_000.0).round() as u64
+    } else {
+        0
+    }
 }
 
 /// Tokens of every kind summed over models.
@@ -238,6 +257,7 @@ pub(crate) mod tests {
         ModelUsage {
             model: model.to_owned(),
             usage,
+            reported_usd_micros: 0,
         }
     }
 
@@ -330,5 +350,19 @@ pub(crate) mod tests {
         let err = PriceTable::check(&bad).expect_err("negative");
         assert!(err.contains("prices[\"m\"].input is -1"), "{err}");
         assert!(PriceTable::check(&BTreeMap::new()).is_ok());
+    }
+
+    #[test]
+    fn a_reported_cost_is_the_cost_of_a_model_nobody_priced() {
+        let table = PriceTable::default();
+        let agent = ModelUsage {
+            reported_usd_micros: usd_micros(0.75),
+            ..of("agent claude", usage(1_200, 0, 0, 0))
+        };
+        let cost = table.cost(&[agent, of("claude-haiku-4-5", usage(1_000_000, 0, 0, 0))]);
+        assert!((cost.usd - 1.75).abs() < 1e-9, "{}", cost.usd);
+        assert!(cost.unpriced.is_empty(), "{:?}", cost.unpriced);
+        assert_eq!(usd_micros(-1.0), 0);
+        assert_eq!(usd_micros(f64::NAN), 0);
     }
 }

@@ -55,7 +55,8 @@ pub use sandbox::{
 };
 pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, spawn_shell};
 pub use tree_watch::{
-    FileStat, TreeChange, TreeStats, record_command_changes, run_recorded, tree_before_command,
+    FileStat, TreeChange, TreeStats, record_changes_since, record_command_changes, run_recorded,
+    tree_before_command,
 };
 pub use unfit_root::{UnfitRoot, unfit_root};
 pub use web_fetch::{MAX_REDIRECTS, WebFetchTool, non_public_address};

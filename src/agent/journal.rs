@@ -12,6 +12,10 @@ use crate::llm::{ContentBlock, Message, Role, StopReason, Usage};
 use crate::store::{AppendLog, LoopId, ProjectLayout, now_rfc3339, write_atomic};
 
 /// The format this version writes; a journal from a newer one is refused, not misread.
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 pub const JOURNAL_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,6 +42,10 @@ pub enum Entry {
         /// Calls cut off by the token limit, never run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         truncated_tool_calls: Vec<String>,
+        /// What a coding agent reported the turn cost, in millionths of a dollar
+        /// (`ModelUsage::reported_usd_micros`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reported_usd_micros: u64,
     },
     /// An attempt of the turn failed and was retried (the partial answer thrown away).
     Retry {
@@ -354,6 +362,7 @@ impl Journal {
                         usage: Usage::default(),
                         stop_reason: None,
                         truncated_tool_calls: Vec::new(),
+                        reported_usd_micros: 0,
                     },
                 }),
         );
@@ -427,6 +436,7 @@ mod tests {
             usage: Usage::default(),
             stop_reason: None,
             truncated_tool_calls: Vec::new(),
+            reported_usd_micros: 0,
         }
     }
 

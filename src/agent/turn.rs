@@ -178,14 +178,26 @@ struct UnwrittenTurn {
 fn usage_by_model(entries: &[Entry]) -> Vec<ModelUsage> {
     let mut spent: Vec<ModelUsage> = Vec::new();
     for entry in entries {
-        let Entry::Assistant { model, usage, .. } = entry else {
+        let Entry::Assistant {
+            model,
+            usage,
+            reported_usd_micros,
+            ..
+        } = entry
+        else {
             continue;
         };
         match spent.iter_mut().find(|known| known.model == *model) {
-            Some(known) => known.usage.add(usage),
+            Some(known) => {
+                known.usage.add(usage);
+                known.reported_usd_micros = known
+                    .reported_usd_micros
+                    .saturating_add(*reported_usd_micros);
+            }
             None => spent.push(ModelUsage {
                 model: model.clone(),
                 usage: *usage,
+                reported_usd_micros: *reported_usd_micros,
             }),
         }
     }
@@ -329,15 +341,16 @@ impl Conversation {
         self.transcript.text_delta(delta);
     }
 
-    /// A coding agent's whole turn (its text, its tool calls, what it spent, as `model`),
-    /// added to the turn under way as the model's answer would be; `results` (how each call
-    /// ended) follow as our message.
+    /// A coding agent's whole turn (its text, its tool calls, what it spent, as `model`,
+    /// and the cost it reported), added to the turn under way as the model's answer would be;
+    /// `results` (how each call ended) follow as our message.
     pub fn add_agent_turn(
         &mut self,
         content: Vec<ContentBlock>,
         results: Vec<ContentBlock>,
         model: String,
         usage: Usage,
+        reported_usd_micros: u64,
     ) {
         self.usage.input_tokens = self.usage.input_tokens.saturating_add(usage.total_input());
         self.usage.output_tokens = self.usage.output_tokens.saturating_add(usage.output_tokens);
@@ -353,6 +366,7 @@ impl Conversation {
             usage,
             stop_reason: None,
             truncated_tool_calls: Vec::new(),
+            reported_usd_micros,
         });
         if !results.is_empty() {
             self.request.messages.push(Arc::new(Message {
@@ -444,6 +458,7 @@ impl Conversation {
             usage,
             stop_reason: turn.stop_reason.clone(),
             truncated_tool_calls: turn.truncated_tool_calls.clone(),
+            reported_usd_micros: 0,
         });
         self.request.messages.push(Arc::new(Message {
             role: Role::Assistant,

@@ -64,7 +64,7 @@ pub struct LoopDb {
     connection: Arc<Mutex<Connection>>,
 }
 
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 impl LoopDb {
     pub fn open(path: &Path) -> Result<LoopDb, StoreError> {
@@ -211,7 +211,8 @@ impl LoopDb {
     pub fn usage_by_loop(&self) -> Result<HashMap<LoopId, Vec<ModelUsage>>, StoreError> {
         let rows = self.with_connection(|connection| {
             let mut statement = connection.prepare(
-                "SELECT loop_id, model, input, output, cache_write, cache_read, estimated
+                "SELECT loop_id, model, input, output, cache_write, cache_read, estimated,
+                     reported_usd_micros
                  FROM loop_usage ORDER BY loop_id, model",
             )?;
             statement
@@ -444,14 +445,16 @@ fn add_turn_usage_in(
             let usage = &entry.usage;
             transaction.execute(
                 "INSERT INTO loop_usage
-                     (loop_id, model, input, output, cache_write, cache_read, estimated)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     (loop_id, model, input, output, cache_write, cache_read, estimated,
+                      reported_usd_micros)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (loop_id, model) DO UPDATE SET
                      input = input + excluded.input,
                      output = output + excluded.output,
                      cache_write = cache_write + excluded.cache_write,
                      cache_read = cache_read + excluded.cache_read,
-                     estimated = MAX(estimated, excluded.estimated)",
+                     estimated = MAX(estimated, excluded.estimated),
+                     reported_usd_micros = reported_usd_micros + excluded.reported_usd_micros",
                 params![
                     id.as_str(),
                     entry.model,
@@ -460,6 +463,7 @@ fn add_turn_usage_in(
                     sql_count(usage.cache_write_tokens),
                     sql_count(usage.cache_read_tokens),
                     usage.estimated,
+                    sql_count(entry.reported_usd_micros),
                 ],
             )?;
         }
@@ -469,7 +473,7 @@ fn add_turn_usage_in(
 }
 
 /// A `ModelUsage` from the row's columns from `first`: model, input, output, cache write,
-/// cache read, estimated.
+/// cache read, estimated, reported cost.
 fn model_usage(row: &Row<'_>, first: usize) -> rusqlite::Result<ModelUsage> {
     let count = |index: usize| -> rusqlite::Result<u64> {
         Ok(u64::try_from(row.get::<_, i64>(first + index)?).unwrap_or_default())
@@ -483,6 +487,7 @@ fn model_usage(row: &Row<'_>, first: usize) -> rusqlite::Result<ModelUsage> {
             cache_read_tokens: count(4)?,
             estimated: row.get::<_, i64>(first + 5)? != 0,
         },
+        reported_usd_micros: count(6)?,
     })
 }
 
@@ -707,12 +712,29 @@ fn migrate(connection: &mut Connection) -> rusqlite::Result<Migrated> {
         // Runs of a plan or spec: every phase in order, surviving the host.
         transaction.execute_batch(plan_runs::CREATE_PLAN_RUNS)?;
     }
+    if version < 8 && !has_column(&transaction, "loop_usage", "reported_usd_micros")? {
+        // What a coding agent reported its tokens cost (millionths of a dollar), counted
+        // against a dollar budget in place of a price.
+        transaction.execute_batch(
+            "ALTER TABLE loop_usage
+                 ADD COLUMN reported_usd_micros INTEGER NOT NULL DEFAULT 0;",
+        )?;
+    }
     transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     transaction.commit()?;
     if secrets_removed_from > 0 {
         forget_overwritten_pages(connection)?;
     }
     Ok(Migrated::UpToDate)
+}
+
+/// Whether `table` has `column` (a database an earlier version left may have it already).
+fn has_column(transaction: &Transaction, table: &str, column: &str) -> rusqlite::Result<bool> {
+    let mut statement = transaction.prepare(&format!("PRAGMA table_info({table})"))?;
+    let names = statement
+        .query_map([], |row| row.get::<_, String>(1))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(names.iter().any(|name| name == column))
 }
 
 /// Blanks the secrets in every loop's stored settings (overwriting what they held, with
@@ -863,6 +885,7 @@ mod tests {
                     output_tokens: 45,
                     ..Usage::default()
                 },
+                reported_usd_micros: 0,
             }])
         );
         assert_eq!(usage.len(), 1, "a loop that spent nothing has no row");
@@ -876,6 +899,7 @@ mod tests {
                 cache_read_tokens: 4,
                 ..Usage::default()
             },
+            reported_usd_micros: 0,
         }];
         db.add_turn_usage(&old, 137, 47, &spent).expect("turn");
         db.add_turn_usage(&old, 154, 49, &spent).expect("turn");
@@ -902,6 +926,7 @@ mod tests {
                     estimated,
                     ..Usage::default()
                 },
+                reported_usd_micros: 0,
             }]
         };
         db.add_turn_usage(&id, 1_000, 50, &turn(false))

@@ -194,9 +194,16 @@ pub async fn tree_before_command(context: &ToolContext) -> Result<Option<TreeSta
 /// Tells the context's journal every project file created, changed or deleted since
 /// `before` (`tree_before_command`), and brings open buffers of them up to date.
 pub async fn record_command_changes(context: &ToolContext, before: Option<TreeStats>) {
-    let Some(before) = before else {
-        return;
-    };
+    record_changes_since(context, before).await;
+}
+
+/// `record_command_changes`, returning the project's files as they were found: the "before"
+/// of whatever comes next, so that nothing between the two goes unrecorded.
+pub async fn record_changes_since(
+    context: &ToolContext,
+    before: Option<TreeStats>,
+) -> Option<TreeStats> {
+    let before = before?;
     let journal = context.journal.clone();
     let root = context.root.clone();
     let policy = context.policy.clone();
@@ -215,19 +222,24 @@ pub async fn record_command_changes(context: &ToolContext, before: Option<TreeSt
         for change in &changes {
             journal.command_changed(&root, &change.relative, change.before, &budget);
         }
-        Ok::<_, ToolError>(
-            changes
-                .into_iter()
-                .filter(|change| after.files.contains_key(&change.relative))
-                .map(|change| change.path)
-                .collect::<Vec<_>>(),
-        )
+        let changed = changes
+            .into_iter()
+            .filter(|change| after.files.contains_key(&change.relative))
+            .map(|change| change.path)
+            .collect::<Vec<_>>();
+        Ok::<_, ToolError>((changed, after))
     })
     .await;
     match recorded {
         // Open buffers of what the command changed catch up now, not at the user's next
         // `:write` (which would prompt, or overwrite the command's work).
-        Ok(Ok(changed)) => context.buffers.reload(&changed).await,
-        failed => tracing::warn!(?failed, "recording what a command changed"),
+        Ok(Ok((changed, after))) => {
+            context.buffers.reload(&changed).await;
+            Some(after)
+        }
+        failed => {
+            tracing::warn!(?failed, "recording what a command changed");
+            None
+        }
     }
 }

@@ -13,15 +13,15 @@ use crate::scenario::{
     files_containing, open_transcript, run_code_loop, run_loopr, transcript_with, watch_transcripts,
 };
 
-const AGENT: &str = env!("CARGO_BIN_EXE_loopr-test-acp-agent");
+pub(super) const AGENT: &str = env!("CARGO_BIN_EXE_loopr-test-acp-agent");
 /// A secret the agent's `env` gives it: stored with no loop, shown nowhere.
 const AGENT_TOKEN: &str = "agent-token-never-stored";
 /// What the phase's validation asks: the agent's second turn writes it.
-const VALIDATION: &str = "grep -q ok status.txt";
+pub(super) const VALIDATION: &str = "grep -q ok status.txt";
 
 /// Setup with the test agent, `behave`-ing, as agent `test`; the code loop's agent with
 /// `code_agent`.
-fn agent_setup(behave: &str, code_agent: bool) -> String {
+pub(super) fn agent_setup(behave: &str, code_agent: bool) -> String {
     format!(
         "{{ agents = {{ test = {{ command = {AGENT:?}, args = {{ '--behave', {behave:?} }}, env = {{ LOOPR_TEST_AGENT_TOKEN = {AGENT_TOKEN:?} }} }} }}{} }}",
         if code_agent {
@@ -52,7 +52,7 @@ async fn answer_approvals(editor: &TestNvim) {
 }
 
 /// The test agent noted a `session/cancel` in the project.
-fn assert_agent_saw_cancel(editor: &TestNvim) {
+pub(super) fn assert_agent_saw_cancel(editor: &TestNvim) {
     assert_eq!(
         std::fs::read_to_string(editor.dirs.project.join("agent-saw-cancel"))
             .ok()
@@ -74,7 +74,7 @@ async fn loop_error(editor: &TestNvim, id: &str) -> String {
         .to_owned()
 }
 
-async fn messages(editor: &TestNvim) -> String {
+pub(super) async fn messages(editor: &TestNvim) -> String {
     editor
         .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
         .await

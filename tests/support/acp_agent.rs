@@ -19,6 +19,8 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
+//! - `costly`, `silent`, `flood`, `late` (`limits` below): a cost over the budget, no answer
+//!   at all, a flood of text around its answer, a write after its answer.
 
 use std::time::Duration;
 
@@ -40,6 +42,10 @@ enum Behaviour {
     Script,
     Wait,
     Die,
+    Costly,
+    Silent,
+    Flood,
+    Late,
 }
 
 impl Behaviour {
@@ -59,6 +65,10 @@ impl Behaviour {
             ["--behave", "script"] => Ok(Behaviour::Script),
             ["--behave", "wait"] => Ok(Behaviour::Wait),
             ["--behave", "die"] => Ok(Behaviour::Die),
+            ["--behave", "costly"] => Ok(Behaviour::Costly),
+            ["--behave", "silent"] => Ok(Behaviour::Silent),
+            ["--behave", "flood"] => Ok(Behaviour::Flood),
+            ["--behave", "late"] => Ok(Behaviour::Late),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -126,6 +136,18 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                             responder.respond(PromptResponse::new(stop))
                         })
                     }
+                    Behaviour::Costly | Behaviour::Silent | Behaviour::Flood | Behaviour::Late => {
+                        connection.clone().spawn(async move {
+                            let Some(answer) =
+                                limits::turn(behaviour, &connection, &request, &cancelled).await
+                            else {
+                                return std::future::pending().await;
+                            };
+                            responder.respond(answer)?;
+                            limits::after_answer(behaviour, &connection, &request).await;
+                            Ok(())
+                        })
+                    }
                     _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
                 }
             },
@@ -168,6 +190,9 @@ async fn answer_in_version_7() {
 
 #[path = "acp_agent_script.rs"]
 mod script;
+
+#[path = "acp_agent_limits.rs"]
+mod limits;
 
 fn initialize_answer(behaviour: Behaviour, request: &InitializeRequest) -> InitializeResponse {
     let mut answer = InitializeResponse::new(request.protocol_version)

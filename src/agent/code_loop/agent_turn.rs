@@ -1,18 +1,26 @@
 //! One turn of a coding agent: `session/prompt` sent, and until the agent answers it, what
 //! it sends served at once: its `session/update`s into the transcript (text as it streams,
-//! its tool calls and their status, its plan, also as a `LoopEvent::AgentPlan`, its usage)
-//! and its requests through the loop's `AgentClient`, concurrently (a `terminal/wait_for_exit`
-//! waits while others are served). A cancel, or the tree's budget reached, sends
-//! `session/cancel` and waits a bounded while for the agent to stop.
+//! its tool calls and their status, its plan, also as a `LoopEvent::AgentPlan`, its usage and
+//! cost) and its requests through the loop's `AgentClient`, concurrently (a
+//! `terminal/wait_for_exit` waits while others are served), at most `MAX_IN_FLIGHT` at once:
+//! at the cap Loopr stops reading, so a flooding agent backs up on its own pipe. What it sent
+//! before its answer is taken in after it, within bounds (`DRAIN_MESSAGES`, `DRAIN_TIME`), a
+//! cancel still heard. A cancel, or the tree's budget reached, sends `session/cancel`, drops
+//! the requests being served (the agent is told they failed) and waits a bounded while for
+//! the agent to stop. What a turn keeps is bounded too (`kept`); what it spent is `spend`'s.
+
+mod kept;
+mod spend;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock as AcpContent, PlanEntryStatus, PromptRequest, SessionUpdate,
-    StopReason, TextContent, ToolCallStatus, ToolKind, UsageUpdate,
+    StopReason, TextContent, ToolCallStatus, ToolKind,
 };
 use futures::StreamExt;
+use futures::channel::mpsc::Receiver;
 use futures::stream::FuturesUnordered;
 
 use super::agent_session::AgentSession;
@@ -23,12 +31,19 @@ use crate::agent::events::{AgentPlanEntry, LoopEvent};
 use crate::agent::turn::Conversation;
 use crate::budget::BudgetGuard;
 use crate::llm::{ContentBlock, Usage};
-use crate::pricing::ModelUsage;
+pub(super) use spend::AgentMeter;
 
 /// How long one turn of an agent may take: it writes a whole phase, running commands.
 const TURN_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// How long an agent sent `session/cancel` has to end its turn before it is stopped.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// The agent's requests served at once; past it, Loopr reads nothing more from the agent.
+const MAX_IN_FLIGHT: usize = 8;
+/// What is taken in, at most, of what the agent sent before its answer: the rest waits for
+/// the next turn (or is dropped with the agent), so an agent that floods Loopr after its
+/// answer cannot keep a turn from ending.
+const DRAIN_MESSAGES: usize = 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// What the agent did in a turn, as the loop's journal keeps it.
 #[derive(Debug, Default)]
@@ -37,13 +52,18 @@ pub(super) struct AgentTurn {
     pub content: Vec<ContentBlock>,
     /// How each tool call ended (its status), in the order they were made.
     pub results: Vec<ContentBlock>,
-    /// The tokens it reported: the most its context held (`usage_update`).
+    /// The tokens it reported: those of its answer if it gave them, else the most its
+    /// context held (`usage_update`).
     pub usage: Usage,
     /// Why Loopr stopped it (a cancel, the budget): the loop ends with it once what the
     /// agent did is kept.
     pub stopped: Option<LoopError>,
     calls: BTreeMap<String, ToolCallSeen>,
     plan: Vec<AgentPlanEntry>,
+    /// What `kept` left out of the turn.
+    left_out: kept::LeftOut,
+    /// The cost the agent reported in the session, before the turn and now.
+    cost: spend::TurnCost,
 }
 
 #[derive(Debug)]
@@ -54,28 +74,37 @@ struct ToolCallSeen {
 }
 
 /// Sends `prompt` in `session` and serves the agent until it ends its turn, or until Loopr
-/// stopped it (`AgentTurn::stopped`). `model` names the agent in the loop's usage, `phase`
-/// in its plan's event.
+/// stopped it (`AgentTurn::stopped`). `meter` names the agent in the loop's usage and keeps
+/// the cost it reported in the session; `phase` names the phase in its plan's event. A turn
+/// starts only while the tree is under its budget.
 pub(super) async fn take_turn(
     context: &LoopContext,
     session: &mut AgentSession,
     client: &AgentClient,
     conversation: &Conversation,
     prompt: String,
-    model: &str,
+    meter: &mut AgentMeter,
     phase: &str,
 ) -> Result<AgentTurn, LoopError> {
+    let guard = context.tree_budget.guard_or(BudgetGuard::of(
+        context.settings.budget,
+        context.settings.price_table(),
+    ));
+    let mut turn = AgentTurn {
+        cost: meter.turn_cost(),
+        ..AgentTurn::default()
+    };
+    if let Some(guard) = guard.as_ref()
+        && let Some(reached) = spend::budget_reached(context, guard, meter, &turn).await?
+    {
+        return Err(reached);
+    }
     let connection = session.agent.connection().clone();
     let session_id = session.id.clone();
     let request = PromptRequest::new(
         session_id.clone(),
         vec![AcpContent::Text(TextContent::new(prompt))],
     );
-    let guard = context.tree_budget.guard_or(BudgetGuard::of(
-        context.settings.budget,
-        context.settings.price_table(),
-    ));
-    let mut turn = AgentTurn::default();
     let mut serving = FuturesUnordered::new();
     let mut stopping: Option<(LoopError, tokio::time::Instant)> = None;
     let answer = session
@@ -95,56 +124,80 @@ pub(super) async fn take_turn(
         }
     };
     // The agent's updates come before its answer, but on another way in: once it answered,
-    // what it sent before is taken in first.
+    // what it sent before is taken in first, within the drain's bounds.
     let mut answered = None;
+    let mut drain = Drain::default();
+    let mut agent_closed = false;
     let ended = loop {
         let deadline = stopping
             .as_ref()
             .map_or_else(far_future, |(_, deadline)| *deadline);
-        let step = if answered.is_some() {
-            match from_agent.try_recv() {
-                Ok(message) => Step::Message(message),
-                Err(_) => break answered,
-            }
-        } else {
-            tokio::select! {
-                biased;
-                _ = context.cancel.cancelled(), if stopping.is_none() => Step::Cancel,
-                _ = tokio::time::sleep_until(deadline) => break None,
-                Some(message) = from_agent.next() => Step::Message(message),
-                answer = &mut answer => Step::Answered(answer),
-                Some(()) = serving.next(), if !serving.is_empty() => Step::Served,
-            }
+        if answered.is_some() && !drain.take() {
+            break answered;
+        }
+        let reading = !agent_closed && serving.len() < MAX_IN_FLIGHT;
+        let step = tokio::select! {
+            biased;
+            _ = context.cancel.cancelled(), if stopping.is_none() => Step::Cancel,
+            _ = tokio::time::sleep_until(deadline) => break None,
+            _ = tokio::time::sleep_until(drain.until), if answered.is_some() => break answered,
+            Some(()) = serving.next(), if !serving.is_empty() => Step::Served,
+            received = next_message(from_agent, answered.is_none()), if reading => match received {
+                Received::Message(message) => Step::Message(message),
+                Received::NoneLeft => break answered,
+                Received::Closed => Step::Closed,
+            },
+            answer = &mut answer, if answered.is_none() => Step::Answered(answer),
         };
         match step {
-            Step::Cancel => stop(LoopError::Cancelled, &mut stopping),
-            Step::Answered(answer) => answered = Some(answer),
-            Step::Message(FromAgent::Update(notification)) => {
-                let usage = turn.update(context, conversation, notification.update, phase);
-                if let (Some(usage), Some(guard)) = (usage, guard.as_ref())
-                    && let Some(reached) = budget_reached(context, guard, model, usage).await?
-                {
-                    stop(reached, &mut stopping);
+            Step::Cancel => {
+                stop(LoopError::Cancelled, &mut stopping);
+                if answered.is_some() {
+                    break answered;
                 }
             }
+            Step::Answered(answer) => {
+                answered = Some(answer);
+                drain = Drain::from_now();
+            }
+            Step::Message(FromAgent::Update(notification)) => {
+                let changed = turn.update(context, conversation, notification.update, phase);
+                if changed
+                    && let Some(guard) = guard.as_ref()
+                    && let Some(reached) =
+                        spend::budget_reached(context, guard, meter, &turn).await?
+                {
+                    stop(reached, &mut stopping);
+                    // What it asked is dropped: the agent is told each failed.
+                    serving.clear();
+                }
+            }
+            // Once stopping, nothing more the agent asks is served: dropped, it fails.
+            Step::Message(_) if stopping.is_some() => {}
             Step::Message(request) => serving.push(client.serve(request)),
             Step::Served => {}
+            Step::Closed => agent_closed = true,
         }
     };
+    meter.after(context, &turn);
+    if let Some((why, _)) = stopping {
+        drop(serving);
+        turn.finish(conversation);
+        turn.stopped = Some(why);
+        return Ok(turn);
+    }
     // What the agent asked and was not yet answered gets its answer before the turn ends.
     let _ = tokio::time::timeout(CANCEL_GRACE, async {
         while serving.next().await.is_some() {}
     })
     .await;
-    if let Some((why, _)) = stopping {
-        turn.finish(conversation);
-        turn.stopped = Some(why);
-        return Ok(turn);
-    }
     match ended {
         Some(Ok(response)) => {
             if response.stop_reason != StopReason::EndTurn {
                 tracing::info!(loop_id = %context.record.id, stop = ?response.stop_reason, "the coding agent ended its turn early");
+            }
+            if let Some(usage) = response.usage {
+                turn.usage = spend::turn_usage(&usage);
             }
             turn.finish(conversation);
             Ok(turn)
@@ -160,71 +213,109 @@ enum Step<Answer> {
     Answered(Answer),
     Message(FromAgent),
     Served,
+    /// The agent's way in closed: it is gone (its answer, an error, follows).
+    Closed,
+}
+
+/// What came of reading from the agent.
+enum Received {
+    Message(FromAgent),
+    /// It sent nothing more (after its answer, nothing is waited for).
+    NoneLeft,
+    /// Its way in closed: it is gone.
+    Closed,
+}
+
+/// The agent's next message: waited for while its answer is not `in`, else only one it
+/// already sent.
+async fn next_message(from_agent: &mut Receiver<FromAgent>, waiting: bool) -> Received {
+    if waiting {
+        return match from_agent.next().await {
+            Some(message) => Received::Message(message),
+            None => Received::Closed,
+        };
+    }
+    match from_agent.try_recv() {
+        Ok(message) => Received::Message(message),
+        Err(_) => Received::NoneLeft,
+    }
+}
+
+/// How much more of what the agent sent is taken in after its answer.
+struct Drain {
+    until: tokio::time::Instant,
+    left: usize,
+}
+
+impl Default for Drain {
+    fn default() -> Drain {
+        Drain {
+            until: far_future(),
+            left: DRAIN_MESSAGES,
+        }
+    }
+}
+
+impl Drain {
+    fn from_now() -> Drain {
+        Drain {
+            until: tokio::time::Instant::now() + DRAIN_TIME,
+            left: DRAIN_MESSAGES,
+        }
+    }
+
+    /// Whether one more step of taking in is allowed.
+    fn take(&mut self) -> bool {
+        let taken = self.left > 0;
+        self.left = self.left.saturating_sub(1);
+        taken
+    }
 }
 
 fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
-/// Whether the tree's spend, with the turn's `usage` so far, reaches `guard`'s budget.
-async fn budget_reached(
-    context: &LoopContext,
-    guard: &BudgetGuard,
-    model: &str,
-    usage: Usage,
-) -> Result<Option<LoopError>, LoopError> {
-    let id = context.record.id.clone();
-    let spend = context.store(move |db, _| Ok(db.tree_spend(&id)?)).await?;
-    let mut spent = spend.usage;
-    spent.push(ModelUsage {
-        model: model.to_owned(),
-        usage,
-    });
-    Ok(guard
-        .reached(&spent, spend.grant)
-        .map(|reached| LoopError::BudgetReached {
-            root: spend.root,
-            reached,
-        }))
-}
-
 impl AgentTurn {
-    /// Takes one update in; returns the turn's usage when it changed.
+    /// Takes one update in; whether what the turn spent changed.
     fn update(
         &mut self,
         context: &LoopContext,
         conversation: &Conversation,
         update: SessionUpdate,
         phase: &str,
-    ) -> Option<Usage> {
+    ) -> bool {
         match update {
             SessionUpdate::AgentMessageChunk(chunk) => {
                 if let AcpContent::Text(text) = chunk.content {
-                    conversation.agent_text(&text.text);
-                    self.text(&text.text);
+                    self.text(conversation, &text.text);
                 }
             }
             SessionUpdate::ToolCall(call) => {
-                context.progress(format!("the agent: {}", call.title));
                 let id = call.tool_call_id.to_string();
+                if !self.keeps_call(&id) {
+                    return false;
+                }
+                let title = kept::title(&call.title);
+                context.progress(format!("the agent: {title}"));
                 let input = serde_json::json!({ "kind": kind_word(call.kind) });
-                self.content.push(ContentBlock::tool_call(
-                    id.clone(),
-                    call.title.clone(),
-                    input,
-                ));
+                self.content
+                    .push(ContentBlock::tool_call(id.clone(), title.clone(), input));
                 let order = self.calls.len();
                 self.calls.insert(
                     id,
                     ToolCallSeen {
                         order,
-                        title: call.title,
+                        title,
                         status: call.status,
                     },
                 );
             }
             SessionUpdate::ToolCallUpdate(update) => {
                 let id = update.tool_call_id.to_string();
+                if !self.keeps_call(&id) {
+                    return false;
+                }
                 let order = self.calls.len();
                 let seen = self.calls.entry(id).or_insert_with(|| ToolCallSeen {
                     order,
@@ -232,70 +323,24 @@ impl AgentTurn {
                     status: ToolCallStatus::Pending,
                 });
                 if let Some(title) = update.fields.title {
-                    seen.title = title;
+                    seen.title = kept::title(&title);
                 }
                 if let Some(status) = update.fields.status {
                     seen.status = status;
                 }
             }
             SessionUpdate::Plan(plan) => {
-                self.plan = plan
-                    .entries
-                    .into_iter()
-                    .map(|entry| AgentPlanEntry {
-                        content: entry.content,
-                        status: plan_status_word(&entry.status),
-                    })
-                    .collect();
+                self.plan = kept::plan(plan.entries, |status| plan_status_word(&status));
                 context.events.emit(LoopEvent::AgentPlan {
                     loop_id: context.record.id.clone(),
                     phase: phase.to_owned(),
                     entries: self.plan.clone(),
                 });
             }
-            SessionUpdate::UsageUpdate(UsageUpdate { used, .. })
-                if used > self.usage.input_tokens =>
-            {
-                self.usage.input_tokens = used;
-                return Some(self.usage);
-            }
+            SessionUpdate::UsageUpdate(update) => return self.took_usage(update),
             _ => {}
         }
-        None
-    }
-
-    fn text(&mut self, text: &str) {
-        match self.content.last_mut() {
-            Some(ContentBlock::Text { text: last }) => last.push_str(text),
-            _ => self.content.push(ContentBlock::text(text)),
-        }
-    }
-
-    /// The turn ended: its plan joins its text, and its tool calls' results are known.
-    fn finish(&mut self, conversation: &Conversation) {
-        if !self.plan.is_empty() {
-            let mut shown = String::from("\n\n**The agent's plan:**\n\n");
-            for entry in &self.plan {
-                let mark = match entry.status {
-                    "completed" => "x",
-                    "in_progress" => "~",
-                    _ => " ",
-                };
-                shown.push_str(&format!("- [{mark}] {}\n", entry.content));
-            }
-            conversation.agent_text(&shown);
-            self.content.push(ContentBlock::text(shown));
-        }
-        let mut calls: Vec<(&String, &ToolCallSeen)> = self.calls.iter().collect();
-        calls.sort_by_key(|(_, seen)| seen.order);
-        self.results = calls
-            .into_iter()
-            .map(|(id, seen)| ContentBlock::ToolResult {
-                id: id.clone(),
-                content: format!("{}: {}", seen.title, status_word(&seen.status)),
-                is_error: seen.status == ToolCallStatus::Failed,
-            })
-            .collect();
+        false
     }
 }
 

@@ -21,7 +21,7 @@ use crate::agent::context_budget::RereadHints;
 use crate::agent::turn::Conversation;
 use crate::artifacts::PhaseArtifact;
 use crate::llm::{ContentBlock, Role};
-use crate::tools::{ToolContext, record_command_changes, tree_before_command};
+use crate::tools::{ToolContext, TreeStats, record_changes_since, tree_before_command};
 
 /// What a failed validation asks of the agent, in place of `complete_phase`.
 const END_TURN_AGAIN: &str = "end your turn again; Loopr then runs the validation once more";
@@ -64,13 +64,16 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
         phase: &phase,
         tool_context: &tool_context,
         client: &client,
-        model: format!("agent {name}"),
+        meter: agent_turn::AgentMeter::new(format!("agent {name}")),
+        watched: None,
     };
     let ended = run
         .iterate(&mut session, &mut conversation, &mut state, prompt)
         .await;
     client.close().await;
     session.agent.shut_down().await;
+    // What the agent wrote after its last turn, until it was stopped, is the loop's too.
+    record_changes_since(&tool_context, run.watched.take()).await;
     if ended.is_err() {
         // What is kept of the turn under way is what the user sees of it afterwards.
         if let Err(err) = conversation.flush().await {
@@ -142,8 +145,12 @@ struct AgentRun<'a> {
     phase: &'a PhaseArtifact,
     tool_context: &'a ToolContext,
     client: &'a AgentClient,
-    /// How the loop's usage names the agent.
-    model: String,
+    /// How the loop's usage names the agent, and the cost it reported.
+    meter: agent_turn::AgentMeter,
+    /// The project's files as the last turn left them: what changed since (the validation,
+    /// the agent writing between turns) is recorded before the next turn, which counts from
+    /// there.
+    watched: Option<TreeStats>,
 }
 
 impl AgentRun<'_> {
@@ -166,23 +173,35 @@ impl AgentRun<'_> {
                 state.last_allowed_iteration(max_iterations)
             ));
             // The agent's own tools write behind the protocol: what changed in the turn is
-            // recorded like a command's changes, for the changes list and undo.
-            let before = tree_before_command(self.tool_context)
-                .await
-                .map_err(|_| LoopError::Cancelled)?;
+            // recorded like a command's changes, for the changes list and undo; so is what
+            // changed since the last turn ended, and the turn counts from there.
+            let before = match record_changes_since(self.tool_context, self.watched.take()).await {
+                Some(now) => Some(now),
+                None => tree_before_command(self.tool_context)
+                    .await
+                    .map_err(|_| LoopError::Cancelled)?,
+            };
             let turn = agent_turn::take_turn(
                 context,
                 session,
                 self.client,
                 conversation,
                 prompt,
-                &self.model,
+                &mut self.meter,
                 &self.phase.name,
             )
             .await;
-            record_command_changes(self.tool_context, before).await;
+            // Recorded before the validation runs.
+            self.watched = record_changes_since(self.tool_context, before).await;
             let turn = turn?;
-            conversation.add_agent_turn(turn.content, turn.results, self.model.clone(), turn.usage);
+            let reported_usd_micros = turn.reported_usd_micros();
+            conversation.add_agent_turn(
+                turn.content,
+                turn.results,
+                self.meter.model.clone(),
+                turn.usage,
+                reported_usd_micros,
+            );
             if let Some(why) = turn.stopped {
                 // What it did and spent before it stopped is kept.
                 conversation.commit_later(state)?;

@@ -62,6 +62,7 @@ impl Renderer {
                 usage,
                 stop_reason,
                 truncated_tool_calls,
+                ..
             } => {
                 let mut out = self.open_turn();
                 self.streamed = false;
@@ -403,6 +404,7 @@ mod tests {
             usage,
             stop_reason: None,
             truncated_tool_calls: Vec::new(),
+            reported_usd_micros: 0,
         }
     }
 

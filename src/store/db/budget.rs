@@ -235,7 +235,7 @@ fn tree_usage_in(connection: &Connection, root: &LoopId) -> rusqlite::Result<Vec
              SELECT loops.id FROM loops JOIN tree ON loops.parent = tree.id
          )
          SELECT model, SUM(input), SUM(output), SUM(cache_write), SUM(cache_read),
-             MAX(estimated)
+             MAX(estimated), SUM(reported_usd_micros)
          FROM loop_usage JOIN tree ON loop_usage.loop_id = tree.id
          GROUP BY model ORDER BY model",
     )?;

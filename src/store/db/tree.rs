@@ -686,6 +686,7 @@ pub(super) mod tests {
                 output_tokens: 1,
                 ..crate::llm::Usage::default()
             },
+            reported_usd_micros: 0,
         }]
     }
 

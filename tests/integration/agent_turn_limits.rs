@@ -1,0 +1,204 @@
+//! A coding agent's turn within Loopr's limits, against the real test agent's `costly`,
+//! `silent`, `flood` and `late` behaviours (`tests/support/acp_agent_limits.rs`): the cost it
+//! reports counts against a dollar budget, an agent that never answers or floods Loopr still
+//! stops on `:LooprCancel`, what a turn keeps is bounded, and what the agent writes after its
+//! answer is in the changes list and undone.
+
+use serde_json::Value;
+
+use super::agent_code_loop::{VALIDATION, agent_setup, assert_agent_saw_cancel, messages};
+use super::code::planned_editor;
+use crate::fake_llm::FakeLlm;
+use crate::nvim::TestNvim;
+use crate::scenario::{open_transcript, run_code_loop, transcript_with, watch_transcripts};
+
+/// The pid the test agent wrote once its turn began, waited for a bounded while.
+async fn agent_pid(editor: &TestNvim) -> i32 {
+    let path = editor.dirs.project.join("agent.pid");
+    let written: bool = editor
+        .lua(&format!(
+            "return vim.wait(20000, function() return vim.uv.fs_stat({:?}) ~= nil end, 20)",
+            path.display().to_string()
+        ))
+        .await;
+    assert!(written, "the agent's turn began");
+    std::fs::read_to_string(&path)
+        .expect("the agent wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+fn assert_gone(pid: i32) {
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the agent's process is gone"
+    );
+}
+
+/// The row `:LooprStatus` shows for loop `id`.
+async fn row(editor: &TestNvim, id: &str) -> Value {
+    editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["id"] == id)
+        .expect("the loop's row")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dollar_budget_stops_the_agent_at_the_cost_it_reports_and_the_spend_shows_it() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("costly", true), VALIDATION).await;
+    let planning: f64 = editor
+        .status_records()
+        .await
+        .iter()
+        .map(|row| row["spend"]["cost_usd"].as_f64().unwrap_or(0.0))
+        .sum();
+    // The agent reports its session cost $0.75: over the $0.50 left.
+    let budget = planning + 0.5;
+    let ok: bool = editor
+        .lua(&format!(
+            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {{ budget = {{ usd = {budget} }} }}))"
+        ))
+        .await;
+    assert!(ok, "setup with a dollar budget");
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let pid = agent_pid(&editor).await;
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reached its budget"))
+        })
+        .await;
+    let message = notice["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "reached its budget (${:.4} of ${budget})",
+            planning + 0.75
+        )),
+        "{message}"
+    );
+    editor.wait_status(&code_id, "paused").await;
+    assert_agent_saw_cancel(&editor);
+    assert_gone(pid);
+    let code = row(&editor, &code_id).await;
+    assert_eq!(
+        code["spend"]["cost_usd"].as_f64(),
+        Some(0.75),
+        "the cost the agent reported is the loop's: {code:#}"
+    );
+    assert_eq!(code["tokens_in"], 1200, "its tokens count too: {code:#}");
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_answers_is_stopped_by_a_cancel_and_its_process_is_gone() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("silent", true), VALIDATION).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let pid = agent_pid(&editor).await;
+    assert_eq!(
+        editor.command(&format!("LooprCancel {code_id}")).await,
+        None
+    );
+    editor.wait_status(&code_id, "cancelled").await;
+    assert_agent_saw_cancel(&editor);
+    assert_gone(pid);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_flooding_loopr_around_its_answer_has_its_turn_bounded_and_still_stops_on_cancel()
+{
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("flood", true), VALIDATION).await;
+    watch_transcripts(&editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let pid = agent_pid(&editor).await;
+    // Its first turn ends although it goes on sending after its answer: its validation runs.
+    editor
+        .wait_event("LooprValidation", |data| {
+            data["loop_id"] == code_id.as_str() && data["iteration"] == 1
+        })
+        .await;
+    let buf = open_transcript(&editor, Some(&code_id)).await;
+    let transcript = transcript_with(&mut editor, buf, "[... more not kept]").await;
+    assert!(
+        transcript.contains("[... more not kept]: the agent's text past 1 MiB"),
+        "{}",
+        &transcript[transcript.len().saturating_sub(2000)..]
+    );
+    assert!(
+        transcript.len() < 4 * 1024 * 1024,
+        "a turn keeps at most 1 MiB of text: the transcript holds {} bytes",
+        transcript.len()
+    );
+    assert_eq!(
+        editor.command(&format!("LooprCancel {code_id}")).await,
+        None
+    );
+    editor.wait_status(&code_id, "cancelled").await;
+    assert_gone(pid);
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_agent_writes_after_its_answer_is_in_the_changes_list_and_undone() {
+    let fake = FakeLlm::start().await;
+    let setup = agent_setup("late", true).replacen("{ ", "{ approve_validation = true, ", 1);
+    let mut editor = planned_editor(&fake, &setup, VALIDATION).await;
+    let project = editor.dirs.project.clone();
+    // The validation waits for its approval; meanwhile (after the turn was recorded) the
+    // agent is let write late.txt, and the validation runs once it did.
+    editor
+        .exec(&format!(
+            "vim.api.nvim_create_autocmd('User', {{ pattern = 'LooprApprovalRequested', callback = function(ev)
+               local req = ev.data
+               vim.schedule(function()
+                 if req.subject == {VALIDATION:?} then
+                   vim.fn.writefile({{}}, {trigger:?})
+                   vim.wait(20000, function() return vim.uv.fs_stat({late:?}) ~= nil end, 20)
+                 end
+                 require('loopr.approvals').answer(req.id, 'accept')
+               end)
+             end }})",
+            trigger = project.join("write-late").display().to_string(),
+            late = project.join("late.txt").display().to_string(),
+        ))
+        .await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "complete").await;
+    assert_eq!(
+        std::fs::read_to_string(project.join("late.txt"))
+            .ok()
+            .as_deref(),
+        Some("written after the turn\n")
+    );
+    assert_eq!(editor.command("LooprChanges print-version").await, None);
+    let changed: Vec<String> = editor
+        .lua(
+            "return vim.tbl_map(function(item)
+               return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.')
+             end, vim.fn.getqflist({ items = 1 }).items)",
+        )
+        .await;
+    assert!(changed.contains(&"late.txt".to_owned()), "{changed:?}");
+    // The tokens its answer reported are the loop's.
+    let code = row(&editor, &code_id).await;
+    assert_eq!(
+        (code["tokens_in"].as_u64(), code["tokens_out"].as_u64()),
+        (Some(3000), Some(500)),
+        "{code:#}"
+    );
+
+    assert_eq!(editor.command("LooprUndo! print-version").await, None);
+    assert!(
+        !project.join("late.txt").exists(),
+        "undo takes it back: {}",
+        messages(&editor).await
+    );
+    editor.quit().await;
+}
