@@ -10,7 +10,8 @@ use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    files_containing, open_transcript, run_code_loop, run_loopr, transcript_with, watch_transcripts,
+    files_containing, open_transcript, run_code_loop, run_loopr, run_to_the_budget,
+    transcript_with, watch_transcripts,
 };
 
 pub(super) const AGENT: &str = env!("CARGO_BIN_EXE_loopr-test-acp-agent");
@@ -288,21 +289,12 @@ async fn at_the_budget_the_agent_is_told_to_stop_and_the_loop_pauses_with_its_sp
         .sum();
     // The agent says its context holds 1200 tokens in its first turn: over the 1000 left.
     let budget = planning + 1000;
-    let ok: bool = editor
-        .lua(&format!(
-            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {{ budget = {{ tokens = {budget} }} }}))"
-        ))
-        .await;
-    assert!(ok, "setup with a budget");
-    let code_id = run_code_loop(&mut editor, "print-version").await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("reached its budget"))
-        })
-        .await;
-    let message = notice["message"].as_str().unwrap_or_default();
+    let (code_id, message) = run_to_the_budget(
+        &mut editor,
+        &format!("{{ tokens = {budget} }}"),
+        "print-version",
+    )
+    .await;
     assert!(
         message.contains(&format!(
             "reached its budget ({} of {budget} tokens)",

@@ -4,13 +4,14 @@
 //! stops on `:LooprCancel`, what a turn keeps is bounded, and what the agent writes after its
 //! answer is in the changes list and undone.
 
-use serde_json::Value;
-
 use super::agent_code_loop::{VALIDATION, agent_setup, assert_agent_saw_cancel, messages};
 use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
-use crate::scenario::{open_transcript, run_code_loop, transcript_with, watch_transcripts};
+use crate::scenario::{
+    open_transcript, run_code_loop, run_to_the_budget, status_row, transcript_with,
+    watch_transcripts,
+};
 
 /// The pid the test agent wrote once its turn began, waited for a bounded while.
 async fn agent_pid(editor: &TestNvim) -> i32 {
@@ -36,16 +37,6 @@ fn assert_gone(pid: i32) {
     );
 }
 
-/// The row `:LooprStatus` shows for loop `id`.
-async fn row(editor: &TestNvim, id: &str) -> Value {
-    editor
-        .status_records()
-        .await
-        .into_iter()
-        .find(|row| row["id"] == id)
-        .expect("the loop's row")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dollar_budget_stops_the_agent_at_the_cost_it_reports_and_the_spend_shows_it() {
     let fake = FakeLlm::start().await;
@@ -58,22 +49,13 @@ async fn a_dollar_budget_stops_the_agent_at_the_cost_it_reports_and_the_spend_sh
         .sum();
     // The agent reports its session cost $0.75: over the $0.50 left.
     let budget = planning + 0.5;
-    let ok: bool = editor
-        .lua(&format!(
-            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {{ budget = {{ usd = {budget} }} }}))"
-        ))
-        .await;
-    assert!(ok, "setup with a dollar budget");
-    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let (code_id, message) = run_to_the_budget(
+        &mut editor,
+        &format!("{{ usd = {budget} }}"),
+        "print-version",
+    )
+    .await;
     let pid = agent_pid(&editor).await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("reached its budget"))
-        })
-        .await;
-    let message = notice["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(&format!(
             "reached its budget (${:.4} of ${budget})",
@@ -84,7 +66,7 @@ async fn a_dollar_budget_stops_the_agent_at_the_cost_it_reports_and_the_spend_sh
     editor.wait_status(&code_id, "paused").await;
     assert_agent_saw_cancel(&editor);
     assert_gone(pid);
-    let code = row(&editor, &code_id).await;
+    let code = status_row(&editor, &code_id).await;
     assert_eq!(
         code["spend"]["cost_usd"].as_f64(),
         Some(0.75),
@@ -187,7 +169,7 @@ async fn what_the_agent_writes_after_its_answer_is_in_the_changes_list_and_undon
         .await;
     assert!(changed.contains(&"late.txt".to_owned()), "{changed:?}");
     // The tokens its answer reported are the loop's.
-    let code = row(&editor, &code_id).await;
+    let code = status_row(&editor, &code_id).await;
     assert_eq!(
         (code["tokens_in"].as_u64(), code["tokens_out"].as_u64()),
         (Some(3000), Some(500)),
@@ -200,5 +182,50 @@ async fn what_the_agent_writes_after_its_answer_is_in_the_changes_list_and_undon
         "undo takes it back: {}",
         messages(&editor).await
     );
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_eight_of_the_agent_s_requests_are_served_at_once() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("asks", true), VALIDATION).await;
+    // The agent asks twenty permissions at once; each stays open until the test answers.
+    editor
+        .exec(
+            "_G.open, _G.asked = {}, 0
+             vim.api.nvim_create_autocmd('User', { pattern = 'LooprApprovalRequested', callback = function(ev)
+               table.insert(_G.open, ev.data.id)
+               _G.asked = _G.asked + 1
+             end })
+             _G.answer_open = function()
+               for _, id in ipairs(_G.open) do require('loopr.approvals').answer(id, 'accept') end
+               _G.open = {}
+             end",
+        )
+        .await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let mut rounds = Vec::new();
+    while rounds.iter().sum::<u64>() < 20 && rounds.len() < 5 {
+        let asked_before: u64 = editor.lua("return _G.asked").await;
+        let more: bool = editor
+            .lua(&format!(
+                "return vim.wait(20000, function() return _G.asked > {asked_before} end, 10)"
+            ))
+            .await;
+        assert!(
+            more,
+            "more requests come once earlier ones are answered: {rounds:?}"
+        );
+        // What else would come in comes at once: a bounded look that nothing more does.
+        editor
+            .lua::<bool>("return vim.wait(500, function() return #_G.open > 8 end, 10)")
+            .await;
+        let open: u64 = editor
+            .lua("local n = #_G.open; _G.answer_open(); return n")
+            .await;
+        rounds.push(open);
+    }
+    assert_eq!(rounds, [8, 8, 4], "served eight at a time");
+    editor.wait_status(&code_id, "complete").await;
     editor.quit().await;
 }

@@ -8,7 +8,7 @@ use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
     code_route, commit_everything, edit_main_and_complete, open_transcript, plan_and_approve,
-    push_one_spec_hierarchy, run_code_loop, start_editor, tool_turn, transcript_with,
+    push_one_spec_hierarchy, run_code_loop, start_editor, status_row, tool_turn, transcript_with,
     wait_all_complete, watch_transcripts,
 };
 
@@ -265,16 +265,6 @@ fn hook_waiting_for(flag: &str) -> String {
     format!(
         "#!/bin/sh\ni=0\nwhile [ ! -e .git/{flag} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
     )
-}
-
-/// The status row of loop `id`.
-async fn status_row(editor: &TestNvim, id: &str) -> Value {
-    editor
-        .status_records()
-        .await
-        .into_iter()
-        .find(|row| row["id"] == id)
-        .expect("the loop's row")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

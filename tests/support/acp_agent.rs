@@ -19,8 +19,9 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
-//! - `costly`, `silent`, `flood`, `late` (`limits` below): a cost over the budget, no answer
-//!   at all, a flood of text around its answer, a write after its answer.
+//! - `costly`, `silent`, `flood`, `late`, `asks` (`limits` below): a cost over the budget,
+//!   no answer at all, a flood of text around its answer, a write after its answer, twenty
+//!   permission requests at once.
 
 use std::time::Duration;
 
@@ -46,6 +47,7 @@ enum Behaviour {
     Silent,
     Flood,
     Late,
+    Asks,
 }
 
 impl Behaviour {
@@ -69,6 +71,7 @@ impl Behaviour {
             ["--behave", "silent"] => Ok(Behaviour::Silent),
             ["--behave", "flood"] => Ok(Behaviour::Flood),
             ["--behave", "late"] => Ok(Behaviour::Late),
+            ["--behave", "asks"] => Ok(Behaviour::Asks),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -136,18 +139,20 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                             responder.respond(PromptResponse::new(stop))
                         })
                     }
-                    Behaviour::Costly | Behaviour::Silent | Behaviour::Flood | Behaviour::Late => {
-                        connection.clone().spawn(async move {
-                            let Some(answer) =
-                                limits::turn(behaviour, &connection, &request, &cancelled).await
-                            else {
-                                return std::future::pending().await;
-                            };
-                            responder.respond(answer)?;
-                            limits::after_answer(behaviour, &connection, &request).await;
-                            Ok(())
-                        })
-                    }
+                    Behaviour::Costly
+                    | Behaviour::Silent
+                    | Behaviour::Flood
+                    | Behaviour::Late
+                    | Behaviour::Asks => connection.clone().spawn(async move {
+                        let Some(answer) =
+                            limits::turn(behaviour, &connection, &request, &cancelled).await
+                        else {
+                            return std::future::pending().await;
+                        };
+                        responder.respond(answer)?;
+                        limits::after_answer(behaviour, &connection, &request).await;
+                        Ok(())
+                    }),
                     _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
                 }
             },

@@ -1,6 +1,6 @@
-//! The test agent's turns that try Loopr's limits (`--behave costly|silent|flood|late`):
+//! The test agent's turns that try Loopr's limits (`--behave costly|silent|flood|late|asks`):
 //! a cost over the budget, no answer at all, a flood of updates around its answer, a write
-//! after its answer. Each turn writes the agent's pid to `agent.pid` first, so that a test
+//! after its answer, `ASKED` permission requests at once. Each turn writes the agent's pid to `agent.pid` first, so that a test
 //! can see the process gone.
 
 use std::sync::Arc;
@@ -9,8 +9,9 @@ use std::time::Duration;
 use agent_client_protocol::Client;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, Cost, PromptRequest, PromptResponse, SessionId,
-    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallStatus,
+    ContentBlock, ContentChunk, Cost, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate,
+    StopReason, TextContent, ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
     ToolKind, Usage, UsageUpdate,
 };
 
@@ -23,6 +24,9 @@ const FLOOD_BEFORE_ANSWER: (usize, usize) = (40, 64 * 1024);
 /// A flood's text after its answer: many small chunks, bounded so that what the agent's
 /// connection queues while Loopr does not read stays small (about 30 MB).
 const FLOOD_AFTER_ANSWER: (usize, usize) = (300_000, 100);
+
+/// How many permission requests `asks` sends at once: more than Loopr serves at once.
+const ASKED: usize = 20;
 
 /// One prompt's turn of `behaviour`: its answer, or none for an agent that never answers.
 pub async fn turn(
@@ -70,6 +74,35 @@ pub async fn turn(
                 eprintln!("loopr-test-acp-agent: writing status.txt: {err}");
             }
             Some(PromptResponse::new(StopReason::EndTurn).usage(Usage::new(3_500, 3_000, 500)))
+        }
+        Behaviour::Asks => {
+            let asked = (0..ASKED).map(|n| {
+                let title = format!("Edit file {n}");
+                let call = ToolCallUpdate::new(
+                    format!("ask-{n}"),
+                    ToolCallUpdateFields::new()
+                        .title(title)
+                        .kind(ToolKind::Edit),
+                );
+                let options = vec![
+                    PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+                    PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+                ];
+                connection
+                    .send_request(RequestPermissionRequest::new(id.clone(), call, options))
+                    .block_task()
+            });
+            let answered = futures::future::join_all(asked).await;
+            let allowed = answered.iter().filter(|answer| answer.is_ok()).count();
+            say(
+                connection,
+                &id,
+                &format!("{allowed} of {ASKED} permission requests answered"),
+            );
+            if let Err(err) = std::fs::write("status.txt", "ok\n") {
+                eprintln!("loopr-test-acp-agent: writing status.txt: {err}");
+            }
+            Some(PromptResponse::new(StopReason::EndTurn))
         }
         _ => Some(PromptResponse::new(StopReason::EndTurn)),
     }

@@ -808,3 +808,38 @@ pub fn script_spec(fake: &FakeLlm, id: &str, spec: &str, phases: &[&str; 3], val
         );
     }
 }
+
+/// The status row of loop `id`, as `:LooprStatus` has it.
+pub async fn status_row(editor: &TestNvim, id: &str) -> Value {
+    editor
+        .status_records()
+        .await
+        .into_iter()
+        .find(|row| row["id"] == id)
+        .expect("the loop's row")
+}
+
+/// Sets `budget` (a Lua table) over the editor's settings, runs `phase`'s code loop, and
+/// waits for the notice that its tree reached the budget: the loop's id and the notice.
+pub async fn run_to_the_budget(
+    editor: &mut TestNvim,
+    budget: &str,
+    phase: &str,
+) -> (String, String) {
+    let ok: bool = editor
+        .lua(&format!(
+            "return require('loopr').setup(vim.tbl_extend('force', require('loopr.config').get(), {{ budget = {budget} }}))"
+        ))
+        .await;
+    assert!(ok, "setup with budget {budget}");
+    let code_id = run_code_loop(editor, phase).await;
+    let notice = editor
+        .wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reached its budget"))
+        })
+        .await;
+    let message = notice["message"].as_str().unwrap_or_default().to_owned();
+    (code_id, message)
+}
