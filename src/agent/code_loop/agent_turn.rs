@@ -150,12 +150,7 @@ pub(super) async fn take_turn(
             answer = &mut answer, if answered.is_none() => Step::Answered(answer),
         };
         match step {
-            Step::Cancel => {
-                stop(LoopError::Cancelled, &mut stopping);
-                if answered.is_some() {
-                    break answered;
-                }
-            }
+            Step::Cancel => stop(LoopError::Cancelled, &mut stopping),
             Step::Answered(answer) => {
                 answered = Some(answer);
                 drain = Drain::from_now();
@@ -178,8 +173,18 @@ pub(super) async fn take_turn(
             Step::Served => {}
             Step::Closed => agent_closed = true,
         }
+        // A turn that has its answer and is stopped takes nothing more in.
+        if stopping.is_some() && answered.is_some() {
+            break answered;
+        }
     };
     meter.after(context, &turn);
+    // The tokens its answer gives are the turn's, even of a turn Loopr stopped.
+    if let Some(Ok(response)) = &ended
+        && let Some(usage) = &response.usage
+    {
+        turn.usage = spend::turn_usage(usage);
+    }
     if let Some((why, _)) = stopping {
         drop(serving);
         turn.finish(conversation);
@@ -195,9 +200,6 @@ pub(super) async fn take_turn(
         Some(Ok(response)) => {
             if response.stop_reason != StopReason::EndTurn {
                 tracing::info!(loop_id = %context.record.id, stop = ?response.stop_reason, "the coding agent ended its turn early");
-            }
-            if let Some(usage) = response.usage {
-                turn.usage = spend::turn_usage(&usage);
             }
             turn.finish(conversation);
             Ok(turn)
