@@ -4,6 +4,8 @@
 //! stops on `:LooprCancel`, what a turn keeps is bounded, and what the agent writes after its
 //! answer is in the changes list and undone.
 
+use serde_json::{Value, json};
+
 use super::agent_code_loop::{VALIDATION, agent_setup, assert_agent_saw_cancel, messages};
 use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
@@ -227,5 +229,35 @@ async fn at_most_eight_of_the_agent_s_requests_are_served_at_once() {
     }
     assert_eq!(rounds, [8, 8, 4], "served eight at a time");
     editor.wait_status(&code_id, "complete").await;
+    editor.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_in_another_currency_is_named_and_left_out_of_the_dollars() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &agent_setup("euro", true), VALIDATION).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    let said = editor
+        .wait_event("LooprProgress", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("reports its cost in EUR"))
+        })
+        .await;
+    assert!(
+        said["message"].as_str().unwrap_or_default().contains(
+            "the agent reports its cost in EUR, not US dollars: a dollar budget cannot count \
+             it (its tokens still count, at the price set for \"agent test\", if any)"
+        ),
+        "{said:#}"
+    );
+    editor.wait_status(&code_id, "complete").await;
+    let code = status_row(&editor, &code_id).await;
+    assert_eq!(code["spend"]["cost_usd"], Value::Null, "{code:#}");
+    assert_eq!(
+        code["spend"]["cost_unknown"],
+        json!(["agent test"]),
+        "{code:#}"
+    );
     editor.quit().await;
 }

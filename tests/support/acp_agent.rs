@@ -19,8 +19,8 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
-//! - `costly`, `silent`, `flood`, `late`, `asks` (`limits` below): a cost over the budget,
-//!   no answer at all, a flood of text around its answer, a write after its answer, twenty
+//! - `costly`, `euro`, `silent`, `flood`, `late`, `asks` (`limits` below): a cost over the
+//!   budget, a cost in euros, no answer at all, a flood of text around its answer, a write after its answer, twenty
 //!   permission requests at once.
 
 use std::time::Duration;
@@ -48,6 +48,7 @@ enum Behaviour {
     Flood,
     Late,
     Asks,
+    Euro,
 }
 
 impl Behaviour {
@@ -72,6 +73,7 @@ impl Behaviour {
             ["--behave", "flood"] => Ok(Behaviour::Flood),
             ["--behave", "late"] => Ok(Behaviour::Late),
             ["--behave", "asks"] => Ok(Behaviour::Asks),
+            ["--behave", "euro"] => Ok(Behaviour::Euro),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -143,7 +145,8 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                     | Behaviour::Silent
                     | Behaviour::Flood
                     | Behaviour::Late
-                    | Behaviour::Asks => connection.clone().spawn(async move {
+                    | Behaviour::Asks
+                    | Behaviour::Euro => connection.clone().spawn(async move {
                         let Some(answer) =
                             limits::turn(behaviour, &connection, &request, &cancelled).await
                         else {

@@ -1,5 +1,5 @@
-//! The test agent's turns that try Loopr's limits (`--behave costly|silent|flood|late|asks`):
-//! a cost over the budget, no answer at all, a flood of updates around its answer, a write
+//! The test agent's turns that try Loopr's limits (`--behave costly|euro|silent|flood|late|asks`):
+//! a cost over the budget, a cost in euros, no answer at all, a flood of updates around its answer, a write
 //! after its answer, `ASKED` permission requests at once. Each turn writes the agent's pid to `agent.pid` first, so that a test
 //! can see the process gone.
 
@@ -49,6 +49,20 @@ pub async fn turn(
             );
             let _ = tokio::time::timeout(Duration::from_secs(600), cancelled.notified()).await;
             Some(PromptResponse::new(StopReason::Cancelled))
+        }
+        Behaviour::Euro => {
+            update(
+                connection,
+                &id,
+                SessionUpdate::UsageUpdate(
+                    UsageUpdate::new(1_200, 200_000).cost(Cost::new(3.0, "EUR")),
+                ),
+            );
+            if let Err(err) = std::fs::write("status.txt", "ok\n") {
+                eprintln!("loopr-test-acp-agent: writing status.txt: {err}");
+            }
+            say(connection, &id, "Done; that cost 3 euros.");
+            Some(PromptResponse::new(StopReason::EndTurn))
         }
         Behaviour::Silent => None,
         Behaviour::Flood => {
