@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock as AcpContent, PlanEntryStatus, PromptRequest, SessionUpdate,
-    StopReason, TextContent, ToolCallStatus, ToolKind, UsageUpdate,
+    StopReason, TextContent, ToolCallStatus, UsageUpdate,
 };
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
 use super::agent_session::AgentSession;
 use crate::acp::FromAgent;
-use crate::agent::agent_client::AgentClient;
+use crate::agent::agent_client::{AgentClient, kind_word};
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{AgentPlanEntry, LoopEvent};
 use crate::agent::turn::Conversation;
@@ -300,13 +300,6 @@ impl AgentTurn {
 }
 
 /// `kind` as ACP spells it (`read`, `execute`, ...).
-fn kind_word(kind: ToolKind) -> String {
-    match serde_json::to_value(kind) {
-        Ok(serde_json::Value::String(word)) => word,
-        _ => "other".to_owned(),
-    }
-}
-
 fn status_word(status: &ToolCallStatus) -> &'static str {
     match status {
         ToolCallStatus::Pending => "pending",
