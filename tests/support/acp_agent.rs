@@ -19,6 +19,9 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
+//! - `permissions`: the first prompt asks permission for a command it declares a "read",
+//!   then for an edit of `notes.txt` with its diff, which once allowed it writes over `fs`
+//!   exactly; a prompt saying the validation failed is answered as in `script`.
 
 use std::time::Duration;
 
@@ -40,6 +43,7 @@ enum Behaviour {
     Script,
     Wait,
     Die,
+    Permissions,
 }
 
 impl Behaviour {
@@ -59,6 +63,7 @@ impl Behaviour {
             ["--behave", "script"] => Ok(Behaviour::Script),
             ["--behave", "wait"] => Ok(Behaviour::Wait),
             ["--behave", "die"] => Ok(Behaviour::Die),
+            ["--behave", "permissions"] => Ok(Behaviour::Permissions),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -119,13 +124,13 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                 match behaviour {
                     // The turn talks to the client: on a task of its own, so that the
                     // connection goes on reading the client's answers.
-                    Behaviour::Script | Behaviour::Wait | Behaviour::Die => {
-                        connection.clone().spawn(async move {
-                            let stop =
-                                script::turn(behaviour, &connection, &request, &cancelled).await;
-                            responder.respond(PromptResponse::new(stop))
-                        })
-                    }
+                    Behaviour::Script
+                    | Behaviour::Wait
+                    | Behaviour::Die
+                    | Behaviour::Permissions => connection.clone().spawn(async move {
+                        let stop = script::turn(behaviour, &connection, &request, &cancelled).await;
+                        responder.respond(PromptResponse::new(stop))
+                    }),
                     _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
                 }
             },
