@@ -82,7 +82,10 @@ async fn permissions_turn(session: &Session<'_>) {
         .title("Look at the deploy")
         .kind(ToolKind::Read)
         .raw_input(serde_json::json!({"command": "make deploy"}));
-    let allowed = session.asked_with("look", command).await;
+    let allowed = session
+        .asked_with("look", command)
+        .await
+        .map_err(|err| err.message);
     session.say(&format!("looking at the deploy allowed: {allowed:?}"));
 
     let diff =
@@ -91,7 +94,10 @@ async fn permissions_turn(session: &Session<'_>) {
         .title("Rewrite notes.txt")
         .kind(ToolKind::Edit)
         .content(vec![ToolCallContent::Diff(diff)]);
-    let allowed = session.asked_with("rewrite", edit).await;
+    let allowed = session
+        .asked_with("rewrite", edit)
+        .await
+        .map_err(|err| err.message);
     session.say(&format!("rewriting notes.txt allowed: {allowed:?}"));
     if allowed == Ok(true) {
         let written = session
@@ -294,28 +300,16 @@ impl Session<'_> {
         title: &str,
         kind: ToolKind,
     ) -> Result<bool, agent_client_protocol::Error> {
-        let options = vec![
-            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
-        ];
-        let asked = RequestPermissionRequest::new(
-            self.id.clone(),
-            ToolCallUpdate::new(
-                id.to_owned(),
-                ToolCallUpdateFields::new().title(title).kind(kind),
-            ),
-            options,
-        );
-        let answer = self.ask(asked).await?;
-        Ok(matches!(
-            answer.outcome,
-            RequestPermissionOutcome::Selected(selected) if &*selected.option_id.0 == "allow"
-        ))
+        self.asked_with(id, ToolCallUpdateFields::new().title(title).kind(kind))
+            .await
     }
 
-    /// Asks permission for tool call `id` described by `fields`: whether "allow" was picked,
-    /// or the error's message.
-    async fn asked_with(&self, id: &str, fields: ToolCallUpdateFields) -> Result<bool, String> {
+    /// Asks permission for tool call `id` described by `fields`: whether "allow" was picked.
+    async fn asked_with(
+        &self,
+        id: &str,
+        fields: ToolCallUpdateFields,
+    ) -> Result<bool, agent_client_protocol::Error> {
         let options = vec![
             PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
@@ -325,7 +319,7 @@ impl Session<'_> {
             ToolCallUpdate::new(id.to_owned(), fields),
             options,
         );
-        let answer = self.ask(asked).await.map_err(|err| err.message)?;
+        let answer = self.ask(asked).await?;
         Ok(matches!(
             answer.outcome,
             RequestPermissionOutcome::Selected(selected) if &*selected.option_id.0 == "allow"
