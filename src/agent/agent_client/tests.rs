@@ -960,3 +960,28 @@ async fn a_terminal_may_not_change_what_runs_through_its_environment() {
     }
     assert!(project.asked().is_empty(), "{:?}", project.asked());
 }
+
+#[tokio::test]
+async fn a_write_of_the_approved_content_over_a_file_changed_since_is_asked() {
+    let (project, agent) = connected(Decision::Accept).await;
+    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
+    edit.tool_call.fields.raw_input = None;
+    agent.ask(edit).await.expect("answered");
+    // The user changes main.rs meanwhile: the accepted diff no longer says what the write does.
+    std::fs::write(project.path("src/main.rs"), "fn main() { mine(); }\n").expect("write");
+    agent
+        .ask(WriteTextFileRequest::new(
+            SESSION,
+            project.path("src/main.rs"),
+            "fn main() {}\n",
+        ))
+        .await
+        .expect("written");
+    let asked = project.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[1].detail.contains("-fn main() { mine(); }"),
+        "{}",
+        asked[1].detail
+    );
+}
