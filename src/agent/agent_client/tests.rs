@@ -644,6 +644,25 @@ fn shorten_main(project: &Project) -> ToolCallContent {
     )
 }
 
+/// The agent asks to shorten main.rs with its diff alone (no command).
+fn shorten_main_asked(project: &Project) -> RequestPermissionRequest {
+    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(project)]);
+    edit.tool_call.fields.raw_input = None;
+    edit
+}
+
+/// The agent writes `content` as the whole of main.rs over `fs`.
+async fn write_main(project: &Project, agent: &TestAgent, content: &str) {
+    agent
+        .ask(WriteTextFileRequest::new(
+            SESSION,
+            project.path("src/main.rs"),
+            content,
+        ))
+        .await
+        .expect("written");
+}
+
 #[tokio::test]
 async fn allow_always_holds_for_edits_but_each_command_is_asked() {
     let (project, agent) = connected(Decision::AcceptAllOfKind).await;
@@ -672,8 +691,7 @@ async fn allow_always_holds_for_edits_but_each_command_is_asked() {
         asked[0].detail
     );
     // A diff without a command: an edit, which "allow always" covers.
-    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
-    edit.tool_call.fields.raw_input = None;
+    let edit = shorten_main_asked(&project);
     for _ in 0..2 {
         let answer = agent.ask(edit.clone()).await.expect("answered");
         assert_eq!(chosen(&answer.outcome), Some("always"));
@@ -724,8 +742,7 @@ async fn the_agent_s_own_tools_are_asked_whatever_the_approvals_accept_automatic
         Arc::new(PolicyApprover::new(settings, &[], true, user).expect("policy"))
     });
     let agent = TestAgent::connect(&project.client).await;
-    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
-    edit.tool_call.fields.raw_input = None;
+    let edit = shorten_main_asked(&project);
     for request in [
         edit,
         permission(ToolKind::Execute, "Run the tests", Vec::new()),
@@ -781,8 +798,7 @@ async fn a_call_with_a_diff_and_a_command_shows_both_and_one_with_neither_its_in
 async fn accepting_once_where_the_agent_offers_no_allow_once_is_said_first() {
     use PermissionOptionKind::{AllowAlways, RejectOnce};
     let (project, agent) = connected(Decision::Accept).await;
-    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
-    edit.tool_call.fields.raw_input = None;
+    let edit = shorten_main_asked(&project);
     let edited = agent
         .ask(offering(edit, &[AllowAlways, RejectOnce]))
         .await
@@ -822,18 +838,10 @@ async fn accepting_once_where_the_agent_offers_no_allow_once_is_said_first() {
 #[tokio::test]
 async fn a_write_making_the_change_just_approved_is_not_asked_again() {
     let (project, agent) = connected(Decision::Accept).await;
-    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
-    edit.tool_call.fields.raw_input = None;
+    let edit = shorten_main_asked(&project);
     let answer = agent.ask(edit).await.expect("answered");
     assert_eq!(chosen(&answer.outcome), Some("once"));
-    agent
-        .ask(WriteTextFileRequest::new(
-            SESSION,
-            project.path("src/main.rs"),
-            "fn main() {}\n",
-        ))
-        .await
-        .expect("written");
+    write_main(&project, &agent, "fn main() {}\n").await;
     assert_eq!(
         std::fs::read_to_string(project.path("src/main.rs")).expect("main"),
         "fn main() {}\n"
@@ -844,14 +852,7 @@ async fn a_write_making_the_change_just_approved_is_not_asked_again() {
 
     // Another write of the same file, and the approved one made twice, are asked.
     for content in ["fn main() { other(); }\n", "fn main() {}\n"] {
-        agent
-            .ask(WriteTextFileRequest::new(
-                SESSION,
-                project.path("src/main.rs"),
-                content,
-            ))
-            .await
-            .expect("written");
+        write_main(&project, &agent, content).await;
     }
     let asked = project.asked();
     assert_eq!(asked.len(), 3, "{asked:?}");
@@ -964,19 +965,11 @@ async fn a_terminal_may_not_change_what_runs_through_its_environment() {
 #[tokio::test]
 async fn a_write_of_the_approved_content_over_a_file_changed_since_is_asked() {
     let (project, agent) = connected(Decision::Accept).await;
-    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(&project)]);
-    edit.tool_call.fields.raw_input = None;
+    let edit = shorten_main_asked(&project);
     agent.ask(edit).await.expect("answered");
     // The user changes main.rs meanwhile: the accepted diff no longer says what the write does.
     std::fs::write(project.path("src/main.rs"), "fn main() { mine(); }\n").expect("write");
-    agent
-        .ask(WriteTextFileRequest::new(
-            SESSION,
-            project.path("src/main.rs"),
-            "fn main() {}\n",
-        ))
-        .await
-        .expect("written");
+    write_main(&project, &agent, "fn main() {}\n").await;
     let asked = project.asked();
     assert_eq!(asked.len(), 2, "{asked:?}");
     assert!(
