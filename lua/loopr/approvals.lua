@@ -203,14 +203,17 @@ end
 ---@return string[]
 local function render_agent_call(req)
   local lines = {
-    ('The coding agent asks to use its own tool: %s (loop %s)'):format(one_line(req.subject), req.loop_id),
+    ('The coding agent asks to use its own tool: %s (loop %s)'):format(M.visible(one_line(req.subject)), req.loop_id),
     '',
   }
+  -- What the agent wrote (its command, its raw input) is made visible like a command; its
+  -- diffs, which come after the command and the rest, are kept as they are.
+  local in_diff = false
   for _, line in ipairs(vim.split(req.detail, '\n', { trimempty = true })) do
-    -- Its command's lines (`$ `, `> `) and its input are made visible like a command's; a
-    -- diff's lines are kept as they are.
-    local diff_line = line:match('^[-+ @]') ~= nil
-    table.insert(lines, diff_line and line or M.visible(line))
+    in_diff = in_diff or vim.startswith(line, '--- ')
+    -- An input's indentation stays as it is.
+    local indent, rest = line:match('^( *)(.*)$')
+    table.insert(lines, in_diff and line or indent .. M.visible(rest))
   end
   return lines
 end

@@ -1,6 +1,6 @@
 //! What the user is asked when a coding agent (the test agent, `--behave permissions`) asks
 //! permission for its own tools: always, whatever `approvals` accepts automatically, with the
-//! command it carries whatever kind it declares; and its write of exactly the diff the user
+//! command it carries (nothing in it hidden) whatever kind it declares; and its write of exactly the diff the user
 //! accepted is not asked again, yet lands in the changes list.
 
 use super::code::planned_editor;
@@ -85,7 +85,7 @@ async fn an_agent_s_own_tools_are_asked_even_with_edits_and_mcp_calls_automatic(
         &[
             "The coding agent asks to use its own tool: Look at the deploy",
             "It is asked as execute for what it carries; it says \"read\".",
-            "$ make deploy",
+            "$ make deploy<200b>",
             "Each execute call is asked: a and A allow this one only.",
             "a accept · A accept all as said above · r reject with a reason · q reject",
         ][..],

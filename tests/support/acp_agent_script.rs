@@ -81,7 +81,8 @@ async fn permissions_turn(session: &Session<'_>) {
     let command = ToolCallUpdateFields::new()
         .title("Look at the deploy")
         .kind(ToolKind::Read)
-        .raw_input(serde_json::json!({"command": "make deploy"}));
+        // A zero-width space at its end, which the prompt must not hide.
+        .raw_input(serde_json::json!({"command": "make deploy\u{200b}"}));
     let allowed = session
         .asked_with("look", command)
         .await
