@@ -30,8 +30,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use approval::{
-    AcceptAll, ApprovalRequest, Approver, ChangeKind, DIFF_TIMEOUT, Decision, bounded_line_diff,
-    file_diff,
+    AGENT_OWN_TOOL, AcceptAll, ApprovalRequest, Approver, ChangeKind, DIFF_TIMEOUT, Decision,
+    bounded_line_diff, file_diff,
 };
 pub use buffers::{
     BufferCheck, BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement,
@@ -50,8 +50,8 @@ pub use read_file::{MAX_FILE_BYTES as MAX_READ_BYTES, ReadFileTool};
 pub use run_command::{RunCommandTool, approve_command, command_directory, unsandboxed_note};
 pub use sandbox::{
     ExecRequest, Mechanism, SETUP_FAILED as SANDBOX_SETUP_FAILED, Sandbox, SandboxMode,
-    SandboxSettings, SetupError as SandboxSetupError, command_environment, looks_secret,
-    sandbox_exec,
+    SandboxSettings, SetupError as SandboxSetupError, changes_what_runs, command_environment,
+    looks_secret, sandbox_exec,
 };
 pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, spawn_shell};
 pub use tree_watch::{

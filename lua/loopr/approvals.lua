@@ -14,7 +14,7 @@ local SUBJECT_WIDTH = 60
 ---@field id integer
 ---@field loop_id string
 ---@field kind loopr.ApprovalKind
----@field tool string "write_file", "edit_file", "run_command", "web_fetch" or "mcp".
+---@field tool string "write_file", "edit_file", "run_command", "web_fetch", "mcp", or "agent" (a coding agent's own tool).
 ---@field subject string File path relative to the project root, the command, the host fetched from, or the MCP tool (`server__tool`).
 ---@field detail string Unified diff, "$ <command>\n(in <dir>)", or "Loopr wants to fetch <url>".
 
@@ -36,10 +36,21 @@ local queue = {}
 local DECISIONS = { accept = true, accept_all = true, reject = true }
 local PLURAL = { write = 'writes', edit = 'edits', command = 'commands' }
 
+---Whether a coding agent asks before one of its own tools acts (the host's `AGENT_OWN_TOOL`).
+---@param req loopr.ApprovalRequest
+---@return boolean
+local function agent_own_tool(req)
+  return req.tool == 'agent'
+end
+
 ---What "accept all" accepts: fetches are accepted per host, the rest per kind.
 ---@param req loopr.ApprovalRequest
 ---@return string
 local function all_of(req)
+  if agent_own_tool(req) then
+    -- The request's last line says what it allows: it depends on the call and the agent.
+    return 'as said above'
+  end
   if req.kind == 'fetch' then
     return ('fetches from %s in this loop'):format(req.subject)
   end
@@ -190,9 +201,30 @@ end
 
 ---@param req loopr.ApprovalRequest
 ---@return string[]
+local function render_agent_call(req)
+  local lines = {
+    ('The coding agent asks to use its own tool: %s (loop %s)'):format(M.visible(one_line(req.subject)), req.loop_id),
+    '',
+  }
+  -- What the agent wrote (its command, its raw input) is made visible like a command; its
+  -- diffs, which come after the command and the rest, are kept as they are.
+  local in_diff = false
+  for _, line in ipairs(vim.split(req.detail, '\n', { trimempty = true })) do
+    in_diff = in_diff or vim.startswith(line, '--- ')
+    -- An input's indentation stays as it is.
+    local indent, rest = line:match('^( *)(.*)$')
+    table.insert(lines, in_diff and line or indent .. M.visible(rest))
+  end
+  return lines
+end
+
+---@param req loopr.ApprovalRequest
+---@return string[]
 local function render(req)
   local lines
-  if req.kind == 'command' then
+  if agent_own_tool(req) then
+    lines = render_agent_call(req)
+  elseif req.kind == 'command' then
     lines = render_command(req)
   else
     local header = req.kind == 'mcp'
@@ -261,7 +293,9 @@ local function create(req)
   vim.bo[buf].swapfile = false
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, render(req))
   vim.bo[buf].modifiable = false
-  vim.bo[buf].filetype = ({ command = 'sh', fetch = 'text', mcp = 'text' })[req.kind] or 'diff'
+  vim.bo[buf].filetype = agent_own_tool(req) and (req.kind == 'edit' and 'diff' or 'text')
+    or ({ command = 'sh', fetch = 'text', mcp = 'text' })[req.kind]
+    or 'diff'
   keymaps(buf, req)
   vim.api.nvim_create_autocmd('BufWipeout', {
     buffer = buf,
@@ -311,7 +345,10 @@ local function show(req)
   -- curl ... | sh"); the message shows what fits and keeps all of it in :messages.
   local subject = req.kind == 'command' and command_summary(req.subject) or short(req.subject)
   require('loopr.notify').notify(
-    ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(req.kind, subject),
+    ('Loopr: approve %s %s? a accept · A accept all · r reject'):format(
+      agent_own_tool(req) and "the agent's own tool" or req.kind,
+      subject
+    ),
     vim.log.levels.INFO
   )
 end

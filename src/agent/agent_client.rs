@@ -4,13 +4,11 @@
 //! the sandbox and command approvals (`terminals.rs`); `session/request_permission` through
 //! the approval prompt (`permission.rs`).
 
-// Until the code loop driven by an agent (branch i27-loop) serves its agent through it.
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod files;
 mod permission;
 mod terminals;
 
+use agent_client_protocol::v1::schema::ToolKind;
 use agent_client_protocol::{Error, ErrorCode};
 
 use crate::acp::FromAgent;
@@ -54,7 +52,8 @@ impl AgentClient {
             }
             FromAgent::WriteTextFile(asked) => {
                 let (request, responder) = *asked;
-                responder.respond_with_result(files::write(context, request).await.map_err(answer))
+                let written = files::write(context, &self.permissions, request).await;
+                responder.respond_with_result(written.map_err(answer))
             }
             FromAgent::CreateTerminal(asked) => {
                 let (request, responder) = *asked;
@@ -107,6 +106,23 @@ fn answer(err: ToolError) -> Error {
         ToolError::File { .. } | ToolError::External(_) => ErrorCode::INTERNAL_ERROR,
     };
     Error::new(code, err.to_string())
+}
+
+/// A call's `kind` in words, as the user is shown it and the journal keeps it: the
+/// protocol's own word.
+pub(crate) fn kind_word(kind: ToolKind) -> &'static str {
+    match kind {
+        ToolKind::Read => "read",
+        ToolKind::Edit => "edit",
+        ToolKind::Delete => "delete",
+        ToolKind::Move => "move",
+        ToolKind::Search => "search",
+        ToolKind::Execute => "execute",
+        ToolKind::Think => "think",
+        ToolKind::Fetch => "fetch",
+        ToolKind::SwitchMode => "switch_mode",
+        _ => "other",
+    }
 }
 
 /// `path` as the tools take it: ACP paths are absolute, and must lie inside the project.

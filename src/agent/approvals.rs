@@ -202,6 +202,10 @@ impl Approver for PolicyApprover {
         request: ApprovalRequest,
         cancel: &CancellationToken,
     ) -> Option<Decision> {
+        if request.is_agent_own_tool() {
+            // Neither accepted unasked nor remembered: the agent client keeps its "always".
+            return self.asker.decide(request, cancel).await;
+        }
         if self.accepted_without_asking(&request) {
             return Some(Decision::Accept);
         }
@@ -482,6 +486,56 @@ mod tests {
             self.1.lock().expect("lock").push(request.subject);
             Some(self.0.clone())
         }
+    }
+
+    #[tokio::test]
+    async fn an_agent_s_own_tool_is_asked_every_time_whatever_the_settings() {
+        let asker = Arc::new(Answers(Decision::AcceptAllOfKind, Mutex::new(Vec::new())));
+        let everything_automatic = ApprovalSettings {
+            write: ApprovalMode::Auto,
+            edit: ApprovalMode::Auto,
+            command: ApprovalMode::Auto,
+            fetch: ApprovalMode::Auto,
+            mcp: ApprovalMode::Auto,
+        };
+        let policy = PolicyApprover::new(
+            everything_automatic,
+            &[".*".to_owned()],
+            true,
+            asker.clone(),
+        )
+        .expect("policy");
+        let cancel = CancellationToken::new();
+        for kind in [
+            ChangeKind::Edit,
+            ChangeKind::Command,
+            ChangeKind::Mcp,
+            ChangeKind::Edit,
+        ] {
+            let asked = ApprovalRequest {
+                tool: crate::tools::AGENT_OWN_TOOL,
+                ..request(kind, "Run the tests")
+            };
+            assert_eq!(
+                policy.decide(asked, &cancel).await,
+                Some(Decision::AcceptAllOfKind)
+            );
+        }
+        assert_eq!(asker.1.lock().expect("lock").len(), 4, "each one asked");
+
+        // Its "accept all" is not the loop's: a later MCP call of that name is still asked.
+        let asker = Arc::new(Answers(Decision::AcceptAllOfKind, Mutex::new(Vec::new())));
+        let policy = PolicyApprover::new(ApprovalSettings::default(), &[], true, asker.clone())
+            .expect("policy");
+        let agent_s = ApprovalRequest {
+            tool: crate::tools::AGENT_OWN_TOOL,
+            ..request(ChangeKind::Mcp, "server__tool")
+        };
+        policy.decide(agent_s, &cancel).await;
+        policy
+            .decide(request(ChangeKind::Mcp, "server__tool"), &cancel)
+            .await;
+        assert_eq!(asker.1.lock().expect("lock").len(), 2, "both asked");
     }
 
     #[tokio::test]

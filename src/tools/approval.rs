@@ -30,6 +30,11 @@ impl ChangeKind {
     }
 }
 
+/// The `tool` of a request a coding agent makes before one of its own tools acts (ACP
+/// `session/request_permission`). Loopr neither confines nor sees what such a tool does, so
+/// no approval setting and no "accept all" answers it: it is always asked.
+pub const AGENT_OWN_TOOL: &str = "agent";
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApprovalRequest {
     /// The loop asking (filled in by the tool context).
@@ -40,6 +45,13 @@ pub struct ApprovalRequest {
     pub subject: String,
     /// The change itself: a unified diff, or the command and its directory.
     pub detail: String,
+}
+
+impl ApprovalRequest {
+    /// Whether a coding agent asks it for one of its own tools (`AGENT_OWN_TOOL`).
+    pub fn is_agent_own_tool(&self) -> bool {
+        self.tool == AGENT_OWN_TOOL
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub use environment::{command_environment, looks_secret};
+pub use environment::{changes_what_runs, command_environment, looks_secret};
 pub use exec::{ExecRequest, SETUP_FAILED, SetupError, sandbox_exec};
 
 use super::output::CommandOutput;

@@ -19,9 +19,12 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
+//! - `permissions`: the first prompt asks permission for a command it declares a "read",
+//!   then for an edit of `notes.txt` with its diff, which once allowed it writes over `fs`
+//!   exactly; a prompt saying the validation failed is answered as in `script`.
 //! - `costly`, `euro`, `silent`, `flood`, `late`, `asks` (`limits` below): a cost over the
-//!   budget, a cost in euros, no answer at all, a flood of text around its answer, a write after its answer, twenty
-//!   permission requests at once.
+//!   budget, a cost in euros, no answer at all, a flood of text around its answer, a write
+//!   after its answer, twenty permission requests at once.
 
 use std::time::Duration;
 
@@ -43,6 +46,7 @@ enum Behaviour {
     Script,
     Wait,
     Die,
+    Permissions,
     Costly,
     Silent,
     Flood,
@@ -68,6 +72,7 @@ impl Behaviour {
             ["--behave", "script"] => Ok(Behaviour::Script),
             ["--behave", "wait"] => Ok(Behaviour::Wait),
             ["--behave", "die"] => Ok(Behaviour::Die),
+            ["--behave", "permissions"] => Ok(Behaviour::Permissions),
             ["--behave", "costly"] => Ok(Behaviour::Costly),
             ["--behave", "silent"] => Ok(Behaviour::Silent),
             ["--behave", "flood"] => Ok(Behaviour::Flood),
@@ -134,13 +139,13 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                 match behaviour {
                     // The turn talks to the client: on a task of its own, so that the
                     // connection goes on reading the client's answers.
-                    Behaviour::Script | Behaviour::Wait | Behaviour::Die => {
-                        connection.clone().spawn(async move {
-                            let stop =
-                                script::turn(behaviour, &connection, &request, &cancelled).await;
-                            responder.respond(PromptResponse::new(stop))
-                        })
-                    }
+                    Behaviour::Script
+                    | Behaviour::Wait
+                    | Behaviour::Die
+                    | Behaviour::Permissions => connection.clone().spawn(async move {
+                        let stop = script::turn(behaviour, &connection, &request, &cancelled).await;
+                        responder.respond(PromptResponse::new(stop))
+                    }),
                     Behaviour::Costly
                     | Behaviour::Silent
                     | Behaviour::Flood

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, CreateTerminalRequest, PermissionOption, PermissionOptionKind,
-    Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, ReadTextFileRequest,
-    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
-    SessionNotification, SessionUpdate, StopReason, TerminalOutputRequest, TextContent, ToolCall,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, UsageUpdate,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    ContentBlock, ContentChunk, CreateTerminalRequest, Diff, PermissionOption,
+    PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest,
+    ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
+    TerminalOutputRequest, TextContent, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind, UsageUpdate, WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::{Client, JsonRpcRequest};
 
@@ -64,11 +64,53 @@ pub async fn turn(
             session.usage(2400);
             StopReason::EndTurn
         }
+        Behaviour::Permissions => {
+            permissions_turn(&session).await;
+            StopReason::EndTurn
+        }
         _ => {
             first_turn(&session).await;
             StopReason::EndTurn
         }
     }
+}
+
+/// The first turn of `permissions`: a command declared a "read", then an edit asked with its
+/// diff and written over `fs` exactly as asked; each answer said.
+async fn permissions_turn(session: &Session<'_>) {
+    let command = ToolCallUpdateFields::new()
+        .title("Look at the deploy")
+        .kind(ToolKind::Read)
+        // A zero-width space at its end, which the prompt must not hide.
+        .raw_input(serde_json::json!({"command": "make deploy\u{200b}"}));
+    let allowed = session
+        .asked_with("look", command)
+        .await
+        .map_err(|err| err.message);
+    session.say(&format!("looking at the deploy allowed: {allowed:?}"));
+
+    let diff =
+        Diff::new(absolute("notes.txt"), "approved diff\n").old_text("notes before\n".to_owned());
+    let edit = ToolCallUpdateFields::new()
+        .title("Rewrite notes.txt")
+        .kind(ToolKind::Edit)
+        .content(vec![ToolCallContent::Diff(diff)]);
+    let allowed = session
+        .asked_with("rewrite", edit)
+        .await
+        .map_err(|err| err.message);
+    session.say(&format!("rewriting notes.txt allowed: {allowed:?}"));
+    if allowed == Ok(true) {
+        let written = session
+            .ask(WriteTextFileRequest::new(
+                session.id.clone(),
+                absolute("notes.txt"),
+                "approved diff\n",
+            ))
+            .await;
+        session.say(&format!("notes.txt written over fs: {written:?}"));
+    }
+    session.say("Done for now.");
 }
 
 /// The first turn of `script`: every kind of request a coding agent makes, each answer said.
@@ -259,16 +301,23 @@ impl Session<'_> {
         title: &str,
         kind: ToolKind,
     ) -> Result<bool, agent_client_protocol::Error> {
+        self.asked_with(id, ToolCallUpdateFields::new().title(title).kind(kind))
+            .await
+    }
+
+    /// Asks permission for tool call `id` described by `fields`: whether "allow" was picked.
+    async fn asked_with(
+        &self,
+        id: &str,
+        fields: ToolCallUpdateFields,
+    ) -> Result<bool, agent_client_protocol::Error> {
         let options = vec![
             PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
         ];
         let asked = RequestPermissionRequest::new(
             self.id.clone(),
-            ToolCallUpdate::new(
-                id.to_owned(),
-                ToolCallUpdateFields::new().title(title).kind(kind),
-            ),
+            ToolCallUpdate::new(id.to_owned(), fields),
             options,
         );
         let answer = self.ask(asked).await?;

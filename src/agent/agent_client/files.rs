@@ -2,17 +2,23 @@
 //! (inside the root, never a secret, no link followed, bounded; what an open buffer holds
 //! unsaved where the user has one), and written as `write_file` writes one (approved with its
 //! diff, through the open buffer, recorded in the change journal for the changes list, undo,
-//! checkpoints and the phase's commit).
+//! checkpoints and the phase's commit); a write of exactly a change the user accepted in the
+//! agent's permission request is not asked twice. What is read carries no credentials.
 
 use agent_client_protocol::v1::schema::{
     ReadTextFileRequest, ReadTextFileResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::absolute_path;
+use super::permission::{AcceptedDiff, Permissions};
 use crate::tools::{
-    MAX_READ_BYTES, ReadError, Tool, ToolContext, ToolError, WriteFileTool, read_regular,
-    refuse_secret,
+    ApprovalRequest, Approver, ChangeKind, Decision, MAX_READ_BYTES, ReadError, Tool, ToolContext,
+    ToolError, WriteFileTool, file_diff, read_regular, redact_credentials, refuse_secret,
 };
 
 /// The most text one read answers with: a longer answer is asked for in parts (`line` and
@@ -48,22 +54,97 @@ pub(super) async fn read(
         }
     };
     let content = lines_asked(&text, &shown, request.line, request.limit)?;
-    Ok(ReadTextFileResponse::new(content))
+    // What the agent reads goes to its model, as what Loopr's tools read goes to Loopr's.
+    Ok(ReadTextFileResponse::new(
+        redact_credentials(&content).into_owned(),
+    ))
 }
 
-/// Writes the agent's `content` as the whole of a project file, exactly as `write_file` does.
+/// Writes the agent's `content` as the whole of a project file, exactly as `write_file` does;
+/// a write making exactly the change the user accepted when the agent asked permission with
+/// its diff is not asked again.
 pub(super) async fn write(
     context: &ToolContext,
+    permissions: &Permissions,
     request: WriteTextFileRequest,
 ) -> Result<WriteTextFileResponse, ToolError> {
     let requested = absolute_path(&request.path)?;
+    let context = match permissions.take_accepted_diff(&request.path, &request.content) {
+        Some(accepted) => accepting(context, &requested, accepted).await?,
+        None => context.clone(),
+    };
     WriteFileTool
         .call(
             json!({"path": requested, "content": request.content}),
-            context,
+            &context,
         )
         .await?;
     Ok(WriteTextFileResponse::new())
+}
+
+/// `context`, its approver accepting unasked the write of `requested` whose diff is the one
+/// the user accepted: the same file, and the same diff from the file as it is now (a file
+/// changed since differs in its diff, and is asked).
+async fn accepting(
+    context: &ToolContext,
+    requested: &str,
+    accepted: AcceptedDiff,
+) -> Result<ToolContext, ToolError> {
+    let subject = context
+        .root
+        .relative_display(&context.root.resolve_for_write(requested)?);
+    let detail = {
+        let shown = subject.clone();
+        tokio::task::spawn_blocking(move || {
+            file_diff(
+                &shown,
+                accepted.old_text.as_deref().unwrap_or_default(),
+                &accepted.new_text,
+            )
+        })
+        .await
+        .map_err(|err| ToolError::File {
+            path: subject.clone(),
+            message: format!("showing its change crashed: {err}"),
+        })?
+    };
+    Ok(ToolContext {
+        approver: Arc::new(AcceptedChange {
+            subject,
+            detail,
+            approver: context.approver.clone(),
+        }),
+        ..context.clone()
+    })
+}
+
+/// The loop's approver, but the write of `subject` with exactly `detail` as its diff is
+/// accepted: the user accepted that change already.
+struct AcceptedChange {
+    subject: String,
+    detail: String,
+    approver: Arc<dyn Approver>,
+}
+
+#[async_trait]
+impl Approver for AcceptedChange {
+    async fn decide(
+        &self,
+        request: ApprovalRequest,
+        cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        if request.kind == ChangeKind::Write
+            && request.subject == self.subject
+            && request.detail == self.detail
+        {
+            return Some(Decision::Accept);
+        }
+        self.approver.decide(request, cancel).await
+    }
+
+    fn change_failed(&self, request: &ApprovalRequest, message: &str) {
+        self.approver.change_failed(request, message);
+    }
 }
 
 /// The text of the file at `path`: a regular file inside `root`, not binary, at most

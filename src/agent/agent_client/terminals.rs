@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use super::absolute_path;
 use crate::tools::{
     CommandOutput, KEPT_BYTES_PER_STREAM, ToolContext, ToolError, approve_command,
-    command_directory, kill_group, looks_secret, record_command_changes, spawn_shell,
-    tree_before_command,
+    changes_what_runs, command_directory, kill_group, looks_secret, record_command_changes,
+    redact_credentials, redact_cut_start, spawn_shell, tree_before_command,
 };
 
 /// Terminals one agent may have open (created and not released) at once.
@@ -195,6 +195,14 @@ impl Terminals {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             (output.text(), output.truncated)
         };
+        // As every command's output Loopr hands a model: never a credential in a URL, also
+        // where the kept end starts inside one.
+        let text = if truncated {
+            redact_cut_start(&text).into_owned()
+        } else {
+            text
+        };
+        let text = redact_credentials(&text).into_owned();
         let status = terminal.exit.borrow().clone();
         Ok(TerminalOutputResponse::new(text, truncated).exit_status(status))
     }
@@ -421,7 +429,8 @@ fn signal_name(signal: i32) -> String {
 /// The request as one `sh -c` line, as a command is approved and run: its environment
 /// exported first, then the command with its arguments quoted (without arguments, the
 /// command is taken as a shell command line, as `run_command` takes one). Variables whose
-/// names say they hold a secret are refused: commands never get secrets.
+/// names say they hold a secret are refused: commands never get secrets; nor may a variable
+/// change which programs run (`changes_what_runs`).
 fn shell_line(request: &CreateTerminalRequest) -> Result<String, ToolError> {
     let mut line = String::new();
     for variable in &request.env {
@@ -436,6 +445,12 @@ fn shell_line(request: &CreateTerminalRequest) -> Result<String, ToolError> {
         if !valid {
             return Err(ToolError::InvalidInput(format!(
                 "{name:?} is not an environment variable name (letters, digits and _)"
+            )));
+        }
+        if changes_what_runs(name) {
+            return Err(ToolError::InvalidInput(format!(
+                "{name} would change which programs run or what they load; run the command \
+                 without setting it"
             )));
         }
         if looks_secret(name) {

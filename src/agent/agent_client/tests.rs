@@ -22,7 +22,7 @@ use super::AgentClient;
 use crate::acp::FromAgent;
 use crate::agent::Baseline;
 use crate::tools::{
-    BufferCheck, BufferEdit, ChangeKind, Decision, NoBuffers, OpenBuffers, ProjectRoot,
+    Approver, BufferCheck, BufferEdit, ChangeKind, Decision, NoBuffers, OpenBuffers, ProjectRoot,
     RecordingApprover, Sandbox, SandboxMode, SandboxSettings, ToolContext, ToolPolicy,
 };
 
@@ -48,6 +48,15 @@ impl Project {
 
     /// `new`, with `buffers` standing for the editor's open buffers.
     fn with_buffers(decision: Decision, buffers: Arc<dyn OpenBuffers>) -> Project {
+        Project::asking_through(decision, buffers, |user| user)
+    }
+
+    /// `new`, its user asked through what `approver` makes of them (the loop's policy).
+    fn asking_through(
+        decision: Decision,
+        buffers: Arc<dyn OpenBuffers>,
+        approver: impl FnOnce(Arc<dyn Approver>) -> Arc<dyn Approver>,
+    ) -> Project {
         let dir = tempfile::tempdir().expect("project");
         let state = tempfile::tempdir().expect("state");
         for (path, text) in [("src/main.rs", MAIN), (".env", "API_TOKEN=hunter2\n")] {
@@ -66,7 +75,7 @@ impl Project {
         baseline
             .record(&root, &policy, &CancellationToken::new())
             .expect("baseline");
-        let approver = Arc::new(RecordingApprover {
+        let user = Arc::new(RecordingApprover {
             decision,
             asked: std::sync::Mutex::new(Vec::new()),
         });
@@ -75,7 +84,7 @@ impl Project {
             root: root.clone(),
             cancel: cancel.clone(),
             policy,
-            approver: approver.clone(),
+            approver: approver(user.clone()),
             loop_id: "code-loop".to_owned(),
             buffers,
             journal: Arc::new(Baseline::at(state.path())),
@@ -85,7 +94,7 @@ impl Project {
             _state: state,
             baseline,
             root,
-            approver,
+            approver: user,
             cancel,
             client,
         }
@@ -618,44 +627,237 @@ fn chosen(outcome: &RequestPermissionOutcome) -> Option<&str> {
     }
 }
 
+/// `permission`, offering only `options`.
+fn offering(
+    mut request: RequestPermissionRequest,
+    options: &[PermissionOptionKind],
+) -> RequestPermissionRequest {
+    request
+        .options
+        .retain(|option| options.contains(&option.kind));
+    request
+}
+
+fn shorten_main(project: &Project) -> ToolCallContent {
+    ToolCallContent::Diff(
+        Diff::new(project.path("src/main.rs"), "fn main() {}\n").old_text(MAIN.to_owned()),
+    )
+}
+
+/// The agent asks to shorten main.rs with its diff alone (no command).
+fn shorten_main_asked(project: &Project) -> RequestPermissionRequest {
+    let mut edit = permission(ToolKind::Edit, "Shorten main", vec![shorten_main(project)]);
+    edit.tool_call.fields.raw_input = None;
+    edit
+}
+
+/// The agent writes `content` as the whole of main.rs over `fs`.
+async fn write_main(project: &Project, agent: &TestAgent, content: &str) {
+    agent
+        .ask(WriteTextFileRequest::new(
+            SESSION,
+            project.path("src/main.rs"),
+            content,
+        ))
+        .await
+        .expect("written");
+}
+
 #[tokio::test]
-async fn allow_always_is_not_asked_twice_for_that_kind_of_call() {
+async fn allow_always_holds_for_edits_but_each_command_is_asked() {
     let (project, agent) = connected(Decision::AcceptAllOfKind).await;
-    let first = agent
-        .ask(permission(ToolKind::Execute, "Run the tests", Vec::new()))
-        .await
-        .expect("answered");
-    assert_eq!(chosen(&first.outcome), Some("always"));
-    let again = agent
-        .ask(permission(ToolKind::Execute, "Run them again", Vec::new()))
-        .await
-        .expect("answered");
-    assert_eq!(chosen(&again.outcome), Some("always"));
+    for title in ["Run the tests", "Run them again"] {
+        let answer = agent
+            .ask(permission(ToolKind::Execute, title, Vec::new()))
+            .await
+            .expect("answered");
+        assert_eq!(
+            chosen(&answer.outcome),
+            Some("once"),
+            "a command is never allowed for good"
+        );
+    }
     let asked = project.asked();
-    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked.len(), 2, "each command is asked: {asked:?}");
     assert_eq!(asked[0].subject, "Run the tests");
-    assert_eq!(asked[0].kind, ChangeKind::Mcp);
+    assert_eq!(asked[0].kind, ChangeKind::Command);
     assert!(
-        asked[0].detail.contains("(execute)") && asked[0].detail.contains("$ cargo test --lib"),
+        asked[0].detail.contains("(execute)")
+            && asked[0].detail.contains("$ cargo test --lib")
+            && asked[0]
+                .detail
+                .contains("Each execute call is asked: a and A allow this one only."),
         "{}",
         asked[0].detail
     );
-    let diff = ToolCallContent::Diff(
-        Diff::new(project.path("src/main.rs"), "fn main() {}\n").old_text(MAIN.to_owned()),
-    );
-    let edit = agent
-        .ask(permission(ToolKind::Edit, "Shorten main", vec![diff]))
-        .await
-        .expect("answered");
-    assert_eq!(chosen(&edit.outcome), Some("always"));
+    // A diff without a command: an edit, which "allow always" covers.
+    let edit = shorten_main_asked(&project);
+    for _ in 0..2 {
+        let answer = agent.ask(edit.clone()).await.expect("answered");
+        assert_eq!(chosen(&answer.outcome), Some("always"));
+    }
     let asked = project.asked();
-    assert_eq!(asked.len(), 2, "another kind is asked: {asked:?}");
-    assert_eq!(asked[1].kind, ChangeKind::Edit);
+    assert_eq!(asked.len(), 3, "the second edit is not asked: {asked:?}");
+    assert_eq!(asked[2].kind, ChangeKind::Edit);
     assert!(
-        asked[1].detail.contains("--- a/src/main.rs") && asked[1].detail.contains("-    run();"),
+        asked[2].detail.contains("--- a/src/main.rs")
+            && asked[2].detail.contains("-    run();")
+            && asked[2]
+                .detail
+                .contains("A allows its edit calls for the rest of this loop"),
+        "{}",
+        asked[2].detail
+    );
+}
+
+#[tokio::test]
+async fn a_call_carrying_a_command_is_asked_as_one_whatever_kind_it_declares() {
+    let (project, agent) = connected(Decision::AcceptAllOfKind).await;
+    for title in ["Look around", "Look again"] {
+        let answer = agent
+            .ask(permission(ToolKind::Read, title, Vec::new()))
+            .await
+            .expect("answered");
+        assert_eq!(chosen(&answer.outcome), Some("once"));
+    }
+    let asked = project.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[1].kind, ChangeKind::Command);
+    assert!(
+        asked[1].detail.contains("(execute)") && asked[1].detail.contains("it says \"read\""),
         "{}",
         asked[1].detail
     );
+}
+
+#[tokio::test]
+async fn the_agent_s_own_tools_are_asked_whatever_the_approvals_accept_automatically() {
+    use crate::agent::{ApprovalMode, ApprovalSettings, PolicyApprover};
+    let settings = ApprovalSettings {
+        edit: ApprovalMode::Auto,
+        mcp: ApprovalMode::Auto,
+        ..ApprovalSettings::default()
+    };
+    let project = Project::asking_through(Decision::AcceptAllOfKind, Arc::new(NoBuffers), |user| {
+        Arc::new(PolicyApprover::new(settings, &[], true, user).expect("policy"))
+    });
+    let agent = TestAgent::connect(&project.client).await;
+    let edit = shorten_main_asked(&project);
+    for request in [
+        edit,
+        permission(ToolKind::Execute, "Run the tests", Vec::new()),
+        permission(ToolKind::Other, "Run the tests", Vec::new()),
+    ] {
+        agent.ask(request).await.expect("answered");
+    }
+    let asked: Vec<_> = project
+        .asked()
+        .into_iter()
+        .map(|request| request.subject)
+        .collect();
+    assert_eq!(
+        asked,
+        ["Shorten main", "Run the tests", "Run the tests"],
+        "neither \"auto\" nor an earlier \"accept all\" lets the agent's own tools act unseen"
+    );
+}
+
+#[tokio::test]
+async fn a_call_with_a_diff_and_a_command_shows_both_and_one_with_neither_its_input() {
+    let (project, agent) = connected(Decision::Accept).await;
+    agent
+        .ask(permission(
+            ToolKind::Edit,
+            "Shorten main, then test",
+            vec![shorten_main(&project)],
+        ))
+        .await
+        .expect("answered");
+    let mut fetch = permission(ToolKind::Fetch, "Fetch the docs", Vec::new());
+    fetch.tool_call.fields.raw_input = Some(json!({"url": "https://docs.rs/tokio"}));
+    agent.ask(fetch).await.expect("answered");
+    let asked = project.asked();
+    assert_eq!(asked[0].kind, ChangeKind::Command, "{asked:?}");
+    assert!(
+        asked[0].detail.contains("$ cargo test --lib")
+            && asked[0].detail.contains("--- a/src/main.rs")
+            && asked[0].detail.contains("-    run();"),
+        "{}",
+        asked[0].detail
+    );
+    assert!(
+        asked[1]
+            .detail
+            .contains("\"url\": \"https://docs.rs/tokio\""),
+        "{}",
+        asked[1].detail
+    );
+}
+
+#[tokio::test]
+async fn accepting_once_where_the_agent_offers_no_allow_once_is_said_first() {
+    use PermissionOptionKind::{AllowAlways, RejectOnce};
+    let (project, agent) = connected(Decision::Accept).await;
+    let edit = shorten_main_asked(&project);
+    let edited = agent
+        .ask(offering(edit, &[AllowAlways, RejectOnce]))
+        .await
+        .expect("answered");
+    assert_eq!(chosen(&edited.outcome), Some("always"));
+    let command = agent
+        .ask(offering(
+            permission(ToolKind::Execute, "Run the tests", Vec::new()),
+            &[AllowAlways, RejectOnce],
+        ))
+        .await
+        .expect("answered");
+    assert_eq!(
+        chosen(&command.outcome),
+        Some("no"),
+        "a command is never allowed for good, so it cannot be allowed at all"
+    );
+    let asked = project.asked();
+    assert!(
+        asked[0].detail.contains(
+            "This agent offers no \"allow once\": accepting allows its edit calls for the \
+             rest of this loop."
+        ),
+        "{}",
+        asked[0].detail
+    );
+    assert!(
+        asked[1].detail.contains(
+            "This agent offers no \"allow once\", and Loopr allows no execute call for good: \
+             whatever you answer, the agent is told it is rejected."
+        ),
+        "{}",
+        asked[1].detail
+    );
+}
+
+#[tokio::test]
+async fn a_write_making_the_change_just_approved_is_not_asked_again() {
+    let (project, agent) = connected(Decision::Accept).await;
+    let edit = shorten_main_asked(&project);
+    let answer = agent.ask(edit).await.expect("answered");
+    assert_eq!(chosen(&answer.outcome), Some("once"));
+    write_main(&project, &agent, "fn main() {}\n").await;
+    assert_eq!(
+        std::fs::read_to_string(project.path("src/main.rs")).expect("main"),
+        "fn main() {}\n"
+    );
+    assert_eq!(project.asked().len(), 1, "{:?}", project.asked());
+    let changes = project.baseline.changes(&project.root).expect("changes");
+    assert_eq!(changes.len(), 1, "still journaled: {changes:?}");
+
+    // Another write of the same file, and the approved one made twice, are asked.
+    for content in ["fn main() { other(); }\n", "fn main() {}\n"] {
+        write_main(&project, &agent, content).await;
+    }
+    let asked = project.asked();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert_eq!(asked[1].kind, ChangeKind::Write);
+    assert_eq!(asked[2].kind, ChangeKind::Write);
 }
 
 #[tokio::test]
@@ -704,4 +906,75 @@ async fn at_most_eight_terminals_are_open_at_once() {
         .await
         .expect("room again");
     project.client.close().await;
+}
+
+/// A remote with its token, as a CI checkout leaves one in a file.
+const REMOTE_WITH_TOKEN: &str = "https://ghp_secret123@github.com/acme/app.git";
+
+#[tokio::test]
+async fn what_the_agent_reads_and_its_terminals_print_carry_no_credentials() {
+    let (project, agent) = connected(Decision::Accept).await;
+    std::fs::write(
+        project.path("notes.txt"),
+        format!("clone {REMOTE_WITH_TOKEN}\n"),
+    )
+    .expect("write");
+    let read = agent
+        .ask(ReadTextFileRequest::new(SESSION, project.path("notes.txt")))
+        .await
+        .expect("read");
+    assert_eq!(
+        read.content,
+        "clone https://[REDACTED]@github.com/acme/app.git\n"
+    );
+    let (_, output) = run_to_exit(
+        &agent,
+        CreateTerminalRequest::new(SESSION, "cat notes.txt").cwd(project.root.path().to_path_buf()),
+    )
+    .await;
+    assert_eq!(
+        output.output,
+        "clone https://[REDACTED]@github.com/acme/app.git\n"
+    );
+}
+
+#[tokio::test]
+async fn a_terminal_may_not_change_what_runs_through_its_environment() {
+    use agent_client_protocol::v1::schema::EnvVariable;
+    let (project, agent) = connected(Decision::Accept).await;
+    for name in ["LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "PATH"] {
+        let refused = agent
+            .ask(
+                CreateTerminalRequest::new(SESSION, "true")
+                    .env(vec![EnvVariable::new(name, "/tmp/evil")]),
+            )
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.code, ErrorCode::INVALID_PARAMS, "{refused:?}");
+        assert_eq!(
+            refused.message,
+            format!(
+                "invalid input: {name} would change which programs run or what they load; run \
+                 the command without setting it"
+            )
+        );
+    }
+    assert!(project.asked().is_empty(), "{:?}", project.asked());
+}
+
+#[tokio::test]
+async fn a_write_of_the_approved_content_over_a_file_changed_since_is_asked() {
+    let (project, agent) = connected(Decision::Accept).await;
+    let edit = shorten_main_asked(&project);
+    agent.ask(edit).await.expect("answered");
+    // The user changes main.rs meanwhile: the accepted diff no longer says what the write does.
+    std::fs::write(project.path("src/main.rs"), "fn main() { mine(); }\n").expect("write");
+    write_main(&project, &agent, "fn main() {}\n").await;
+    let asked = project.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked[1].detail.contains("-fn main() { mine(); }"),
+        "{}",
+        asked[1].detail
+    );
 }

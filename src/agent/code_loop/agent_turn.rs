@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock as AcpContent, PlanEntryStatus, PromptRequest, SessionUpdate,
-    StopReason, TextContent, ToolCallStatus, ToolKind,
+    StopReason, TextContent, ToolCallStatus,
 };
 use futures::StreamExt;
 use futures::channel::mpsc::Receiver;
@@ -25,7 +25,7 @@ use futures::stream::FuturesUnordered;
 
 use super::agent_session::AgentSession;
 use crate::acp::FromAgent;
-use crate::agent::agent_client::AgentClient;
+use crate::agent::agent_client::{AgentClient, kind_word};
 use crate::agent::context::{LoopContext, LoopError};
 use crate::agent::events::{AgentPlanEntry, LoopEvent};
 use crate::agent::turn::Conversation;
@@ -346,14 +346,7 @@ impl AgentTurn {
     }
 }
 
-/// `kind` as ACP spells it (`read`, `execute`, ...).
-fn kind_word(kind: ToolKind) -> String {
-    match serde_json::to_value(kind) {
-        Ok(serde_json::Value::String(word)) => word,
-        _ => "other".to_owned(),
-    }
-}
-
+/// A tool call's status in the words the transcript shows.
 fn status_word(status: &ToolCallStatus) -> &'static str {
     match status {
         ToolCallStatus::Pending => "pending",

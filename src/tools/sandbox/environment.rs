@@ -52,6 +52,28 @@ pub fn looks_secret(name: &str) -> bool {
         || name == "SECRET"
 }
 
+/// Whether setting a variable changes which programs a command runs or what they load
+/// (`PATH`, the dynamic loader's `LD_*` and `DYLD_*`, the startup files shells read, `IFS`),
+/// so that the command approved is no longer what runs.
+pub fn changes_what_runs(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    ["LD_", "DYLD_"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+        || [
+            "PATH",
+            "BASH_ENV",
+            "ENV",
+            "IFS",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "PS4",
+            "PROMPT_COMMAND",
+            "CDPATH",
+        ]
+        .contains(&name.as_str())
+}
+
 /// The host's variables a command may see: the allow-list, `LC_*`, and `extra`, minus
 /// anything that looks like a secret.
 pub fn command_environment(extra: &[String]) -> Vec<(OsString, OsString)> {
