@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{HeadlessRefusal, headless_manager, with_next_step};
-use crate::agent::{ProviderFactory, UndoReport};
+use crate::agent::{ProviderFactory, SkipReason, UndoReport};
 
 /// Rewinds the working tree to before phase `phase` (a name, `spec/phase`, or a loop id) and
 /// says what changed.
@@ -112,10 +112,23 @@ fn list_files(
     for (path, reason) in &report.skipped {
         writeln!(out, "  left {}: {}", shown(path), reason.describe())?;
     }
-    if report.skipped.iter().any(|(_, reason)| reason.forcible()) {
+    let mut forcible: Vec<&str> = Vec::new();
+    for (_, reason) in &report.skipped {
+        let words = match reason {
+            SkipReason::ChangedSince => "changed since",
+            SkipReason::ChangedDuringCommand => "changed during a command",
+            SkipReason::WrittenByAgent(_) => "written by the coding agent",
+            SkipReason::UnsavedBuffer | SkipReason::Unrestorable(_) => continue,
+        };
+        if !forcible.contains(&words) {
+            forcible.push(words);
+        }
+    }
+    if !forcible.is_empty() {
         writeln!(
             out,
-            "review them; `{forced}` overwrites the files changed since"
+            "review them; `{forced}` overwrites the files {}",
+            forcible.join(" or ")
         )?;
     }
     Ok(())

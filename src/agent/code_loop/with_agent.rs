@@ -11,8 +11,8 @@ use std::sync::Arc;
 use super::agent_session::{self, AgentSession};
 use super::agent_turn;
 use super::{
-    CodeRunState, before_changes, changing_tool_context, load_or_start, phase_of, validate,
-    verifying, where_it_stands,
+    CodeRunState, before_changes, changing_tool_context, load_or_start, loop_baseline, phase_of,
+    validate, verifying, where_it_stands,
 };
 use crate::acp::AgentConfig;
 use crate::agent::agent_client::AgentClient;
@@ -58,11 +58,17 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
     };
     let tool_context = changing_tool_context(context);
     let client = AgentClient::new(tool_context.clone());
+    // What changes in a turn is the agent's own tools' writes, and undo names the agent.
+    let turn_context = ToolContext {
+        journal: Arc::new(loop_baseline(context).written_by_agent(name)),
+        ..tool_context.clone()
+    };
     let mut session = agent_session::open(context, name, &config).await?;
     let mut run = AgentRun {
         context,
         phase: &phase,
         tool_context: &tool_context,
+        turn_context: &turn_context,
         client: &client,
         model: format!("agent {name}"),
     };
@@ -141,6 +147,8 @@ struct AgentRun<'a> {
     context: &'a LoopContext,
     phase: &'a PhaseArtifact,
     tool_context: &'a ToolContext,
+    /// The tool context whose journal records a turn's changes as the agent's writes.
+    turn_context: &'a ToolContext,
     client: &'a AgentClient,
     /// How the loop's usage names the agent.
     model: String,
@@ -167,7 +175,7 @@ impl AgentRun<'_> {
             ));
             // The agent's own tools write behind the protocol: what changed in the turn is
             // recorded like a command's changes, for the changes list and undo.
-            let before = tree_before_command(self.tool_context)
+            let before = tree_before_command(self.turn_context)
                 .await
                 .map_err(|_| LoopError::Cancelled)?;
             let turn = agent_turn::take_turn(
@@ -180,7 +188,7 @@ impl AgentRun<'_> {
                 &self.phase.name,
             )
             .await;
-            record_command_changes(self.tool_context, before).await;
+            record_command_changes(self.turn_context, before).await;
             let turn = turn?;
             conversation.add_agent_turn(turn.content, turn.results, self.model.clone(), turn.usage);
             if let Some(why) = turn.stopped {
