@@ -21,6 +21,9 @@
 //! with `LOOPR_TEST_AGENT_PROMPTS` set each prompt's text is appended to that file as a JSON
 //! line with this process's id (`record_prompt`), so a test reads what the agent was told.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
+//! - `flood`: floods Loopr (`flood` below): answers `initialize` by hand, then writes
+//!   `FLOOD_UPDATES` session updates without waiting (`flood-blocked` noted if they stall
+//!   for 2 s), notes `flood-sent` once all are written, asks to read `notes.txt` and sends one last update saying what it got.
 
 use std::time::Duration;
 
@@ -42,6 +45,7 @@ enum Behaviour {
     Script,
     Wait,
     Die,
+    Flood,
 }
 
 impl Behaviour {
@@ -61,6 +65,7 @@ impl Behaviour {
             ["--behave", "script"] => Ok(Behaviour::Script),
             ["--behave", "wait"] => Ok(Behaviour::Wait),
             ["--behave", "die"] => Ok(Behaviour::Die),
+            ["--behave", "flood"] => Ok(Behaviour::Flood),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -83,6 +88,10 @@ async fn main() {
     }
     if behaviour == Behaviour::Version {
         answer_in_version_7().await;
+        return;
+    }
+    if behaviour == Behaviour::Flood {
+        flood::flood();
         return;
     }
     if let Err(err) = serve(behaviour).await {
@@ -194,6 +203,9 @@ fn record_prompt(request: &PromptRequest) {
         eprintln!("loopr-test-acp-agent: recording the prompt: {err}");
     }
 }
+
+#[path = "acp_agent_flood.rs"]
+mod flood;
 
 #[path = "acp_agent_script.rs"]
 mod script;
