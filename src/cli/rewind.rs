@@ -3,17 +3,28 @@
 //! left goes to `out` (stdout, from `main.rs`).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 
 use super::{HeadlessRefusal, headless_manager, with_next_step};
-use crate::agent::{ProviderFactory, SkipReason, UndoReport};
+use crate::agent::{LoopManager, ProviderFactory, SkipReason, UndoReport};
 
-/// Rewinds the working tree to before phase `phase` (a name, `spec/phase`, or a loop id) and
-/// says what changed.
-pub async fn rewind(
+/// Which of the two a run of `restore` does.
+#[derive(Clone, Copy, Debug)]
+pub enum Restoring {
+    /// `loopr rewind`: the tree back as it was before the phase.
+    Rewind,
+    /// `loopr undo`: the phase's changes, or its rewind, undone.
+    Undo,
+}
+
+/// Rewinds the working tree to before phase `phase` (a name, `spec/phase`, or a loop id), or
+/// undoes what its newest code loop changed (or its rewind), as `what` says; says what
+/// changed.
+pub async fn restore(
+    what: Restoring,
     loopr_home: PathBuf,
     provider_factory: ProviderFactory,
     root: PathBuf,
@@ -23,8 +34,24 @@ pub async fn rewind(
 ) -> anyhow::Result<()> {
     let (manager, _events) =
         headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
+    match what {
+        Restoring::Rewind => rewind(&manager, &root, phase, force, out).await?,
+        Restoring::Undo => undo(&manager, &root, phase, force, out).await?,
+    }
+    // Opening the project started a sweep of what killed hosts left; it ends with this run.
+    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    Ok(())
+}
+
+async fn rewind(
+    manager: &LoopManager,
+    root: &Path,
+    phase: &str,
+    force: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let (code_id, report) = manager
-        .rewind(&root, phase, force)
+        .rewind(root, phase, force)
         .await
         .map_err(with_next_step)
         .with_context(|| format!("rewinding to before {phase}"))?;
@@ -36,7 +63,7 @@ pub async fn rewind(
     )?;
     list_files(
         out,
-        &root,
+        root,
         &report.files,
         &format!("loopr rewind --force {phase}"),
     )?;
@@ -52,25 +79,18 @@ pub async fn rewind(
             "made from the baselines (no git checkpoint): it cannot be undone"
         )?;
     }
-    // Opening the project started a sweep of what killed hosts left; it ends with this run.
-    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
     Ok(())
 }
 
-/// Undoes what the newest code loop of phase `phase` changed, or its rewind when the phase
-/// was rewound, and says what changed.
-pub async fn undo(
-    loopr_home: PathBuf,
-    provider_factory: ProviderFactory,
-    root: PathBuf,
+async fn undo(
+    manager: &LoopManager,
+    root: &Path,
     phase: &str,
     force: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let (manager, _events) =
-        headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     let (_, report) = manager
-        .undo(&root, phase, force)
+        .undo(root, phase, force)
         .await
         .map_err(with_next_step)
         .with_context(|| format!("undoing {phase}"))?;
@@ -84,8 +104,7 @@ pub async fn undo(
         "undid {what}: restored {} file(s)",
         report.restored.len()
     )?;
-    list_files(out, &root, &report, &format!("loopr undo --force {phase}"))?;
-    let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
+    list_files(out, root, &report, &format!("loopr undo --force {phase}"))?;
     Ok(())
 }
 

@@ -7,10 +7,10 @@ use serde_json::{Value, json};
 
 use super::agent_code_loop::{AGENT, VALIDATION, answer_approvals};
 use super::code::planned_editor;
-use super::verification::verify_route;
+use super::verification::{report_turn, verify_route};
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
-use crate::scenario::{run_code_loop, tool_turn};
+use crate::scenario::run_code_loop;
 
 /// Where the test agent records its prompts, relative to the project (its working
 /// directory): beside the project, so the record is no change of the loop's.
@@ -53,9 +53,8 @@ async fn a_verification_s_findings_ask_the_agent_to_end_its_turn_not_to_call_com
     let verify = verify_route("print-version");
     fake.push_routed(
         &verify,
-        tool_turn(
+        report_turn(
             "v1",
-            "report_verification",
             json!({
                 "verdict": "fail",
                 "summary": "R1 is not met: the version is not printed.",
@@ -72,9 +71,8 @@ async fn a_verification_s_findings_ask_the_agent_to_end_its_turn_not_to_call_com
     );
     fake.push_routed(
         &verify,
-        tool_turn(
+        report_turn(
             "v2",
-            "report_verification",
             json!({"verdict": "pass", "summary": "R1 is met.", "findings": []}),
         ),
     );

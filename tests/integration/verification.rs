@@ -33,7 +33,7 @@ async fn verifying_editor(fake: &FakeLlm, greeting: &str) -> (TestNvim, String, 
     (editor, code, verify_route("print-version"))
 }
 
-fn report_turn(id: &str, report: Value) -> Reply {
+pub(super) fn report_turn(id: &str, report: Value) -> Reply {
     tool_turn(id, "report_verification", report)
 }
 
