@@ -305,13 +305,7 @@ async fn at_the_budget_the_agent_is_told_to_stop_and_the_loop_pauses_with_its_sp
         .await;
     assert!(ok, "setup with a budget");
     let code_id = run_code_loop(&mut editor, "print-version").await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("reached its budget"))
-        })
-        .await;
+    let notice = editor.wait_notice("reached its budget").await;
     let message = notice["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(&format!(
