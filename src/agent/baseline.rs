@@ -21,9 +21,11 @@ use tokio_util::sync::CancellationToken;
 mod changed_files;
 mod file_diffs;
 mod file_state;
+mod undo_report;
 
 pub use file_diffs::FileDiff;
 pub(crate) use file_state::{current_state, hash_of, what_is_at};
+pub use undo_report::{SkipReason, UndoReport};
 
 use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{
@@ -131,61 +133,6 @@ pub struct ChangedHunk {
     pub line: u32,
     /// `@@ -a,b +c,d @@` and the first changed line.
     pub summary: String,
-}
-
-/// Why undo left a file the loop changed as it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SkipReason {
-    /// Changed (by the user, or anyone) since the loop changed it; restored only with force.
-    ChangedSince,
-    /// Changed while a command of the loop ran, which cannot tell its own writes from the
-    /// user's saves meanwhile; restored only with force.
-    ChangedDuringCommand,
-    /// Written by the coding agent (named) behind the protocol during its turn, which, like
-    /// a command, cannot be told from the user's saves meanwhile; restored only with force.
-    WrittenByAgent(String),
-    /// Open in the editor with unsaved changes.
-    UnsavedBuffer,
-    /// What it held before cannot be restored; says why.
-    Unrestorable(String),
-}
-
-impl SkipReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SkipReason::ChangedSince => "changed_since",
-            SkipReason::ChangedDuringCommand => "changed_during_command",
-            SkipReason::WrittenByAgent(_) => "written_by_agent",
-            SkipReason::UnsavedBuffer => "unsaved_buffer",
-            SkipReason::Unrestorable(_) => "unrestorable",
-        }
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            SkipReason::ChangedSince => "changed since the loop changed it".to_owned(),
-            SkipReason::ChangedDuringCommand => {
-                "changed while a command of the loop ran; it may hold your edits".to_owned()
-            }
-            SkipReason::WrittenByAgent(agent) => format!(
-                "written by the coding agent {agent}'s own tools during its turn; it may hold \
-                 your edits saved meanwhile"
-            ),
-            SkipReason::UnsavedBuffer => "open with unsaved changes".to_owned(),
-            SkipReason::Unrestorable(why) => why.clone(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UndoReport {
-    /// Files put back as they were before the loop changed them (or removed, when the loop
-    /// created them).
-    pub restored: Vec<PathBuf>,
-    /// Files left as they are, with the reason.
-    pub skipped: Vec<(PathBuf, SkipReason)>,
-    /// What was undone was a rewind (the files it wrote got back what they held before it).
-    pub rewind_undone: bool,
 }
 
 /// One file of an undo, as planned from the ledger.
