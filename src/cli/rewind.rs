@@ -109,7 +109,7 @@ async fn undo(
 }
 
 /// The files `report` restored and left, relative to `root`, and the command that overwrites
-/// the ones changed since, when there are any.
+/// the ones a forced undo restores (`forced`), when there are any.
 fn list_files(
     out: &mut dyn Write,
     root: &std::path::Path,
@@ -151,4 +151,38 @@ fn list_files(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_left_are_named_with_why_and_the_command_that_overwrites_them() {
+        let root = Path::new("/no/such/project");
+        let report = UndoReport {
+            restored: vec![root.join("notes.txt")],
+            skipped: vec![
+                (
+                    root.join("README.md"),
+                    SkipReason::WrittenByAgent("claude".to_owned()),
+                ),
+                (root.join("main.rs"), SkipReason::ChangedSince),
+                (root.join("open.rs"), SkipReason::UnsavedBuffer),
+            ],
+            rewind_undone: false,
+        };
+        let mut out = Vec::new();
+        list_files(&mut out, root, &report, "loopr undo --force a-1").expect("listed");
+        assert_eq!(
+            String::from_utf8(out).expect("text"),
+            "  restored notes.txt\n  \
+             left README.md: written by the coding agent claude's own tools during its turn; it \
+             may hold your edits saved meanwhile\n  \
+             left main.rs: changed since the loop changed it\n  \
+             left open.rs: open with unsaved changes\n\
+             review them; `loopr undo --force a-1` overwrites the files written by the coding \
+             agent or changed since\n"
+        );
+    }
 }
