@@ -135,3 +135,46 @@ async fn a_retried_agent_loop_tells_its_new_session_the_phase_and_the_last_feedb
     );
     editor.quit().await;
 }
+
+/// The user's revision of an agent's work (`:LooprRevise` on the code loop awaiting review)
+/// reaches the agent asking it to end its turn, not to call `complete_phase`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_asks_the_agent_to_end_its_turn_not_to_call_complete_phase() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(
+        &fake,
+        &recording_setup("review_gates = { 'plan', 'code' }"),
+        VALIDATION,
+    )
+    .await;
+    answer_approvals(&editor).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "awaiting_approval").await;
+    let revised: bool = editor
+        .lua(&format!(
+            "return require('loopr').revise('Also print the commit hash.', {{ id = {code_id:?} }})"
+        ))
+        .await;
+    assert!(revised, "the revision is sent");
+    // The revised run: its first turn fails the validation (3), its second passes (4).
+    editor
+        .wait_event("LooprValidation", |data| {
+            data["loop_id"] == code_id.as_str() && data["iteration"] == 4 && data["passed"] == true
+        })
+        .await;
+
+    let prompts = recorded_prompts(&editor);
+    let revision = prompts
+        .iter()
+        .map(|(_, prompt)| prompt)
+        .find(|prompt| prompt.contains("Also print the commit hash."))
+        .unwrap_or_else(|| panic!("no prompt holds the revision: {prompts:#?}"));
+    assert!(
+        revision.contains("Make these changes, then end your turn again."),
+        "{revision}"
+    );
+    for (_, prompt) in &prompts {
+        assert!(!prompt.contains("complete_phase"), "{prompt}");
+    }
+    editor.quit().await;
+}
