@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::{HeadlessRefusal, headless_manager, with_next_step};
-use crate::agent::{LoopManager, ProviderFactory, SkipReason, UndoReport};
+use crate::agent::{ProviderFactory, RewindReport, SkipReason, UndoReport};
 
 /// Which of the two a run of `restore` does.
 #[derive(Clone, Copy, Debug)]
@@ -35,26 +35,36 @@ pub async fn restore(
     let (manager, _events) =
         headless_manager(loopr_home, provider_factory, Arc::new(HeadlessRefusal));
     match what {
-        Restoring::Rewind => rewind(&manager, &root, phase, force, out).await?,
-        Restoring::Undo => undo(&manager, &root, phase, force, out).await?,
+        Restoring::Rewind => {
+            let (code_id, report) = manager
+                .rewind(&root, phase, force)
+                .await
+                .map_err(with_next_step)
+                .with_context(|| format!("rewinding to before {phase}"))?;
+            tell_rewound(out, &root, phase, &code_id, &report)?;
+        }
+        Restoring::Undo => {
+            let (_, report) = manager
+                .undo(&root, phase, force)
+                .await
+                .map_err(with_next_step)
+                .with_context(|| format!("undoing {phase}"))?;
+            tell_undone(out, &root, phase, &report)?;
+        }
     }
     // Opening the project started a sweep of what killed hosts left; it ends with this run.
     let _ = manager.watch_busy().wait_for(|busy| *busy == 0).await;
     Ok(())
 }
 
-async fn rewind(
-    manager: &LoopManager,
+/// What a rewind to before `phase` (of code loop `code_id`) did, and whether it is undone.
+fn tell_rewound(
+    out: &mut dyn Write,
     root: &Path,
     phase: &str,
-    force: bool,
-    out: &mut dyn Write,
+    code_id: &impl std::fmt::Display,
+    report: &RewindReport,
 ) -> anyhow::Result<()> {
-    let (code_id, report) = manager
-        .rewind(root, phase, force)
-        .await
-        .map_err(with_next_step)
-        .with_context(|| format!("rewinding to before {phase}"))?;
     writeln!(
         out,
         "rewound to before {phase}: restored {} file(s), {} code loop(s) rewound",
@@ -82,18 +92,13 @@ async fn rewind(
     Ok(())
 }
 
-async fn undo(
-    manager: &LoopManager,
+/// What an undo of `phase`'s changes, or of its rewind, did.
+fn tell_undone(
+    out: &mut dyn Write,
     root: &Path,
     phase: &str,
-    force: bool,
-    out: &mut dyn Write,
+    report: &UndoReport,
 ) -> anyhow::Result<()> {
-    let (_, report) = manager
-        .undo(root, phase, force)
-        .await
-        .map_err(with_next_step)
-        .with_context(|| format!("undoing {phase}"))?;
     let what = if report.rewind_undone {
         format!("the rewind to before {phase}")
     } else {
@@ -104,8 +109,7 @@ async fn undo(
         "undid {what}: restored {} file(s)",
         report.restored.len()
     )?;
-    list_files(out, root, &report, &format!("loopr undo --force {phase}"))?;
-    Ok(())
+    list_files(out, root, report, &format!("loopr undo --force {phase}"))
 }
 
 /// The files `report` restored and left, relative to `root`, and the command that overwrites

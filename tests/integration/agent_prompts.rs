@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::agent_code_loop::{AGENT, VALIDATION, answer_approvals};
 use super::code::planned_editor;
-use super::verification::{report_turn, verify_route};
+use super::verification::{r1_not_met, report_turn, verify_route};
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
 use crate::scenario::run_code_loop;
@@ -22,6 +22,28 @@ fn recording_setup(more: &str) -> String {
     format!(
         "{{ agents = {{ test = {{ command = {AGENT:?}, args = {{ '--behave', 'script' }}, env = {{ LOOPR_TEST_AGENT_PROMPTS = {PROMPTS:?} }} }} }}, code_agent = 'test', {more} }}"
     )
+}
+
+/// A planned editor whose code loop's agent records its prompts, with `more` settings, its
+/// approvals answered.
+async fn recording_editor(fake: &FakeLlm, more: &str) -> TestNvim {
+    let editor = planned_editor(fake, &recording_setup(more), VALIDATION).await;
+    answer_approvals(&editor).await;
+    editor
+}
+
+/// The prompt the agent received that holds `words`, checking that none it received names
+/// `complete_phase`, a tool it does not have.
+fn prompt_holding(editor: &TestNvim, words: &str) -> String {
+    let prompts = recorded_prompts(editor);
+    for (_, prompt) in &prompts {
+        assert!(!prompt.contains("complete_phase"), "{prompt}");
+    }
+    prompts
+        .into_iter()
+        .map(|(_, prompt)| prompt)
+        .find(|prompt| prompt.contains(words))
+        .unwrap_or_else(|| panic!("no prompt holds {words:?}: {:#?}", recorded_prompts(editor)))
 }
 
 /// The prompts the agent received, in order, each with the id of the agent process.
@@ -43,30 +65,18 @@ fn recorded_prompts(editor: &TestNvim) -> Vec<(u64, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verification_s_findings_ask_the_agent_to_end_its_turn_not_to_call_complete_phase() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        &recording_setup("verify = { max_rounds = 2 }"),
-        VALIDATION,
-    )
-    .await;
-    answer_approvals(&editor).await;
+    let mut editor = recording_editor(&fake, "verify = { max_rounds = 2 }").await;
     let verify = verify_route("print-version");
     fake.push_routed(
         &verify,
         report_turn(
             "v1",
-            json!({
-                "verdict": "fail",
-                "summary": "R1 is not met: the version is not printed.",
-                "findings": [{
-                    "severity": "critical",
-                    "requirement": "R1",
-                    "file": "status.txt",
-                    "line": 1,
-                    "message": "It says ok, not the version.",
-                    "fix": "Print the version."
-                }]
-            }),
+            r1_not_met(
+                "status.txt",
+                1,
+                "It says ok, not the version.",
+                "Print the version.",
+            ),
         ),
     );
     fake.push_routed(
@@ -79,20 +89,12 @@ async fn a_verification_s_findings_ask_the_agent_to_end_its_turn_not_to_call_com
     let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "complete").await;
 
-    let prompts = recorded_prompts(&editor);
-    let findings = prompts
-        .iter()
-        .map(|(_, prompt)| prompt)
-        .find(|prompt| prompt.contains("Verification round 1/2"))
-        .unwrap_or_else(|| panic!("no prompt holds the findings: {prompts:#?}"));
+    let findings = prompt_holding(&editor, "Verification round 1/2");
     assert!(
         findings.contains("It says ok, not the version.")
             && findings.contains("Fix them, then end your turn again"),
         "{findings}"
     );
-    for (_, prompt) in &prompts {
-        assert!(!prompt.contains("complete_phase"), "{prompt}");
-    }
     editor.quit().await;
 }
 
@@ -102,13 +104,7 @@ async fn a_verification_s_findings_ask_the_agent_to_end_its_turn_not_to_call_com
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_agent_loop_tells_its_new_session_the_phase_and_the_last_feedback() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        &recording_setup("code_max_iterations = 1"),
-        VALIDATION,
-    )
-    .await;
-    answer_approvals(&editor).await;
+    let mut editor = recording_editor(&fake, "code_max_iterations = 1").await;
     let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "failed").await;
     let first_session = recorded_prompts(&editor);
@@ -141,13 +137,7 @@ async fn a_retried_agent_loop_tells_its_new_session_the_phase_and_the_last_feedb
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_asks_the_agent_to_end_its_turn_not_to_call_complete_phase() {
     let fake = FakeLlm::start().await;
-    let mut editor = planned_editor(
-        &fake,
-        &recording_setup("review_gates = { 'plan', 'code' }"),
-        VALIDATION,
-    )
-    .await;
-    answer_approvals(&editor).await;
+    let mut editor = recording_editor(&fake, "review_gates = { 'plan', 'code' }").await;
     let code_id = run_code_loop(&mut editor, "print-version").await;
     editor.wait_status(&code_id, "awaiting_approval").await;
     let revised: bool = editor
@@ -163,18 +153,10 @@ async fn a_revision_asks_the_agent_to_end_its_turn_not_to_call_complete_phase() 
         })
         .await;
 
-    let prompts = recorded_prompts(&editor);
-    let revision = prompts
-        .iter()
-        .map(|(_, prompt)| prompt)
-        .find(|prompt| prompt.contains("Also print the commit hash."))
-        .unwrap_or_else(|| panic!("no prompt holds the revision: {prompts:#?}"));
+    let revision = prompt_holding(&editor, "Also print the commit hash.");
     assert!(
         revision.contains("Make these changes, then end your turn again."),
         "{revision}"
     );
-    for (_, prompt) in &prompts {
-        assert!(!prompt.contains("complete_phase"), "{prompt}");
-    }
     editor.quit().await;
 }
