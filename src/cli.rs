@@ -15,7 +15,7 @@ mod table;
 mod verify;
 mod words;
 
-pub use rewind::{rewind, undo};
+pub use rewind::{Restoring, restore};
 pub use verify::{print_findings, run_verify};
 
 use std::collections::{HashMap, HashSet};

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use loopr::agent::{LoopSettings, provider_factory};
 use loopr::bridge::{HostOptions, serve_neovim};
+use loopr::cli::Restoring;
 use loopr::llm::{ProviderEnv, SharedEnv};
 use loopr::store::loopr_home_from_env;
 
@@ -314,30 +315,12 @@ fn main() -> ExitCode {
         }
         Command::Generate { check, root } => return run_generate(check, &root),
         Command::Cancel { id, root } => run_cancel(credentials, root, &id),
-        Command::Rewind { id, force, root } => runtime().and_then(|runtime| {
-            let rewound = runtime.block_on(loopr::cli::rewind(
-                loopr_home()?,
-                provider_factory(credentials),
-                root,
-                &id,
-                force,
-                &mut std::io::stdout().lock(),
-            ));
-            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-            rewound
-        }),
-        Command::Undo { id, force, root } => runtime().and_then(|runtime| {
-            let undone = runtime.block_on(loopr::cli::undo(
-                loopr_home()?,
-                provider_factory(credentials),
-                root,
-                &id,
-                force,
-                &mut std::io::stdout().lock(),
-            ));
-            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-            undone
-        }),
+        Command::Rewind { id, force, root } => {
+            run_restore(credentials, Restoring::Rewind, root, &id, force)
+        }
+        Command::Undo { id, force, root } => {
+            run_restore(credentials, Restoring::Undo, root, &id, force)
+        }
         Command::Transcript { id, root } => {
             loopr_home().and_then(|home| loopr::cli::print_transcript(&home, &root, &id))
         }
@@ -645,6 +628,29 @@ fn keep_environment_private() {
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+}
+
+/// `loopr rewind` or `loopr undo` (`what`) on a runtime of its own, what it did on stdout;
+/// its tasks left then get 500 ms to end.
+fn run_restore(
+    credentials: SharedEnv,
+    what: Restoring,
+    root: PathBuf,
+    phase: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    let runtime = runtime()?;
+    let done = runtime.block_on(loopr::cli::restore(
+        what,
+        loopr_home()?,
+        provider_factory(credentials),
+        root,
+        phase,
+        force,
+        &mut std::io::stdout().lock(),
+    ));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    done
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

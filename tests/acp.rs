@@ -111,3 +111,85 @@ async fn an_agent_that_never_answers_times_out() {
         started.elapsed()
     );
 }
+
+/// An agent that floods Loopr with messages while the loop reads none (between turns) fills
+/// the bounded channel (64) and then its own pipe: its writes stall, its flood unsent,
+/// instead of Loopr's memory growing. Once the loop reads, the flood passes and the
+/// agent's request after it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_agent_waits_on_its_pipe_until_the_loop_reads_and_is_then_answered() {
+    use agent_client_protocol::v1::schema::{ContentBlock, ReadTextFileResponse, SessionUpdate};
+    use futures::StreamExt;
+    use loopr::acp::{AgentConnection, FromAgent, initialize};
+
+    let root = tempfile::tempdir().expect("temp dir");
+    std::fs::write(root.path().join("notes.txt"), "flood notes\n").expect("notes");
+    let mut agent = AgentConnection::start("test", &test_agent("pipe-flood"), root.path())
+        .await
+        .expect("started");
+    initialize(&mut agent, Duration::from_secs(30))
+        .await
+        .expect("initialized");
+    let mut from_agent = agent.take_from_agent().expect("its messages");
+
+    // No one reads: the agent's writes stall on its full pipe, its flood unsent, with no
+    // more of it in Loopr than the channel, the pipe and the SDK's read buffer hold.
+    let read = |name: &str| std::fs::read_to_string(root.path().join(name)).ok();
+    let (blocked, sent) = until(|| {
+        let (blocked, sent) = (read("flood-blocked"), read("flood-sent"));
+        (blocked.is_some() || sent.is_some()).then_some((blocked, sent))
+    })
+    .await;
+    assert_eq!(
+        sent, None,
+        "the agent wrote its whole flood while no one read it"
+    );
+    let blocked: usize = blocked.expect("blocked").parse().expect("a count");
+    assert!(
+        blocked < 2_000,
+        "{blocked} updates written before the flood stalled"
+    );
+
+    // The loop reads: every update arrives, then the agent's read, which is answered.
+    let mut updates = 0;
+    let said = loop {
+        let message = tokio::time::timeout(Duration::from_secs(60), from_agent.next())
+            .await
+            .expect("the flood goes on")
+            .expect("the connection is open");
+        match message {
+            FromAgent::Update(notification) => match &notification.update {
+                SessionUpdate::AgentMessageChunk(chunk) => match &chunk.content {
+                    ContentBlock::Text(text) if text.text.starts_with("answered: ") => {
+                        break text.text.clone();
+                    }
+                    _ => updates += 1,
+                },
+                other => panic!("unexpected update {other:?}"),
+            },
+            FromAgent::ReadTextFile(asked) => {
+                let (_, responder) = *asked;
+                responder
+                    .respond(ReadTextFileResponse::new("flood notes"))
+                    .expect("answered");
+            }
+            other => panic!("unexpected message {other:?}"),
+        }
+    };
+    assert_eq!(said, "answered: flood notes");
+    assert_eq!(Some(updates.to_string()), read("flood-sent"));
+    agent.shut_down().await;
+}
+
+/// Waits for `found` to find something, looking again every 10 ms for at most 30 s: what it
+/// looks at (files the test agent writes) sends no event.
+async fn until<T>(mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(found) = found() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "not found within 30 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

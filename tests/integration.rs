@@ -15,6 +15,8 @@ mod integration {
     #[cfg(feature = "test-mcp-server")]
     mod agent_permissions;
     #[cfg(feature = "test-mcp-server")]
+    mod agent_prompts;
+    #[cfg(feature = "test-mcp-server")]
     mod agent_turn_limits;
     mod agents;
     mod approve;

@@ -122,12 +122,12 @@ end
 
 ---Undo what `phase`'s newest code loop changed: only the files its tools and commands
 ---changed go back to what they held before. A file changed since the loop changed it, or
----first changed while a command of the loop ran (it may hold the user's saves), is left
----alone (and named) unless `force`; a buffer with unsaved changes always is. Open buffers
+---first changed while a command of the loop ran or by a coding agent's own tools (it may hold
+---the user's saves), is left alone (and named) unless `force`; a buffer with unsaved changes always is. Open buffers
 ---take the restored text (and `u` undoes it).
 ---@param phase string Phase name or phase loop id.
 ---@param root string Project root.
----@param force? boolean Also restore files changed since the loop changed them or while its commands ran (`:LooprUndo!`).
+---@param force? boolean Also restore files changed since the loop changed them, while its commands ran or by its agent (`:LooprUndo!`).
 ---@param on_done? fun(reply: loopr.UndoReply|nil) Called with the host's reply, nil on error (notified).
 function M.undo(phase, root, force, on_done)
   local params = { root = root, phase = phase, force = force == true }
@@ -152,6 +152,9 @@ local function left_lines(skipped, command)
   end
   if reasons.changed_during_command then
     table.insert(forcible, 'changed during a command')
+  end
+  if reasons.written_by_agent then
+    table.insert(forcible, 'written by the coding agent')
   end
   if #forcible > 0 then
     table.insert(lines, ('Review them; %s overwrites the files %s.'):format(command, table.concat(forcible, ' or ')))

@@ -11,11 +11,12 @@ use agent_client_protocol::v1::schema::{
     WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, ErrorCode, JsonRpcRequest};
+use agent_client_protocol::{Agent, Client, ErrorCode, JsonRpcMessage, JsonRpcRequest};
 use futures::channel::{mpsc, oneshot};
 
 use super::config::AgentConfig;
 use super::error::{AcpError, SignIn};
+use super::inflow::Inflow;
 use super::process::AgentProcess;
 
 /// How long a dead agent's exit status and last stderr are waited for.
@@ -62,30 +63,49 @@ impl Drop for AgentConnection {
     }
 }
 
-/// How many of the agent's messages wait to be served: past it, the connection stops reading
-/// the agent until the loop takes one, so an agent that floods Loopr (between turns, when
-/// nothing is taken) fills its own pipe, not the host's memory.
+/// How many of the agent's messages wait to be served, and how many more may be read before
+/// they are: past it, the connection stops reading the agent until the loop takes one
+/// (`inflow.rs`), so an agent that floods Loopr (between turns, when nothing is taken) fills
+/// its own pipe, not the host's memory.
 const WAITING_MESSAGES: usize = 64;
 
 /// Passes what arrives on to `sender`, waiting while `WAITING_MESSAGES` wait; with no one
-/// left to serve it, the request is answered with an error (its responder dropped).
-async fn pass_on(sender: &mpsc::Sender<FromAgent>, message: FromAgent) {
+/// left to serve it, the request is answered with an error (its responder dropped). Then the
+/// next message may be read.
+async fn pass_on(sender: &mpsc::Sender<FromAgent>, inflow: &Inflow, message: FromAgent) {
     use futures::SinkExt;
     if sender.clone().send(message).await.is_err() {
         tracing::debug!("a message of the ACP agent arrived with no one to serve it");
     }
+    inflow.passed();
+}
+
+/// Whether the agent's messages of `method` are passed on as `FromAgent` (and so read only
+/// with a credit of the inflow).
+fn passed_on(method: &str) -> bool {
+    SessionNotification::matches_method(method)
+        || RequestPermissionRequest::matches_method(method)
+        || ReadTextFileRequest::matches_method(method)
+        || WriteTextFileRequest::matches_method(method)
+        || CreateTerminalRequest::matches_method(method)
+        || TerminalOutputRequest::matches_method(method)
+        || WaitForTerminalExitRequest::matches_method(method)
+        || KillTerminalRequest::matches_method(method)
+        || ReleaseTerminalRequest::matches_method(method)
 }
 
 /// Registers a handler for each request type that passes it on as `FromAgent::$variant`.
 macro_rules! pass_requests_on {
-    ($builder:expr, $sender:expr, $($variant:ident: $request:ty),+ $(,)?) => {
+    ($builder:expr, $sender:expr, $inflow:expr, $($variant:ident: $request:ty),+ $(,)?) => {
         $builder
         $(
             .on_receive_request(
                 {
                     let sender = $sender.clone();
+                    let inflow = $inflow.clone();
                     async move |request: $request, responder, _connection| {
-                        pass_on(&sender, FromAgent::$variant(Box::new((request, responder)))).await;
+                        let message = FromAgent::$variant(Box::new((request, responder)));
+                        pass_on(&sender, &inflow, message).await;
                         Ok(())
                     }
                 },
@@ -103,25 +123,29 @@ impl AgentConnection {
         root: &std::path::Path,
     ) -> Result<AgentConnection, AcpError> {
         let mut process = AgentProcess::spawn(name, config, root)?;
-        let transport = process
-            .take_transport()
-            .ok_or_else(|| AcpError::NotStarted {
-                agent: name.to_owned(),
-                command: config.command.clone(),
-                reason: "its stdio was already taken".to_owned(),
-            })?;
+        let inflow = Inflow::new(WAITING_MESSAGES);
+        let transport =
+            process
+                .take_transport(&inflow, passed_on)
+                .ok_or_else(|| AcpError::NotStarted {
+                    agent: name.to_owned(),
+                    command: config.command.clone(),
+                    reason: "its stdio was already taken".to_owned(),
+                })?;
         let (sender, from_agent) = mpsc::channel(WAITING_MESSAGES);
         let (connection_sender, connection_receiver) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let updates = sender.clone();
+        let update_inflow = inflow.clone();
         let builder = Client.v1().name("loopr").on_receive_notification(
             async move |notification: SessionNotification, _connection| {
-                pass_on(&updates, FromAgent::Update(Box::new(notification))).await;
+                let message = FromAgent::Update(Box::new(notification));
+                pass_on(&updates, &update_inflow, message).await;
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),
         );
-        let builder = pass_requests_on!(builder, sender,
+        let builder = pass_requests_on!(builder, sender, inflow,
             Permission: RequestPermissionRequest,
             ReadTextFile: ReadTextFileRequest,
             WriteTextFile: WriteTextFileRequest,

@@ -3,6 +3,7 @@
 //! as ACP's newline-delimited JSON with a bound per message, its stderr kept as a short tail
 //! for error messages (never logged: an agent may print what its `env` holds).
 
+use super::inflow::Inflow;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -96,9 +97,12 @@ impl AgentProcess {
         &self.name
     }
 
-    /// The agent's stdio as the SDK's line transport, once (`None` after the first call).
-    pub fn take_transport(
+    /// The agent's stdio as the SDK's line transport, once (`None` after the first call); the
+    /// lines of methods `passed_on` read only with `inflow`'s credit.
+    pub(super) fn take_transport(
         &mut self,
+        inflow: &Inflow,
+        passed_on: fn(&str) -> bool,
     ) -> Option<
         agent_client_protocol::Lines<
             impl Sink<String, Error = std::io::Error> + Send + 'static,
@@ -108,7 +112,7 @@ impl AgentProcess {
         let (stdin, stdout) = self.stdio.take()?;
         Some(agent_client_protocol::Lines::new(
             message_sink(stdin),
-            message_stream(stdout),
+            inflow.gate(message_stream(stdout), passed_on),
         ))
     }
 

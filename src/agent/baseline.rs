@@ -5,7 +5,11 @@
 //! loop's tools keep: per file they changed, what it held before the loop's first change and
 //! what the loop left. Files the loop never touched are never listed or restored, and a file
 //! the user changed after the loop did is restored only when the user says so; so is a file
-//! first changed by a command, since the user may have saved it while the command ran.
+//! first changed by a command, since the user may have saved it while the command ran, and a
+//! file a coding agent's own tools wrote behind the protocol (`written_by_agent`): its turn
+//! is watched like a command, for minutes, while the user may go on editing and saving, so
+//! "unchanged since the turn" cannot tell the agent's write from a save made during it. A
+//! plain undo then names the agent and leaves the file; a forced undo restores it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,9 +21,11 @@ use tokio_util::sync::CancellationToken;
 mod changed_files;
 mod file_diffs;
 mod file_state;
+mod undo_report;
 
 pub use file_diffs::FileDiff;
 pub(crate) use file_state::{current_state, hash_of, what_is_at};
+pub use undo_report::{SkipReason, UndoReport};
 
 use crate::store::{make_durable, write_atomic, write_atomic_keeping_mode, write_atomic_unsynced};
 use crate::tools::{
@@ -81,6 +87,21 @@ struct LedgerEntry {
     /// left" may be the user's work.
     #[serde(default)]
     by_command: bool,
+    /// The coding agent whose turn it was when a command-like change was seen (its own tools
+    /// wrote behind the protocol); `None` for Loopr's own tools and commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
+}
+
+impl LedgerEntry {
+    /// Why a plain undo leaves the file though unchanged since the loop changed it.
+    fn unsure(&self) -> Option<SkipReason> {
+        match (&self.agent, self.by_command) {
+            (Some(agent), _) => Some(SkipReason::WrittenByAgent(agent.clone())),
+            (None, true) => Some(SkipReason::ChangedDuringCommand),
+            (None, false) => None,
+        }
+    }
 }
 
 /// Relative path → the loop's change of that file.
@@ -114,61 +135,6 @@ pub struct ChangedHunk {
     pub summary: String,
 }
 
-/// Why undo left a file the loop changed as it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SkipReason {
-    /// Changed (by the user, or anyone) since the loop changed it; restored only with force.
-    ChangedSince,
-    /// Changed while a command of the loop ran, which cannot tell its own writes from the
-    /// user's saves meanwhile; restored only with force.
-    ChangedDuringCommand,
-    /// Open in the editor with unsaved changes.
-    UnsavedBuffer,
-    /// What it held before cannot be restored; says why.
-    Unrestorable(String),
-}
-
-impl SkipReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SkipReason::ChangedSince => "changed_since",
-            SkipReason::ChangedDuringCommand => "changed_during_command",
-            SkipReason::UnsavedBuffer => "unsaved_buffer",
-            SkipReason::Unrestorable(_) => "unrestorable",
-        }
-    }
-
-    /// Whether a forced undo or rewind overwrites the file.
-    pub fn forcible(&self) -> bool {
-        matches!(
-            self,
-            SkipReason::ChangedSince | SkipReason::ChangedDuringCommand
-        )
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            SkipReason::ChangedSince => "changed since the loop changed it".to_owned(),
-            SkipReason::ChangedDuringCommand => {
-                "changed while a command of the loop ran; it may hold your edits".to_owned()
-            }
-            SkipReason::UnsavedBuffer => "open with unsaved changes".to_owned(),
-            SkipReason::Unrestorable(why) => why.clone(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UndoReport {
-    /// Files put back as they were before the loop changed them (or removed, when the loop
-    /// created them).
-    pub restored: Vec<PathBuf>,
-    /// Files left as they are, with the reason.
-    pub skipped: Vec<(PathBuf, SkipReason)>,
-    /// What was undone was a rewind (the files it wrote got back what they held before it).
-    pub rewind_undone: bool,
-}
-
 /// One file of an undo, as planned from the ledger.
 enum UndoAction {
     /// Already holds what it held before; only the ledger entry goes.
@@ -180,7 +146,9 @@ enum UndoAction {
         /// `None`: the loop created it, so it is removed.
         before: Option<Vec<u8>>,
         changed_since: bool,
-        by_command: bool,
+        /// Why a plain undo leaves it though unchanged since: a command or a coding agent
+        /// first changed it, and the user may have saved it meanwhile.
+        unsure: Option<SkipReason>,
     },
     Skip(SkipReason),
 }
@@ -199,6 +167,8 @@ pub type OthersPaths = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 pub struct Baseline {
     dir: PathBuf,
     others: Option<OthersPaths>,
+    /// The coding agent whose turn the changes `command_changed` records are made in.
+    agent: Option<String>,
 }
 
 impl Baseline {
@@ -206,6 +176,16 @@ impl Baseline {
         Baseline {
             dir: loop_dir.join("baseline"),
             others: None,
+            agent: None,
+        }
+    }
+
+    /// This baseline, recording what changes around a turn of coding agent `agent` as its
+    /// own tools' writes.
+    pub fn written_by_agent(self, agent: &str) -> Baseline {
+        Baseline {
+            agent: Some(agent.to_owned()),
+            ..self
         }
     }
 
@@ -354,11 +334,10 @@ impl Baseline {
                     continue;
                 }
                 UndoAction::Restore {
-                    by_command: true, ..
+                    unsure: Some(reason),
+                    ..
                 } if !force => {
-                    report
-                        .skipped
-                        .push((step.path, SkipReason::ChangedDuringCommand));
+                    report.skipped.push((step.path, reason));
                     continue;
                 }
                 UndoAction::Restore {
@@ -458,7 +437,7 @@ impl Baseline {
             } else {
                 UndoAction::Restore {
                     changed_since: current.fingerprint != entry.after,
-                    by_command: entry.by_command,
+                    unsure: entry.unsure(),
                     current: current.bytes,
                     before,
                 }
@@ -520,21 +499,22 @@ impl Baseline {
     }
 
     /// Records that the loop left `relative` as `after`, having found it as `before` if this
-    /// is its first change of the file (made `by_command` or by a tool). A file back to what it
-    /// held before leaves the ledger.
+    /// is its first change of the file (made `by_command`, in a turn of `agent`, or by a
+    /// tool). A file back to what it held before leaves the ledger.
     fn note_change(
         &self,
         relative: &str,
         before: impl FnOnce(&Baseline) -> Before,
         after: Option<String>,
         by_command: bool,
+        agent: Option<String>,
     ) -> Result<(), BaselineError> {
         let mut ledger = self.ledger();
         // The first change decides: it is when `before` was taken, so a user's save during a
         // first change by a command stays unknown to the entry whatever the loop does later.
-        let (before, by_command) = match ledger.get(relative) {
-            Some(entry) => (entry.before.clone(), entry.by_command),
-            None => (before(self), by_command),
+        let (before, by_command, agent) = match ledger.get(relative) {
+            Some(entry) => (entry.before.clone(), entry.by_command, entry.agent.clone()),
+            None => (before(self), by_command, agent),
         };
         let back_to_before = match (&before, &after) {
             (Before::Absent, None) => true,
@@ -550,6 +530,7 @@ impl Baseline {
                     before,
                     after,
                     by_command,
+                    agent,
                 },
             );
         }
@@ -623,6 +604,7 @@ impl ChangeJournal for Baseline {
             },
             Some(hash_of(after)),
             false,
+            None,
         );
         if let Err(err) = noted {
             tracing::warn!(error = %err, relative, "recording a tool's change for undo");
@@ -666,6 +648,7 @@ impl ChangeJournal for Baseline {
             },
             after,
             true,
+            self.agent.clone(),
         );
         if let Err(err) = noted {
             tracing::warn!(error = %err, relative, "recording a command's change for undo");

@@ -39,6 +39,15 @@ use crate::tools::{
 };
 
 pub const COMPLETE_PHASE: &str = "complete_phase";
+/// What the code loop's worker is told to do to have its work checked again: Loopr's model
+/// calls `complete_phase`; a coding agent (`code_agent`) has no such tool and ends its turn.
+fn check_again(context: &LoopContext) -> String {
+    match context.settings.code_agent {
+        Some(_) => "end your turn again".to_owned(),
+        None => format!("call {COMPLETE_PHASE} again"),
+    }
+}
+
 /// Bytes of validation output the model sees (the end, where failures are reported).
 const VALIDATION_TAIL: usize = 16 * 1024;
 
@@ -235,13 +244,16 @@ fn changing_tool_context(context: &LoopContext) -> ToolContext {
         approver: context.approver.clone(),
         loop_id: context.record.id.to_string(),
         buffers: context.buffers.clone(),
-        journal: Arc::new(
-            Baseline::at(&context.layout.loop_dir(&context.record.id)).excluding({
-                let layout = context.layout.clone();
-                Arc::new(move || export::exported_paths(&layout))
-            }),
-        ),
+        journal: Arc::new(loop_baseline(context)),
     }
+}
+
+/// The loop's baseline, not counting as the loop's what the plan's export writes.
+fn loop_baseline(context: &LoopContext) -> Baseline {
+    Baseline::at(&context.layout.loop_dir(&context.record.id)).excluding({
+        let layout = context.layout.clone();
+        Arc::new(move || export::exported_paths(&layout))
+    })
 }
 
 /// Readies a run (new, resumed, revised or retried) for its next turn: the user's feedback
@@ -587,7 +599,10 @@ async fn take_feedback(
     state: &mut CodeRunState,
     feedback: &str,
 ) -> Result<(), LoopError> {
-    conversation.add_user_text(prompts::code_revision_request(feedback, COMPLETE_PHASE));
+    conversation.add_user_text(prompts::code_revision_request(
+        feedback,
+        &check_again(context),
+    ));
     // The iteration after the last validated one; an iteration under way goes on.
     state.iteration = state
         .iteration

@@ -271,11 +271,12 @@ pub fn review_request(
     )
 }
 
-/// The user's feedback on a code loop's work, which starts a new iteration.
-pub fn code_revision_request(feedback: &str, complete_tool: &str) -> String {
+/// The user's feedback on a code loop's work, which starts a new iteration (`again`: what
+/// has the work checked again, such as "call complete_phase again").
+pub fn code_revision_request(feedback: &str, again: &str) -> String {
     format!(
         "The user reviewed the changes so far and asks for more work:\n\n{feedback}\n\nMake \
-         these changes, then call {complete_tool} again."
+         these changes, then {again}."
     )
 }
 

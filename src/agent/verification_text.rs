@@ -43,11 +43,12 @@ pub fn finding_text(finding: &Finding) -> String {
 }
 
 /// A verification round's findings that block the phase, for the code loop's model: what was
-/// found, where, and what to do.
+/// found, where, and what to do (`again`: what has its work checked again, such as "call
+/// complete_phase again").
 pub fn verification_findings(
     verification: &StoredVerification,
     max_rounds: u32,
-    complete_tool: &str,
+    again: &str,
 ) -> String {
     let mut text = format!(
         "Verification round {}/{max_rounds} checked the changes against the phase's \
@@ -57,8 +58,7 @@ pub fn verification_findings(
     );
     text.push_str(&finding_lines(&verification.report.findings));
     text.push_str(&format!(
-        "Fix them, then call {complete_tool} again: the validation, then the verification, \
-         run again."
+        "Fix them, then {again}: the validation, then the verification, run again."
     ));
     text
 }
@@ -137,7 +137,7 @@ mod tests {
             },
         };
         assert_eq!(
-            verification_findings(&verification, 2, "complete_phase"),
+            verification_findings(&verification, 2, "call complete_phase again"),
             "Verification round 1/2 checked the changes against the phase's requirements and \
              found problems that block the phase: R1 is not met.\n\
              - critical src/main.rs:2-4: --version is never matched [R1] Fix: Match it first\n\

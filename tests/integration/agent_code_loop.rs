@@ -35,7 +35,7 @@ pub(super) fn agent_setup(behave: &str, code_agent: bool) -> String {
 
 /// Answers every approval request as it comes: what names `deploy` rejected, the rest
 /// accepted; each answer noted in `_G.agent_approvals`.
-async fn answer_approvals(editor: &TestNvim) {
+pub(super) async fn answer_approvals(editor: &TestNvim) {
     editor
         .exec(
             "_G.agent_approvals = {}
@@ -180,11 +180,21 @@ async fn an_agent_s_loop_is_validated_sent_back_and_passes_with_its_work_shown_a
         .await;
     assert!(changed.contains(&"README.md".to_owned()), "{changed:?}");
     // Like a command's, what the agent wrote behind the protocol may hold the user's edits
-    // made meanwhile: undo names it, and `!` takes it back.
+    // saved during its turn: undo names the agent as its author, and `!` takes it back.
     assert_eq!(editor.command("LooprUndo print-version").await, None);
     let shown = messages(&editor).await;
     assert!(
-        shown.contains("  README.md: changed while a command of the loop ran"),
+        shown.contains(
+            "  README.md: written by the coding agent test's own tools during its turn; it may \
+             hold your edits saved meanwhile"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            ":LooprUndo! print-version overwrites the files changed during a command or written \
+             by the coding agent."
+        ),
         "{shown}"
     );
     assert_eq!(editor.command("LooprUndo! print-version").await, None);

@@ -66,12 +66,7 @@ fn loopr_output(editor: &TestNvim, args: &[&str]) -> std::process::Output {
 
 /// An editor on a git project whose one-spec hierarchy is planned and approved.
 async fn planned_in_git(fake: &FakeLlm) -> TestNvim {
-    crate::scenario::push_one_spec_hierarchy(fake, |_| Some("true".to_owned()), tool_turn);
-    let mut editor = start_editor(fake, AUTO_APPROVE).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
-    editor
+    crate::scenario::planned_one_spec(fake, AUTO_APPROVE, |_| Some("true".to_owned())).await
 }
 
 /// Runs print-version's code loop, which edits `src/main.rs` and creates `src/version.rs`,
@@ -104,11 +99,7 @@ async fn note_of(editor: &TestNvim, id: &str) -> Value {
 async fn rewind_restores_the_tree_before_a_phase_keeps_the_users_edit_and_git_state_and_undo_brings_it_back()
  {
     let fake = FakeLlm::start().await;
-    crate::scenario::push_one_spec_hierarchy(&fake, |_| Some("true".to_owned()), tool_turn);
-    let mut editor = start_editor(&fake, AUTO_APPROVE).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
+    let mut editor = planned_in_git(&fake).await;
     let project = editor.dirs.project.clone();
     let read = |path: &str| std::fs::read_to_string(project.join(path)).ok();
     // The user's git state: a branch, a stash, a staged new file.

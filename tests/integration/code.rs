@@ -3,24 +3,17 @@ use serde_json::{Value, json};
 use crate::fake_llm::{FakeLlm, Reply, TurnBuilder};
 use crate::nvim::TestNvim;
 use crate::scenario::{
-    AUTO_APPROVE, code_route, commit_everything, complete_phase_turn, killed_at_request,
-    plan_and_approve, requests_routed, run_code_loop, stalled_turn, start_editor, tool_results,
-    tool_turn, wait_all_complete,
+    AUTO_APPROVE, code_route, complete_phase_turn, killed_at_request, requests_routed,
+    run_code_loop, stalled_turn, tool_results, tool_turn,
 };
 
 /// Plans and approves a one-spec hierarchy whose phase `print-version` is validated by
 /// `validation`; returns when every loop is complete.
 pub(super) async fn planned_editor(fake: &FakeLlm, setup: &str, validation: &str) -> TestNvim {
-    crate::scenario::push_one_spec_hierarchy(
-        fake,
-        |phase| (phase == "print-version").then(|| validation.to_owned()),
-        tool_turn,
-    );
-    let mut editor = start_editor(fake, setup).await;
-    commit_everything(&editor.dirs.project);
-    plan_and_approve(&mut editor).await;
-    wait_all_complete(&mut editor, 5).await;
-    editor
+    crate::scenario::planned_one_spec(fake, setup, |phase| {
+        (phase == "print-version").then(|| validation.to_owned())
+    })
+    .await
 }
 
 /// An auto-approving `planned_editor` with src/main.rs open in the current window; returns

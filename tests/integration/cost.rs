@@ -209,13 +209,7 @@ async fn status_shows_estimates_for_a_server_that_reports_no_usage_and_an_unknow
 async fn a_tree_pauses_at_its_token_budget_and_approving_goes_on_from_where_it_was() {
     let fake = FakeLlm::start().await;
     let (mut editor, plan_id) = plan_paused_at_its_budget(&fake).await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("reached its budget"))
-        })
-        .await;
+    let notice = editor.wait_notice("reached its budget").await;
     assert_eq!(
         notice["message"],
         format!(
@@ -319,13 +313,7 @@ async fn raising_the_budget_in_setup_lets_a_paused_tree_go_on_with_nothing_lost(
     // does, and the notice says which: the host takes them in order.
     setup_again(&editor, "{ budget = { tokens = 1100 } }").await;
     setup_again(&editor, "{ budget = { tokens = 5000 } }").await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("goes on"))
-        })
-        .await;
+    let notice = editor.wait_notice("goes on").await;
     assert_eq!(
         notice["message"],
         format!("Loopr: plan tree {plan_id} goes on within its budget now (1100 of 5000 tokens)")
@@ -367,13 +355,7 @@ async fn a_spec_of_a_tree_at_its_budget_stays_pending_until_approval() {
          to go on"
     );
     // The notice comes once the spec is held (not started, not paused).
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|message| message.contains("reached its budget"))
-        })
-        .await;
+    let notice = editor.wait_notice("reached its budget").await;
     assert_eq!(notice["message"], format!("Loopr: {reason}"));
     let rows = status_rows(&editor).await;
     let spec = rows

@@ -104,11 +104,7 @@ async fn the_approved_tree_is_exported_with_links_that_resolve_and_an_edited_fil
     editor.exec(&format!("vim.cmd.edit({spec_md:?})")).await;
     revise_current(&editor, "Split parsing from printing").await;
     let shown = format!("{PLAN_DIR}/version-flag/README.md");
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"].as_str().is_some_and(|m| m.contains(&shown))
-        })
-        .await;
+    let notice = editor.wait_notice(&shown).await;
     assert_eq!(notice["level"], "warn");
     assert_eq!(
         notice["message"],

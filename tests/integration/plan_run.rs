@@ -330,17 +330,13 @@ async fn a_stopped_run_names_its_way_on_and_a_cancel_ends_it_for_good() {
     editor.quit().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_code_loop_started_by_hand_waits_its_turn_and_says_so() {
-    let fake = FakeLlm::start().await;
-    let mut editor = written_tree(&fake, SETUP, "true").await;
-    let (held, release) = write_and_complete("a-1", "src/a-1.rs", "// done\n").held();
-    fake.push_routed(&code_route("a-1"), held);
-    script_code(&fake, &["b-1"]);
+/// Runs a-1 and, once its code loop is `first_status`, b-1: the event of b-1's code loop
+/// pending, and its row in the status.
+async fn b_1_behind_a_1(editor: &mut TestNvim, first_status: &str) -> (Value, Value) {
     assert_eq!(editor.command("LooprRun a-1").await, None);
     let first = editor
         .wait_event("LooprLoopUpdated", |data| {
-            data["type"] == "code" && data["status"] == "running"
+            data["type"] == "code" && data["status"] == first_status
         })
         .await;
     assert_eq!(editor.command("LooprRun b-1").await, None);
@@ -355,6 +351,17 @@ async fn a_code_loop_started_by_hand_waits_its_turn_and_says_so() {
         .into_iter()
         .find(|r| r["id"] == second["id"])
         .expect("second code loop");
+    (second, row)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_loop_started_by_hand_waits_its_turn_and_says_so() {
+    let fake = FakeLlm::start().await;
+    let mut editor = written_tree(&fake, SETUP, "true").await;
+    let (held, release) = write_and_complete("a-1", "src/a-1.rs", "// done\n").held();
+    fake.push_routed(&code_route("a-1"), held);
+    script_code(&fake, &["b-1"]);
+    let (second, row) = b_1_behind_a_1(&mut editor, "running").await;
     assert_eq!(row["status"], "pending");
     assert_eq!(
         row["waits_for"],
@@ -416,24 +423,7 @@ async fn a_code_loop_whose_changes_await_approval_keeps_the_working_tree_until_a
     let setup = "{ approvals = { write = 'auto', edit = 'auto', command = 'auto' }, verify = false, review_gates = { 'plan', 'code' } }";
     let mut editor = written_tree(&fake, setup, "true").await;
     script_code(&fake, &["a-1", "b-1"]);
-    assert_eq!(editor.command("LooprRun a-1").await, None);
-    let first = editor
-        .wait_event("LooprLoopUpdated", |data| {
-            data["type"] == "code" && data["status"] == "awaiting_approval"
-        })
-        .await;
-    assert_eq!(editor.command("LooprRun b-1").await, None);
-    let second = editor
-        .wait_event("LooprLoopUpdated", |data| {
-            data["type"] == "code" && data["status"] == "pending" && data["id"] != first["id"]
-        })
-        .await;
-    let row = editor
-        .status_records()
-        .await
-        .into_iter()
-        .find(|r| r["id"] == second["id"])
-        .expect("second code loop");
+    let (second, row) = b_1_behind_a_1(&mut editor, "awaiting_approval").await;
     assert_eq!(
         row["status"], "pending",
         "b-1 must not edit over a-1's unreviewed changes"

@@ -115,13 +115,7 @@ async fn rejecting_the_validation_pauses_the_loop_and_says_how_to_go_on() {
             asked["id"]
         ))
         .await;
-    let notice = editor
-        .wait_event("LooprNotice", |data| {
-            data["message"]
-                .as_str()
-                .is_some_and(|text| text.contains("paused"))
-        })
-        .await;
+    let notice = editor.wait_notice("paused").await;
     let expected = format!(
         "Loopr: print-version paused: its validation command `true` was rejected (\"not yet\"); \
          :LooprRetry {code_id} runs it again; to change the command, :LooprRevise {{feedback}} \

@@ -33,8 +33,24 @@ async fn verifying_editor(fake: &FakeLlm, greeting: &str) -> (TestNvim, String, 
     (editor, code, verify_route("print-version"))
 }
 
-fn report_turn(id: &str, report: Value) -> Reply {
+pub(super) fn report_turn(id: &str, report: Value) -> Reply {
     tool_turn(id, "report_verification", report)
+}
+
+/// A failing report: R1 not met, with one critical finding at `file`:`line`.
+pub(super) fn r1_not_met(file: &str, line: u32, message: &str, fix: &str) -> Value {
+    json!({
+        "verdict": "fail",
+        "summary": "R1 is not met: the version is not printed.",
+        "findings": [{
+            "severity": "critical",
+            "requirement": "R1",
+            "file": file,
+            "line": line,
+            "message": message,
+            "fix": fix
+        }]
+    })
 }
 
 /// The quickfix list titled `title`: its entries as the user sees them.
@@ -108,18 +124,12 @@ async fn a_critical_finding_goes_back_to_the_code_loop_and_the_second_verificati
         &verify,
         report_turn(
             "v1",
-            json!({
-                "verdict": "fail",
-                "summary": "R1 is not met: the version is not printed.",
-                "findings": [{
-                    "severity": "critical",
-                    "requirement": "R1",
-                    "file": "src/main.rs",
-                    "line": 2,
-                    "message": "It prints sample, not the version.",
-                    "fix": "Print sample 0.3.1."
-                }]
-            }),
+            r1_not_met(
+                "src/main.rs",
+                2,
+                "It prints sample, not the version.",
+                "Print sample 0.3.1.",
+            ),
         ),
     );
     fake.push_routed(

@@ -17,7 +17,9 @@
 //! - `wait`: each prompt writes its pid to `agent.pid`, says it works, then waits for
 //!   `session/cancel` and ends its turn as cancelled;
 //!
-//! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
+//! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory, and
+//! with `LOOPR_TEST_AGENT_PROMPTS` set each prompt's text is appended to that file as a JSON
+//! line with this process's id (`record_prompt`), so a test reads what the agent was told.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
 //! - `permissions`: the first prompt asks permission for a command it declares a "read",
 //!   then for an edit of `notes.txt` with its diff, which once allowed it writes over `fs`
@@ -25,6 +27,9 @@
 //! - `costly`, `euro`, `silent`, `flood`, `late`, `asks` (`limits` below): a cost over the
 //!   budget, a cost in euros, no answer at all, a flood of text around its answer, a write
 //!   after its answer, twenty permission requests at once.
+//! - `pipe-flood`: floods Loopr's pipe (`flood` below): answers `initialize` by hand, then writes
+//!   `FLOOD_UPDATES` session updates without waiting (`flood-blocked` noted if they stall
+//!   for 2 s), notes `flood-sent` once all are written, asks to read `notes.txt` and sends one last update saying what it got.
 
 use std::time::Duration;
 
@@ -53,6 +58,7 @@ enum Behaviour {
     Late,
     Asks,
     Euro,
+    PipeFlood,
 }
 
 impl Behaviour {
@@ -79,6 +85,7 @@ impl Behaviour {
             ["--behave", "late"] => Ok(Behaviour::Late),
             ["--behave", "asks"] => Ok(Behaviour::Asks),
             ["--behave", "euro"] => Ok(Behaviour::Euro),
+            ["--behave", "pipe-flood"] => Ok(Behaviour::PipeFlood),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -101,6 +108,10 @@ async fn main() {
     }
     if behaviour == Behaviour::Version {
         answer_in_version_7().await;
+        return;
+    }
+    if behaviour == Behaviour::PipeFlood {
+        flood::flood();
         return;
     }
     if let Err(err) = serve(behaviour).await {
@@ -135,6 +146,7 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
         )
         .on_receive_request(
             async move |request: PromptRequest, responder, connection| {
+                record_prompt(&request);
                 let cancelled = cancelled.clone();
                 match behaviour {
                     // The turn talks to the client: on a task of its own, so that the
@@ -200,6 +212,35 @@ async fn answer_in_version_7() {
     let _ = stdout.flush().await;
     while let Ok(Some(_)) = lines.next_line().await {}
 }
+
+/// Appends the prompt's text, with this process's id, to the file `LOOPR_TEST_AGENT_PROMPTS`
+/// names, if it names one.
+fn record_prompt(request: &PromptRequest) {
+    let Some(path) = std::env::var_os("LOOPR_TEST_AGENT_PROMPTS").filter(|path| !path.is_empty())
+    else {
+        return;
+    };
+    let text: String = request
+        .prompt
+        .iter()
+        .filter_map(|block| match block {
+            agent_client_protocol::v1::schema::ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let line = serde_json::json!({ "pid": std::process::id(), "prompt": text });
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()));
+    if let Err(err) = appended {
+        eprintln!("loopr-test-acp-agent: recording the prompt: {err}");
+    }
+}
+
+#[path = "acp_agent_flood.rs"]
+mod flood;
 
 #[path = "acp_agent_script.rs"]
 mod script;

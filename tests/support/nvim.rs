@@ -318,6 +318,16 @@ impl TestNvim {
         }
     }
 
+    /// Waits for the next `User LooprNotice` whose message contains `containing`; its data.
+    pub async fn wait_notice(&mut self, containing: &str) -> serde_json::Value {
+        self.wait_event("LooprNotice", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains(containing))
+        })
+        .await
+    }
+
     /// Waits for the loop to reach `status`.
     pub async fn wait_status(&mut self, loop_id: &str, status: &str) -> serde_json::Value {
         let loop_id = loop_id.to_owned();

@@ -538,6 +538,21 @@ pub async fn run_code_loop(editor: &mut TestNvim, phase: &str) -> String {
     code_loop_id(editor).await
 }
 
+/// An editor with `setup` on a git project whose one-spec hierarchy (5 loops) is planned and
+/// approved, each phase validated by the command `validation` gives it (or the default).
+pub async fn planned_one_spec(
+    fake: &FakeLlm,
+    setup: &str,
+    validation: impl Fn(&str) -> Option<String>,
+) -> TestNvim {
+    push_one_spec_hierarchy(fake, validation, tool_turn);
+    let mut editor = start_editor(fake, setup).await;
+    commit_everything(&editor.dirs.project);
+    plan_and_approve(&mut editor).await;
+    wait_all_complete(&mut editor, 5).await;
+    editor
+}
+
 /// In a git project, plans and approves a one-spec hierarchy (5 loops), then runs the code
 /// loop of its `print-version` phase to completion; returns `src/main.rs` as it then reads.
 pub async fn run_print_version(editor: &mut TestNvim) -> String {

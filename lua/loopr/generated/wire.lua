@@ -158,7 +158,7 @@
 ---@class loopr.UndoSkipped
 ---@field message string
 ---@field path string
----@field reason string "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
+---@field reason string "changed_since", "changed_during_command", "written_by_agent", "unsaved_buffer" or "unrestorable".
 ---@class loopr.ValidationLocation A place a validation's output names, as a quickfix entry takes it.
 ---@field col integer 1-based; 0 when only the line is known.
 ---@field filename string The file's absolute path; it exists, inside the project.

@@ -1,10 +1,10 @@
 //! The code loop's verification rounds: once the phase's validation passes (and
 //! `verify.enabled`), its changes are verified; findings that block the phase go back to the
-//! model as its next iteration, then, after the next passing validation, verification runs
+//! model (or the coding agent) as its next iteration, then, after the next passing validation, verification runs
 //! again, at most `verify.max_rounds` times. The round under way is in the loop's run state,
 //! so a host killed meanwhile resumes it.
 
-use super::{COMPLETE_PHASE, CodeRunState};
+use super::{CodeRunState, check_again};
 use crate::agent::context::{LoopContext, LoopError, VerifyLimit};
 use crate::agent::jobs;
 use crate::agent::turn::Conversation;
@@ -97,7 +97,7 @@ pub(super) async fn verify(
     conversation.add_user_text(verification_text::verification_findings(
         &verification,
         max_rounds,
-        COMPLETE_PHASE,
+        &check_again(context),
     ));
     let max_iterations = context.settings.code_max_iterations;
     let out_of_iterations = state.iteration >= state.last_allowed_iteration(max_iterations);

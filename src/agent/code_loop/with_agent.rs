@@ -11,8 +11,8 @@ use std::sync::Arc;
 use super::agent_session::{self, AgentSession};
 use super::agent_turn;
 use super::{
-    CodeRunState, before_changes, changing_tool_context, load_or_start, phase_of, validate,
-    verifying, where_it_stands,
+    CodeRunState, before_changes, changing_tool_context, load_or_start, loop_baseline, phase_of,
+    validate, verifying, where_it_stands,
 };
 use crate::acp::AgentConfig;
 use crate::agent::agent_client::AgentClient;
@@ -58,11 +58,17 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
     };
     let tool_context = changing_tool_context(context);
     let client = AgentClient::new(tool_context.clone());
+    // What changes in a turn is the agent's own tools' writes, and undo names the agent.
+    let turn_context = ToolContext {
+        journal: Arc::new(loop_baseline(context).written_by_agent(name)),
+        ..tool_context.clone()
+    };
     let mut session = agent_session::open(context, name, &config).await?;
     let mut run = AgentRun {
         context,
         phase: &phase,
         tool_context: &tool_context,
+        turn_context: &turn_context,
         client: &client,
         meter: agent_turn::AgentMeter::new(format!("agent {name}")),
         watched: None,
@@ -73,7 +79,7 @@ pub(super) async fn run_with_agent(context: &LoopContext, name: &str) -> Result<
     client.close().await;
     session.agent.shut_down().await;
     // What the agent wrote after its last turn, until it was stopped, is the loop's too.
-    record_changes_since(&tool_context, run.watched.take()).await;
+    record_changes_since(&turn_context, run.watched.take()).await;
     if ended.is_err() {
         // What is kept of the turn under way is what the user sees of it afterwards.
         if let Err(err) = conversation.flush().await {
@@ -144,6 +150,8 @@ struct AgentRun<'a> {
     context: &'a LoopContext,
     phase: &'a PhaseArtifact,
     tool_context: &'a ToolContext,
+    /// The tool context whose journal records a turn's changes as the agent's writes.
+    turn_context: &'a ToolContext,
     client: &'a AgentClient,
     /// How the loop's usage names the agent, and the cost it reported.
     meter: agent_turn::AgentMeter,
@@ -175,9 +183,9 @@ impl AgentRun<'_> {
             // The agent's own tools write behind the protocol: what changed in the turn is
             // recorded like a command's changes, for the changes list and undo; so is what
             // changed since the last turn ended, and the turn counts from there.
-            let before = match record_changes_since(self.tool_context, self.watched.take()).await {
+            let before = match record_changes_since(self.turn_context, self.watched.take()).await {
                 Some(now) => Some(now),
-                None => tree_before_command(self.tool_context)
+                None => tree_before_command(self.turn_context)
                     .await
                     .map_err(|_| LoopError::Cancelled)?,
             };
@@ -192,7 +200,7 @@ impl AgentRun<'_> {
             )
             .await;
             // Recorded before the validation runs.
-            self.watched = record_changes_since(self.tool_context, before).await;
+            self.watched = record_changes_since(self.turn_context, before).await;
             let turn = turn?;
             let reported_usd_micros = turn.reported_usd_micros();
             conversation.add_agent_turn(

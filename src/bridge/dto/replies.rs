@@ -228,7 +228,8 @@ pub struct UndoReply {
 #[schemars(rename = "loopr.UndoSkipped")]
 pub struct SkippedFileReply {
     pub path: String,
-    /// "changed_since", "changed_during_command", "unsaved_buffer" or "unrestorable".
+    /// "changed_since", "changed_during_command", "written_by_agent", "unsaved_buffer" or
+    /// "unrestorable".
     pub reason: &'static str,
     pub message: String,
 }
