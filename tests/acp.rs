@@ -9,7 +9,7 @@ fn test_agent(behave: &str) -> AgentConfig {
     AgentConfig {
         command: env!("CARGO_BIN_EXE_loopr-test-acp-agent").to_owned(),
         args: vec!["--behave".to_owned(), behave.to_owned()],
-        env: Default::default(),
+        ..AgentConfig::default()
     }
 }
 

@@ -12,6 +12,8 @@ mod integration {
     // Needs the test agent: `--features test-mcp-server` (scripts/test.sh).
     #[cfg(feature = "test-mcp-server")]
     mod agent_code_loop;
+    #[cfg(feature = "test-mcp-server")]
+    mod agent_handover;
     mod agents;
     mod approve;
     mod cancel_and_restart;

@@ -19,6 +19,11 @@ pub struct AgentConfig {
     /// Variables set for the agent, over the allow-listed ones of the host; a provider key
     /// reaches an agent only when named here.
     pub env: BTreeMap<String, String>,
+    /// MCP servers (names in `mcp.servers`) handed to this agent with their `env` values: a
+    /// code-level server whose `env` is set is left out of the agent's session unless named
+    /// here, as the agent (and whatever it runs) would see its tokens.
+    #[schemars(inner(length(min = 1)))]
+    pub share_mcp_env: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -28,6 +33,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("share_mcp_env", &self.share_mcp_env)
             .finish()
     }
 }
@@ -133,8 +139,8 @@ mod tests {
     fn debug_names_env_variables_never_their_values() {
         let agent = AgentConfig {
             command: "claude-agent-acp".to_owned(),
-            args: Vec::new(),
             env: BTreeMap::from([("ANTHROPIC_API_KEY".to_owned(), "sk-ant-secret".to_owned())]),
+            ..AgentConfig::default()
         };
         let shown = format!("{agent:?}");
         assert!(

@@ -341,11 +341,11 @@ mod tests {
     fn the_agent_env_overrides_the_host_and_a_secret_comes_only_when_named() {
         let config = AgentConfig {
             command: "agent".to_owned(),
-            args: Vec::new(),
             env: std::collections::BTreeMap::from([(
                 "PATH".to_owned(),
                 "/opt/agent/bin".to_owned(),
             )]),
+            ..AgentConfig::default()
         };
         let environment = agent_environment(&config);
         let paths: Vec<_> = environment

@@ -19,6 +19,10 @@
 //!
 //! In every behaviour, a `session/cancel` is noted in `agent-saw-cancel` in its directory.
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
+//! - `record`: writes what `session/new` handed it (its MCP servers, and its environment) to
+//!   files in its directory; each prompt writes `status.txt` ("ok") and ends its turn;
+//! - `early`: sends a `session/update` and an `fs/read_text_file` request before it answers
+//!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`.
 
 use std::time::Duration;
 
@@ -40,6 +44,8 @@ enum Behaviour {
     Script,
     Wait,
     Die,
+    Record,
+    Early,
 }
 
 impl Behaviour {
@@ -59,6 +65,8 @@ impl Behaviour {
             ["--behave", "script"] => Ok(Behaviour::Script),
             ["--behave", "wait"] => Ok(Behaviour::Wait),
             ["--behave", "die"] => Ok(Behaviour::Die),
+            ["--behave", "record"] => Ok(Behaviour::Record),
+            ["--behave", "early"] => Ok(Behaviour::Early),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -105,11 +113,11 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |_request: NewSessionRequest, responder, _connection| {
-                if behaviour == Behaviour::Auth {
-                    return responder.respond_with_error(Error::auth_required());
-                }
-                responder.respond(NewSessionResponse::new("test-session-1"))
+            async move |request: NewSessionRequest, responder, connection| match behaviour {
+                Behaviour::Auth => responder.respond_with_error(Error::auth_required()),
+                Behaviour::Record => responder.respond(setup::record(&request)),
+                Behaviour::Early => setup::early(request, responder, connection),
+                _ => responder.respond(NewSessionResponse::new("test-session-1")),
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -125,6 +133,10 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                                 script::turn(behaviour, &connection, &request, &cancelled).await;
                             responder.respond(PromptResponse::new(stop))
                         })
+                    }
+                    Behaviour::Record => {
+                        setup::finish_phase();
+                        responder.respond(PromptResponse::new(StopReason::EndTurn))
                     }
                     _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
                 }
@@ -168,6 +180,9 @@ async fn answer_in_version_7() {
 
 #[path = "acp_agent_script.rs"]
 mod script;
+
+#[path = "acp_agent_setup.rs"]
+mod setup;
 
 fn initialize_answer(behaviour: Behaviour, request: &InitializeRequest) -> InitializeResponse {
     let mut answer = InitializeResponse::new(request.protocol_version)

@@ -1,0 +1,74 @@
+//! The test agent's behaviours around a session's setup (`--behave record`, `early`): what
+//! it was handed (`record`: `session/new`'s MCP servers and its own environment, written to
+//! files a test reads) and an agent that talks to the client before `session/new` is
+//! answered (`early`).
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::Responder;
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, NewSessionRequest, NewSessionResponse, ReadTextFileRequest,
+    SessionNotification, SessionUpdate, TextContent,
+};
+use agent_client_protocol::{Client, Error};
+
+/// Where `record` writes the MCP servers `session/new` gave it (as JSON, values and all).
+pub const MCP_SERVERS_FILE: &str = "agent-mcp-servers.json";
+/// Where `record` writes its environment (a JSON object, names to values).
+pub const ENV_FILE: &str = "agent-env.json";
+/// Where `early` writes what its request before the session got.
+pub const EARLY_FILE: &str = "agent-early.txt";
+/// The session `early` and `record` open.
+const SESSION: &str = "test-session-1";
+
+/// `record`: notes what it was handed, then opens the session.
+pub fn record(request: &NewSessionRequest) -> NewSessionResponse {
+    let servers = serde_json::to_string_pretty(&request.mcp_servers).unwrap_or_default();
+    let _ = std::fs::write(MCP_SERVERS_FILE, servers);
+    let environment: serde_json::Map<String, serde_json::Value> = std::env::vars_os()
+        .map(|(name, value)| {
+            (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned().into(),
+            )
+        })
+        .collect();
+    let _ = std::fs::write(ENV_FILE, serde_json::Value::Object(environment).to_string());
+    NewSessionResponse::new(SESSION)
+}
+
+/// `record`'s prompt: the phase's validation (`grep -q ok status.txt`) passes after it.
+pub fn finish_phase() {
+    let _ = std::fs::write("status.txt", "ok\n");
+}
+
+/// `early`: before answering `session/new`, sends a `session/update` and reads a file over
+/// `fs` (on a task of its own, so that the connection goes on reading the answer); notes
+/// what the read got, then opens the session.
+pub fn early(
+    request: NewSessionRequest,
+    responder: Responder<NewSessionResponse>,
+    connection: ConnectionTo<Client>,
+) -> Result<(), Error> {
+    connection.clone().spawn(async move {
+        let update = SessionNotification::new(
+            SESSION,
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+                TextContent::new("Loading the project before the session opens."),
+            ))),
+        );
+        let _ = connection.send_notification(update);
+        let read = connection
+            .send_request(ReadTextFileRequest::new(
+                SESSION,
+                request.cwd.join("notes.txt"),
+            ))
+            .block_task()
+            .await;
+        let outcome = match read {
+            Ok(read) => format!("read before the session: {}", read.content.trim()),
+            Err(err) => format!("refused before the session: {}", err.message),
+        };
+        let _ = std::fs::write(EARLY_FILE, format!("{outcome}\n"));
+        responder.respond(NewSessionResponse::new(SESSION))
+    })
+}
