@@ -1,7 +1,8 @@
 //! A coding agent's process: started in the project root with the environment commands get
 //! plus its own `env`, in its own process group (killed with this handle), its stdio framed
 //! as ACP's newline-delimited JSON with a bound per message, its stderr kept as a short tail
-//! for error messages (never logged: an agent may print what its `env` holds).
+//! for error messages (never logged, and shown with credentials and its `env` values
+//! redacted: an agent may print what its `env` holds).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct AgentProcess {
     child: Box<dyn process_wrap::tokio::ChildWrapper>,
     stdio: Option<(ChildStdin, ChildStdout)>,
     stderr: StderrTail,
+    /// The values of the agent's `env`, taken out of its stderr where it is shown.
+    secrets: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentProcess {
@@ -89,6 +92,7 @@ impl AgentProcess {
             child,
             stdio: Some((stdin, stdout)),
             stderr,
+            secrets: env_secrets(config),
         })
     }
 
@@ -112,9 +116,20 @@ impl AgentProcess {
         ))
     }
 
-    /// The last lines the agent wrote to stderr.
+    /// The last lines the agent wrote to stderr, with credentials and `env` values redacted:
+    /// they go into messages and a loop's stored error.
     pub fn stderr_tail(&self) -> String {
-        self.stderr.text()
+        let (text, cut) = self.stderr.text();
+        let text = if cut {
+            crate::tools::redact_cut_start(&text).into_owned()
+        } else {
+            text
+        };
+        let mut text = crate::tools::redact_credentials(&text).into_owned();
+        for secret in &self.secrets {
+            text = text.replace(secret.as_str(), crate::tools::REDACTED);
+        }
+        text
     }
 
     /// The agent's exit status, words for a message, when it has ended.
@@ -170,6 +185,18 @@ fn agent_environment(config: &AgentConfig) -> Vec<(OsString, OsString)> {
             .map(|(variable, value)| (OsString::from(variable), OsString::from(value))),
     );
     environment
+}
+
+/// The values of `config.env` long enough to be secrets (a value such as `1` is not one, and
+/// taking it out would garble the text).
+fn env_secrets(config: &AgentConfig) -> Vec<String> {
+    const SHORTEST_SECRET: usize = 6;
+    config
+        .env
+        .values()
+        .filter(|value| value.chars().count() >= SHORTEST_SECRET)
+        .cloned()
+        .collect()
 }
 
 /// `command` as the file to run: a path (relative to `root`) when it holds a `/`, else the
@@ -248,15 +275,16 @@ fn message_stream(
     ))
 }
 
-/// The end of the agent's stderr, read as it comes: its last lines, bounded in bytes.
+/// The end of the agent's stderr, read as it comes: its last lines, bounded in bytes, and
+/// whether its start was cut off.
 struct StderrTail {
-    text: Arc<Mutex<String>>,
+    text: Arc<Mutex<(String, bool)>>,
     reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl StderrTail {
     fn follow(stderr: Option<tokio::process::ChildStderr>) -> StderrTail {
-        let text = Arc::new(Mutex::new(String::new()));
+        let text = Arc::new(Mutex::new((String::new(), false)));
         let reader = stderr.map(|stderr| {
             let text = text.clone();
             tokio::spawn(async move {
@@ -267,15 +295,19 @@ impl StderrTail {
                         break;
                     }
                     let mut kept = text.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let (kept, cut) = &mut *kept;
                     kept.push_str(&String::from_utf8_lossy(&chunk[..read]));
-                    *kept = tail(&kept, STDERR_TAIL_BYTES, STDERR_TAIL_LINES);
+                    let tail = tail(kept, STDERR_TAIL_BYTES, STDERR_TAIL_LINES);
+                    *cut |= tail.len() < kept.len();
+                    *kept = tail;
                 }
             })
         });
         StderrTail { text, reader }
     }
 
-    fn text(&self) -> String {
+    /// The tail, and whether its start was cut off.
+    fn text(&self) -> (String, bool) {
         self.text
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

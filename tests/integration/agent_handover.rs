@@ -126,3 +126,47 @@ async fn the_provider_key_reaches_the_agent_only_when_its_env_names_it() {
     );
     editor.quit().await;
 }
+
+/// The error loop `id`'s record keeps, as `:LooprStatus` shows it.
+async fn loop_error(editor: &TestNvim, id: &str) -> String {
+    editor
+        .status_records()
+        .await
+        .iter()
+        .find(|record| record["id"] == id)
+        .and_then(|record| record["error"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_agent_s_last_stderr_are_redacted_where_its_error_is_shown() {
+    let fake = FakeLlm::start().await;
+    let mut editor = planned_editor(&fake, &handover_setup("leak", ""), VALIDATION).await;
+    let code_id = run_code_loop(&mut editor, "print-version").await;
+    editor.wait_status(&code_id, "failed").await;
+    let error = loop_error(&editor, &code_id).await;
+    let shown = messages(&editor).await;
+    assert!(
+        error.ends_with(
+            "its stderr ended with:\n\
+             loopr-test-acp-agent: cloning https://[REDACTED]@github.com/acme/app.git\n\
+             loopr-test-acp-agent: request failed: Authorization: Bearer [REDACTED]\n\
+             loopr-test-acp-agent: token [REDACTED] refused"
+        ),
+        "{error}"
+    );
+    for (place, text) in [("stored error", &error), ("messages", &shown)] {
+        for redacted in [
+            "cloning https://[REDACTED]@github.com/acme/app.git",
+            "Authorization: Bearer [REDACTED]",
+            "token [REDACTED] refused",
+        ] {
+            assert!(text.contains(redacted), "{place}: {text}");
+        }
+        for secret in ["ghp_leaked0token", "sk-live-leaked1", AGENT_TOKEN] {
+            assert!(!text.contains(secret), "{place} shows {secret}: {text}");
+        }
+    }
+    editor.quit().await;
+}

@@ -22,7 +22,9 @@
 //! - `record`: writes what `session/new` handed it (its MCP servers, and its environment) to
 //!   files in its directory; each prompt writes `status.txt` ("ok") and ends its turn;
 //! - `early`: sends a `session/update` and an `fs/read_text_file` request before it answers
-//!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`.
+//!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`;
+//! - `leak`: writes credentials to stderr (a token in a URL, an `Authorization` header, the
+//!   value of its `LOOPR_TEST_AGENT_TOKEN`) and exits with status 3 before reading anything.
 
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ enum Behaviour {
     Die,
     Record,
     Early,
+    Leak,
 }
 
 impl Behaviour {
@@ -67,6 +70,7 @@ impl Behaviour {
             ["--behave", "die"] => Ok(Behaviour::Die),
             ["--behave", "record"] => Ok(Behaviour::Record),
             ["--behave", "early"] => Ok(Behaviour::Early),
+            ["--behave", "leak"] => Ok(Behaviour::Leak),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -86,6 +90,9 @@ async fn main() {
         eprintln!("loopr-test-acp-agent: starting");
         eprintln!("loopr-test-acp-agent: no model configured, giving up");
         std::process::exit(3);
+    }
+    if behaviour == Behaviour::Leak {
+        setup::leak_and_crash();
     }
     if behaviour == Behaviour::Version {
         answer_in_version_7().await;

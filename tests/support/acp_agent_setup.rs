@@ -1,7 +1,7 @@
 //! The test agent's behaviours around a session's setup (`--behave record`, `early`): what
 //! it was handed (`record`: `session/new`'s MCP servers and its own environment, written to
 //! files a test reads) and an agent that talks to the client before `session/new` is
-//! answered (`early`).
+//! answered (`early`); and one that dies with credentials in its last words (`leak`).
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::Responder;
@@ -71,4 +71,14 @@ pub fn early(
         let _ = std::fs::write(EARLY_FILE, format!("{outcome}\n"));
         responder.respond(NewSessionResponse::new(SESSION))
     })
+}
+
+/// `leak`: credentials on stderr, as an agent failing to clone or call an API may print
+/// them; then exits with status 3.
+pub fn leak_and_crash() -> ! {
+    let token = std::env::var("LOOPR_TEST_AGENT_TOKEN").unwrap_or_default();
+    eprintln!("loopr-test-acp-agent: cloning https://ghp_leaked0token@github.com/acme/app.git");
+    eprintln!("loopr-test-acp-agent: request failed: Authorization: Bearer sk-live-leaked1");
+    eprintln!("loopr-test-acp-agent: token {token} refused");
+    std::process::exit(3);
 }
