@@ -53,7 +53,7 @@ pub use sandbox::{
     SandboxSettings, SetupError as SandboxSetupError, command_environment, looks_secret,
     sandbox_exec,
 };
-pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, spawn_shell};
+pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, shell_word, spawn_shell};
 pub use tree_watch::{
     FileStat, TreeChange, TreeStats, record_command_changes, run_recorded, tree_before_command,
 };

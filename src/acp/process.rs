@@ -200,7 +200,9 @@ fn env_secrets(config: &AgentConfig) -> Vec<String> {
 }
 
 /// `command` as the file to run: a path (relative to `root`) when it holds a `/`, else the
-/// first executable of that name on `search_path`.
+/// first executable of that name in an absolute folder of `search_path`: a relative entry
+/// (`.`, `bin`, an empty one) would find it in the project, where anyone who can commit to it
+/// may have planted one.
 fn resolve_program(
     command: &str,
     search_path: Option<&std::ffi::OsStr>,
@@ -212,7 +214,8 @@ fn resolve_program(
         return is_executable(&path).then_some(path);
     }
     std::env::split_paths(search_path?)
-        .map(|dir| root.join(dir).join(command))
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(command))
         .find(|candidate| is_executable(candidate))
 }
 

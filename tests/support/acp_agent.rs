@@ -21,7 +21,7 @@
 //! - `die`: each prompt says it starts, writes two lines to stderr and exits with status 4.
 //! - `record`: writes what `session/new` handed it (its MCP servers, and its environment) to
 //!   files in its directory; each prompt writes `status.txt` ("ok") and ends its turn;
-//! - `early`: sends a `session/update` and an `fs/read_text_file` request before it answers
+//! - `early`: sends 100 `session/update`s and an `fs/read_text_file` request before it answers
 //!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`;
 //! - `leak`: writes credentials to stderr (a token in a URL, an `Authorization` header, the
 //!   value of its `LOOPR_TEST_AGENT_TOKEN`) and exits with status 3 before reading anything.

@@ -41,7 +41,7 @@ pub fn finish_phase() {
     let _ = std::fs::write("status.txt", "ok\n");
 }
 
-/// `early`: before answering `session/new`, sends a `session/update` and reads a file over
+/// `early`: before answering `session/new`, sends 100 `session/update`s and reads a file over
 /// `fs` (on a task of its own, so that the connection goes on reading the answer); notes
 /// what the read got, then opens the session.
 pub fn early(
@@ -50,13 +50,16 @@ pub fn early(
     connection: ConnectionTo<Client>,
 ) -> Result<(), Error> {
     connection.clone().spawn(async move {
-        let update = SessionNotification::new(
-            SESSION,
-            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
-                TextContent::new("Loading the project before the session opens."),
-            ))),
-        );
-        let _ = connection.send_notification(update);
+        // More updates than Loopr keeps waiting (64): they must be taken as they come.
+        for _ in 0..100 {
+            let update = SessionNotification::new(
+                SESSION,
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+                    TextContent::new("Loading the project before the session opens."),
+                ))),
+            );
+            let _ = connection.send_notification(update);
+        }
         let read = connection
             .send_request(ReadTextFileRequest::new(
                 SESSION,
@@ -66,7 +69,11 @@ pub fn early(
             .await;
         let outcome = match read {
             Ok(read) => format!("read before the session: {}", read.content.trim()),
-            Err(err) => format!("refused before the session: {}", err.message),
+            Err(err) => format!(
+                "refused before the session: {} ({})",
+                err.message,
+                err.data.unwrap_or_default()
+            ),
         };
         let _ = std::fs::write(EARLY_FILE, format!("{outcome}\n"));
         responder.respond(NewSessionResponse::new(SESSION))
