@@ -8,6 +8,7 @@ mod connection;
 mod error;
 mod handshake;
 mod process;
+mod spawner;
 mod version;
 
 pub use config::{AgentConfig, check_agents};

@@ -1,5 +1,6 @@
 //! A coding agent's process: started in the project root with the environment commands get
-//! plus its own `env`, in its own process group (killed with this handle), its stdio framed
+//! plus its own `env`, in its own process group (killed with this handle, and the agent with
+//! the host: `spawner.rs`), its stdio framed
 //! as ACP's newline-delimited JSON with a bound per message, its stderr kept as a short tail
 //! for error messages (never logged, and shown with credentials and its `env` values
 //! redacted: an agent may print what its `env` holds).
@@ -57,25 +58,30 @@ impl AgentProcess {
                     command: config.command.clone(),
                 }
             })?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(&config.args)
-            .current_dir(root)
-            .env_clear()
-            .envs(environment)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
-        wrapped
-            .wrap(process_wrap::tokio::ProcessGroup::leader())
-            .wrap(process_wrap::tokio::KillOnDrop);
-        let mut child = wrapped.spawn().map_err(|err| AcpError::NotStarted {
-            agent: name.to_owned(),
-            command: config.command.clone(),
-            reason: err.to_string(),
-        })?;
+        let (args, root_dir, started) = (config.args.clone(), root.to_path_buf(), program.clone());
+        let build = move || {
+            let mut command = tokio::process::Command::new(&started);
+            command
+                .args(&args)
+                .current_dir(&root_dir)
+                .env_clear()
+                .envs(environment)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+            wrapped
+                .wrap(process_wrap::tokio::ProcessGroup::leader())
+                .wrap(process_wrap::tokio::KillOnDrop);
+            wrapped
+        };
+        let mut child =
+            super::spawner::spawn_dying_with_host(build).map_err(|err| AcpError::NotStarted {
+                agent: name.to_owned(),
+                command: config.command.clone(),
+                reason: err.to_string(),
+            })?;
         let stdin = child.stdin().take();
         let stdout = child.stdout().take();
         let stderr = StderrTail::follow(child.stderr().take());

@@ -172,3 +172,32 @@ async fn credentials_in_the_agent_s_last_stderr_are_redacted_where_its_error_is_
     }
     editor.quit().await;
 }
+
+/// Starts print-version's code loop through the `linger`ing agent (which outlives its
+/// stdin) and waits until it works on the phase; the editor and the agent's pid.
+async fn lingering_agent(fake: &FakeLlm) -> (TestNvim, i32) {
+    let mut editor = planned_editor(fake, &handover_setup("linger", ""), VALIDATION).await;
+    run_code_loop(&mut editor, "print-version").await;
+    editor
+        .wait_event("LooprProgress", |data| {
+            data["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("Lingering over the phase"))
+        })
+        .await;
+    let pid = std::fs::read_to_string(editor.dirs.project.join("agent.pid"))
+        .expect("the agent wrote its pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    (editor, pid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_s_process_ends_when_neovim_closes_mid_turn() {
+    let fake = FakeLlm::start().await;
+    let (editor, pid) = lingering_agent(&fake).await;
+    editor.quit().await;
+    // Panics if the agent is still there after 30 s.
+    crate::nvim::wait_for_exit(pid).await;
+}

@@ -24,7 +24,9 @@
 //! - `early`: sends 100 `session/update`s and an `fs/read_text_file` request before it answers
 //!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`;
 //! - `leak`: writes credentials to stderr (a token in a URL, an `Authorization` header, the
-//!   value of its `LOOPR_TEST_AGENT_TOKEN`) and exits with status 3 before reading anything.
+//!   value of its `LOOPR_TEST_AGENT_TOKEN`) and exits with status 3 before reading anything;
+//! - `linger`: each prompt writes its pid to `agent.pid`, says it works and never ends; the
+//!   process stays when its stdin closes, until killed.
 
 use std::time::Duration;
 
@@ -49,6 +51,7 @@ enum Behaviour {
     Record,
     Early,
     Leak,
+    Linger,
 }
 
 impl Behaviour {
@@ -71,6 +74,7 @@ impl Behaviour {
             ["--behave", "record"] => Ok(Behaviour::Record),
             ["--behave", "early"] => Ok(Behaviour::Early),
             ["--behave", "leak"] => Ok(Behaviour::Leak),
+            ["--behave", "linger"] => Ok(Behaviour::Linger),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -101,6 +105,9 @@ async fn main() {
     if let Err(err) = serve(behaviour).await {
         eprintln!("loopr-test-acp-agent: {err}");
         std::process::exit(1);
+    }
+    if behaviour == Behaviour::Linger {
+        setup::linger().await;
     }
 }
 
@@ -139,6 +146,14 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                             let stop =
                                 script::turn(behaviour, &connection, &request, &cancelled).await;
                             responder.respond(PromptResponse::new(stop))
+                        })
+                    }
+                    Behaviour::Linger => {
+                        setup::linger_turn(&request, &connection);
+                        // Never answered: the responder waits in a task of its own.
+                        connection.spawn(async move {
+                            setup::linger().await;
+                            responder.respond(PromptResponse::new(StopReason::EndTurn))
                         })
                     }
                     Behaviour::Record => {

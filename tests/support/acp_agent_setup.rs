@@ -1,13 +1,15 @@
 //! The test agent's behaviours around a session's setup (`--behave record`, `early`): what
 //! it was handed (`record`: `session/new`'s MCP servers and its own environment, written to
 //! files a test reads) and an agent that talks to the client before `session/new` is
-//! answered (`early`); and one that dies with credentials in its last words (`leak`).
+//! answered (`early`); one that dies with credentials in its last words (`leak`); and one
+//! that outlives its stdin (`linger`).
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::Responder;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, NewSessionRequest, NewSessionResponse, ReadTextFileRequest,
-    SessionNotification, SessionUpdate, TextContent,
+    ContentBlock, ContentChunk, NewSessionRequest, NewSessionResponse, PromptRequest,
+    ReadTextFileRequest, SessionNotification, SessionUpdate, TextContent, ToolCall, ToolCallStatus,
+    ToolKind,
 };
 use agent_client_protocol::{Client, Error};
 
@@ -88,4 +90,25 @@ pub fn leak_and_crash() -> ! {
     eprintln!("loopr-test-acp-agent: request failed: Authorization: Bearer sk-live-leaked1");
     eprintln!("loopr-test-acp-agent: token {token} refused");
     std::process::exit(3);
+}
+
+/// How long `linger` stays after its stdin closes: longer than any test.
+const LINGERING: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `linger`'s prompt: writes its pid to `agent.pid`, says it works on the phase (a tool call
+/// titled "Lingering over the phase") and never ends its turn.
+pub fn linger_turn(request: &PromptRequest, connection: &ConnectionTo<Client>) {
+    let _ = std::fs::write("agent.pid", std::process::id().to_string());
+    let call = ToolCall::new("linger", "Lingering over the phase")
+        .kind(ToolKind::Think)
+        .status(ToolCallStatus::InProgress);
+    let update =
+        SessionNotification::new(request.session_id.clone(), SessionUpdate::ToolCall(call));
+    let _ = connection.send_notification(update);
+}
+
+/// `linger` after its stdin closed: stays, as an agent busy with work of its own would, until
+/// it is killed.
+pub async fn linger() {
+    tokio::time::sleep(LINGERING).await;
 }
