@@ -73,20 +73,49 @@ pub fn check_agents(
         }
     }
     if let Some(chosen) = code_agent
-        && !agents.contains_key(chosen)
+        && let Err(unknown) = configured_agent(agents, chosen)
     {
-        let known: Vec<&str> = agents.keys().map(String::as_str).collect();
-        let configured = if known.is_empty() {
-            "no agent is configured in agents".to_owned()
-        } else {
-            format!("the configured agents are {}", known.join(", "))
-        };
         return Err(format!(
-            "code_agent is {chosen:?}, which agents does not configure ({configured}); add it \
-             to agents or unset code_agent"
+            "code_agent is {chosen:?}, which agents does not configure ({}); add it to agents \
+             or unset code_agent",
+            unknown.configured_words()
         ));
     }
     Ok(())
+}
+
+/// An agent picked to write a run's code that `agents` does not configure; each shell words
+/// it for the way it was picked (`code_agent`, or the run's own choice of agent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAgent {
+    pub name: String,
+    /// The agents `agents` configures, by name.
+    pub configured: Vec<String>,
+}
+
+impl UnknownAgent {
+    /// `the configured agents are claude, goose`, or that none is.
+    pub fn configured_words(&self) -> String {
+        if self.configured.is_empty() {
+            "no agent is configured in agents".to_owned()
+        } else {
+            format!("the configured agents are {}", self.configured.join(", "))
+        }
+    }
+}
+
+/// Whether `agents` configures agent `name`.
+pub fn configured_agent(
+    agents: &BTreeMap<String, AgentConfig>,
+    name: &str,
+) -> Result<(), UnknownAgent> {
+    if agents.contains_key(name) {
+        return Ok(());
+    }
+    Err(UnknownAgent {
+        name: name.to_owned(),
+        configured: agents.keys().cloned().collect(),
+    })
 }
 
 #[cfg(test)]
