@@ -63,7 +63,7 @@ fn assert_agent_saw_cancel(editor: &TestNvim) {
 }
 
 /// The error loop `id`'s record keeps, as `:LooprStatus` shows it.
-async fn loop_error(editor: &TestNvim, id: &str) -> String {
+pub(super) async fn loop_error(editor: &TestNvim, id: &str) -> String {
     editor
         .status_records()
         .await
@@ -74,7 +74,7 @@ async fn loop_error(editor: &TestNvim, id: &str) -> String {
         .to_owned()
 }
 
-async fn messages(editor: &TestNvim) -> String {
+pub(super) async fn messages(editor: &TestNvim) -> String {
     editor
         .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
         .await

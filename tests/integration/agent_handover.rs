@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::agent_code_loop::{loop_error, messages};
 use super::code::planned_editor;
 use crate::fake_llm::FakeLlm;
 use crate::nvim::TestNvim;
@@ -29,12 +30,6 @@ fn handover_setup(behave: &str, extra: &str) -> String {
            gh = {{ command = 'loopr-no-such-mcp', env = {{ GH_TOKEN = {MCP_TOKEN:?} }}, levels = {{ 'code' }} }}, \
            docs = {{ command = 'loopr-no-such-docs-mcp', levels = {{ 'code' }} }} }} }} }}"
     )
-}
-
-async fn messages(editor: &TestNvim) -> String {
-    editor
-        .lua("return vim.api.nvim_exec2('messages', { output = true }).output")
-        .await
 }
 
 /// Runs print-version's code loop through the `record`ing agent to its end; the editor and
@@ -125,18 +120,6 @@ async fn the_provider_key_reaches_the_agent_only_when_its_env_names_it() {
         "the provider key's value under any name: {names:?}"
     );
     editor.quit().await;
-}
-
-/// The error loop `id`'s record keeps, as `:LooprStatus` shows it.
-async fn loop_error(editor: &TestNvim, id: &str) -> String {
-    editor
-        .status_records()
-        .await
-        .iter()
-        .find(|record| record["id"] == id)
-        .and_then(|record| record["error"].as_str())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
