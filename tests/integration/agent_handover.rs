@@ -184,3 +184,20 @@ async fn the_agent_s_process_ends_when_neovim_closes_mid_turn() {
     // Panics if the agent is still there after 30 s.
     crate::nvim::wait_for_exit(pid).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_s_process_ends_when_the_host_is_killed_mid_turn() {
+    let fake = FakeLlm::start().await;
+    let (editor, pid) = lingering_agent(&fake).await;
+    let host: Option<i32> = editor.lua("return require('loopr.host').pid()").await;
+    let host = host.expect("the host runs");
+    // SAFETY: kill takes a pid and a signal; the host is this test's Neovim's child.
+    assert_eq!(
+        unsafe { libc::kill(host, libc::SIGKILL) },
+        0,
+        "kill the host"
+    );
+    // Panics if the agent is still there after 30 s.
+    crate::nvim::wait_for_exit(pid).await;
+    editor.quit().await;
+}
