@@ -10,9 +10,10 @@ mod error;
 mod handshake;
 mod inflow;
 mod process;
+mod spawner;
 mod version;
 
-pub use config::{AgentConfig, check_agents};
+pub use config::{AgentConfig, UnknownAgent, check_agents, configured_agent};
 pub use connection::{AgentConnection, FromAgent};
 pub use error::{AcpError, SignIn};
 pub use handshake::{AgentReport, INITIALIZE_TIMEOUT, initialize, probe_agent, probe_agents};

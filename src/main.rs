@@ -532,8 +532,15 @@ fn run_code(
         );
     }
     let mut settings = parse_settings(settings)?;
-    if agent.is_some() {
-        settings.code_agent = agent;
+    if let Some(agent) = agent {
+        if let Err(unknown) = loopr::acp::configured_agent(&settings.agents, &agent) {
+            anyhow::bail!(
+                "--agent {agent} names no agent of agents ({}); add it to agents in --settings, \
+                 or pass --agent with one of them",
+                unknown.configured_words()
+            );
+        }
+        settings.code_agent = Some(agent);
     }
     require_confinement(&settings.sandbox, yes, unsandboxed)?;
     let runtime = runtime()?;

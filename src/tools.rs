@@ -37,7 +37,7 @@ pub use buffers::{
     BufferCheck, BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement,
 };
 pub use confine::{PathError, ProjectRoot};
-pub use credentials_in_text::{redact_credentials, redact_cut_end, redact_cut_start};
+pub use credentials_in_text::{REDACTED, redact_credentials, redact_cut_end, redact_cut_start};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;
@@ -53,7 +53,7 @@ pub use sandbox::{
     SandboxSettings, SetupError as SandboxSetupError, changes_what_runs, command_environment,
     looks_secret, sandbox_exec,
 };
-pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, spawn_shell};
+pub use shell::{KEPT_BYTES_PER_STREAM, kill_group, run_shell, shell_word, spawn_shell};
 pub use tree_watch::{
     FileStat, TreeChange, TreeStats, record_changes_since, record_command_changes, run_recorded,
     tree_before_command,

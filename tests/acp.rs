@@ -9,7 +9,7 @@ fn test_agent(behave: &str) -> AgentConfig {
     AgentConfig {
         command: env!("CARGO_BIN_EXE_loopr-test-acp-agent").to_owned(),
         args: vec!["--behave".to_owned(), behave.to_owned()],
-        env: Default::default(),
+        ..AgentConfig::default()
     }
 }
 
@@ -192,4 +192,88 @@ async fn until<T>(mut found: impl FnMut() -> Option<T>) -> T {
         assert!(Instant::now() < deadline, "not found within 30 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test]
+async fn an_agent_talking_before_its_session_opens_is_refused_not_left_waiting() {
+    let root = tempfile::tempdir().expect("temp dir");
+    std::fs::write(root.path().join("notes.txt"), "notes\n").expect("write");
+    let config = test_agent("early");
+    let mut agent = loopr::acp::AgentConnection::start("test", &config, root.path())
+        .await
+        .expect("started");
+    loopr::acp::initialize(&mut agent, Duration::from_secs(30))
+        .await
+        .expect("initialized");
+    let started = Instant::now();
+    let request = agent_client_protocol::v1::schema::NewSessionRequest::new(root.path());
+    let session = agent
+        .request("session/new", request, Duration::from_secs(30))
+        .await
+        .expect("the session opens");
+    assert_eq!(session.session_id.to_string(), "test-session-1");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("agent-early.txt"))
+            .ok()
+            .as_deref(),
+        Some(
+            "refused before the session: Invalid request (\"no session is open yet: Loopr \
+             serves requests once session/new is answered\")\n"
+        ),
+        "the agent's read before session/new was answered with an error"
+    );
+    agent.shut_down().await;
+}
+
+#[tokio::test]
+async fn the_sign_in_command_quotes_each_word_as_a_shell_needs_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().join("my agents");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let command = folder.join("test agent's acp");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_loopr-test-acp-agent"), &command)
+        .expect("symlink");
+    let config = AgentConfig {
+        command: command.to_str().expect("utf-8").to_owned(),
+        ..test_agent("auth")
+    };
+    let err = probe(&config, Duration::from_secs(30))
+        .await
+        .expect_err("auth");
+    let quoted = format!("'{}/my agents/test agent'\\''s acp'", dir.path().display());
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "agent \"test\" asks you to sign in first: run `{quoted} --behave auth --login` in \
+             a terminal (Log in)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_relative_path_entry_never_finds_an_agent_in_the_project() {
+    let root = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(root.path().join("bin")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_loopr-test-acp-agent"),
+        root.path().join("bin/planted-acp"),
+    )
+    .expect("symlink");
+    let config = AgentConfig {
+        command: "planted-acp".to_owned(),
+        env: [("PATH".to_owned(), "bin:.:/usr/bin".to_owned())].into(),
+        ..AgentConfig::default()
+    };
+    let err = probe_agent("test", &config, root.path(), Duration::from_secs(30))
+        .await
+        .expect_err("not found");
+    assert_eq!(
+        err.to_string(),
+        "agent \"test\" (setting agents.test.command): `planted-acp` not found on PATH"
+    );
 }

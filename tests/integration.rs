@@ -13,6 +13,8 @@ mod integration {
     #[cfg(feature = "test-mcp-server")]
     mod agent_code_loop;
     #[cfg(feature = "test-mcp-server")]
+    mod agent_handover;
+    #[cfg(feature = "test-mcp-server")]
     mod agent_permissions;
     #[cfg(feature = "test-mcp-server")]
     mod agent_prompts;

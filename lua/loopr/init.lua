@@ -429,13 +429,7 @@ function M.run(phase, on_done)
       notify(('Loopr: implementing %s (loop %s)'):format(label, id), vim.log.levels.INFO)
     end
   end
-  local settings = config.settings()
-  if agent then
-    -- A copy: the settings table is the one every request sends.
-    settings = vim.tbl_extend('force', {}, settings)
-    settings.code_agent = agent ~= '' and agent or nil
-  end
-  local params = { root = root, phase = target, settings = settings }
+  local params = { root = root, phase = target, settings = config.settings(), agent = agent }
   -- A phase given by its loop id (this phase.md's, a status row's) is named in the message
   -- by its name, not its id.
   local by_id = here and here.loop_id or (target:match('^%d+%-%d+%-%d+%-%x+$') and target)

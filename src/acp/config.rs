@@ -19,6 +19,11 @@ pub struct AgentConfig {
     /// Variables set for the agent, over the allow-listed ones of the host; a provider key
     /// reaches an agent only when named here.
     pub env: BTreeMap<String, String>,
+    /// MCP servers (names in `mcp.servers`) handed to this agent with their `env` values: a
+    /// code-level server whose `env` is set is left out of the agent's session unless named
+    /// here, as the agent (and whatever it runs) would see its tokens.
+    #[schemars(inner(length(min = 1)))]
+    pub share_mcp_env: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -28,6 +33,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("share_mcp_env", &self.share_mcp_env)
             .finish()
     }
 }
@@ -67,20 +73,49 @@ pub fn check_agents(
         }
     }
     if let Some(chosen) = code_agent
-        && !agents.contains_key(chosen)
+        && let Err(unknown) = configured_agent(agents, chosen)
     {
-        let known: Vec<&str> = agents.keys().map(String::as_str).collect();
-        let configured = if known.is_empty() {
-            "no agent is configured in agents".to_owned()
-        } else {
-            format!("the configured agents are {}", known.join(", "))
-        };
         return Err(format!(
-            "code_agent is {chosen:?}, which agents does not configure ({configured}); add it \
-             to agents or unset code_agent"
+            "code_agent is {chosen:?}, which agents does not configure ({}); add it to agents \
+             or unset code_agent",
+            unknown.configured_words()
         ));
     }
     Ok(())
+}
+
+/// An agent picked to write a run's code that `agents` does not configure; each shell words
+/// it for the way it was picked (`code_agent`, or the run's own choice of agent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAgent {
+    pub name: String,
+    /// The agents `agents` configures, by name.
+    pub configured: Vec<String>,
+}
+
+impl UnknownAgent {
+    /// `the configured agents are claude, goose`, or that none is.
+    pub fn configured_words(&self) -> String {
+        if self.configured.is_empty() {
+            "no agent is configured in agents".to_owned()
+        } else {
+            format!("the configured agents are {}", self.configured.join(", "))
+        }
+    }
+}
+
+/// Whether `agents` configures agent `name`.
+pub fn configured_agent(
+    agents: &BTreeMap<String, AgentConfig>,
+    name: &str,
+) -> Result<(), UnknownAgent> {
+    if agents.contains_key(name) {
+        return Ok(());
+    }
+    Err(UnknownAgent {
+        name: name.to_owned(),
+        configured: agents.keys().cloned().collect(),
+    })
 }
 
 #[cfg(test)]
@@ -133,8 +168,8 @@ mod tests {
     fn debug_names_env_variables_never_their_values() {
         let agent = AgentConfig {
             command: "claude-agent-acp".to_owned(),
-            args: Vec::new(),
             env: BTreeMap::from([("ANTHROPIC_API_KEY".to_owned(), "sk-ant-secret".to_owned())]),
+            ..AgentConfig::default()
         };
         let shown = format!("{agent:?}");
         assert!(

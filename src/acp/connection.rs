@@ -210,8 +210,38 @@ impl AgentConnection {
     }
 
     /// Sends `request` (ACP method `method`) and waits at most `limit` for its answer; a
-    /// failure typed, with the agent's stderr tail where it died.
+    /// failure typed, with the agent's stderr tail where it died. Until the code loop takes
+    /// what the agent sends (`take_from_agent`: its session is open), what the agent sends
+    /// meanwhile is refused, not left waiting: an agent that asks something before it answers
+    /// `session/new` then goes on, and the bounded channel never fills while nobody reads it.
     pub async fn request<Request: JsonRpcRequest>(
+        &mut self,
+        method: &'static str,
+        request: Request,
+        limit: Duration,
+    ) -> Result<Request::Response, AcpError> {
+        let Some(mut from_agent) = self.from_agent.take() else {
+            return self.answer(method, request, limit).await;
+        };
+        let refusing = async {
+            use futures::StreamExt;
+            while let Some(message) = from_agent.next().await {
+                refuse_before_session(message);
+            }
+            // Nothing more will come: only the answer ends the wait.
+            std::future::pending::<Result<Request::Response, AcpError>>().await
+        };
+        let answered = tokio::select! {
+            // The answer first: what the agent sends after it is the session's.
+            biased;
+            answered = self.answer(method, request, limit) => answered,
+            never = refusing => never,
+        };
+        self.from_agent = Some(from_agent);
+        answered
+    }
+
+    async fn answer<Request: JsonRpcRequest>(
         &mut self,
         method: &'static str,
         request: Request,
@@ -291,14 +321,36 @@ impl AgentConnection {
     }
 }
 
+/// What the agent sends before its session is open: an update is dropped (no session shows
+/// it yet), a request answered with an error saying so.
+fn refuse_before_session(message: FromAgent) {
+    let responder = match message {
+        FromAgent::Update(_) => return,
+        FromAgent::Permission(asked) => asked.1.erase_to_json(),
+        FromAgent::ReadTextFile(asked) => asked.1.erase_to_json(),
+        FromAgent::WriteTextFile(asked) => asked.1.erase_to_json(),
+        FromAgent::CreateTerminal(asked) => asked.1.erase_to_json(),
+        FromAgent::TerminalOutput(asked) => asked.1.erase_to_json(),
+        FromAgent::WaitForTerminalExit(asked) => asked.1.erase_to_json(),
+        FromAgent::KillTerminal(asked) => asked.1.erase_to_json(),
+        FromAgent::ReleaseTerminal(asked) => asked.1.erase_to_json(),
+    };
+    let refusal = agent_client_protocol::Error::invalid_request()
+        .data("no session is open yet: Loopr serves requests once session/new is answered");
+    if let Err(err) = responder.respond_with_error(refusal) {
+        tracing::debug!("refusing an ACP agent's request before its session: {err}");
+    }
+}
+
 /// `method` as the user follows it: a terminal method's command is the agent's own, with
-/// the method's arguments.
+/// the method's arguments, each word quoted as a shell needs it.
 fn sign_in(config: &AgentConfig, method: &AuthMethod) -> SignIn {
     let command = match method {
         AuthMethod::Terminal(terminal) => {
-            let words: Vec<&str> = std::iter::once(config.command.as_str())
-                .chain(config.args.iter().map(String::as_str))
-                .chain(terminal.args.iter().map(String::as_str))
+            let words: Vec<String> = std::iter::once(&config.command)
+                .chain(&config.args)
+                .chain(&terminal.args)
+                .map(|word| crate::tools::shell_word(word))
                 .collect();
             Some(words.join(" "))
         }

@@ -1,7 +1,9 @@
 //! A coding agent's process: started in the project root with the environment commands get
-//! plus its own `env`, in its own process group (killed with this handle), its stdio framed
+//! plus its own `env`, in its own process group (killed with this handle, and the agent with
+//! the host: `spawner.rs`), its stdio framed
 //! as ACP's newline-delimited JSON with a bound per message, its stderr kept as a short tail
-//! for error messages (never logged: an agent may print what its `env` holds).
+//! for error messages (never logged, and shown with credentials and its `env` values
+//! redacted: an agent may print what its `env` holds).
 
 use super::inflow::Inflow;
 use std::ffi::OsString;
@@ -28,6 +30,8 @@ pub struct AgentProcess {
     child: Box<dyn process_wrap::tokio::ChildWrapper>,
     stdio: Option<(ChildStdin, ChildStdout)>,
     stderr: StderrTail,
+    /// The values of the agent's `env`, taken out of its stderr where it is shown.
+    secrets: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentProcess {
@@ -55,25 +59,30 @@ impl AgentProcess {
                     command: config.command.clone(),
                 }
             })?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(&config.args)
-            .current_dir(root)
-            .env_clear()
-            .envs(environment)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
-        wrapped
-            .wrap(process_wrap::tokio::ProcessGroup::leader())
-            .wrap(process_wrap::tokio::KillOnDrop);
-        let mut child = wrapped.spawn().map_err(|err| AcpError::NotStarted {
-            agent: name.to_owned(),
-            command: config.command.clone(),
-            reason: err.to_string(),
-        })?;
+        let (args, root_dir, started) = (config.args.clone(), root.to_path_buf(), program.clone());
+        let build = move || {
+            let mut command = tokio::process::Command::new(&started);
+            command
+                .args(&args)
+                .current_dir(&root_dir)
+                .env_clear()
+                .envs(environment)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+            wrapped
+                .wrap(process_wrap::tokio::ProcessGroup::leader())
+                .wrap(process_wrap::tokio::KillOnDrop);
+            wrapped
+        };
+        let mut child =
+            super::spawner::spawn_dying_with_host(build).map_err(|err| AcpError::NotStarted {
+                agent: name.to_owned(),
+                command: config.command.clone(),
+                reason: err.to_string(),
+            })?;
         let stdin = child.stdin().take();
         let stdout = child.stdout().take();
         let stderr = StderrTail::follow(child.stderr().take());
@@ -90,6 +99,7 @@ impl AgentProcess {
             child,
             stdio: Some((stdin, stdout)),
             stderr,
+            secrets: env_secrets(config),
         })
     }
 
@@ -116,9 +126,20 @@ impl AgentProcess {
         ))
     }
 
-    /// The last lines the agent wrote to stderr.
+    /// The last lines the agent wrote to stderr, with credentials and `env` values redacted:
+    /// they go into messages and a loop's stored error.
     pub fn stderr_tail(&self) -> String {
-        self.stderr.text()
+        let (text, cut) = self.stderr.text();
+        let text = if cut {
+            crate::tools::redact_cut_start(&text).into_owned()
+        } else {
+            text
+        };
+        let mut text = crate::tools::redact_credentials(&text).into_owned();
+        for secret in &self.secrets {
+            text = text.replace(secret.as_str(), crate::tools::REDACTED);
+        }
+        text
     }
 
     /// The agent's exit status, words for a message, when it has ended.
@@ -176,8 +197,22 @@ fn agent_environment(config: &AgentConfig) -> Vec<(OsString, OsString)> {
     environment
 }
 
+/// The values of `config.env` long enough to be secrets (a value such as `1` is not one, and
+/// taking it out would garble the text).
+fn env_secrets(config: &AgentConfig) -> Vec<String> {
+    const SHORTEST_SECRET: usize = 6;
+    config
+        .env
+        .values()
+        .filter(|value| value.chars().count() >= SHORTEST_SECRET)
+        .cloned()
+        .collect()
+}
+
 /// `command` as the file to run: a path (relative to `root`) when it holds a `/`, else the
-/// first executable of that name on `search_path`.
+/// first executable of that name in an absolute folder of `search_path`: a relative entry
+/// (`.`, `bin`, an empty one) would find it in the project, where anyone who can commit to it
+/// may have planted one.
 fn resolve_program(
     command: &str,
     search_path: Option<&std::ffi::OsStr>,
@@ -189,7 +224,8 @@ fn resolve_program(
         return is_executable(&path).then_some(path);
     }
     std::env::split_paths(search_path?)
-        .map(|dir| root.join(dir).join(command))
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(command))
         .find(|candidate| is_executable(candidate))
 }
 
@@ -252,15 +288,16 @@ fn message_stream(
     ))
 }
 
-/// The end of the agent's stderr, read as it comes: its last lines, bounded in bytes.
+/// The end of the agent's stderr, read as it comes: its last lines, bounded in bytes, and
+/// whether its start was cut off.
 struct StderrTail {
-    text: Arc<Mutex<String>>,
+    text: Arc<Mutex<(String, bool)>>,
     reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl StderrTail {
     fn follow(stderr: Option<tokio::process::ChildStderr>) -> StderrTail {
-        let text = Arc::new(Mutex::new(String::new()));
+        let text = Arc::new(Mutex::new((String::new(), false)));
         let reader = stderr.map(|stderr| {
             let text = text.clone();
             tokio::spawn(async move {
@@ -271,15 +308,19 @@ impl StderrTail {
                         break;
                     }
                     let mut kept = text.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let (kept, cut) = &mut *kept;
                     kept.push_str(&String::from_utf8_lossy(&chunk[..read]));
-                    *kept = tail(&kept, STDERR_TAIL_BYTES, STDERR_TAIL_LINES);
+                    let tail = tail(kept, STDERR_TAIL_BYTES, STDERR_TAIL_LINES);
+                    *cut |= tail.len() < kept.len();
+                    *kept = tail;
                 }
             })
         });
         StderrTail { text, reader }
     }
 
-    fn text(&self) -> String {
+    /// The tail, and whether its start was cut off.
+    fn text(&self) -> (String, bool) {
         self.text
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -345,11 +386,11 @@ mod tests {
     fn the_agent_env_overrides_the_host_and_a_secret_comes_only_when_named() {
         let config = AgentConfig {
             command: "agent".to_owned(),
-            args: Vec::new(),
             env: std::collections::BTreeMap::from([(
                 "PATH".to_owned(),
                 "/opt/agent/bin".to_owned(),
             )]),
+            ..AgentConfig::default()
         };
         let environment = agent_environment(&config);
         let paths: Vec<_> = environment

@@ -48,11 +48,11 @@ mod tests {
     fn agent(env: &[(&str, &str)]) -> AgentConfig {
         AgentConfig {
             command: "claude-agent-acp".to_owned(),
-            args: Vec::new(),
             env: env
                 .iter()
                 .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
                 .collect(),
+            ..AgentConfig::default()
         }
     }
 

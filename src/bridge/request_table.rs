@@ -190,7 +190,11 @@ request_table! {
     run(RunParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
         => |host, params| match host
             .manager
-            .run(&params.root, &params.phase, params.settings)
+            .run(
+                &params.root,
+                &params.phase,
+                super::words::with_run_agent(params.settings, params.agent)?,
+            )
             .map_err(manager_error)?
         {
             crate::agent::Started::Code(id) => Ok(LoopIdReply::new(id)),

@@ -23,6 +23,30 @@ pub fn hinted(text: &str) -> String {
     next_step::worded(text, clause)
 }
 
+/// `settings` with the run's `agent=<name>` in place of their `code_agent` (empty: none);
+/// an agent `agents` does not configure named as the run chose it.
+pub fn with_run_agent(
+    mut settings: crate::agent::LoopSettings,
+    agent: Option<String>,
+) -> Result<crate::agent::LoopSettings, String> {
+    let Some(agent) = agent else {
+        return Ok(settings);
+    };
+    if agent.is_empty() {
+        settings.code_agent = None;
+        return Ok(settings);
+    }
+    if let Err(unknown) = crate::acp::configured_agent(&settings.agents, &agent) {
+        return Err(format!(
+            "Loopr: agent={agent} names no agent of agents ({}); add it to agents in setup(), \
+             or pick one with :LooprRun {{phase}} agent=<Tab>",
+            unknown.configured_words()
+        ));
+    }
+    settings.code_agent = Some(agent);
+    Ok(settings)
+}
+
 /// What the plan tree `label` names has ready now that its work stopped, and the commands to
 /// go on with.
 pub fn tree_ready(label: &str, ready: &TreeReady) -> String {

@@ -1,6 +1,6 @@
 //! Running one shell command to its end: in its own process group inside the sandbox,
 //! killed with everything it started at a timeout or cancel, each stream kept to its start
-//! and its end.
+//! and its end; and a word written as a shell reads it back (`shell_word`).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -160,3 +160,17 @@ pub fn kill_group(group: Option<u32>) {
 
 #[cfg(not(unix))]
 pub fn kill_group(_group: Option<u32>) {}
+/// `word` as one word of a POSIX shell: bare where every character is plain, else in single
+/// quotes (a quote in it closed, escaped and reopened), so a command shown to the user runs
+/// as it reads when pasted.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}

@@ -64,7 +64,7 @@ pub(super) fn assert_agent_saw_cancel(editor: &TestNvim) {
 }
 
 /// The error loop `id`'s record keeps, as `:LooprStatus` shows it.
-async fn loop_error(editor: &TestNvim, id: &str) -> String {
+pub(super) async fn loop_error(editor: &TestNvim, id: &str) -> String {
     editor
         .status_records()
         .await
@@ -373,8 +373,8 @@ async fn an_agent_not_configured_or_not_installed_is_named_with_its_setting() {
     let shown = messages(&editor).await;
     assert!(
         shown.contains(
-            "code_agent is \"codex\", which agents does not configure (the configured agents \
-             are gone, test)"
+            "Loopr: agent=codex names no agent of agents (the configured agents are gone, \
+             test); add it to agents in setup(), or pick one with :LooprRun {phase} agent=<Tab>"
         ),
         "{shown}"
     );
@@ -420,7 +420,10 @@ async fn the_command_line_runs_a_phase_through_the_agent_it_names() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(
-        stderr.contains("code_agent is \"codex\", which agents does not configure (the configured agents are test)"),
+        stderr.contains(
+            "--agent codex names no agent of agents (the configured agents are test); add it to \
+             agents in --settings, or pass --agent with one of them"
+        ),
         "{stderr}"
     );
 

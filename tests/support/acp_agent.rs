@@ -30,6 +30,14 @@
 //! - `pipe-flood`: floods Loopr's pipe (`flood` below): answers `initialize` by hand, then writes
 //!   `FLOOD_UPDATES` session updates without waiting (`flood-blocked` noted if they stall
 //!   for 2 s), notes `flood-sent` once all are written, asks to read `notes.txt` and sends one last update saying what it got.
+//! - `record`: writes what `session/new` handed it (its MCP servers, and its environment) to
+//!   files in its directory; each prompt writes `status.txt` ("ok") and ends its turn;
+//! - `early`: sends 100 `session/update`s and an `fs/read_text_file` request before it answers
+//!   `session/new` (`acp_agent_setup.rs`), then behaves as `normal`;
+//! - `leak`: writes credentials to stderr (a token in a URL, an `Authorization` header, the
+//!   value of its `LOOPR_TEST_AGENT_TOKEN`) and exits with status 3 before reading anything;
+//! - `linger`: each prompt writes its pid to `agent.pid`, says it works and never ends; the
+//!   process stays when its stdin closes, until killed.
 
 use std::time::Duration;
 
@@ -59,6 +67,10 @@ enum Behaviour {
     Asks,
     Euro,
     PipeFlood,
+    Record,
+    Early,
+    Leak,
+    Linger,
 }
 
 impl Behaviour {
@@ -86,6 +98,10 @@ impl Behaviour {
             ["--behave", "asks"] => Ok(Behaviour::Asks),
             ["--behave", "euro"] => Ok(Behaviour::Euro),
             ["--behave", "pipe-flood"] => Ok(Behaviour::PipeFlood),
+            ["--behave", "record"] => Ok(Behaviour::Record),
+            ["--behave", "early"] => Ok(Behaviour::Early),
+            ["--behave", "leak"] => Ok(Behaviour::Leak),
+            ["--behave", "linger"] => Ok(Behaviour::Linger),
             ["--login"] => Err("signed in (test agent): nothing to do".to_owned()),
             other => Err(format!("unknown arguments {other:?}")),
         }
@@ -106,6 +122,9 @@ async fn main() {
         eprintln!("loopr-test-acp-agent: no model configured, giving up");
         std::process::exit(3);
     }
+    if behaviour == Behaviour::Leak {
+        setup::leak_and_crash();
+    }
     if behaviour == Behaviour::Version {
         answer_in_version_7().await;
         return;
@@ -117,6 +136,9 @@ async fn main() {
     if let Err(err) = serve(behaviour).await {
         eprintln!("loopr-test-acp-agent: {err}");
         std::process::exit(1);
+    }
+    if behaviour == Behaviour::Linger {
+        setup::linger().await;
     }
 }
 
@@ -136,11 +158,11 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |_request: NewSessionRequest, responder, _connection| {
-                if behaviour == Behaviour::Auth {
-                    return responder.respond_with_error(Error::auth_required());
-                }
-                responder.respond(NewSessionResponse::new("test-session-1"))
+            async move |request: NewSessionRequest, responder, connection| match behaviour {
+                Behaviour::Auth => responder.respond_with_error(Error::auth_required()),
+                Behaviour::Record => responder.respond(setup::record(&request)),
+                Behaviour::Early => setup::early(request, responder, connection),
+                _ => responder.respond(NewSessionResponse::new("test-session-1")),
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -173,6 +195,18 @@ async fn serve(behaviour: Behaviour) -> Result<(), Error> {
                         limits::after_answer(behaviour, &connection, &request).await;
                         Ok(())
                     }),
+                    Behaviour::Linger => {
+                        setup::linger_turn(&request, &connection);
+                        // Never answered: the responder waits in a task of its own.
+                        connection.spawn(async move {
+                            setup::linger().await;
+                            responder.respond(PromptResponse::new(StopReason::EndTurn))
+                        })
+                    }
+                    Behaviour::Record => {
+                        setup::finish_phase();
+                        responder.respond(PromptResponse::new(StopReason::EndTurn))
+                    }
                     _ => responder.respond(PromptResponse::new(StopReason::EndTurn)),
                 }
             },
@@ -247,6 +281,8 @@ mod script;
 
 #[path = "acp_agent_limits.rs"]
 mod limits;
+#[path = "acp_agent_setup.rs"]
+mod setup;
 
 fn initialize_answer(behaviour: Behaviour, request: &InitializeRequest) -> InitializeResponse {
     let mut answer = InitializeResponse::new(request.protocol_version)

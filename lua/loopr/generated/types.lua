@@ -6,6 +6,7 @@
 ---@field args? string[]
 ---@field command? string The program (an ACP adapter such as `claude-agent-acp`), found on PATH unless it is a path.
 ---@field env? table<string, string> Variables set for the agent, over the allow-listed ones of the host; a provider key reaches an agent only when named here.
+---@field share_mcp_env? string[] MCP servers (names in `mcp.servers`) handed to this agent with their `env` values: a code-level server whose `env` is set is left out of the agent's session unless named here, as the agent (and whatever it runs) would see its tokens.
 ---@alias loopr.ApprovalMode "ask"|"auto"
 ---@class loopr.ApprovalSettings Per kind of change: ask the user, or accept without asking.
 ---@field command? loopr.ApprovalMode Running a shell command.

@@ -23,7 +23,7 @@ use super::absolute_path;
 use crate::tools::{
     CommandOutput, KEPT_BYTES_PER_STREAM, ToolContext, ToolError, approve_command,
     changes_what_runs, command_directory, kill_group, looks_secret, record_command_changes,
-    redact_credentials, redact_cut_start, spawn_shell, tree_before_command,
+    redact_credentials, redact_cut_start, shell_word, spawn_shell, tree_before_command,
 };
 
 /// Terminals one agent may have open (created and not released) at once.
@@ -459,7 +459,7 @@ fn shell_line(request: &CreateTerminalRequest) -> Result<String, ToolError> {
                  command without it"
             )));
         }
-        line.push_str(&format!("export {name}={}; ", quoted(&variable.value)));
+        line.push_str(&format!("export {name}={}; ", shell_word(&variable.value)));
     }
     if request.command.trim().is_empty() {
         return Err(ToolError::InvalidInput("the command is empty".to_owned()));
@@ -469,24 +469,11 @@ fn shell_line(request: &CreateTerminalRequest) -> Result<String, ToolError> {
     } else {
         let words: Vec<String> = std::iter::once(&request.command)
             .chain(&request.args)
-            .map(|word| quoted(word))
+            .map(|word| shell_word(word))
             .collect();
         line.push_str(&words.join(" "));
     }
     Ok(line)
-}
-
-/// `word` as one shell word: bare where it is plain, else in single quotes.
-fn quoted(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|char| char.is_ascii_alphanumeric() || "_-./:=@%+,".contains(char));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use futures::channel::mpsc::Receiver;
 
 use crate::acp::{AcpError, AgentConfig, AgentConnection, FromAgent, INITIALIZE_TIMEOUT};
 use crate::agent::context::{LoopContext, LoopError};
+use crate::agent::events::{LoopEvent, NoticeLevel};
 use crate::mcp::{Endpoint, McpSettings};
+use crate::next_step::NextStep;
 
 /// How long an agent may take to open a session (it may start its MCP servers first).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(120);
@@ -36,11 +38,20 @@ pub(super) async fn open(
         let mut agent = AgentConnection::start(name, config, context.root.path()).await?;
         let report = crate::acp::initialize(&mut agent, INITIALIZE_TIMEOUT).await?;
         tracing::info!(loop_id = %context.record.id, agent = %name, version = ?report.version, "coding agent initialized");
-        let servers = mcp_servers(
+        let offered = mcp_servers(
             &context.settings.mcp,
             &context.mcp.current(),
             report.mcp.contains(&"http"),
+            &config.share_mcp_env,
         );
+        for server in &offered.withheld {
+            context.events.emit(LoopEvent::Notice {
+                loop_id: context.record.id.to_string(),
+                level: NoticeLevel::Warn,
+                message: withheld_words(name, server),
+            });
+        }
+        let servers = offered.servers;
         let request =
             NewSessionRequest::new(context.root.path().to_path_buf()).mcp_servers(servers);
         let session = agent
@@ -66,17 +77,36 @@ pub(super) async fn open(
     }
 }
 
+/// The MCP servers a session is opened with, and those left out for their `env`.
+struct OfferedServers {
+    servers: Vec<McpServer>,
+    /// Code-level servers whose `env` is set but not shared with the agent, by name.
+    withheld: Vec<String>,
+}
+
 /// The MCP servers of `settings` (the loop's) offered to code loops, with the `env` values of
 /// `current` (the user's now: a loop's stored settings hold only the names), as ACP names
 /// them; http ones only where the agent takes them (`http`). A server whose `env` the current
-/// settings lack is left out (`offered_mcp_tools` tells the user of it the same way).
-fn mcp_servers(settings: &McpSettings, current: &McpSettings, http: bool) -> Vec<McpServer> {
-    settings
+/// settings lack is left out (`offered_mcp_tools` tells the user of it the same way); one
+/// whose `env` is set goes only when `shared` names it (`agents.<name>.share_mcp_env`), as
+/// the agent sees every value it is handed.
+fn mcp_servers(
+    settings: &McpSettings,
+    current: &McpSettings,
+    http: bool,
+    shared: &[String],
+) -> OfferedServers {
+    let mut withheld = Vec::new();
+    let servers = settings
         .servers
         .iter()
         .filter(|(_, server)| server.offered_to("code"))
         .filter_map(|(name, server)| {
             let server = current.with_current_env(name, server).ok()?;
+            if !server.env.is_empty() && !shared.contains(name) {
+                withheld.push(name.clone());
+                return None;
+            }
             match server.endpoint()? {
                 Endpoint::Command { program, args } => {
                     let env = server
@@ -95,7 +125,19 @@ fn mcp_servers(settings: &McpSettings, current: &McpSettings, http: bool) -> Vec
                 }
             }
         })
-        .collect()
+        .collect();
+    OfferedServers { servers, withheld }
+}
+
+/// Why MCP server `server` is not in agent `agent`'s session, and the setting that hands it
+/// over.
+fn withheld_words(agent: &str, server: &str) -> String {
+    let key = format!("agents.{agent}.share_mcp_env");
+    NextStep::SetOption { key, example: None }.attach(&format!(
+        "MCP server {server} is not offered to the coding agent {agent}: its env holds values \
+         (tokens) the agent would see; to hand them over, name {server} in \
+         agents.{agent}.share_mcp_env"
+    ))
 }
 
 #[cfg(test)]
@@ -145,8 +187,9 @@ mod tests {
             )]
             .into(),
         };
-        let names = |servers: Vec<McpServer>| -> Vec<String> {
-            servers
+        let names = |offered: OfferedServers| -> Vec<String> {
+            offered
+                .servers
                 .iter()
                 .map(|server| match server {
                     McpServer::Stdio(stdio) => format!(
@@ -164,14 +207,22 @@ mod tests {
                 })
                 .collect()
         };
+        let shared = ["gh".to_owned()];
         assert_eq!(
-            names(mcp_servers(&stored, &current, true)),
+            names(mcp_servers(&stored, &current, true, &shared)),
             ["http docs http://127.0.0.1:1/mcp", "stdio gh TOKEN=t0k"]
         );
         assert_eq!(
-            names(mcp_servers(&stored, &current, false)),
+            names(mcp_servers(&stored, &current, false, &shared)),
             ["stdio gh TOKEN=t0k"]
         );
-        assert!(mcp_servers(&stored, &McpSettings::default(), false).is_empty());
+        assert!(
+            mcp_servers(&stored, &McpSettings::default(), false, &shared)
+                .servers
+                .is_empty()
+        );
+        let unshared = mcp_servers(&stored, &current, false, &[]);
+        assert_eq!(unshared.withheld, ["gh"]);
+        assert!(unshared.servers.is_empty());
     }
 }

@@ -117,6 +117,10 @@ pub struct RunParams {
     pub phase: String,
     #[serde(default)]
     pub settings: LoopSettings,
+    /// The run's `agent=<name>`: that agent of `agents` writes its code in place of
+    /// `code_agent`; empty, Loopr's own code loop does.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
