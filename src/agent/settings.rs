@@ -434,6 +434,7 @@ impl LoopSettings {
         self.budget.check()?;
         self.mcp.check()?;
         crate::acp::check_agents(&self.agents, self.code_agent.as_deref())?;
+        self.check_shared_mcp_env()?;
         if let Some(level) = self
             .review_gates
             .iter()
@@ -464,6 +465,30 @@ impl LoopSettings {
 
     /// Every number within the limits its schema gives (`minimum`, `maximum`): the schema's
     /// attributes are the one statement of those limits, for this check and for the shells.
+    /// Each `agents.<name>.share_mcp_env` names a server of `mcp.servers`: a misspelt name
+    /// would leave its server out of the agent's session without a word.
+    fn check_shared_mcp_env(&self) -> Result<(), String> {
+        for (agent, config) in &self.agents {
+            if let Some(unknown) = config
+                .share_mcp_env
+                .iter()
+                .find(|server| !self.mcp.servers.contains_key(server.as_str()))
+            {
+                let known: Vec<&str> = self.mcp.servers.keys().map(String::as_str).collect();
+                let configured = if known.is_empty() {
+                    "it configures none".to_owned()
+                } else {
+                    format!("it configures {}", known.join(", "))
+                };
+                return Err(format!(
+                    "agents.{agent}.share_mcp_env names {unknown:?}, which mcp.servers does not \
+                     configure ({configured}); name a server of mcp.servers"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check_ranges(&self) -> Result<(), String> {
         let values = serde_json::to_value(self).map_err(|err| err.to_string())?;
         let Some(properties) = SCHEMA.get("properties").and_then(|p| p.as_object()) else {
@@ -628,6 +653,20 @@ mod tests {
         assert_eq!(
             LoopSettings::from_stored("not json"),
             LoopSettings::default()
+        );
+    }
+
+    #[test]
+    fn share_mcp_env_names_only_configured_mcp_servers() {
+        let settings: LoopSettings = serde_json::from_value(serde_json::json!({
+            "mcp": { "servers": { "gh": { "command": "gh-mcp", "env": { "GH_TOKEN": "t" } } } },
+            "agents": { "claude": { "command": "claude-agent-acp", "share_mcp_env": ["gh", "gitlab"] } }
+        }))
+        .unwrap();
+        assert_eq!(
+            settings.check().expect_err("gitlab is no MCP server"),
+            "agents.claude.share_mcp_env names \"gitlab\", which mcp.servers does not \
+             configure (it configures gh); name a server of mcp.servers"
         );
     }
 
