@@ -27,6 +27,11 @@ pub use wire_schemas::wire_schemas;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The version of the wire between the host and its Lua side: the requests, their
+/// parameters and replies, and the events. Raised with any change one side would misread;
+/// the Lua side refuses a host that reports another (`lua/loopr/generated/version.lua`).
+pub const PROTOCOL_VERSION: u32 = 1;
+
 use anyhow::Context;
 
 use crate::agent::{InteractiveApprover, LoopManager, OnOpen, ProviderFactory, ShellServices};

@@ -9,6 +9,7 @@ mod lua_literal;
 pub mod luacats;
 mod options;
 pub mod shape;
+mod version;
 mod wire;
 
 use std::path::Path;
@@ -55,6 +56,10 @@ pub fn files() -> Vec<GeneratedFile> {
         GeneratedFile {
             path: "lua/loopr/generated/wire.lua",
             render: wire::wire_lua,
+        },
+        GeneratedFile {
+            path: "lua/loopr/generated/version.lua",
+            render: version::version_lua,
         },
         GeneratedFile {
             path: "doc/wire.md",
