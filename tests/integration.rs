@@ -5,6 +5,8 @@
 mod fake_llm;
 #[path = "support/nvim.rs"]
 mod nvim;
+#[path = "support/release_server.rs"]
+mod release_server;
 #[path = "support/scenario.rs"]
 mod scenario;
 
@@ -33,6 +35,7 @@ mod integration {
     mod export;
     mod failures;
     mod hierarchy;
+    mod install;
     mod lifecycle;
     mod loop_rules;
     // Needs the test MCP server: `--features test-mcp-server` (scripts/test.sh).

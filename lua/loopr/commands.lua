@@ -145,6 +145,15 @@ return {
     end,
   },
   {
+    name = 'LooprInstall',
+    nargs = 0,
+    bang = true,
+    desc = 'Loopr: install the host from a checksummed release for this plugin version (! builds it from source with cargo)',
+    run = function(args)
+      require('loopr.install').command(args.bang)
+    end,
+  },
+  {
     name = 'LooprRetry',
     nargs = '?',
     desc = 'Loopr: run a failed, cancelled or interrupted loop again (default: this artifact, else the newest)',

@@ -285,7 +285,8 @@ local function executable(path)
   return nil
 end
 
----Locate the host binary: `bin` option, then target/release, target/debug, then PATH.
+---Locate the host binary: `bin` option, then bin/loopr (what :LooprInstall installs), then
+---target/release, target/debug, then PATH.
 ---@return string|nil path
 ---@return string|nil err
 function M.resolve_bin()
@@ -298,6 +299,10 @@ function M.resolve_bin()
     return nil, ('loopr: bin %s (from setup) is not an executable file'):format(vim.inspect(bin))
   end
   local root = M.plugin_root()
+  local installed = executable(vim.fs.joinpath(root, 'bin', 'loopr'))
+  if installed then
+    return installed
+  end
   for _, profile in ipairs({ 'release', 'debug' }) do
     local path = executable(vim.fs.joinpath(root, 'target', profile, 'loopr'))
     if path then

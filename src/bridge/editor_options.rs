@@ -52,6 +52,10 @@ pub struct EditorOptions {
     pub progress: bool,
     /// Whether loops a host left unfinished resume when Neovim starts.
     pub resume: bool,
+    /// Where `:LooprInstall` downloads release assets from (`<install_url>/v<version>/`); nil
+    /// means `$LOOPR_INSTALL_URL` when set, else Loopr's GitHub releases.
+    #[schemars(length(min = 1))]
+    pub install_url: Option<String>,
 }
 
 impl Default for EditorOptions {
@@ -64,6 +68,7 @@ impl Default for EditorOptions {
             root_markers: vec![".git".to_owned()],
             progress: true,
             resume: true,
+            install_url: None,
         }
     }
 }

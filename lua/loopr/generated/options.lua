@@ -142,6 +142,11 @@ return {
     expect = 'a path relative to the project root',
     host = true,
   },
+  install_url = {
+    check = { kind = 'string', nonempty = true },
+    description = "Where `:LooprInstall` downloads release assets from (`<install_url>/v<version>/`); nil means `$LOOPR_INSTALL_URL` when set, else Loopr's GitHub releases.",
+    expect = 'a non-empty string',
+  },
   layout = {
     check = { kind = 'one_of', values = { 'vsplit', 'split', 'tab' } },
     default = 'vsplit',

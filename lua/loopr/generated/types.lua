@@ -76,6 +76,7 @@
 ---@field context_keep_turns? integer The latest turns whose tool results are always sent whole.
 ---@field deny_commands? string[] Regular expressions; a matching command never runs, whatever is approved.
 ---@field export_dir? string A folder of the project (`docs/plans`) the current plan, specs and phases are mirrored to as markdown, one folder per plan; unset, they stay in Loopr's state only.
+---@field install_url? string Where `:LooprInstall` downloads release assets from (`<install_url>/v<version>/`); nil means `$LOOPR_INSTALL_URL` when set, else Loopr's GitHub releases.
 ---@field layout? loopr.Layout Where Loopr's windows open: a split to the right, a split below, or a new tab page.
 ---@field log_file? string The host's log file.
 ---@field log_level? loopr.LogLevel Verbosity of the host's log file.
@@ -129,6 +130,7 @@
 ---@field context_keep_turns integer
 ---@field deny_commands string[]
 ---@field export_dir? string
+---@field install_url? string
 ---@field layout loopr.Layout
 ---@field log_file string
 ---@field log_level loopr.LogLevel

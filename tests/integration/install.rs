@@ -1,0 +1,402 @@
+//! `:LooprInstall` as a `build` step runs it: `nvim --headless -c LooprInstall -c q` against a
+//! release server on loopback that serves a tarball of the test build and its `SHA256SUMS`,
+//! in a copy of the plugin (so the repository's own `bin/` is never written). What the user
+//! sees is read from `:messages`; what is installed, from `bin/` and by running the plugin.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::nvim::{host_binary, nvim_binary, plugin_root};
+use crate::release_server::{ReleaseServer, Served};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// How long one headless Neovim may take before the test fails instead of hanging.
+const NVIM_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The release target this machine's install asks for.
+fn this_target() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "aarch64-unknown-linux-musl",
+        _ => "x86_64-unknown-linux-musl",
+    }
+}
+
+fn asset_name() -> String {
+    format!("loopr-{VERSION}-{}.tar.gz", this_target())
+}
+
+fn asset_path() -> String {
+    format!("/v{VERSION}/{}", asset_name())
+}
+
+fn sums_path() -> String {
+    format!("/v{VERSION}/SHA256SUMS")
+}
+
+/// `loopr-<version>-<target>.tar.gz` holding the test build as `loopr`, made once per run.
+fn release_tarball() -> &'static [u8] {
+    static TARBALL: OnceLock<Vec<u8>> = OnceLock::new();
+    TARBALL.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::copy(host_binary(), dir.path().join("loopr")).expect("copy the host");
+        let tarball = dir.path().join("release.tar.gz");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("tar -cf - -C \"$1\" loopr | gzip -1 > \"$2\"")
+            .arg("sh")
+            .arg(dir.path())
+            .arg(&tarball)
+            .status()
+            .expect("run tar");
+        assert!(status.success(), "tar the host");
+        std::fs::read(tarball).expect("read the tarball")
+    })
+}
+
+fn sha256_hex(path: &Path) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a sum")
+        .to_owned()
+}
+
+/// `SHA256SUMS` as `sha256sum` writes it, for `tarball` under its asset name.
+fn sums_for(tarball: &[u8]) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(asset_name());
+    std::fs::write(&file, tarball).expect("write the asset");
+    format!("{}  {}\n", sha256_hex(&file), asset_name()).into_bytes()
+}
+
+/// A copy of the plugin's Lua side (`plugin/`, `lua/`) in a temp dir: its root is where the
+/// install writes `bin/`.
+struct PluginCopy {
+    temp: tempfile::TempDir,
+    root: PathBuf,
+    home: PathBuf,
+    project: PathBuf,
+}
+
+impl PluginCopy {
+    fn new() -> PluginCopy {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let base = temp.path().canonicalize().expect("canonical temp");
+        let root = base.join("loopr");
+        for dir in ["plugin", "lua"] {
+            copy_tree(&plugin_root().join(dir), &root.join(dir));
+        }
+        let home = base.join("home");
+        std::fs::create_dir_all(home.join("tmp")).expect("home");
+        // The project Neovim works in: a root marker, apart from Loopr's state.
+        std::fs::create_dir_all(base.join("project/.git")).expect("project");
+        PluginCopy {
+            temp,
+            root,
+            home,
+            project: base.join("project"),
+        }
+    }
+
+    fn installed(&self) -> PathBuf {
+        self.root.join("bin/loopr")
+    }
+
+    fn record(&self) -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(self.root.join("bin/install.json")).expect("bin/install.json");
+        serde_json::from_str(&text).expect("install.json is JSON")
+    }
+
+    /// Runs headless Neovim with this plugin, the `-c` commands `commands` and then returns
+    /// what `:messages` held (plus what `report` Lua returned, as a line).
+    async fn headless(&self, env: &[(&str, String)], commands: &[&str]) -> String {
+        let out = self.temp.path().join("messages.txt");
+        let _ = std::fs::remove_file(&out);
+        let mut command = tokio::process::Command::new(nvim_binary());
+        command
+            .args(["--headless", "--clean", "-n", "--cmd"])
+            .arg(format!("set rtp^={}", self.root.display()))
+            .current_dir(&self.project)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("XDG_STATE_HOME", self.home.join(".local/state"))
+            .env("XDG_CACHE_HOME", self.home.join(".cache"))
+            .env("TMPDIR", self.home.join("tmp"))
+            .env("LOOPR_HOME", self.home.join("loopr-state"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        for step in commands {
+            command.arg("-c").arg(step);
+        }
+        command.arg("-c").arg(format!(
+            "lua vim.fn.writefile(vim.split(vim.api.nvim_exec2('messages', {{ output = true }}).output, '\\n'), {:?})",
+            out.display().to_string()
+        ));
+        command.args(["-c", "qa!"]);
+        let status = tokio::time::timeout(NVIM_DEADLINE, command.status())
+            .await
+            .expect("headless Neovim ended in time")
+            .expect("run headless Neovim");
+        assert!(status.success(), "headless Neovim: {status}");
+        std::fs::read_to_string(&out).expect("the messages Neovim wrote")
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
+/// The test build installed by hand as an earlier install would have, to see it survive.
+fn install_old_binary(plugin: &PluginCopy) -> Vec<u8> {
+    std::fs::create_dir_all(plugin.root.join("bin")).expect("bin");
+    std::fs::copy(host_binary(), plugin.installed()).expect("old binary");
+    std::fs::read(plugin.installed()).expect("read old binary")
+}
+
+/// Asserts the host at `bin/loopr` is whole and runs.
+fn assert_runs(binary: &Path) {
+    let output = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .expect("run bin/loopr");
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains(VERSION),
+        "bin/loopr --version: {output:?}"
+    );
+}
+
+/// `:LooprStatus` opened its window: the host answered it.
+fn assert_status_opened(shown: &str) {
+    assert!(
+        shown
+            .lines()
+            .any(|line| line.starts_with("buffers: ") && line.contains("loopr://status")),
+        "{shown}"
+    );
+}
+
+/// What a user with this plugin sees from `:LooprStatus`, and the host that served it.
+async fn status_through_plugin(plugin: &PluginCopy) -> String {
+    plugin
+        .headless(
+            &[],
+            &[
+                "LooprStatus",
+                "lua assert(vim.wait(30000, function() return require('loopr.host').outstanding() == 0 end, 10), 'host answered')",
+                "lua print('host: ' .. vim.uv.fs_readlink('/proc/' .. require('loopr.host').pid() .. '/exe'))",
+                "lua vim.wait(30000, function() return vim.fn.bufexists('loopr://status') == 1 end, 10)",
+                "lua print('buffers: ' .. table.concat(vim.tbl_map(vim.api.nvim_buf_get_name, vim.api.nvim_list_bufs()), ' '))",
+            ],
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_takes_the_release_checks_it_and_the_plugin_runs_it() {
+    let tarball = release_tarball().to_vec();
+    let server = ReleaseServer::start(HashMap::from([
+        (sums_path(), Served::Whole(sums_for(&tarball))),
+        (asset_path(), Served::Whole(tarball)),
+    ]));
+    let plugin = PluginCopy::new();
+    let setup = format!(
+        "lua require('loopr').setup({{ install_url = {:?} }})",
+        server.base_url
+    );
+    let messages = plugin.headless(&[], &[&setup, "LooprInstall"]).await;
+
+    let asset_url = format!("{}{}", server.base_url, asset_path());
+    assert!(
+        messages.contains(&format!("Loopr: downloading {asset_url}")),
+        "{messages}"
+    );
+    assert!(
+        messages.contains(&format!(
+            "Loopr: installed loopr {VERSION} from release {} (a release exists for {}) at {}",
+            this_target(),
+            this_target(),
+            plugin.installed().display()
+        )),
+        "{messages}"
+    );
+    assert_runs(&plugin.installed());
+    assert_eq!(
+        plugin.record(),
+        serde_json::json!({
+            "version": VERSION,
+            "from": "release",
+            "target": this_target(),
+            "reason": format!("a release exists for {}", this_target()),
+            "url": asset_url,
+        })
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(plugin.root.join("bin"))
+        .expect("bin")
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        2,
+        "only loopr and install.json: {leftovers:?}"
+    );
+
+    let shown = status_through_plugin(&plugin).await;
+    assert!(
+        shown.contains(&format!("host: {}", plugin.installed().display())),
+        "the plugin started bin/loopr:\n{shown}"
+    );
+    assert_status_opened(&shown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checksum_mismatch_installs_nothing_and_says_so() {
+    let tarball = release_tarball().to_vec();
+    let wrong = format!("{}  {}\n", "0".repeat(64), asset_name()).into_bytes();
+    let server = ReleaseServer::start(HashMap::from([
+        (sums_path(), Served::Whole(wrong)),
+        (asset_path(), Served::Whole(tarball)),
+    ]));
+    let plugin = PluginCopy::new();
+    let messages = plugin
+        .headless(
+            &[("LOOPR_INSTALL_URL", server.base_url.clone())],
+            &["LooprInstall"],
+        )
+        .await;
+
+    assert!(
+        messages.contains(&format!(
+            "Loopr: checksum mismatch for {}: SHA256SUMS says {}, the download is ",
+            asset_name(),
+            "0".repeat(64)
+        )) && messages.contains("; nothing installed"),
+        "{messages}"
+    );
+    assert!(!plugin.installed().exists(), "nothing at bin/loopr");
+    assert!(!plugin.root.join("bin/install.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_release_falls_back_to_a_source_build() {
+    let server = ReleaseServer::start(HashMap::new());
+    let plugin = PluginCopy::new();
+    // A stand-in cargo: records how it was run and "builds" the test host where cargo would.
+    let tools = plugin.temp.path().join("tools");
+    std::fs::create_dir_all(&tools).expect("tools");
+    let marker = plugin.temp.path().join("cargo-ran");
+    let cargo = tools.join("cargo");
+    std::fs::write(
+        &cargo,
+        format!(
+            "#!/bin/sh\necho \"$PWD: $*\" > {marker:?}\nmkdir -p target/release\ncp {host:?} target/release/loopr\n",
+            host = host_binary().display().to_string(),
+            marker = marker.display().to_string(),
+        ),
+    )
+    .expect("write cargo");
+    std::process::Command::new("chmod")
+        .args(["+x"])
+        .arg(&cargo)
+        .status()
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let messages = plugin
+        .headless(
+            &[
+                ("LOOPR_INSTALL_URL", server.base_url.clone()),
+                ("PATH", path),
+            ],
+            &["LooprInstall"],
+        )
+        .await;
+
+    let reason = format!(
+        "no release asset at {}{} (404)",
+        server.base_url,
+        sums_path()
+    );
+    assert!(
+        messages.contains(&format!(
+            "Loopr: building from source with cargo build --release in {} ({reason})",
+            plugin.root.display()
+        )),
+        "{messages}"
+    );
+    assert!(
+        messages.contains(&format!(
+            "Loopr: installed loopr {VERSION} from a source build ({reason}) at {}",
+            plugin.installed().display()
+        )),
+        "{messages}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("cargo ran"),
+        format!("{}: build --release\n", plugin.root.display())
+    );
+    assert_runs(&plugin.installed());
+    let record = plugin.record();
+    assert_eq!(record["from"], "source");
+    assert_eq!(record["reason"], reason.as_str());
+    assert!(record.get("url").is_none(), "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_cut_off_halfway_leaves_the_old_binary_working() {
+    let tarball = release_tarball().to_vec();
+    let server = ReleaseServer::start(HashMap::from([
+        (sums_path(), Served::Whole(sums_for(&tarball))),
+        (asset_path(), Served::CutOffHalfway(tarball)),
+    ]));
+    let plugin = PluginCopy::new();
+    let old = install_old_binary(&plugin);
+    let messages = plugin
+        .headless(
+            &[("LOOPR_INSTALL_URL", server.base_url.clone())],
+            &["LooprInstall"],
+        )
+        .await;
+
+    assert!(
+        messages.contains(&format!(
+            "Loopr: download of {}{} failed (curl: (18)",
+            server.base_url,
+            asset_path()
+        )) && messages.contains("; the installed host is kept"),
+        "{messages}"
+    );
+    assert!(
+        std::fs::read(plugin.installed()).expect("bin/loopr") == old,
+        "bin/loopr is the old binary, byte for byte"
+    );
+    assert_runs(&plugin.installed());
+    let shown = status_through_plugin(&plugin).await;
+    assert_status_opened(&shown);
+}
