@@ -400,3 +400,44 @@ async fn a_download_cut_off_halfway_leaves_the_old_binary_working() {
     let shown = status_through_plugin(&plugin).await;
     assert_status_opened(&shown);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_release_and_no_cargo_says_what_to_install() {
+    let server = ReleaseServer::start(HashMap::new());
+    let plugin = PluginCopy::new();
+    // A PATH with the tools a release install uses and no cargo.
+    let tools = plugin.temp.path().join("tools");
+    std::fs::create_dir_all(&tools).expect("tools");
+    for tool in ["curl", "tar", "gzip", "sha256sum"] {
+        let found = which(tool);
+        std::os::unix::fs::symlink(found, tools.join(tool)).expect("symlink a tool");
+    }
+    let messages = plugin
+        .headless(
+            &[
+                ("LOOPR_INSTALL_URL", server.base_url.clone()),
+                ("PATH", tools.display().to_string()),
+            ],
+            &["LooprInstall"],
+        )
+        .await;
+
+    assert!(
+        messages.contains(&format!(
+            "Loopr: cannot build from source (no release asset at {}{} (404)): cargo is not on \
+             PATH; install Rust from https://rustup.rs and run :LooprInstall! again",
+            server.base_url,
+            sums_path()
+        )),
+        "{messages}"
+    );
+    assert!(!plugin.installed().exists(), "nothing at bin/loopr");
+}
+
+/// Where `tool` is on the test's PATH.
+fn which(tool: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(tool))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{tool} on PATH"))
+}
