@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::nvim::{host_binary, nvim_binary, plugin_root};
+use crate::nvim::{home_env, host_binary, nvim_binary, plugin_root};
 use crate::release_server::{ReleaseServer, Served};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -123,15 +123,8 @@ impl PluginCopy {
         command
             .args(["--headless", "--clean", "-n", "--cmd"])
             .arg(format!("set rtp^={}", self.root.display()))
-            .current_dir(&self.project)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .env("XDG_DATA_HOME", self.home.join(".local/share"))
-            .env("XDG_STATE_HOME", self.home.join(".local/state"))
-            .env("XDG_CACHE_HOME", self.home.join(".cache"))
-            .env("TMPDIR", self.home.join("tmp"))
+            .current_dir(&self.project);
+        home_env(&mut command, &self.home)
             .env("LOOPR_HOME", self.home.join("loopr-state"))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -188,6 +181,24 @@ fn assert_runs(binary: &Path) {
     );
 }
 
+/// A release server with `sums` as this version's SHA256SUMS and `asset` as its asset.
+fn serve_release(sums: Vec<u8>, asset: Served) -> ReleaseServer {
+    ReleaseServer::start(HashMap::from([
+        (sums_path(), Served::Whole(sums)),
+        (asset_path(), asset),
+    ]))
+}
+
+/// `nvim --headless -c LooprInstall -c q` with `$LOOPR_INSTALL_URL` at `server`; its messages.
+async fn install_from(plugin: &PluginCopy, server: &ReleaseServer) -> String {
+    plugin
+        .headless(
+            &[("LOOPR_INSTALL_URL", server.base_url.clone())],
+            &["LooprInstall"],
+        )
+        .await
+}
+
 /// `:LooprStatus` opened its window: the host answered it.
 fn assert_status_opened(shown: &str) {
     assert!(
@@ -217,10 +228,7 @@ async fn status_through_plugin(plugin: &PluginCopy) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_takes_the_release_checks_it_and_the_plugin_runs_it() {
     let tarball = release_tarball().to_vec();
-    let server = ReleaseServer::start(HashMap::from([
-        (sums_path(), Served::Whole(sums_for(&tarball))),
-        (asset_path(), Served::Whole(tarball)),
-    ]));
+    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
     let plugin = PluginCopy::new();
     let setup = format!(
         "lua require('loopr').setup({{ install_url = {:?} }})",
@@ -276,17 +284,9 @@ async fn install_takes_the_release_checks_it_and_the_plugin_runs_it() {
 async fn a_checksum_mismatch_installs_nothing_and_says_so() {
     let tarball = release_tarball().to_vec();
     let wrong = format!("{}  {}\n", "0".repeat(64), asset_name()).into_bytes();
-    let server = ReleaseServer::start(HashMap::from([
-        (sums_path(), Served::Whole(wrong)),
-        (asset_path(), Served::Whole(tarball)),
-    ]));
+    let server = serve_release(wrong, Served::Whole(tarball));
     let plugin = PluginCopy::new();
-    let messages = plugin
-        .headless(
-            &[("LOOPR_INSTALL_URL", server.base_url.clone())],
-            &["LooprInstall"],
-        )
-        .await;
+    let messages = install_from(&plugin, &server).await;
 
     assert!(
         messages.contains(&format!(
@@ -371,18 +371,10 @@ async fn a_missing_release_falls_back_to_a_source_build() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_cut_off_halfway_leaves_the_old_binary_working() {
     let tarball = release_tarball().to_vec();
-    let server = ReleaseServer::start(HashMap::from([
-        (sums_path(), Served::Whole(sums_for(&tarball))),
-        (asset_path(), Served::CutOffHalfway(tarball)),
-    ]));
+    let server = serve_release(sums_for(&tarball), Served::CutOffHalfway(tarball));
     let plugin = PluginCopy::new();
     let old = install_old_binary(&plugin);
-    let messages = plugin
-        .headless(
-            &[("LOOPR_INSTALL_URL", server.base_url.clone())],
-            &["LooprInstall"],
-        )
-        .await;
+    let messages = install_from(&plugin, &server).await;
 
     assert!(
         messages.contains(&format!(

@@ -163,6 +163,19 @@ pub fn host_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_loopr"))
 }
 
+/// Gives `command` only PATH and a fake HOME: `home` with its XDG dirs and TMPDIR under it.
+pub fn home_env<'command>(command: &'command mut Command, home: &Path) -> &'command mut Command {
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("TMPDIR", home.join("tmp"))
+}
+
 pub struct TestNvim {
     pub nvim: Neovim<Writer>,
     child: Child,
@@ -184,15 +197,8 @@ impl TestNvim {
         command
             .args(["--embed", "--headless", "--clean", "-n", "--cmd"])
             .arg(format!("set rtp^={}", plugin_root().display()))
-            .current_dir(&dirs.project)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &dirs.home)
-            .env("XDG_CONFIG_HOME", dirs.home.join(".config"))
-            .env("XDG_DATA_HOME", dirs.home.join(".local/share"))
-            .env("XDG_STATE_HOME", dirs.home.join(".local/state"))
-            .env("XDG_CACHE_HOME", dirs.home.join(".cache"))
-            .env("TMPDIR", dirs.home.join("tmp"))
+            .current_dir(&dirs.project);
+        home_env(&mut command, &dirs.home)
             .env("LOOPR_HOME", &dirs.loopr_home)
             .env("ANTHROPIC_API_KEY", API_KEY)
             .env("ANTHROPIC_BASE_URL", &options.base_url)
