@@ -87,7 +87,8 @@ end
 local function run(cmd, opts, on_exit)
   local ok, err = pcall(vim.system, cmd, opts, vim.schedule_wrap(on_exit))
   if not ok then
-    on_exit({ code = -1, signal = 0, stdout = '', stderr = tostring(err) })
+    -- Without the Lua location vim.system's error starts with ("…/_system.lua:254: ").
+    on_exit({ code = -1, signal = 0, stdout = '', stderr = (tostring(err):gsub('^.-:%d+: ', '')) })
   end
 end
 

@@ -169,6 +169,15 @@ fn install_old_binary(plugin: &PluginCopy) -> Vec<u8> {
     std::fs::read(plugin.installed()).expect("read old binary")
 }
 
+/// Asserts `bin/loopr` is still `old`, byte for byte, and runs.
+fn assert_old_binary_kept(plugin: &PluginCopy, old: &[u8]) {
+    assert!(
+        std::fs::read(plugin.installed()).expect("bin/loopr") == old,
+        "bin/loopr is the old binary, byte for byte"
+    );
+    assert_runs(&plugin.installed());
+}
+
 /// Asserts the host at `bin/loopr` is whole and runs.
 fn assert_runs(binary: &Path) {
     let output = std::process::Command::new(binary)
@@ -300,72 +309,128 @@ async fn a_checksum_mismatch_installs_nothing_and_says_so() {
     assert!(!plugin.root.join("bin/install.json").exists());
 }
 
+/// A stand-in `cargo` first on PATH: it records where and how it was run in `marker` and
+/// "builds" the test host where cargo would put it.
+struct StandInCargo {
+    path: String,
+    marker: PathBuf,
+}
+
+impl StandInCargo {
+    fn new(plugin: &PluginCopy) -> StandInCargo {
+        let tools = plugin.temp.path().join("tools");
+        std::fs::create_dir_all(&tools).expect("tools");
+        let marker = plugin.temp.path().join("cargo-ran");
+        let cargo = tools.join("cargo");
+        std::fs::write(
+            &cargo,
+            format!(
+                "#!/bin/sh\necho \"$PWD: $*\" > {marker:?}\nmkdir -p target/release\ncp {host:?} target/release/loopr\n",
+                host = host_binary().display().to_string(),
+                marker = marker.display().to_string(),
+            ),
+        )
+        .expect("write cargo");
+        std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod cargo");
+        let path = format!(
+            "{}:{}",
+            tools.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        StandInCargo { path, marker }
+    }
+
+    /// Runs `install` (`LooprInstall` or `LooprInstall!`) against `server` with this cargo.
+    async fn install(&self, plugin: &PluginCopy, server: &ReleaseServer, install: &str) -> String {
+        plugin
+            .headless(
+                &[
+                    ("LOOPR_INSTALL_URL", server.base_url.clone()),
+                    ("PATH", self.path.clone()),
+                ],
+                &[install],
+            )
+            .await
+    }
+
+    /// Asserts cargo ran `build --release` in the plugin root, and what it built is installed
+    /// from source for `reason`, as the messages say.
+    fn assert_installed(&self, plugin: &PluginCopy, messages: &str, reason: &str) {
+        assert!(
+            messages.contains(&format!(
+                "Loopr: building from source with cargo build --release in {} ({reason})",
+                plugin.root.display()
+            )),
+            "{messages}"
+        );
+        assert!(
+            messages.contains(&format!(
+                "Loopr: installed loopr {VERSION} from a source build ({reason}) at {}",
+                plugin.installed().display()
+            )),
+            "{messages}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&self.marker).expect("cargo ran"),
+            format!("{}: build --release\n", plugin.root.display())
+        );
+        assert_runs(&plugin.installed());
+        let record = plugin.record();
+        assert_eq!(record["from"], "source");
+        assert_eq!(record["reason"], reason);
+        assert!(record.get("url").is_none(), "{record}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_release_falls_back_to_a_source_build() {
     let server = ReleaseServer::start(HashMap::new());
     let plugin = PluginCopy::new();
-    // A stand-in cargo: records how it was run and "builds" the test host where cargo would.
-    let tools = plugin.temp.path().join("tools");
-    std::fs::create_dir_all(&tools).expect("tools");
-    let marker = plugin.temp.path().join("cargo-ran");
-    let cargo = tools.join("cargo");
-    std::fs::write(
-        &cargo,
-        format!(
-            "#!/bin/sh\necho \"$PWD: $*\" > {marker:?}\nmkdir -p target/release\ncp {host:?} target/release/loopr\n",
-            host = host_binary().display().to_string(),
-            marker = marker.display().to_string(),
-        ),
-    )
-    .expect("write cargo");
-    std::process::Command::new("chmod")
-        .args(["+x"])
-        .arg(&cargo)
-        .status()
-        .expect("chmod");
-    let path = format!(
-        "{}:{}",
-        tools.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let messages = plugin
-        .headless(
-            &[
-                ("LOOPR_INSTALL_URL", server.base_url.clone()),
-                ("PATH", path),
-            ],
-            &["LooprInstall"],
-        )
-        .await;
+    let cargo = StandInCargo::new(&plugin);
+    let messages = cargo.install(&plugin, &server, "LooprInstall").await;
 
     let reason = format!(
         "no release asset at {}{} (404)",
         server.base_url,
         sums_path()
     );
-    assert!(
-        messages.contains(&format!(
-            "Loopr: building from source with cargo build --release in {} ({reason})",
-            plugin.root.display()
-        )),
-        "{messages}"
-    );
-    assert!(
-        messages.contains(&format!(
-            "Loopr: installed loopr {VERSION} from a source build ({reason}) at {}",
-            plugin.installed().display()
-        )),
-        "{messages}"
-    );
+    cargo.assert_installed(&plugin, &messages, &reason);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_with_a_bang_builds_from_source_without_downloading() {
+    let tarball = release_tarball().to_vec();
+    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let plugin = PluginCopy::new();
+    let cargo = StandInCargo::new(&plugin);
+    let messages = cargo.install(&plugin, &server, "LooprInstall!").await;
+
+    cargo.assert_installed(&plugin, &messages, "a source build was asked for (!)");
     assert_eq!(
-        std::fs::read_to_string(&marker).expect("cargo ran"),
-        format!("{}: build --release\n", plugin.root.display())
+        server.requested(),
+        Vec::<String>::new(),
+        "nothing downloaded"
     );
-    assert_runs(&plugin.installed());
-    let record = plugin.record();
-    assert_eq!(record["from"], "source");
-    assert_eq!(record["reason"], reason.as_str());
-    assert!(record.get("url").is_none(), "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_tarball_installs_nothing_and_keeps_the_old_binary() {
+    let not_a_tarball = b"<html>a login page, not a release</html>".to_vec();
+    let server = serve_release(sums_for(&not_a_tarball), Served::Whole(not_a_tarball));
+    let plugin = PluginCopy::new();
+    let old = install_old_binary(&plugin);
+    let messages = install_from(&plugin, &server).await;
+
+    assert!(
+        messages.contains(&format!(
+            "Loopr: {} is not a tarball holding loopr (",
+            asset_name()
+        )) && messages.contains("); nothing installed"),
+        "{messages}"
+    );
+    assert_old_binary_kept(&plugin, &old);
+    assert!(!plugin.root.join("bin/install.json").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,11 +449,7 @@ async fn a_download_cut_off_halfway_leaves_the_old_binary_working() {
         )) && messages.contains("; the installed host is kept"),
         "{messages}"
     );
-    assert!(
-        std::fs::read(plugin.installed()).expect("bin/loopr") == old,
-        "bin/loopr is the old binary, byte for byte"
-    );
-    assert_runs(&plugin.installed());
+    assert_old_binary_kept(&plugin, &old);
     let shown = status_through_plugin(&plugin).await;
     assert_status_opened(&shown);
 }
