@@ -33,6 +33,7 @@ mod integration {
     mod export;
     mod failures;
     mod hierarchy;
+    mod host_match;
     mod lifecycle;
     mod loop_rules;
     // Needs the test MCP server: `--features test-mcp-server` (scripts/test.sh).
