@@ -85,3 +85,33 @@ async fn checkhealth_shows_the_matching_host_its_origin_and_version() {
     assert!(!report.contains("ERROR"), "{report}");
     editor.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_binary_runs_once_it_is_replaced_by_a_matching_one() {
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let copy = editor.dirs.home.join("loopr-copy");
+    std::fs::copy(host_binary(), &copy).expect("copy the host");
+    editor
+        .exec(&format!(
+            "require('loopr').setup({{ bin = {copy:?} }})
+             {EXPECT_PROTOCOL_999}",
+            copy = copy.display().to_string()
+        ))
+        .await;
+    let refused = editor.command("LooprStatus").await.expect("refused");
+    assert!(refused.contains(":LooprInstall"), "{refused}");
+
+    // The plugin now speaks the host's protocol, but the binary refused is the same file.
+    editor
+        .exec("package.loaded['loopr.generated.version'] = nil")
+        .await;
+    assert_eq!(editor.command("LooprStatus").await, Some(refused));
+
+    // Installed anew (a rebuild, :LooprInstall), it is asked again and runs.
+    std::fs::remove_file(&copy).expect("remove the copy");
+    std::fs::copy(host_binary(), &copy).expect("copy the host again");
+    assert_eq!(editor.command("LooprStatus").await, None);
+    assert_eq!(editor.lua::<i64>("return host_starts").await, 2);
+    editor.quit().await;
+}
