@@ -115,3 +115,37 @@ async fn a_refused_binary_runs_once_it_is_replaced_by_a_matching_one() {
     assert_eq!(editor.lua::<i64>("return host_starts").await, 2);
     editor.quit().await;
 }
+
+/// A binary that is no host of this protocol (here one that exits at once and, asked its
+/// version, gives an old one without a protocol) is not run, and `:checkhealth` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_never_says_its_protocol_is_not_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let script = editor.dirs.home.join("old-loopr");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'loopr 0.0.9'; exit 0; fi\nexit 3\n",
+    )
+    .expect("write the script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    editor
+        .exec(&format!(
+            "require('loopr').setup({{ bin = {script:?} }})",
+            script = script.display().to_string()
+        ))
+        .await;
+    let refused = editor.command("LooprStatus").await.expect("not run");
+    assert!(refused.contains("host exited (code 3)"), "{refused}");
+
+    // The binary is started again by the report's questions, and exits again: said as an error.
+    let _ = editor.command("checkhealth loopr").await;
+    let report: String = editor.lua(HEALTH_REPORT).await;
+    assert!(
+        report.contains("host version: 0.0.9 (no protocol said), but the plugin is"),
+        "{report}"
+    );
+    assert!(report.contains(":LooprInstall"), "{report}");
+    editor.quit().await;
+}
