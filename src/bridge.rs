@@ -27,10 +27,26 @@ pub use wire_schemas::wire_schemas;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The wire protocol's version as a literal, so `VERSION_LINE` can be put together at
+/// compile time (`concat!` takes only literals).
+macro_rules! protocol_version {
+    () => {
+        1
+    };
+}
+
 /// The version of the wire between the host and its Lua side: the requests, their
 /// parameters and replies, and the events. Raised with any change one side would misread;
 /// the Lua side refuses a host that reports another (`lua/loopr/generated/version.lua`).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = protocol_version!();
+
+/// What `loopr --version` prints after the name: `0.1.0 (protocol 1)`.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (protocol ",
+    protocol_version!(),
+    ")"
+);
 
 use anyhow::Context;
 

@@ -15,7 +15,7 @@ use loopr::store::loopr_home_from_env;
 #[derive(Parser)]
 #[command(
     name = "loopr",
-    version,
+    version = loopr::bridge::VERSION_LINE,
     about = "Loopr: plans from a one-line request, for Neovim"
 )]
 struct Cli {
@@ -666,4 +666,30 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// `loopr --version` names the wire protocol beside the crate's version: what a person
+    /// compares with `:checkhealth loopr` when the plugin refuses a host.
+    #[test]
+    fn version_names_the_version_and_the_protocol() {
+        let shown = match Cli::try_parse_from(["loopr", "--version"]) {
+            Err(err) if err.kind() == clap::error::ErrorKind::DisplayVersion => err.to_string(),
+            Err(err) => panic!("--version failed: {err}"),
+            Ok(_) => panic!("--version parsed as a command"),
+        };
+        assert_eq!(
+            shown.trim_end(),
+            format!(
+                "loopr {} (protocol {})",
+                env!("CARGO_PKG_VERSION"),
+                loopr::bridge::PROTOCOL_VERSION
+            )
+        );
+    }
 }

@@ -35,6 +35,7 @@ mod integration {
     mod export;
     mod failures;
     mod hierarchy;
+    mod host_match;
     mod install;
     mod lifecycle;
     mod loop_rules;

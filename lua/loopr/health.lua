@@ -14,35 +14,59 @@ local function check_neovim()
   end
 end
 
-local function check_host()
-  local host = require('loopr.host')
-  local bin, err = host.resolve_bin()
-  if not bin then
-    health.error(require('loopr.notify').prefixed(err or 'host binary not found'))
-    return
-  end
-  health.ok('host binary: ' .. bin)
+---What `bin --version` says, or nil after reporting why it could not say.
+---@param bin string
+---@param root string
+---@return loopr.HostVersion|nil
+local function host_version(bin, root)
+  local rebuild = 'Rebuild with `cargo build --release` in ' .. root .. ', or run :LooprInstall'
   local ok, res = pcall(function()
     return vim.system({ bin, '--version' }, { text = true }):wait(5000)
   end)
   if not ok then
     health.error(('`%s --version` could not run: %s'):format(bin, res))
   elseif res.code ~= 0 then
-    health.error(
-      ('`%s --version` failed (exit %d)'):format(bin, res.code),
-      { vim.trim(res.stderr or ''), 'Rebuild with `cargo build --release` in ' .. host.plugin_root() }
-    )
-  elseif vim.trim(res.stdout or '') == '' then
-    health.warn(
-      ('`%s --version` printed nothing'):format(bin),
-      { 'Rebuild with `cargo build --release` in ' .. host.plugin_root() }
-    )
+    health.error(('`%s --version` failed (exit %d)'):format(bin, res.code), { vim.trim(res.stderr or ''), rebuild })
   else
-    health.ok('host version: ' .. vim.trim(res.stdout))
+    local reported = require('loopr.host_match').parse_version_line(vim.trim(res.stdout or ''))
+    if not reported then
+      health.error(('`%s --version` does not say a Loopr version'):format(bin), { rebuild })
+    end
+    return reported
+  end
+end
+
+---Which host binary runs, from where, its version and protocol against the plugin's.
+local function check_host()
+  local host = require('loopr.host')
+  local host_match = require('loopr.host_match')
+  local bin, err = host.resolve_bin()
+  if not bin then
+    health.error(require('loopr.notify').prefixed(err or 'host binary not found'))
+    return
+  end
+  local root = host.plugin_root()
+  health.ok(('host binary: %s (%s)'):format(bin, host_match.origin(bin, require('loopr.config').get().bin, root)))
+  local reported = host_version(bin, root)
+  local expected = host_match.expected()
+  if reported and host_match.matches(reported) then
+    local same = reported.version == expected.version and 'as the plugin expects'
+      or ('the protocol the plugin speaks (the plugin is %s)'):format(expected.version)
+    health.ok(('host version: %s, %s'):format(host_match.describe(reported), same))
+  elseif reported then
+    health.error(
+      ('host version: %s, but the plugin is %s: it is not run'):format(
+        host_match.describe(reported),
+        host_match.describe(expected)
+      ),
+      host_match.fixes(root)
+    )
   end
   if host.chan() then
-    local version = host.request('version', {})
-    health.info(('running host: pid %s, version %s'):format(host.pid() or '?', vim.inspect(version)))
+    local running = host.request('hello', {})
+    health.info(
+      ('running host: pid %s, %s'):format(host.pid() or '?', running and host_match.describe(running) or 'unknown')
+    )
   end
 end
 

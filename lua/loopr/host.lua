@@ -356,11 +356,69 @@ local function on_exit(job, code)
   end)
 end
 
+---Ask host `job` (just started from `bin`) its version and protocol before anything else,
+---waiting at most `host_match.HELLO_WAIT_MS` (the host answers at once).
+---@param job integer
+---@param bin string
+---@return loopr.HostVersion|nil reported Nil when it did not say.
+---@return string|nil err Why it could not be asked or did not answer; nil when it answered (or refused to).
+local function ask_hello(job, bin)
+  local host_match = require('loopr.host_match')
+  local answered, result, failure = false, nil, nil
+  last_token = last_token + 1
+  local token = last_token
+  unfinished = unfinished + 1
+  pending[token] = {
+    chan = job,
+    method = 'hello',
+    callback = function(reply, err)
+      answered, result, failure = true, reply, err
+    end,
+  }
+  local sent, send_error = pcall(vim.rpcnotify, job, 'request', token, 'hello', vim.empty_dict())
+  if not sent then
+    pending[token] = nil
+    unfinished = unfinished - 1
+    return nil, ('Loopr: cannot ask the host %s its version: %s'):format(bin, send_error)
+  end
+  if not vim.wait(host_match.HELLO_WAIT_MS, function()
+    return answered
+  end, 10) then
+    pending[token] = nil
+    unfinished = unfinished - 1
+    return nil,
+      ('Loopr: the host %s did not say its version within %d s, so it is not run; is it a Loopr host? (see :checkhealth loopr)'):format(
+        bin,
+        host_match.HELLO_WAIT_MS / 1000
+      )
+  end
+  if type(result) == 'table' and result.version then
+    return { version = result.version, protocol = result.protocol }
+  end
+  if failure and failure:find('exited', 1, true) then
+    return nil, failure
+  end
+  -- A host older than `hello` answers that it knows no such request.
+  return nil
+end
+
+---Stop host `job`, refused, quietly (its exit is no news).
+---@param job integer
+local function stop_refused(job)
+  state.stopping, state.dead = true, true
+  pcall(vim.fn.jobstop, job)
+end
+
 ---@return string|nil err
 local function start()
   local bin, err = M.resolve_bin()
   if not bin then
     return err
+  end
+  local host_match = require('loopr.host_match')
+  local refused = host_match.refused(bin)
+  if refused then
+    return refused
   end
   local cfg = config.get()
   local log_file = vim.fs.normalize(cfg.log_file)
@@ -383,6 +441,17 @@ local function start()
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
   state.environ, state.provider_variables, state.credentials = environ, nil, nil
   state.budget, state.mcp = nil, nil
+  local reported, failure = ask_hello(job, bin)
+  if failure then
+    stop_refused(job)
+    return failure
+  end
+  if not (reported and host_match.matches(reported)) then
+    stop_refused(job)
+    local message = host_match.refusal(bin, reported, M.plugin_root())
+    host_match.remember(bin, message)
+    return message
+  end
 end
 
 ---Whether the host process of `state.chan` is still running.

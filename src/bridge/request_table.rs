@@ -9,12 +9,12 @@ use nvim_rs::Value;
 
 use super::dto::{
     AgentProbeParams, AgentProbeReply, ApprovalParams, BudgetParams, CancelParams, ChangesReply,
-    CredentialsParams, LoopIdReply, LoopIdsParams, LoopRecordReply, McpParams, McpProbeParams,
-    McpProbeReply, NoParams, PhaseParams, PlanParams, ProviderParams, ProviderReply, RawArgs,
-    RequirementsParams, RequirementsReply, ResumeReply, ReviseParams, RewindReply, RootParams,
-    RulesParams, RulesReply, RunParams, StatusParams, TasksParams, TasksReply,
-    TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply, VerifyParams,
-    WireParams, to_value,
+    CredentialsParams, HelloReply, LoopIdReply, LoopIdsParams, LoopRecordReply, McpParams,
+    McpProbeParams, McpProbeReply, NoParams, PhaseParams, PlanParams, ProviderParams,
+    ProviderReply, RawArgs, RequirementsParams, RequirementsReply, ResumeReply, ReviseParams,
+    RewindReply, RootParams, RulesParams, RulesReply, RunParams, StatusParams, TasksParams,
+    TasksReply, TranscriptCloseParams, TranscriptParams, TranscriptReply, UndoParams, UndoReply,
+    VerifyParams, WireParams, to_value,
 };
 use super::host_state::HostState;
 use super::words::manager_error;
@@ -36,8 +36,8 @@ pub enum Sender {
     Lua,
     /// Only tests, and only with the test hooks on; unknown otherwise.
     Tests,
-    /// No current Lua: a plugin older than the `credentials` notification sent it as a
-    /// request, and the host still answers it.
+    /// No current Lua: an older plugin sent it (before the `credentials` notification, or
+    /// before `hello`), and the host still answers it.
     OlderPlugin,
 }
 
@@ -174,6 +174,10 @@ fn named_reply(
 }
 
 request_table! {
+    /// The host's version and wire protocol, which the plugin checks before it sends anything
+    /// else (it refuses a host of another protocol).
+    hello(NoParams) -> HelloReply, Async, notification: true, sender: Lua
+        => |_host, _params| Ok(HelloReply::current());
     /// Starts planning a task: a plan loop, named in the reply.
     plan(PlanParams) -> LoopIdReply, Blocking, notification: true, sender: Lua
         => |host, params| {
@@ -349,8 +353,9 @@ request_table! {
     /// Starts the configured MCP servers of a project and lists their tools.
     mcp_probe(McpProbeParams) -> Vec<McpProbeReply>, Async, notification: false, sender: Lua
         => |host, params| host.mcp_probe(params).await;
-    /// The host's version (tests send it both ways, as the simplest request).
-    version(NoParams) -> &'static str, Blocking, notification: true, sender: Lua
+    /// The host's version (tests send it both ways, as the simplest request; a plugin older
+    /// than `hello` asked it for `:checkhealth`).
+    version(NoParams) -> &'static str, Blocking, notification: true, sender: OlderPlugin
         => |_host, _params| Ok(env!("CARGO_PKG_VERSION"));
     /// Panics, to show a panic becomes an error reply.
     __panic(NoParams) -> (), Blocking, notification: true, sender: Tests
@@ -466,9 +471,11 @@ fn start_request(state: &HostState, RawArgs(args): RawArgs) {
         return;
     }
     let owned = state.clone();
+    // The plugin's start-up `hello` is no work a test holds the host after.
+    let holdable = method != "hello";
     tokio::spawn(async move {
         let outcome = answer(&owned, method, args.collect()).await;
-        if owned.test_hooks {
+        if owned.test_hooks && holdable {
             // Tests kill the host here: the work is done, the answer not yet sent.
             let _ =
                 tokio::task::spawn_blocking(|| crate::test_hooks::hold_point("request_answered"))

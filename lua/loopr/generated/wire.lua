@@ -38,6 +38,9 @@
 ---@field text string A spec's: `requirements 5/6 verified`; a phase's: `not verified yet`, `verified`, `2 findings (1 critical, 1 minor), blocking`.
 ---@field total? integer
 ---@field verified? integer A spec's requirements verified, and how many it has.
+---@class loopr.HelloReply What the host is: the plugin runs it only when `protocol` is the one it speaks.
+---@field protocol integer The wire protocol it speaks (`bridge::PROTOCOL_VERSION`).
+---@field version string The host's crate version, e.g. `0.1.0`.
 ---@class loopr.Limits `:checkhealth loopr`: the server's window and the limits fitted to it.
 ---@field context_budget integer
 ---@field context_budget_set boolean

@@ -506,6 +506,25 @@ pub struct TranscriptReply {
     pub status: &'static str,
 }
 
+/// What the host is: the plugin runs it only when `protocol` is the one it speaks.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "loopr.HelloReply")]
+pub struct HelloReply {
+    /// The host's crate version, e.g. `0.1.0`.
+    pub version: &'static str,
+    /// The wire protocol it speaks (`bridge::PROTOCOL_VERSION`).
+    pub protocol: u32,
+}
+
+impl HelloReply {
+    pub fn current() -> HelloReply {
+        HelloReply {
+            version: env!("CARGO_PKG_VERSION"),
+            protocol: crate::bridge::PROTOCOL_VERSION,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(rename = "loopr.LoopIdReply")]
 pub struct LoopIdReply {
