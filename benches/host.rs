@@ -109,8 +109,7 @@ async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
     // What no host can go below here: starting any process at all, and loading this binary
     // (`--version` answers before the runtime, the log or the store start).
     let process_floor = run_times(STARTS, "/bin/true".into(), &[]).await[STARTS / 2];
-    let binary_floor =
-        run_times(STARTS, host_binary(), &["--version"]).await[STARTS / 2];
+    let binary_floor = run_times(STARTS, host_binary(), &["--version"]).await[STARTS / 2];
     host_starts.sort();
     let host = host_starts[STARTS / 2];
     let editor = nvim_starts[STARTS / 2];
@@ -170,7 +169,10 @@ async fn panic_becomes_error_reply(state: &std::path::Path, fake: &FakeLlm) {
         "{} answered __panic with {panicked:?}, not an error reply",
         host_binary().display()
     );
-    let version = host.call("version", vec![]).await.expect("call after the panic");
+    let version = host
+        .call("version", vec![])
+        .await
+        .expect("call after the panic");
     assert!(version.is_ok(), "after the panic: {version:?}");
     println!("host turns a panic into an error reply and keeps serving: yes");
     child.kill().await.expect("stop the host");

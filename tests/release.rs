@@ -63,7 +63,12 @@ fn assets_hold_the_single_file_loopr_and_sha256sums_checks_them() {
         assert!(packaged.status.success(), "{}", text(&packaged.stderr));
         assert_eq!(
             text(&packaged.stdout),
-            format!("{}\n", assets.join(format!("loopr-1.2.3-{target}.tar.gz")).display())
+            format!(
+                "{}\n",
+                assets
+                    .join(format!("loopr-1.2.3-{target}.tar.gz"))
+                    .display()
+            )
         );
     }
     let listing = Command::new("tar")
