@@ -1,6 +1,8 @@
 //! The host as Neovim sees it: how long a request takes to answer, how long a whole plan loop
 //! takes against the fake server, and how much memory the host process uses. The host is the
-//! release binary, spoken to over msgpack-RPC exactly as Neovim does. Prints figures only.
+//! release binary, spoken to over msgpack-RPC exactly as Neovim does; `LOOPR_BENCH_HOST` names
+//! another build of it to measure instead (the release workflow's: `target/dist/loopr`). Prints
+//! figures only, and stops if the measured host no longer turns a panic into an error reply.
 //! Run with `cargo bench --bench host`.
 
 #[path = "support/bare_client.rs"]
@@ -25,6 +27,14 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use fake_llm::{FakeLlm, TurnBuilder};
 
 const RUNS: usize = 20;
+
+/// The host binary measured: `LOOPR_BENCH_HOST` when set (another profile's build, such as the
+/// release workflow's `dist`), else the release build cargo made for this bench.
+fn host_binary() -> std::path::PathBuf {
+    std::env::var_os("LOOPR_BENCH_HOST")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopr").into())
+}
 
 /// Plays Neovim's part: accepts the events the host pushes with nvim_exec_lua.
 #[derive(Clone)]
@@ -99,11 +109,19 @@ async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
     // What no host can go below here: starting any process at all, and loading this binary
     // (`--version` answers before the runtime, the log or the store start).
     let process_floor = run_times(STARTS, "/bin/true".into(), &[]).await[STARTS / 2];
-    let binary_floor =
-        run_times(STARTS, env!("CARGO_BIN_EXE_loopr").into(), &["--version"]).await[STARTS / 2];
+    let binary_floor = run_times(STARTS, host_binary(), &["--version"]).await[STARTS / 2];
     host_starts.sort();
     let host = host_starts[STARTS / 2];
     let editor = nvim_starts[STARTS / 2];
+    let binary = host_binary();
+    let size = std::fs::metadata(&binary)
+        .unwrap_or_else(|err| panic!("reading {}: {err}", binary.display()))
+        .len();
+    println!(
+        "host binary: {} ({:.1} MB)",
+        binary.display(),
+        size as f64 / 1_000_000.0
+    );
     println!(
         "floors, medians: spawning /bin/true {:.2} ms ({:.3} of Neovim's), `loopr --version` {:.2} ms ({:.3})",
         ms(process_floor),
@@ -125,6 +143,39 @@ async fn cold_start(state: &std::path::Path, fake: &FakeLlm) {
         ms(host),
         ms(editor)
     );
+    println!(
+        "summary: host binary {:.1} MB; `loopr --version` ÷ Neovim's start: {:.3}, the host's first answer: {:.3}",
+        size as f64 / 1_000_000.0,
+        binary_floor.as_secs_f64() / editor.as_secs_f64(),
+        host.as_secs_f64() / editor.as_secs_f64()
+    );
+}
+
+/// Stops the bench unless the measured host still answers a request that panics with an error
+/// reply and keeps serving: what a smaller build must not give up (`panic = "abort"` would).
+async fn panic_becomes_error_reply(state: &std::path::Path, fake: &FakeLlm) {
+    let (sender, _events) = unbounded_channel();
+    let mut command = host_command(state, fake);
+    command.env("LOOPR_TEST_HOOKS", "1");
+    let (host, _io, mut child) =
+        nvim_rs::create::tokio::new_child_cmd(&mut command, FakeEditor { events: sender })
+            .await
+            .expect("start host");
+    let panicked = host.call("__panic", vec![]).await.expect("call");
+    assert!(
+        panicked.as_ref().is_err_and(|err| err
+            .as_str()
+            .is_some_and(|text| text.contains("internal error while handling __panic"))),
+        "{} answered __panic with {panicked:?}, not an error reply",
+        host_binary().display()
+    );
+    let version = host
+        .call("version", vec![])
+        .await
+        .expect("call after the panic");
+    assert!(version.is_ok(), "after the panic: {version:?}");
+    println!("host turns a panic into an error reply and keeps serving: yes");
+    child.kill().await.expect("stop the host");
 }
 
 /// How long `program args` takes from spawn to exit, `runs` times, sorted.
@@ -149,7 +200,7 @@ async fn run_times(runs: usize, program: std::path::PathBuf, args: &[&str]) -> V
 
 /// `loopr rpc` as Neovim starts it, against `fake`, its state under `state`.
 fn host_command(state: &std::path::Path, fake: &FakeLlm) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_loopr"));
+    let mut command = tokio::process::Command::new(host_binary());
     command
         .args(["rpc", "--log-level", "info", "--log-file"])
         .arg(state.join("loopr.log"))
@@ -164,6 +215,7 @@ async fn run() {
     let fake = FakeLlm::start().await;
     let state = tempfile::tempdir().expect("tempdir");
     cold_start(state.path(), &fake).await;
+    panic_becomes_error_reply(state.path(), &fake).await;
     let project = state.path().join("project");
     std::fs::create_dir_all(project.join("src")).expect("mkdir");
     std::fs::write(project.join("src/main.rs"), "fn main() {}\n").expect("write");

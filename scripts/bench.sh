@@ -15,7 +15,9 @@ Usage: scripts/bench.sh [--build-time]
 Runs the benches in benches/ and prints their figures, then a summary (each bench's
 `summary:` lines). Installs tmux with apt-get when it is missing (the responsiveness bench runs
 Neovim's terminal UI in it); Neovim is $LOOPR_TEST_NVIM, else what scripts/ensure-nvim.sh
-installs.
+installs. The host bench measures the release build, or the binary $LOOPR_BENCH_HOST names
+(the release workflow's: `cargo build --profile dist --bin loopr`, then target/dist/loopr),
+and prints its size and cold start beside the `loopr --version` floor.
 
   --build-time  Also time a clean `cargo build --release --locked` (what a plugin manager
                 runs on install) in a temporary target directory, and print
