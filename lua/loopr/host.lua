@@ -351,6 +351,11 @@ local function on_exit(job, code)
     table.insert(lines, state.partial)
   end
   vim.schedule(function()
+    -- A command that started a new host meanwhile already said this one exited (and waits
+    -- for the new one's `hello`, running this then): not its own failure to report.
+    if state.chan ~= job then
+      return
+    end
     local tail = #lines > 0 and (':\n' .. table.concat(lines, '\n')) or ''
     require('loopr.notify').notify(('Loopr: host exited (code %d)%s'):format(code, tail), vim.log.levels.ERROR)
   end)
