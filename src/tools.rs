@@ -37,7 +37,9 @@ pub use buffers::{
     BufferCheck, BufferEdit, ChangeJournal, NoBuffers, NoJournal, OpenBuffers, line_replacement,
 };
 pub use confine::{PathError, ProjectRoot};
-pub use credentials_in_text::{REDACTED, redact_credentials, redact_cut_end, redact_cut_start};
+pub use credentials_in_text::{
+    REDACTED, redact_credentials, redact_cut_end, redact_cut_start, redact_kept_tail,
+};
 pub use edit_file::{EditFileTool, replace_once};
 pub use grep::GrepTool;
 pub use list_files::ListFilesTool;

@@ -130,12 +130,7 @@ impl AgentProcess {
     /// they go into messages and a loop's stored error.
     pub fn stderr_tail(&self) -> String {
         let (text, cut) = self.stderr.text();
-        let text = if cut {
-            crate::tools::redact_cut_start(&text).into_owned()
-        } else {
-            text
-        };
-        let mut text = crate::tools::redact_credentials(&text).into_owned();
+        let mut text = crate::tools::redact_kept_tail(text, cut);
         for secret in &self.secrets {
             text = text.replace(secret.as_str(), crate::tools::REDACTED);
         }

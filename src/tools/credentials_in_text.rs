@@ -59,6 +59,17 @@ pub fn redact_cut_end(kept: &str) -> Cow<'_, str> {
     }
 }
 
+/// The end of an output kept (`cut` when its start was dropped) as it may be shown or handed
+/// on: no credential in it, nor what is left of one the cut went through.
+pub fn redact_kept_tail(text: String, cut: bool) -> String {
+    let text = if cut {
+        redact_cut_start(&text).into_owned()
+    } else {
+        text
+    };
+    redact_credentials(&text).into_owned()
+}
+
 /// The kept end of a text cut at its start: if the cut went through a URL's userinfo, what is
 /// left of it up to the `@` goes.
 pub fn redact_cut_start(kept: &str) -> Cow<'_, str> {

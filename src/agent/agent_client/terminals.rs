@@ -23,7 +23,7 @@ use super::absolute_path;
 use crate::tools::{
     CommandOutput, KEPT_BYTES_PER_STREAM, ToolContext, ToolError, approve_command,
     changes_what_runs, command_directory, kill_group, looks_secret, record_command_changes,
-    redact_credentials, redact_cut_start, shell_word, spawn_shell, tree_before_command,
+    redact_kept_tail, shell_word, spawn_shell, tree_before_command,
 };
 
 /// Terminals one agent may have open (created and not released) at once.
@@ -197,12 +197,7 @@ impl Terminals {
         };
         // As every command's output Loopr hands a model: never a credential in a URL, also
         // where the kept end starts inside one.
-        let text = if truncated {
-            redact_cut_start(&text).into_owned()
-        } else {
-            text
-        };
-        let text = redact_credentials(&text).into_owned();
+        let text = redact_kept_tail(text, truncated);
         let status = terminal.exit.borrow().clone();
         Ok(TerminalOutputResponse::new(text, truncated).exit_status(status))
     }

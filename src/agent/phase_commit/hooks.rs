@@ -185,16 +185,16 @@ impl CommitHooks {
     }
 }
 
-/// `GIT_INDEX_FILE='<index>' ` for a shell command, or nothing.
+/// `GIT_INDEX_FILE=<index> ` for a shell command, or nothing.
 fn index_assignment(index: Option<&Path>) -> String {
     index
         .map(|index| format!("GIT_INDEX_FILE={} ", quoted(index)))
         .unwrap_or_default()
 }
 
-/// `path` as one word of `sh`: single-quoted.
+/// `path` as one word of `sh`.
 fn quoted(path: &Path) -> String {
-    format!("'{}'", path.to_string_lossy().replace('\'', "'\\''"))
+    crate::tools::shell_word(&path.to_string_lossy())
 }
 
 fn is_executable(path: &Path) -> bool {
