@@ -19,6 +19,7 @@ local STDERR_KEEP = 50
 ---@field credentials loopr.Credentials|nil The provider variables last sent to the running host, nil before.
 ---@field budget string|nil The budget and prices last sent to the running host (as text), nil before.
 ---@field mcp string|nil A fingerprint of the MCP servers last sent to the running host, nil before.
+---@field check loopr.HelloCheck|nil The running host's version check (settled once it answered).
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
 
 ---@class loopr.Credentials
@@ -361,57 +362,102 @@ local function on_exit(job, code)
   end)
 end
 
----Ask host `job` (just started from `bin`) its version and protocol before anything else,
----waiting at most `host_match.HELLO_WAIT_MS` (the host answers at once).
----@param job integer
----@param bin string
----@return loopr.HostVersion|nil reported Nil when it did not say.
----@return string|nil err Why it could not be asked or did not answer; nil when it answered (or refused to).
-local function ask_hello(job, bin)
-  local host_match = require('loopr.host_match')
-  local answered, result, failure = false, nil, nil
-  last_token = last_token + 1
-  local token = last_token
-  unfinished = unfinished + 1
-  pending[token] = {
-    chan = job,
-    method = 'hello',
-    callback = function(reply, err)
-      answered, result, failure = true, reply, err
-    end,
-  }
-  local sent, send_error = pcall(vim.rpcnotify, job, 'request', token, 'hello', vim.empty_dict())
-  if not sent then
-    pending[token] = nil
-    unfinished = unfinished - 1
-    return nil, ('Loopr: cannot ask the host %s its version: %s'):format(bin, send_error)
-  end
-  if not vim.wait(host_match.HELLO_WAIT_MS, function()
-    return answered
-  end, 10) then
-    pending[token] = nil
-    unfinished = unfinished - 1
-    return nil,
-      ('Loopr: the host %s did not say its version within %d s, so it is not run; is it a Loopr host? (see :checkhealth loopr)'):format(
-        bin,
-        host_match.HELLO_WAIT_MS / 1000
-      )
-  end
-  if type(result) == 'table' and result.version then
-    return { version = result.version, protocol = result.protocol }
-  end
-  if failure and failure:find('exited', 1, true) then
-    return nil, failure
-  end
-  -- A host older than `hello` answers that it knows no such request.
-  return nil
-end
-
 ---Stop host `job`, refused, quietly (its exit is no news).
 ---@param job integer
 local function stop_refused(job)
   state.stopping, state.dead = true, true
   pcall(vim.fn.jobstop, job)
+end
+
+---The check of a host just started: settled once, by its `hello`, its exit or the timeout.
+---@class loopr.HelloCheck
+---@field job integer
+---@field bin string
+---@field settled boolean
+---@field err string|nil Why the host is not run; nil once it matched.
+
+---@param check loopr.HelloCheck
+---@param err string|nil
+local function settle(check, err)
+  if check.settled then
+    return
+  end
+  check.settled, check.err = true, err
+  if err then
+    stop_refused(check.job)
+  end
+end
+
+---Judge the host's answer to `hello` (nil `reply`: it did not say, or exited first).
+---@param check loopr.HelloCheck
+---@param reply any
+---@param err string|nil
+local function judge(check, reply, err)
+  local host_match = require('loopr.host_match')
+  local reported = nil
+  if type(reply) == 'table' and reply.version then
+    reported = { version = reply.version, protocol = reply.protocol }
+    if host_match.matches(reported) then
+      return settle(check, nil)
+    end
+  elseif err and err:find('exited', 1, true) then
+    return settle(check, err)
+  end
+  -- A host older than `hello` answers that it knows no such request.
+  local message = host_match.refusal(check.bin, reported, M.plugin_root())
+  host_match.remember(check.bin, message)
+  settle(check, message)
+end
+
+---@param check loopr.HelloCheck
+---@return string
+local function silent_host(check)
+  return ('Loopr: the host %s did not say its version within %d s, so it is not run; is it a Loopr host? (see :checkhealth loopr)'):format(
+    check.bin,
+    require('loopr.host_match').HELLO_WAIT_MS / 1000
+  )
+end
+
+---Ask the host of `check` its version and protocol before anything else; the answer, its exit
+---or `host_match.HELLO_WAIT_MS` (the host answers at once) settles `check`.
+---@param check loopr.HelloCheck
+local function ask_hello(check)
+  last_token = last_token + 1
+  local token = last_token
+  unfinished = unfinished + 1
+  pending[token] = {
+    chan = check.job,
+    method = 'hello',
+    callback = function(reply, err)
+      judge(check, reply, err)
+    end,
+  }
+  local sent, send_error = pcall(vim.rpcnotify, check.job, 'request', token, 'hello', vim.empty_dict())
+  if not sent then
+    pending[token] = nil
+    unfinished = unfinished - 1
+    return settle(check, ('Loopr: cannot ask the host %s its version: %s'):format(check.bin, send_error))
+  end
+  vim.defer_fn(function()
+    if not check.settled then
+      pending[token] = nil
+      unfinished = unfinished - 1
+      settle(check, silent_host(check))
+    end
+  end, require('loopr.host_match').HELLO_WAIT_MS)
+end
+
+---Wait until `check` is settled. `vim.wait` runs other commands meanwhile; one that needs
+---the host comes here too (`M.ensure`) and waits for the same answer, whichever returns first.
+---@param check loopr.HelloCheck
+---@return string|nil err Why the host is not run.
+local function await_check(check)
+  local bound = require('loopr.host_match').HELLO_WAIT_MS + 1000
+  vim.wait(bound, function()
+    return check.settled
+  end, 10)
+  settle(check, silent_host(check))
+  return check.err
 end
 
 ---@return string|nil err
@@ -420,8 +466,7 @@ local function start()
   if not bin then
     return err
   end
-  local host_match = require('loopr.host_match')
-  local refused = host_match.refused(bin)
+  local refused = require('loopr.host_match').refused(bin)
   if refused then
     return refused
   end
@@ -446,17 +491,9 @@ local function start()
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
   state.environ, state.provider_variables, state.credentials = environ, nil, nil
   state.budget, state.mcp = nil, nil
-  local reported, failure = ask_hello(job, bin)
-  if failure then
-    stop_refused(job)
-    return failure
-  end
-  if not (reported and host_match.matches(reported)) then
-    stop_refused(job)
-    local message = host_match.refusal(bin, reported, M.plugin_root())
-    host_match.remember(bin, message)
-    return message
-  end
+  state.check = { job = job, bin = bin, settled = false }
+  ask_hello(state.check)
+  return await_check(state.check)
 end
 
 ---Whether the host process of `state.chan` is still running.
@@ -479,6 +516,15 @@ end
 ---@return integer|nil chan
 ---@return string|nil err
 function M.ensure()
+  local check = state.check
+  if check and not check.settled then
+    -- Started further up the stack, whose wait for the host's `hello` let this run.
+    local err = await_check(check)
+    if err then
+      return nil, err
+    end
+    return check.job
+  end
   if alive() then
     return state.chan
   end
@@ -580,17 +626,23 @@ function M.send(method, params, callback)
   if params == nil or next(params) == nil then
     params = vim.empty_dict()
   end
-  unfinished = unfinished + 1
+  -- Counted only once sent or refused: while `M.ensure` waits for a new host's `hello`, other
+  -- commands run, and one waiting for `M.outstanding()` to reach 0 would wait for this one.
   local refused = { chan = -1, method = method, callback = callback }
+  ---@param err string
+  local function refuse(err)
+    unfinished = unfinished + 1
+    finish(refused, nil, err)
+  end
   for attempt = 1, 2 do
     local chan, err = M.ensure()
     if not chan then
-      finish(refused, nil, err)
-      return nil
+      return refuse(err)
     end
     last_token = last_token + 1
     local token = last_token
     pending[token] = { chan = chan, method = method, callback = callback }
+    unfinished = unfinished + 1
     local ok, failure = send_changed_state(chan)
     if ok then
       ok, failure = pcall(vim.rpcnotify, chan, 'request', token, method, params)
@@ -599,14 +651,13 @@ function M.send(method, params, callback)
       return token
     end
     pending[token] = nil
+    unfinished = unfinished - 1
     -- Not sent: trying again with a new host cannot do anything twice.
     if not channel_gone(chan, failure) then
-      finish(refused, nil, clean_error(failure))
-      return nil
+      return refuse(clean_error(failure))
     end
     if attempt == 2 then
-      finish(refused, nil, ('Loopr: host exited (code %s) before %s was sent'):format(state.code or '?', method))
-      return nil
+      return refuse(('Loopr: host exited (code %s) before %s was sent'):format(state.code or '?', method))
     end
   end
 end
@@ -634,7 +685,7 @@ function M.reply(token, err, result)
   return nil
 end
 
----How many requests sent with `M.send` have not had their callback run yet.
+---How many requests sent with `M.send` (and `hello`s) have not had their callback run yet.
 ---@return integer
 function M.outstanding()
   return unfinished

@@ -149,3 +149,67 @@ async fn a_binary_that_never_says_its_protocol_is_not_run() {
     assert!(report.contains(":LooprInstall"), "{report}");
     editor.quit().await;
 }
+
+/// Neovim runs other commands while a host being started is asked its version (the wait lets
+/// them in). Such a command waits for that same answer: it never sends to a host not yet
+/// checked (here one that never answers, so a request sent to it would hang), the host is
+/// started once, and both the command and the start that was waiting say why it is not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_arriving_while_the_host_is_asked_its_version_waits_for_that_answer() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeLlm::start().await;
+    let editor = start_editor(&fake, "{}").await;
+    let started = editor.dirs.home.join("started.fifo");
+    super::code::mkfifo(&started);
+    let launches = editor.dirs.home.join("launches");
+    let received = editor.dirs.home.join("received");
+    let script = editor.dirs.home.join("silent-loopr");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho launched >> {launches:?}\necho started > {started:?}\ncat > {received:?}\n"
+        ),
+    )
+    .expect("write the script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // The script says it runs once the plugin has started it and is waiting for its `hello`.
+    let ready = tokio::task::spawn_blocking(move || std::fs::read_to_string(started));
+    editor
+        .exec(&format!(
+            "require('loopr').setup({{ bin = {script:?} }})
+             require('loopr.host_match').HELLO_WAIT_MS = 3000
+             vim.schedule(function()
+               require('loopr.host').send('status', nil, function(_, err) first_error = err end)
+             end)",
+            script = script.display().to_string()
+        ))
+        .await;
+    ready.await.expect("join").expect("the host was started");
+
+    let nested = editor.command("LooprStatus").await.expect("not run");
+    assert!(
+        nested.contains("did not say its version within 3 s"),
+        "{nested}"
+    );
+    let first: String = editor
+        .lua("vim.wait(10000, function() return first_error ~= nil end) return first_error")
+        .await;
+    assert!(
+        first.contains("did not say its version within 3 s"),
+        "{first}"
+    );
+    let launched = std::fs::read_to_string(&launches).expect("launch log");
+    assert_eq!(launched.lines().count(), 1, "{launched}");
+    // It was sent its `hello` and nothing else.
+    let sent =
+        String::from_utf8_lossy(&std::fs::read(&received).expect("what it got")).into_owned();
+    assert!(sent.contains("hello"), "{sent:?}");
+    assert!(!sent.contains("status"), "{sent:?}");
+    assert!(
+        editor
+            .lua::<bool>("return require('loopr.host').chan() == nil")
+            .await,
+        "the silent host is stopped"
+    );
+    editor.quit().await;
+}
