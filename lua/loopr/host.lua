@@ -14,200 +14,16 @@ local STDERR_KEEP = 50
 ---@field stderr string[] Last lines of the host's stderr.
 ---@field partial string Unterminated stderr line.
 ---@field log_file string|nil Log file the running host writes to.
----@field environ string|nil A fingerprint of Neovim's environment when the running host started with it.
----@field provider_variables loopr.ProviderVariables|nil Which variables the running host reads, once asked.
----@field credentials loopr.Credentials|nil The provider variables last sent to the running host, nil before.
----@field budget string|nil The budget and prices last sent to the running host (as text), nil before.
----@field mcp string|nil A fingerprint of the MCP servers last sent to the running host, nil before.
+---@field told loopr.Told|nil What the running host has been told (provider variables, budget, MCP servers).
 ---@field check loopr.HelloCheck|nil The running host's version check (settled once it answered).
 local state = { chan = nil, dead = false, code = nil, stopping = false, stderr = {}, partial = '', log_file = nil }
-
----@class loopr.Credentials
----@field fingerprint string Of the provider variables, so this table holds no copy of a key.
-
----Two FNV-1a hashes (32 bits each, different offset bases) and the length of `text`. Not
----`vim.fn.sha256`: its first call in a session takes milliseconds, which the first command
----would block Neovim for; this only tells whether the variables changed.
----@param text string
----@return string
-local function fingerprint(text)
-  local bit = require('bit')
-  ---One FNV-1a step: times the prime 2^24 + 2^8 + 0x93 as shifts, whose sum a double holds
-  ---exactly before it is cut to 32 bits.
-  local function step(hash, byte)
-    hash = bit.bxor(hash, byte)
-    return bit.tobit(
-      hash
-        + bit.lshift(hash, 1)
-        + bit.lshift(hash, 4)
-        + bit.lshift(hash, 7)
-        + bit.lshift(hash, 8)
-        + bit.lshift(hash, 24)
-    )
-  end
-  local first, second = 0x811c9dc5, 0x01000193
-  for index = 1, #text do
-    local byte = text:byte(index)
-    first, second = step(first, byte), step(second, byte)
-  end
-  return ('%s:%s:%d'):format(bit.tohex(first), bit.tohex(second), #text)
-end
-
----Whether `name` is a provider variable, as the host said which are.
----@param name string
----@param known loopr.ProviderVariables
----@return boolean
-local function is_provider_variable(name, known)
-  for _, suffix in ipairs(known.suffixes) do
-    if name:sub(-#suffix) == suffix then
-      return true
-    end
-  end
-  return vim.tbl_contains(known.names, name)
-end
-
----The provider variables in `environ` (Neovim's environment now: `:let $OPENAI_API_KEY = ...`
----changes it after the host started, which the host's own environment never sees).
----@param environ table<string, string>
----@param known loopr.ProviderVariables Which variables they are, as the host said.
----@return table<string, string> variables
----@return loopr.Credentials
-local function provider_env(environ, known)
-  local variables, lines = vim.empty_dict(), {}
-  for name, value in pairs(environ) do
-    if is_provider_variable(name, known) and vim.trim(value) ~= '' then
-      variables[name] = value
-      lines[#lines + 1] = name .. '=' .. value
-    end
-  end
-  table.sort(lines)
-  return variables, { fingerprint = fingerprint(table.concat(lines, '\n')) }
-end
-
----A fingerprint of the whole of `environ`: until the host said which variables are the
----providers', a change of any of them is a change of the environment.
----@param environ table<string, string>
----@return string
-local function environ_fingerprint(environ)
-  local lines = {}
-  for name, value in pairs(environ) do
-    lines[#lines + 1] = name .. '=' .. value
-  end
-  table.sort(lines)
-  return fingerprint(table.concat(lines, '\n'))
-end
-
----Pass the provider variables to the host on `chan` when they changed since it got them. A
----notification: the host applies it before it reads the request sent after it. Which
----variables they are, only the host knows: it is asked (once per host, and only once the
----environment changed since it started, so a request that follows never waits for a host
----starting up).
----@param chan integer
----@return boolean ok
----@return any err The rpcnotify error when not ok.
-local function send_changed_credentials(chan)
-  local environ = vim.fn.environ()
-  if not state.provider_variables then
-    if state.environ == environ_fingerprint(environ) then
-      -- The host started with this environment.
-      return true
-    end
-    local ok, known = pcall(vim.rpcrequest, chan, 'provider_variables', vim.empty_dict())
-    if not ok then
-      return false, known
-    end
-    state.provider_variables = known
-  end
-  local variables, current = provider_env(environ, state.provider_variables)
-  local sent = state.credentials
-  if sent and sent.fingerprint == current.fingerprint then
-    return true
-  end
-  local ok, err = pcall(vim.rpcnotify, chan, 'credentials', { env = variables })
-  if ok then
-    state.credentials = current
-  end
-  return ok, err
-end
-
----Notify the host on `chan` of `method` with `params`, unless `sent` (what stands for them) is
----what it got last under that name.
----@param chan integer
----@param method 'budget'|'mcp'
----@param params table
----@param sent string
----@return boolean ok
----@return any err The rpcnotify error when not ok.
-local function notify_changed(chan, method, params, sent)
-  if state[method] == sent then
-    return true
-  end
-  local ok, err = pcall(vim.rpcnotify, chan, method, params)
-  if ok then
-    state[method] = sent
-  end
-  return ok, err
-end
-
----Pass the setup()'s budget and prices to the host on `chan` when they changed since it got
----them (nothing before the first setup()): it holds every plan tree to them from then on
----(|loopr-option-budget|). A notification the host applies before it reads the request sent
----after it.
----@param chan integer
----@return boolean ok
----@return any err The rpcnotify error when not ok.
-local function send_changed_budget(chan)
-  if not config.configured() then
-    -- Without a setup() the host holds each tree to the budget its loops started with.
-    return true
-  end
-  local settings = config.settings()
-  local params = { budget = settings.budget, prices = settings.prices }
-  if next(params) == nil then
-    params = vim.empty_dict()
-  end
-  -- vim.inspect orders keys, so equal tables give equal text.
-  return notify_changed(chan, 'budget', params, vim.inspect(params))
-end
-
----Pass the setup()'s MCP servers to the host on `chan` when they changed since it got them
----(nothing before the first setup()): every loop, a resumed one too, takes its servers' `env`
----values (tokens) from them, since none is stored with a loop (|loopr-mcp|). A notification
----the host applies before it reads the request sent after it.
----@param chan integer
----@return boolean ok
----@return any err The rpcnotify error when not ok.
-local function send_changed_mcp(chan)
-  if not config.configured() then
-    return true
-  end
-  local mcp = config.settings().mcp or { servers = vim.empty_dict() }
-  -- A fingerprint, so that the state holds no copy of a token.
-  return notify_changed(chan, 'mcp', mcp, fingerprint(vim.inspect(mcp)))
-end
-
----Send changed provider variables, then a changed budget and MCP servers, to the host on
----`chan`.
----@param chan integer
----@return boolean ok
----@return any err The rpcnotify error when not ok.
-local function send_changed_state(chan)
-  local ok, err = send_changed_credentials(chan)
-  if ok then
-    ok, err = send_changed_budget(chan)
-  end
-  if ok then
-    ok, err = send_changed_mcp(chan)
-  end
-  return ok, err
-end
 
 ---Pass a budget or prices setup() changed to the running host, without waiting; nothing
 ---when no host runs (the first request passes them).
 function M.budget_changed()
   local chan = M.chan()
   if chan then
-    send_changed_budget(chan)
+    require('loopr.host_told').send_changed_budget(state.told, chan)
   end
 end
 
@@ -475,7 +291,7 @@ local function start()
   pcall(vim.fn.mkdir, vim.fs.dirname(log_file), 'p')
   state.stderr, state.partial, state.stopping = {}, '', false
   -- The job inherits Neovim's environment as it is now.
-  local environ = environ_fingerprint(vim.fn.environ())
+  local told = require('loopr.host_told').at_start()
   local ok, job = pcall(vim.fn.jobstart, { bin, 'rpc', '--log-file', log_file, '--log-level', cfg.log_level }, {
     rpc = true,
     on_exit = function(id, code)
@@ -489,8 +305,7 @@ local function start()
     return ('loopr: failed to start host %s: %s'):format(bin, ok and ('jobstart returned ' .. job) or job)
   end
   state.chan, state.dead, state.code, state.log_file = job, false, nil, log_file
-  state.environ, state.provider_variables, state.credentials = environ, nil, nil
-  state.budget, state.mcp = nil, nil
+  state.told = told
   state.check = { job = job, bin = bin, settled = false }
   ask_hello(state.check)
   return await_check(state.check)
@@ -595,7 +410,7 @@ function M.request(method, params)
     if not chan then
       return nil, err
     end
-    local ok, result = send_changed_state(chan)
+    local ok, result = require('loopr.host_told').send_changed(state.told, chan)
     if ok then
       ok, result = pcall(vim.rpcrequest, chan, method, params)
     end
@@ -643,7 +458,7 @@ function M.send(method, params, callback)
     local token = last_token
     pending[token] = { chan = chan, method = method, callback = callback }
     unfinished = unfinished + 1
-    local ok, failure = send_changed_state(chan)
+    local ok, failure = require('loopr.host_told').send_changed(state.told, chan)
     if ok then
       ok, failure = pcall(vim.rpcnotify, chan, 'request', token, method, params)
     end
