@@ -8,7 +8,11 @@ local notify = require('loopr.notify')
 local M = {}
 
 local DEFAULT_URL = 'https://github.com/loopr-nvim/loopr/releases/download'
-local CONNECT_TIMEOUT_S = 15
+-- How long a download may wait to connect, or receive nothing, before it counts as no network:
+-- `$LOOPR_INSTALL_TIMEOUT` seconds (bounded), else this.
+local DEFAULT_TIMEOUT_S = 30
+local MAX_TIMEOUT_S = 600
+-- The most a whole download may take, however slowly its bytes come.
 local DOWNLOAD_MAX_TIME_S = 600
 -- How long `:LooprInstall` in headless Neovim waits for the install (a source build is slow).
 local HEADLESS_WAIT_MS = 30 * 60 * 1000
@@ -21,9 +25,12 @@ local TARGETS = {
   Darwin = { x86_64 = 'x86_64-apple-darwin', arm64 = 'aarch64-apple-darwin' },
 }
 
--- curl's exit codes for "could not resolve the host" and "could not connect": no network, so
--- a source build is the way left.
-local CURL_NO_NETWORK = { [6] = true, [7] = true }
+-- curl's exit codes that mean no network, so a source build is the way left; by what they say.
+local CURL_NO_NETWORK = {
+  [6] = 'cannot resolve the host of %s',
+  [7] = 'cannot connect to %s',
+  [28] = 'the download of %s timed out after %d s',
+}
 
 ---@class loopr.InstallRecord
 ---@field version string
@@ -56,6 +63,17 @@ function M.base_url()
     url = DEFAULT_URL
   end
   return (url:gsub('/+$', ''))
+end
+
+---How many seconds a download may wait to connect or go without a byte:
+---`$LOOPR_INSTALL_TIMEOUT` when it is a whole number from 1 to 600, else 30.
+---@return integer
+function M.timeout_s()
+  local seconds = tonumber(vim.env.LOOPR_INSTALL_TIMEOUT or '')
+  if seconds and seconds == math.floor(seconds) and seconds >= 1 and seconds <= MAX_TIMEOUT_S then
+    return seconds
+  end
+  return DEFAULT_TIMEOUT_S
 end
 
 ---Tell the user how the install goes: plain lines in :messages without a UI (a `build`
@@ -203,11 +221,13 @@ local function install_from_source(place, version, target, reason, done)
   end)
 end
 
----Download `url` into `path` with curl, failing on an HTTP error, bounded in time.
+---Download `url` into `path` with curl, failing on an HTTP error, bounded in time: it gives up
+---when it cannot connect, or receives nothing, for `timeout_s` seconds.
 ---@param url string
 ---@param path string
+---@param timeout_s integer
 ---@param on_exit fun(result: vim.SystemCompleted)
-local function download(url, path, on_exit)
+local function download(url, path, timeout_s, on_exit)
   run({
     'curl',
     '--fail',
@@ -215,7 +235,11 @@ local function download(url, path, on_exit)
     '--show-error',
     '--location',
     '--connect-timeout',
-    tostring(CONNECT_TIMEOUT_S),
+    tostring(timeout_s),
+    '--speed-limit',
+    '1',
+    '--speed-time',
+    tostring(timeout_s),
     '--max-time',
     tostring(DOWNLOAD_MAX_TIME_S),
     '--output',
@@ -228,10 +252,12 @@ end
 ---when it is a failure to report.
 ---@param result vim.SystemCompleted
 ---@param url string
+---@param timeout_s integer
 ---@return string|nil
-local function no_release_reason(result, url)
-  if CURL_NO_NETWORK[result.code] then
-    return ('no network: %s'):format(vim.trim(result.stderr or ''))
+local function no_release_reason(result, url, timeout_s)
+  local no_network = CURL_NO_NETWORK[result.code]
+  if no_network then
+    return ('no network: %s (%s)'):format(no_network:format(url, timeout_s), vim.trim(result.stderr or ''))
   end
   if result.code == 22 and (result.stderr or ''):find('404') then
     return ('no release asset at %s (404)'):format(url)
@@ -276,8 +302,9 @@ local function install_release(place, version, target, done)
   local sums_url = dir_url .. '/SHA256SUMS'
   local sums_path = vim.fs.joinpath(place.staging, 'SHA256SUMS')
   local asset_path = vim.fs.joinpath(place.staging, asset)
+  local timeout_s = M.timeout_s()
   local function failed(what, result)
-    local reason = no_release_reason(result, what)
+    local reason = no_release_reason(result, what, timeout_s)
     if reason then
       return install_from_source(place, version, target, reason, done)
     end
@@ -290,11 +317,11 @@ local function install_release(place, version, target, done)
     })
   end
   progress(('downloading %s'):format(asset_url))
-  download(sums_url, sums_path, function(sums_result)
+  download(sums_url, sums_path, timeout_s, function(sums_result)
     if sums_result.code ~= 0 then
       return failed(sums_url, sums_result)
     end
-    download(asset_url, asset_path, function(asset_result)
+    download(asset_url, asset_path, timeout_s, function(asset_result)
       if asset_result.code ~= 0 then
         return failed(asset_url, asset_result)
       end

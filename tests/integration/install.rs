@@ -343,15 +343,23 @@ impl StandInCargo {
 
     /// Runs `install` (`LooprInstall` or `LooprInstall!`) against `server` with this cargo.
     async fn install(&self, plugin: &PluginCopy, server: &ReleaseServer, install: &str) -> String {
-        plugin
-            .headless(
-                &[
-                    ("LOOPR_INSTALL_URL", server.base_url.clone()),
-                    ("PATH", self.path.clone()),
-                ],
-                &[install],
-            )
-            .await
+        self.install_with(plugin, server, install, &[]).await
+    }
+
+    /// As `install`, with `env` set too.
+    async fn install_with(
+        &self,
+        plugin: &PluginCopy,
+        server: &ReleaseServer,
+        install: &str,
+        env: &[(&str, String)],
+    ) -> String {
+        let mut all = vec![
+            ("LOOPR_INSTALL_URL", server.base_url.clone()),
+            ("PATH", self.path.clone()),
+        ];
+        all.extend(env.iter().cloned());
+        plugin.headless(&all, &[install]).await
     }
 
     /// Asserts cargo ran `build --release` in the plugin root, and what it built is installed
@@ -395,6 +403,40 @@ async fn a_missing_release_falls_back_to_a_source_build() {
         server.base_url,
         sums_path()
     );
+    cargo.assert_installed(&plugin, &messages, &reason);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_download_times_out_and_falls_back_to_a_source_build() {
+    let server = ReleaseServer::start(HashMap::from([(sums_path(), Served::Stall)]));
+    let plugin = PluginCopy::new();
+    let cargo = StandInCargo::new(&plugin);
+    let messages = cargo
+        .install_with(
+            &plugin,
+            &server,
+            "LooprInstall",
+            &[("LOOPR_INSTALL_TIMEOUT", "2".to_owned())],
+        )
+        .await;
+
+    let expected = format!(
+        "no network: the download of {}{} timed out after 2 s (curl: (28) ",
+        server.base_url,
+        sums_path()
+    );
+    assert!(
+        messages.contains(&format!(
+            "Loopr: building from source with cargo build --release in {} ({expected}",
+            plugin.root.display()
+        )),
+        "{messages}"
+    );
+    let reason = plugin.record()["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.starts_with(&expected), "{reason}");
     cargo.assert_installed(&plugin, &messages, &reason);
 }
 
