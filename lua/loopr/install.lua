@@ -7,7 +7,6 @@ local notify = require('loopr.notify')
 
 local M = {}
 
-local DEFAULT_URL = 'https://github.com/loopr-nvim/loopr/releases/download'
 -- How long a download may wait to connect, or receive nothing, before it counts as no network:
 -- `$LOOPR_INSTALL_TIMEOUT` seconds (bounded), else this.
 local DEFAULT_TIMEOUT_S = 30
@@ -52,7 +51,7 @@ function M.target(uname)
 end
 
 ---Where release assets are downloaded from: the `install_url` option, else
----`$LOOPR_INSTALL_URL`, else Loopr's GitHub releases.
+---`$LOOPR_INSTALL_URL`, else the releases of the repository Cargo.toml names.
 ---@return string
 function M.base_url()
   local url = require('loopr.config').get().install_url
@@ -60,9 +59,17 @@ function M.base_url()
     url = vim.env.LOOPR_INSTALL_URL
   end
   if not url or url == '' then
-    url = DEFAULT_URL
+    url = require('loopr.generated.version').repository .. '/releases/download'
   end
   return (url:gsub('/+$', ''))
+end
+
+---The release asset of `version` for `target`: `<base_url>/v<version>/loopr-<version>-<target>.tar.gz`.
+---@param version string
+---@param target string
+---@return string
+function M.asset_url(version, target)
+  return ('%s/v%s/loopr-%s-%s.tar.gz'):format(M.base_url(), version, version, target)
 end
 
 ---How many seconds a download may wait to connect or go without a byte:
@@ -296,9 +303,8 @@ end
 ---@param target string
 ---@param done fun(result: loopr.InstallResult)
 local function install_release(place, version, target, done)
-  local asset = ('loopr-%s-%s.tar.gz'):format(version, target)
-  local dir_url = ('%s/v%s'):format(M.base_url(), version)
-  local asset_url = dir_url .. '/' .. asset
+  local asset_url = M.asset_url(version, target)
+  local dir_url, asset = asset_url:match('^(.*)/([^/]+)$')
   local sums_url = dir_url .. '/SHA256SUMS'
   local sums_path = vim.fs.joinpath(place.staging, 'SHA256SUMS')
   local asset_path = vim.fs.joinpath(place.staging, asset)

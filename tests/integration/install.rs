@@ -536,3 +536,41 @@ fn which(tool: &str) -> PathBuf {
         .find(|path| path.is_file())
         .unwrap_or_else(|| panic!("{tool} on PATH"))
 }
+
+/// The repository as a plugin manager names it: `owner/name` of Cargo.toml's `repository`.
+fn repository_name() -> &'static str {
+    env!("CARGO_PKG_REPOSITORY")
+        .strip_prefix("https://github.com/")
+        .expect("Cargo.toml's repository is on GitHub")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_release_url_and_the_readme_name_cargo_tomls_repository() {
+    let plugin = PluginCopy::new();
+    let messages = plugin
+        .headless(
+            &[],
+            &["lua print('asset: ' .. require('loopr.install').asset_url(require('loopr.generated.version').version, 'x86_64-unknown-linux-musl'))"],
+        )
+        .await;
+
+    assert!(
+        messages.contains(&format!(
+            "asset: {}/releases/download/v{VERSION}/loopr-{VERSION}-x86_64-unknown-linux-musl.tar.gz",
+            env!("CARGO_PKG_REPOSITORY")
+        )),
+        "{messages}"
+    );
+    let readme = std::fs::read_to_string(plugin_root().join("README.md")).expect("README.md");
+    assert!(
+        readme.contains(&format!("\"{}\",", repository_name())),
+        "the README's lazy.nvim spec names {}",
+        repository_name()
+    );
+    let help = std::fs::read_to_string(plugin_root().join("doc/loopr.txt")).expect("doc/loopr.txt");
+    assert!(
+        help.contains(&format!("\"{}\",", repository_name())),
+        "the help's lazy.nvim spec names {}",
+        repository_name()
+    );
+}
