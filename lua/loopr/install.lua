@@ -1,7 +1,7 @@
--- Installs the host into `<plugin root>/bin/loopr` (what `:LooprInstall[!]` and lazy.nvim's
--- `build` run): the checksummed release asset for this OS and architecture, else a source
--- build with cargo. Nothing replaces the installed binary until its successor is whole, checked
--- and runs: it is staged in `bin/` and renamed over it, so a failure leaves the old one working.
+-- Installs the host into `<plugin root>/bin/loopr` (what `:LooprInstall[!]` and `build.lua`
+-- run): the checksummed release asset for this OS and architecture, else a source build with
+-- cargo. Nothing replaces the installed binary until its successor is whole, checked and runs:
+-- it is staged in `bin/` and renamed over it, so a failure leaves the old one working.
 
 local notify = require('loopr.notify')
 
@@ -13,8 +13,9 @@ local DEFAULT_TIMEOUT_S = 30
 local MAX_TIMEOUT_S = 600
 -- The most a whole download may take, however slowly its bytes come.
 local DOWNLOAD_MAX_TIME_S = 600
--- How long `:LooprInstall` in headless Neovim waits for the install (a source build is slow).
-local HEADLESS_WAIT_MS = 30 * 60 * 1000
+-- How long `:LooprInstall` in headless Neovim, or a `build` step, waits for the install (a
+-- source build is slow).
+M.WAIT_MS = 30 * 60 * 1000
 -- Lines of cargo's output shown when a source build fails.
 local BUILD_TAIL = 15
 
@@ -86,7 +87,7 @@ end
 ---Tell the user how the install goes: plain lines in :messages without a UI (a `build`
 ---script's log), else Loopr's progress line.
 ---@param line string
-local function progress(line)
+function M.progress(line)
   if #vim.api.nvim_list_uis() == 0 then
     vim.api.nvim_echo({ { notify.prefixed(line) } }, true, {})
   else
@@ -94,9 +95,10 @@ local function progress(line)
   end
 end
 
+---Tell the user how the install ended, as `progress` does, at `level`.
 ---@param line string
 ---@param level integer
-local function report(line, level)
+function M.report(line, level)
   if #vim.api.nvim_list_uis() == 0 then
     vim.api.nvim_echo({ { notify.prefixed(line), level >= vim.log.levels.ERROR and 'ErrorMsg' or nil } }, true, {})
   else
@@ -149,6 +151,7 @@ end
 ---@field root string The plugin root.
 ---@field bin_dir string `<root>/bin`.
 ---@field staging string A fresh directory inside `bin/`, removed when the install ends.
+---@field progress fun(line: string) Tells the user what the install does now.
 
 ---Put `binary` (a file in the staging directory) in place as `bin/loopr` once it runs, then
 ---`bin/install.json` beside it; each by a rename, so either is whole or still the old one.
@@ -207,7 +210,7 @@ local function install_from_source(place, version, target, reason, done)
       ),
     })
   end
-  progress(('building from source with cargo build --release in %s (%s)'):format(place.root, reason))
+  place.progress(('building from source with cargo build --release in %s (%s)'):format(place.root, reason))
   run({ 'cargo', 'build', '--release' }, { cwd = place.root, text = true }, function(result)
     if result.code ~= 0 then
       return done({
@@ -322,7 +325,7 @@ local function install_release(place, version, target, done)
       ),
     })
   end
-  progress(('downloading %s'):format(asset_url))
+  place.progress(('downloading %s'):format(asset_url))
   download(sums_url, sums_path, timeout_s, function(sums_result)
     if sums_result.code ~= 0 then
       return failed(sums_url, sums_result)
@@ -352,6 +355,7 @@ local function install_release(place, version, target, done)
               or ('cannot checksum %s: %s; nothing installed'):format(asset, sum_err),
           })
         end
+        place.progress(('%s matches its SHA256SUMS checksum; unpacking it'):format(asset))
         local unpacked = vim.fs.joinpath(place.staging, 'unpacked')
         vim.fn.mkdir(unpacked, 'p')
         run({ 'tar', '-xzf', asset_path, '-C', unpacked }, { text = true }, function(tar_result)
@@ -378,10 +382,17 @@ local function install_release(place, version, target, done)
   end)
 end
 
----Install the host in the background; `on_done` gets what happened (also told to the user).
----@param from_source boolean Build from source rather than download a release.
----@param on_done? fun(result: loopr.InstallResult)
-function M.install(from_source, on_done)
+---@class loopr.InstallOptions
+---@field from_source? boolean Build from source rather than download a release.
+---@field on_done? fun(result: loopr.InstallResult) Gets what happened once the install ends.
+---@field on_progress? fun(line: string) Takes the progress lines, and with them the telling of
+---the result: a caller that gives it tells the user itself (a `build` step yields them). Without
+---it, `M.progress` and `M.report` tell the user.
+
+---Install the host in the background.
+---@param opts loopr.InstallOptions
+function M.install(opts)
+  local on_done = opts.on_done
   local root = require('loopr.host').plugin_root()
   local bin_dir = vim.fs.joinpath(root, 'bin')
   vim.fn.mkdir(bin_dir, 'p')
@@ -390,7 +401,9 @@ function M.install(from_source, on_done)
     if staging then
       vim.fn.delete(staging, 'rf')
     end
-    report(result.message, result.ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    if not opts.on_progress then
+      M.report(result.message, result.ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    end
     if on_done then
       on_done(result)
     end
@@ -398,11 +411,11 @@ function M.install(from_source, on_done)
   if not staging then
     return done({ ok = false, message = ('cannot create a directory in %s to install into'):format(bin_dir) })
   end
-  local place = { root = root, bin_dir = bin_dir, staging = staging }
+  local place = { root = root, bin_dir = bin_dir, staging = staging, progress = opts.on_progress or M.progress }
   local version = require('loopr.generated.version').version
   local uname = vim.uv.os_uname()
   local target = M.target(uname)
-  if from_source then
+  if opts.from_source then
     return install_from_source(place, version, target or uname.machine, 'a source build was asked for (!)', done)
   end
   if not target then
@@ -412,20 +425,23 @@ function M.install(from_source, on_done)
   install_release(place, version, target, done)
 end
 
----Install and wait until it is done (bounded): what a `build` step or a headless
+---Install and wait until it is done (bounded): what a headless
 ---`nvim --headless -c LooprInstall -c q` needs.
 ---@param from_source boolean
 ---@return loopr.InstallResult
 function M.install_and_wait(from_source)
   local outcome
-  M.install(from_source, function(result)
-    outcome = result
-  end)
-  if not vim.wait(HEADLESS_WAIT_MS, function()
+  M.install({
+    from_source = from_source,
+    on_done = function(result)
+      outcome = result
+    end,
+  })
+  if not vim.wait(M.WAIT_MS, function()
     return outcome ~= nil
   end, 50) then
     outcome = { ok = false, message = 'the install did not finish in time; run :LooprInstall again' }
-    report(outcome.message, vim.log.levels.ERROR)
+    M.report(outcome.message, vim.log.levels.ERROR)
   end
   return outcome
 end
@@ -436,7 +452,7 @@ function M.command(from_source)
   if #vim.api.nvim_list_uis() == 0 then
     M.install_and_wait(from_source)
   else
-    M.install(from_source)
+    M.install({ from_source = from_source })
   end
 end
 

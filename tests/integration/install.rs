@@ -92,6 +92,7 @@ impl PluginCopy {
         for dir in ["plugin", "lua"] {
             copy_tree(&plugin_root().join(dir), &root.join(dir));
         }
+        std::fs::copy(plugin_root().join("build.lua"), root.join("build.lua")).expect("build.lua");
         let home = base.join("home");
         std::fs::create_dir_all(home.join("tmp")).expect("home");
         // The project Neovim works in: a root marker, apart from Loopr's state.
@@ -500,33 +501,42 @@ async fn a_download_cut_off_halfway_leaves_the_old_binary_working() {
 async fn no_release_and_no_cargo_says_what_to_install() {
     let server = ReleaseServer::start(HashMap::new());
     let plugin = PluginCopy::new();
-    // A PATH with the tools a release install uses and no cargo.
-    let tools = plugin.temp.path().join("tools");
-    std::fs::create_dir_all(&tools).expect("tools");
-    for tool in ["curl", "tar", "gzip", "sha256sum"] {
-        let found = which(tool);
-        std::os::unix::fs::symlink(found, tools.join(tool)).expect("symlink a tool");
-    }
     let messages = plugin
         .headless(
             &[
                 ("LOOPR_INSTALL_URL", server.base_url.clone()),
-                ("PATH", tools.display().to_string()),
+                ("PATH", path_without_cargo(&plugin)),
             ],
             &["LooprInstall"],
         )
         .await;
 
     assert!(
-        messages.contains(&format!(
-            "Loopr: cannot build from source (no release asset at {}{} (404)): cargo is not on \
-             PATH; install Rust from https://rustup.rs and run :LooprInstall! again",
-            server.base_url,
-            sums_path()
-        )),
+        messages.contains(&format!("Loopr: {}", no_cargo_error(&server))),
         "{messages}"
     );
     assert!(!plugin.installed().exists(), "nothing at bin/loopr");
+}
+
+/// A PATH with the tools a release install uses and no cargo.
+fn path_without_cargo(plugin: &PluginCopy) -> String {
+    let tools = plugin.temp.path().join("tools");
+    std::fs::create_dir_all(&tools).expect("tools");
+    for tool in ["curl", "tar", "gzip", "sha256sum"] {
+        let found = which(tool);
+        std::os::unix::fs::symlink(found, tools.join(tool)).expect("symlink a tool");
+    }
+    tools.display().to_string()
+}
+
+/// What the install says when `server` has no release and there is no cargo: the fix included.
+fn no_cargo_error(server: &ReleaseServer) -> String {
+    format!(
+        "cannot build from source (no release asset at {}{} (404)): cargo is not on PATH; \
+         install Rust from https://rustup.rs and run :LooprInstall! again",
+        server.base_url,
+        sums_path()
+    )
 }
 
 /// Where `tool` is on the test's PATH.
@@ -535,6 +545,219 @@ fn which(tool: &str) -> PathBuf {
         .map(|dir| dir.join(tool))
         .find(|path| path.is_file())
         .unwrap_or_else(|| panic!("{tool} on PATH"))
+}
+
+/// Runs the plugin's `build.lua` as lazy.nvim's runner does: loaded with `loadfile` and called
+/// inside a coroutine that a check handle resumes on each turn of the event loop, each yielded
+/// message recorded (lazy shows it as the build's status). Writes to `$LOOPR_BUILD_REPORT`, as
+/// JSON, the messages (with whether `bin/loopr` existed when each came), the error the
+/// coroutine raised, how often it was resumed, and what `bin/loopr --version` printed the
+/// moment the coroutine ended.
+const LAZY_STYLE_RUNNER: &str = r#"
+local root = vim.env.LOOPR_PLUGIN_COPY
+local binary = root .. '/bin/loopr'
+local chunk = assert(loadfile(root .. '/build.lua'))
+local co = coroutine.create(chunk)
+local report = { yields = {}, resumes = 0 }
+local function installed_version()
+  if not vim.uv.fs_stat(binary) then
+    return vim.NIL
+  end
+  return vim.trim(vim.system({ binary, '--version' }, { text = true }):wait().stdout)
+end
+local ended = false
+local check = vim.uv.new_check()
+check:start(vim.schedule_wrap(function()
+  -- As lazy's runner: only a coroutine that yielded is resumed (not one still running).
+  if ended or coroutine.status(co) ~= 'suspended' then
+    return
+  end
+  report.resumes = report.resumes + 1
+  local ok, yielded = coroutine.resume(co)
+  if not ok then
+    report.error = yielded
+  elseif yielded then
+    table.insert(report.yields, { message = yielded, installed = vim.uv.fs_stat(binary) ~= nil })
+  end
+  if coroutine.status(co) == 'dead' then
+    ended = true
+    check:stop()
+    report.version_at_end = installed_version()
+  end
+end))
+vim.wait(100000, function() return ended end, 10)
+report.ended = ended
+vim.fn.writefile({ vim.json.encode(report) }, vim.env.LOOPR_BUILD_REPORT)
+"#;
+
+/// What `LAZY_STYLE_RUNNER` saw of `build.lua` in `plugin`, run with `env`.
+async fn build_as_lazy_runs_it(plugin: &PluginCopy, env: &[(&str, String)]) -> serde_json::Value {
+    let runner = plugin.temp.path().join("lazy_style_runner.lua");
+    std::fs::write(&runner, LAZY_STYLE_RUNNER).expect("write the runner");
+    let report = plugin.temp.path().join("build-report.json");
+    let mut all = vec![
+        ("LOOPR_PLUGIN_COPY", plugin.root.display().to_string()),
+        ("LOOPR_BUILD_REPORT", report.display().to_string()),
+    ];
+    all.extend(env.iter().cloned());
+    let messages = plugin
+        .headless(&all, &[&format!("luafile {}", runner.display())])
+        .await;
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|err| panic!("the runner's report: {err}\n{messages}"));
+    serde_json::from_str(&text).expect("the report is JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_lua_in_lazys_coroutine_yields_progress_and_ends_once_the_host_runs() {
+    let tarball = release_tarball().to_vec();
+    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let plugin = PluginCopy::new();
+    let report =
+        build_as_lazy_runs_it(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())]).await;
+
+    assert_eq!(report["ended"], true, "{report}");
+    assert!(report.get("error").is_none(), "{report}");
+    let asset_url = format!("{}{}", server.base_url, asset_path());
+    let messages: Vec<&str> = report["yields"]
+        .as_array()
+        .expect("yields")
+        .iter()
+        .map(|the| the["message"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            format!("downloading {asset_url}"),
+            format!(
+                "{} matches its SHA256SUMS checksum; unpacking it",
+                asset_name()
+            ),
+            format!(
+                "installed loopr {VERSION} from release {} (a release exists for {}) at {}",
+                this_target(),
+                this_target(),
+                plugin.installed().display()
+            ),
+        ],
+        "{report}"
+    );
+    assert_eq!(
+        report["yields"][0]["installed"], false,
+        "it yielded while the host was not yet there: {report}"
+    );
+    assert_eq!(report["yields"][2]["installed"], true, "{report}");
+    assert!(
+        report["resumes"].as_u64().unwrap_or_default() > 3,
+        "the build gave the editor turns while it waited: {report}"
+    );
+    assert_eq!(
+        report["version_at_end"],
+        format!("loopr {VERSION} (protocol 1)"),
+        "{report}"
+    );
+    assert_runs(&plugin.installed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_lua_in_lazys_coroutine_raises_the_failure_with_its_fix() {
+    let server = ReleaseServer::start(HashMap::new());
+    let plugin = PluginCopy::new();
+    let report = build_as_lazy_runs_it(
+        &plugin,
+        &[
+            ("LOOPR_INSTALL_URL", server.base_url.clone()),
+            ("PATH", path_without_cargo(&plugin)),
+        ],
+    )
+    .await;
+
+    assert_eq!(report["ended"], true, "{report}");
+    assert_eq!(
+        report["error"],
+        format!("Loopr: {}", no_cargo_error(&server)),
+        "{report}"
+    );
+    assert_eq!(
+        report["yields"][0]["message"],
+        format!("downloading {}{}", server.base_url, asset_path()),
+        "{report}"
+    );
+    assert_eq!(report["version_at_end"], serde_json::Value::Null);
+}
+
+/// `nvim --headless -l build.lua` in the plugin copy with `env`: its exit status and what it
+/// printed (stdout, then stderr).
+async fn nvim_l_build(
+    plugin: &PluginCopy,
+    env: &[(&str, String)],
+) -> (std::process::ExitStatus, String) {
+    let mut command = tokio::process::Command::new(nvim_binary());
+    command
+        .args(["--headless", "-l", "build.lua"])
+        .current_dir(&plugin.root);
+    home_env(&mut command, &plugin.home)
+        .env("LOOPR_HOME", plugin.home.join("loopr-state"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = tokio::time::timeout(NVIM_DEADLINE, command.output())
+        .await
+        .expect("nvim -l build.lua ended in time")
+        .expect("run nvim -l build.lua");
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status, shown)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvim_l_build_lua_installs_the_release() {
+    let tarball = release_tarball().to_vec();
+    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let plugin = PluginCopy::new();
+    let (status, shown) =
+        nvim_l_build(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())]).await;
+
+    assert!(status.success(), "{status}: {shown}");
+    assert!(
+        shown.contains(&format!(
+            "Loopr: downloading {}{}",
+            server.base_url,
+            asset_path()
+        )) && shown.contains(&format!(
+            "Loopr: installed loopr {VERSION} from release {}",
+            this_target()
+        )),
+        "{shown}"
+    );
+    assert_runs(&plugin.installed());
+    assert_eq!(plugin.record()["from"], "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvim_l_build_lua_fails_with_the_fix_when_the_install_fails() {
+    let server = ReleaseServer::start(HashMap::new());
+    let plugin = PluginCopy::new();
+    let (status, shown) = nvim_l_build(
+        &plugin,
+        &[
+            ("LOOPR_INSTALL_URL", server.base_url.clone()),
+            ("PATH", path_without_cargo(&plugin)),
+        ],
+    )
+    .await;
+
+    assert!(!status.success(), "{status}: {shown}");
+    assert!(
+        shown.contains(&format!("Loopr: {}", no_cargo_error(&server))),
+        "{shown}"
+    );
+    assert!(!plugin.installed().exists(), "nothing at bin/loopr");
 }
 
 /// The repository as a plugin manager names it: `owner/name` of Cargo.toml's `repository`.
