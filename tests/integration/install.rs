@@ -199,6 +199,12 @@ fn serve_release(sums: Vec<u8>, asset: Served) -> ReleaseServer {
     ]))
 }
 
+/// A release server serving this version's release of the test build, checksummed.
+fn serve_the_release() -> ReleaseServer {
+    let tarball = release_tarball().to_vec();
+    serve_release(sums_for(&tarball), Served::Whole(tarball))
+}
+
 /// `nvim --headless -c LooprInstall -c q` with `$LOOPR_INSTALL_URL` at `server`; its messages.
 async fn install_from(plugin: &PluginCopy, server: &ReleaseServer) -> String {
     plugin
@@ -237,8 +243,7 @@ async fn status_through_plugin(plugin: &PluginCopy) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_takes_the_release_checks_it_and_the_plugin_runs_it() {
-    let tarball = release_tarball().to_vec();
-    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let server = serve_the_release();
     let plugin = PluginCopy::new();
     let setup = format!(
         "lua require('loopr').setup({{ install_url = {:?} }})",
@@ -443,8 +448,7 @@ async fn a_stalled_download_times_out_and_falls_back_to_a_source_build() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_with_a_bang_builds_from_source_without_downloading() {
-    let tarball = release_tarball().to_vec();
-    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let server = serve_the_release();
     let plugin = PluginCopy::new();
     let cargo = StandInCargo::new(&plugin);
     let messages = cargo.install(&plugin, &server, "LooprInstall!").await;
@@ -590,8 +594,12 @@ report.ended = ended
 vim.fn.writefile({ vim.json.encode(report) }, vim.env.LOOPR_BUILD_REPORT)
 "#;
 
-/// What `LAZY_STYLE_RUNNER` saw of `build.lua` in `plugin`, run with `env`.
-async fn build_as_lazy_runs_it(plugin: &PluginCopy, env: &[(&str, String)]) -> serde_json::Value {
+/// `LAZY_STYLE_RUNNER` written into `plugin`'s temp dir: its path, where its report goes, and
+/// the environment that tells it both, with `env` after.
+fn lazy_style_runner<'env>(
+    plugin: &PluginCopy,
+    env: &[(&'env str, String)],
+) -> (PathBuf, PathBuf, Vec<(&'env str, String)>) {
     let runner = plugin.temp.path().join("lazy_style_runner.lua");
     std::fs::write(&runner, LAZY_STYLE_RUNNER).expect("write the runner");
     let report = plugin.temp.path().join("build-report.json");
@@ -600,22 +608,73 @@ async fn build_as_lazy_runs_it(plugin: &PluginCopy, env: &[(&str, String)]) -> s
         ("LOOPR_BUILD_REPORT", report.display().to_string()),
     ];
     all.extend(env.iter().cloned());
-    let messages = plugin
-        .headless(&all, &[&format!("luafile {}", runner.display())])
-        .await;
-    let text = std::fs::read_to_string(&report)
-        .unwrap_or_else(|err| panic!("the runner's report: {err}\n{messages}"));
+    (runner, report, all)
+}
+
+/// The runner's report; `shown` (what Neovim said) explains a missing one.
+fn read_runner_report(report: &Path, shown: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(report)
+        .unwrap_or_else(|err| panic!("the runner's report: {err}\n{shown}"));
     serde_json::from_str(&text).expect("the report is JSON")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn build_lua_in_lazys_coroutine_yields_progress_and_ends_once_the_host_runs() {
-    let tarball = release_tarball().to_vec();
-    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
-    let plugin = PluginCopy::new();
-    let report =
-        build_as_lazy_runs_it(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())]).await;
+/// What `LAZY_STYLE_RUNNER` saw of `build.lua` in `plugin`, run with `env` in headless Neovim.
+async fn build_as_lazy_runs_it(plugin: &PluginCopy, env: &[(&str, String)]) -> serde_json::Value {
+    let (runner, report, env) = lazy_style_runner(plugin, env);
+    let messages = plugin
+        .headless(&env, &[&format!("luafile {}", runner.display())])
+        .await;
+    read_runner_report(&report, &messages)
+}
 
+/// As `build_as_lazy_runs_it`, in a Neovim with a UI attached, as lazy.nvim usually runs: the
+/// runner is started over RPC once the UI is there.
+async fn build_as_lazy_runs_it_with_a_ui(
+    plugin: &PluginCopy,
+    env: &[(&str, String)],
+) -> serde_json::Value {
+    let (runner, report, env) = lazy_style_runner(plugin, env);
+    let mut command = tokio::process::Command::new(nvim_binary());
+    command
+        .args(["--embed", "--headless", "--clean", "-n", "--cmd"])
+        .arg(format!("set rtp^={}", plugin.root.display()))
+        .current_dir(&plugin.project);
+    home_env(&mut command, &plugin.home)
+        .env("LOOPR_HOME", plugin.home.join("loopr-state"))
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in &env {
+        command.env(name, value);
+    }
+    let (nvim, _io, _child) =
+        nvim_rs::create::tokio::new_child_cmd(&mut command, nvim_rs::rpc::handler::Dummy::new())
+            .await
+            .expect("start nvim --embed");
+    let mut options = nvim_rs::UiAttachOptions::new();
+    options.set_linegrid_external(true);
+    nvim.ui_attach(80, 24, &options).await.expect("ui_attach");
+    let uis = nvim
+        .exec_lua("return #vim.api.nvim_list_uis()", vec![])
+        .await
+        .expect("count the UIs");
+    assert_eq!(uis.as_i64(), Some(1), "a UI is attached");
+    tokio::time::timeout(
+        NVIM_DEADLINE,
+        nvim.command(&format!("luafile {}", runner.display())),
+    )
+    .await
+    .expect("the runner ended in time")
+    .expect("run the runner");
+    read_runner_report(&report, "")
+}
+
+/// Asserts `report` shows `build.lua` yielding each step of installing `server`'s release in
+/// `plugin` and ending only once `bin/loopr` is in place and runs.
+fn assert_built_from_the_release(
+    report: &serde_json::Value,
+    plugin: &PluginCopy,
+    server: &ReleaseServer,
+) {
     assert_eq!(report["ended"], true, "{report}");
     assert!(report.get("error").is_none(), "{report}");
     let asset_url = format!("{}{}", server.base_url, asset_path());
@@ -657,6 +716,27 @@ async fn build_lua_in_lazys_coroutine_yields_progress_and_ends_once_the_host_run
         "{report}"
     );
     assert_runs(&plugin.installed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_lua_in_lazys_coroutine_yields_progress_and_ends_once_the_host_runs() {
+    let server = serve_the_release();
+    let plugin = PluginCopy::new();
+    let report =
+        build_as_lazy_runs_it(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())]).await;
+
+    assert_built_from_the_release(&report, &plugin, &server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_lua_under_lazy_with_a_ui_ends_only_once_the_host_runs() {
+    let server = serve_the_release();
+    let plugin = PluginCopy::new();
+    let report =
+        build_as_lazy_runs_it_with_a_ui(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())])
+            .await;
+
+    assert_built_from_the_release(&report, &plugin, &server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -717,8 +797,7 @@ async fn nvim_l_build(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvim_l_build_lua_installs_the_release() {
-    let tarball = release_tarball().to_vec();
-    let server = serve_release(sums_for(&tarball), Served::Whole(tarball));
+    let server = serve_the_release();
     let plugin = PluginCopy::new();
     let (status, shown) =
         nvim_l_build(&plugin, &[("LOOPR_INSTALL_URL", server.base_url.clone())]).await;
