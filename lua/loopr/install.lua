@@ -1,17 +1,21 @@
--- Installs the host into `<plugin root>/bin/loopr` (what `:LooprInstall[!]` and lazy.nvim's
--- `build` run): the checksummed release asset for this OS and architecture, else a source
--- build with cargo. Nothing replaces the installed binary until its successor is whole, checked
--- and runs: it is staged in `bin/` and renamed over it, so a failure leaves the old one working.
+-- Installs the host into `<plugin root>/bin/loopr` (what `:LooprInstall[!]` and `build.lua`
+-- run): the checksummed release asset for this OS and architecture, else a source build with
+-- cargo. Nothing replaces the installed binary until its successor is whole, checked and runs:
+-- it is staged in `bin/` and renamed over it, so a failure leaves the old one working.
 
 local notify = require('loopr.notify')
 
 local M = {}
 
-local DEFAULT_URL = 'https://github.com/loopr-nvim/loopr/releases/download'
-local CONNECT_TIMEOUT_S = 15
+-- How long a download may wait to connect, or receive nothing, before it counts as no network:
+-- `$LOOPR_INSTALL_TIMEOUT` seconds (bounded), else this.
+local DEFAULT_TIMEOUT_S = 30
+local MAX_TIMEOUT_S = 600
+-- The most a whole download may take, however slowly its bytes come.
 local DOWNLOAD_MAX_TIME_S = 600
--- How long `:LooprInstall` in headless Neovim waits for the install (a source build is slow).
-local HEADLESS_WAIT_MS = 30 * 60 * 1000
+-- How long `:LooprInstall` in headless Neovim, or a `build` step, waits for the install (a
+-- source build is slow).
+M.WAIT_MS = 30 * 60 * 1000
 -- Lines of cargo's output shown when a source build fails.
 local BUILD_TAIL = 15
 
@@ -21,9 +25,12 @@ local TARGETS = {
   Darwin = { x86_64 = 'x86_64-apple-darwin', arm64 = 'aarch64-apple-darwin' },
 }
 
--- curl's exit codes for "could not resolve the host" and "could not connect": no network, so
--- a source build is the way left.
-local CURL_NO_NETWORK = { [6] = true, [7] = true }
+-- curl's exit codes that mean no network, so a source build is the way left; by what they say.
+local CURL_NO_NETWORK = {
+  [6] = 'cannot resolve the host of %s',
+  [7] = 'cannot connect to %s',
+  [28] = 'the download of %s timed out after %d s',
+}
 
 ---@class loopr.InstallRecord
 ---@field version string
@@ -45,7 +52,7 @@ function M.target(uname)
 end
 
 ---Where release assets are downloaded from: the `install_url` option, else
----`$LOOPR_INSTALL_URL`, else Loopr's GitHub releases.
+---`$LOOPR_INSTALL_URL`, else the releases of the repository Cargo.toml names.
 ---@return string
 function M.base_url()
   local url = require('loopr.config').get().install_url
@@ -53,15 +60,34 @@ function M.base_url()
     url = vim.env.LOOPR_INSTALL_URL
   end
   if not url or url == '' then
-    url = DEFAULT_URL
+    url = require('loopr.generated.version').repository .. '/releases/download'
   end
   return (url:gsub('/+$', ''))
+end
+
+---The release asset of `version` for `target`: `<base_url>/v<version>/loopr-<version>-<target>.tar.gz`.
+---@param version string
+---@param target string
+---@return string
+function M.asset_url(version, target)
+  return ('%s/v%s/loopr-%s-%s.tar.gz'):format(M.base_url(), version, version, target)
+end
+
+---How many seconds a download may wait to connect or go without a byte:
+---`$LOOPR_INSTALL_TIMEOUT` when it is a whole number from 1 to 600, else 30.
+---@return integer
+function M.timeout_s()
+  local seconds = tonumber(vim.env.LOOPR_INSTALL_TIMEOUT or '')
+  if seconds and seconds == math.floor(seconds) and seconds >= 1 and seconds <= MAX_TIMEOUT_S then
+    return seconds
+  end
+  return DEFAULT_TIMEOUT_S
 end
 
 ---Tell the user how the install goes: plain lines in :messages without a UI (a `build`
 ---script's log), else Loopr's progress line.
 ---@param line string
-local function progress(line)
+function M.progress(line)
   if #vim.api.nvim_list_uis() == 0 then
     vim.api.nvim_echo({ { notify.prefixed(line) } }, true, {})
   else
@@ -69,9 +95,10 @@ local function progress(line)
   end
 end
 
+---Tell the user how the install ended, as `progress` does, at `level`.
 ---@param line string
 ---@param level integer
-local function report(line, level)
+function M.report(line, level)
   if #vim.api.nvim_list_uis() == 0 then
     vim.api.nvim_echo({ { notify.prefixed(line), level >= vim.log.levels.ERROR and 'ErrorMsg' or nil } }, true, {})
   else
@@ -124,6 +151,7 @@ end
 ---@field root string The plugin root.
 ---@field bin_dir string `<root>/bin`.
 ---@field staging string A fresh directory inside `bin/`, removed when the install ends.
+---@field progress fun(line: string) Tells the user what the install does now.
 
 ---Put `binary` (a file in the staging directory) in place as `bin/loopr` once it runs, then
 ---`bin/install.json` beside it; each by a rename, so either is whole or still the old one.
@@ -182,7 +210,7 @@ local function install_from_source(place, version, target, reason, done)
       ),
     })
   end
-  progress(('building from source with cargo build --release in %s (%s)'):format(place.root, reason))
+  place.progress(('building from source with cargo build --release in %s (%s)'):format(place.root, reason))
   run({ 'cargo', 'build', '--release' }, { cwd = place.root, text = true }, function(result)
     if result.code ~= 0 then
       return done({
@@ -203,11 +231,13 @@ local function install_from_source(place, version, target, reason, done)
   end)
 end
 
----Download `url` into `path` with curl, failing on an HTTP error, bounded in time.
+---Download `url` into `path` with curl, failing on an HTTP error, bounded in time: it gives up
+---when it cannot connect, or receives nothing, for `timeout_s` seconds.
 ---@param url string
 ---@param path string
+---@param timeout_s integer
 ---@param on_exit fun(result: vim.SystemCompleted)
-local function download(url, path, on_exit)
+local function download(url, path, timeout_s, on_exit)
   run({
     'curl',
     '--fail',
@@ -215,7 +245,11 @@ local function download(url, path, on_exit)
     '--show-error',
     '--location',
     '--connect-timeout',
-    tostring(CONNECT_TIMEOUT_S),
+    tostring(timeout_s),
+    '--speed-limit',
+    '1',
+    '--speed-time',
+    tostring(timeout_s),
     '--max-time',
     tostring(DOWNLOAD_MAX_TIME_S),
     '--output',
@@ -228,10 +262,12 @@ end
 ---when it is a failure to report.
 ---@param result vim.SystemCompleted
 ---@param url string
+---@param timeout_s integer
 ---@return string|nil
-local function no_release_reason(result, url)
-  if CURL_NO_NETWORK[result.code] then
-    return ('no network: %s'):format(vim.trim(result.stderr or ''))
+local function no_release_reason(result, url, timeout_s)
+  local no_network = CURL_NO_NETWORK[result.code]
+  if no_network then
+    return ('no network: %s (%s)'):format(no_network:format(url, timeout_s), vim.trim(result.stderr or ''))
   end
   if result.code == 22 and (result.stderr or ''):find('404') then
     return ('no release asset at %s (404)'):format(url)
@@ -270,14 +306,14 @@ end
 ---@param target string
 ---@param done fun(result: loopr.InstallResult)
 local function install_release(place, version, target, done)
-  local asset = ('loopr-%s-%s.tar.gz'):format(version, target)
-  local dir_url = ('%s/v%s'):format(M.base_url(), version)
-  local asset_url = dir_url .. '/' .. asset
+  local asset_url = M.asset_url(version, target)
+  local dir_url, asset = asset_url:match('^(.*)/([^/]+)$')
   local sums_url = dir_url .. '/SHA256SUMS'
   local sums_path = vim.fs.joinpath(place.staging, 'SHA256SUMS')
   local asset_path = vim.fs.joinpath(place.staging, asset)
+  local timeout_s = M.timeout_s()
   local function failed(what, result)
-    local reason = no_release_reason(result, what)
+    local reason = no_release_reason(result, what, timeout_s)
     if reason then
       return install_from_source(place, version, target, reason, done)
     end
@@ -289,12 +325,12 @@ local function install_release(place, version, target, done)
       ),
     })
   end
-  progress(('downloading %s'):format(asset_url))
-  download(sums_url, sums_path, function(sums_result)
+  place.progress(('downloading %s'):format(asset_url))
+  download(sums_url, sums_path, timeout_s, function(sums_result)
     if sums_result.code ~= 0 then
       return failed(sums_url, sums_result)
     end
-    download(asset_url, asset_path, function(asset_result)
+    download(asset_url, asset_path, timeout_s, function(asset_result)
       if asset_result.code ~= 0 then
         return failed(asset_url, asset_result)
       end
@@ -319,6 +355,7 @@ local function install_release(place, version, target, done)
               or ('cannot checksum %s: %s; nothing installed'):format(asset, sum_err),
           })
         end
+        place.progress(('%s matches its SHA256SUMS checksum; unpacking it'):format(asset))
         local unpacked = vim.fs.joinpath(place.staging, 'unpacked')
         vim.fn.mkdir(unpacked, 'p')
         run({ 'tar', '-xzf', asset_path, '-C', unpacked }, { text = true }, function(tar_result)
@@ -345,10 +382,17 @@ local function install_release(place, version, target, done)
   end)
 end
 
----Install the host in the background; `on_done` gets what happened (also told to the user).
----@param from_source boolean Build from source rather than download a release.
----@param on_done? fun(result: loopr.InstallResult)
-function M.install(from_source, on_done)
+---@class loopr.InstallOptions
+---@field from_source? boolean Build from source rather than download a release.
+---@field on_done? fun(result: loopr.InstallResult) Gets what happened once the install ends.
+---@field on_progress? fun(line: string) Takes the progress lines, and with them the telling of
+---the result: a caller that gives it tells the user itself (a `build` step yields them). Without
+---it, `M.progress` and `M.report` tell the user.
+
+---Install the host in the background.
+---@param opts loopr.InstallOptions
+function M.install(opts)
+  local on_done = opts.on_done
   local root = require('loopr.host').plugin_root()
   local bin_dir = vim.fs.joinpath(root, 'bin')
   vim.fn.mkdir(bin_dir, 'p')
@@ -357,7 +401,9 @@ function M.install(from_source, on_done)
     if staging then
       vim.fn.delete(staging, 'rf')
     end
-    report(result.message, result.ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    if not opts.on_progress then
+      M.report(result.message, result.ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    end
     if on_done then
       on_done(result)
     end
@@ -365,11 +411,11 @@ function M.install(from_source, on_done)
   if not staging then
     return done({ ok = false, message = ('cannot create a directory in %s to install into'):format(bin_dir) })
   end
-  local place = { root = root, bin_dir = bin_dir, staging = staging }
+  local place = { root = root, bin_dir = bin_dir, staging = staging, progress = opts.on_progress or M.progress }
   local version = require('loopr.generated.version').version
   local uname = vim.uv.os_uname()
   local target = M.target(uname)
-  if from_source then
+  if opts.from_source then
     return install_from_source(place, version, target or uname.machine, 'a source build was asked for (!)', done)
   end
   if not target then
@@ -379,20 +425,23 @@ function M.install(from_source, on_done)
   install_release(place, version, target, done)
 end
 
----Install and wait until it is done (bounded): what a `build` step or a headless
+---Install and wait until it is done (bounded): what a headless
 ---`nvim --headless -c LooprInstall -c q` needs.
 ---@param from_source boolean
 ---@return loopr.InstallResult
 function M.install_and_wait(from_source)
   local outcome
-  M.install(from_source, function(result)
-    outcome = result
-  end)
-  if not vim.wait(HEADLESS_WAIT_MS, function()
+  M.install({
+    from_source = from_source,
+    on_done = function(result)
+      outcome = result
+    end,
+  })
+  if not vim.wait(M.WAIT_MS, function()
     return outcome ~= nil
   end, 50) then
     outcome = { ok = false, message = 'the install did not finish in time; run :LooprInstall again' }
-    report(outcome.message, vim.log.levels.ERROR)
+    M.report(outcome.message, vim.log.levels.ERROR)
   end
   return outcome
 end
@@ -403,7 +452,7 @@ function M.command(from_source)
   if #vim.api.nvim_list_uis() == 0 then
     M.install_and_wait(from_source)
   else
-    M.install(from_source)
+    M.install({ from_source = from_source })
   end
 end
 

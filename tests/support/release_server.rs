@@ -1,6 +1,7 @@
 //! A release server on loopback for the install tests: real HTTP/1.1 over TCP, serving each
 //! file at its path, 404 for any other, and a file that is cut off halfway (its whole length
-//! announced, half its bytes sent, then the connection closed) the way a dropped download is.
+//! announced, half its bytes sent, then the connection closed) the way a dropped download is,
+//! and a stalled one (the request read, then nothing sent until the client gives up).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -13,6 +14,8 @@ use std::sync::{Arc, Mutex};
 pub enum Served {
     Whole(Vec<u8>),
     CutOffHalfway(Vec<u8>),
+    /// Nothing is answered; the connection stays open until the client closes it.
+    Stall,
 }
 
 pub struct ReleaseServer {
@@ -63,10 +66,16 @@ fn answer(mut stream: TcpStream, files: &HashMap<String, Served>, log: &Mutex<Ve
     let head = String::from_utf8_lossy(&head);
     let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
     log.lock().expect("release server log").push(path.clone());
+    if let Some(Served::Stall) = files.get(&path) {
+        // Reads until the client hangs up: a read returns only then, as the client sends no
+        // more after its request.
+        let _ = stream.read(&mut [0u8; 64]);
+        return;
+    }
     let (status, body, cut_off) = match files.get(&path) {
         Some(Served::Whole(body)) => ("200 OK", body.as_slice(), false),
         Some(Served::CutOffHalfway(body)) => ("200 OK", body.as_slice(), true),
-        None => ("404 Not Found", &b"Not Found"[..], false),
+        Some(Served::Stall) | None => ("404 Not Found", &b"Not Found"[..], false),
     };
     let header = format!(
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
