@@ -291,9 +291,8 @@ impl Sandbox {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::Unsupported,
                     format!(
-                        "{} is Linux's and cannot confine a command on {}; the command was \
-                         not run",
-                        self.describe(),
+                        "bubblewrap and Landlock are Linux's: neither confines a command on \
+                         {}, and the command was not run",
                         os_name(std::env::consts::OS)
                     ),
                 ));
