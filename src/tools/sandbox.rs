@@ -168,10 +168,7 @@ impl Sandbox {
     /// available is an error naming how to get it.
     pub fn new(settings: &SandboxSettings) -> Result<Sandbox, String> {
         let mechanism = match settings.mode {
-            SandboxMode::Off => Mechanism::Unconfined {
-                reason: "the sandbox is off (sandbox.mode = \"off\")".to_owned(),
-                remedy: "set sandbox.mode = \"auto\" to confine them".to_owned(),
-            },
+            SandboxMode::Off => sandbox_off(cfg!(linux_apis)),
             #[cfg(not(linux_apis))]
             SandboxMode::Bubblewrap | SandboxMode::Landlock => {
                 return Err(explicit_mode_without_linux(
@@ -408,6 +405,20 @@ fn no_sandbox_on(os: &str) -> Mechanism {
             os_name(os)
         ),
         remedy: NOTHING_TO_INSTALL.to_owned(),
+    }
+}
+
+/// `sandbox.mode = "off"`; on Linux (`linux`) "auto" would confine commands, elsewhere not.
+fn sandbox_off(linux: bool) -> Mechanism {
+    Mechanism::Unconfined {
+        reason: "the sandbox is off (sandbox.mode = \"off\")".to_owned(),
+        remedy: if linux {
+            "set sandbox.mode = \"auto\" to confine them".to_owned()
+        } else {
+            "Loopr has no sandbox for this OS yet, so \"auto\" would not confine them either: \
+             read each command before you approve it"
+                .to_owned()
+        },
     }
 }
 

@@ -150,6 +150,21 @@ fn without_linux_there_is_no_sandbox_every_command_is_asked_and_nothing_to_insta
 }
 
 #[test]
+fn without_linux_turning_the_sandbox_off_does_not_promise_that_auto_confines() {
+    assert_eq!(
+        sandbox_with(sandbox_off(false)).describe(),
+        "none: the sandbox is off (sandbox.mode = \"off\"); commands run with your full \
+         permissions and are always asked about; Loopr has no sandbox for this OS yet, so \
+         \"auto\" would not confine them either: read each command before you approve it"
+    );
+    assert!(
+        sandbox_with(sandbox_off(true))
+            .describe()
+            .ends_with("set sandbox.mode = \"auto\" to confine them")
+    );
+}
+
+#[test]
 fn without_linux_an_explicit_linux_sandbox_is_refused_with_what_to_set_instead() {
     let refused = explicit_mode_without_linux(SandboxMode::Landlock, "macos");
     assert_eq!(
