@@ -628,9 +628,11 @@ fn loopr_home() -> anyhow::Result<PathBuf> {
 
 /// The key left the environment, but the environment the process started with stays readable
 /// in /proc/<pid>/environ to any process of the user, such as a command a loop runs. Not
-/// dumpable, it is readable by root only.
+/// dumpable, it is readable by root only. macOS has no such switch (a process's arguments and
+/// environment stay readable to the user's other processes there); its commands run
+/// unsandboxed, as the user, and are always asked about anyway.
 fn keep_environment_private() {
-    #[cfg(target_os = "linux")]
+    #[cfg(linux_apis)]
     // SAFETY: PR_SET_DUMPABLE with 0 only changes who may inspect this process.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);

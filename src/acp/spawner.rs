@@ -3,18 +3,29 @@
 //! asks the kernel (`PR_SET_PDEATHSIG`) for SIGKILL when that thread ends. The signal follows
 //! the *thread* that forked, not the process: spawned from one of tokio's threads, which come
 //! and go, an agent would be killed for nothing.
+//!
+//! Without Linux (`linux_apis`, build.rs; macOS has no `PR_SET_PDEATHSIG`) the agent is only
+//! spawned. It still leads its own process group, which its handle kills when dropped: on every
+//! end of the host that unwinds (Neovim closing, a request that panics). A host killed outright
+//! (SIGKILL, a crash) leaves the agent to notice its stdin close, which an ACP agent reads
+//! until it does; one that ignores that outlives the host.
 
+#[cfg(linux_apis)]
 use std::sync::mpsc;
+#[cfg(linux_apis)]
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap};
 
 type Spawned = std::io::Result<Box<dyn ChildWrapper>>;
+#[cfg(linux_apis)]
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The spawning thread's queue, started at the first agent.
+#[cfg(linux_apis)]
 static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
 
+#[cfg(linux_apis)]
 fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
     SPAWNER.get_or_init(|| {
         let (sender, jobs) = mpsc::channel::<Job>();
@@ -35,6 +46,7 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
 
 /// Spawns `build()`'s command on the lasting thread (in this tokio runtime), set to be
 /// killed when the host ends.
+#[cfg(linux_apis)]
 pub(super) fn spawn_dying_with_host(
     build: impl FnOnce() -> CommandWrap + Send + 'static,
 ) -> Spawned {
@@ -68,4 +80,10 @@ pub(super) fn spawn_dying_with_host(
     answered
         .recv()
         .map_err(|_| std::io::Error::other("the thread that spawns coding agents is gone"))?
+}
+
+/// Spawns `build()`'s command; what kills it with the host is in the module doc.
+#[cfg(not(linux_apis))]
+pub(super) fn spawn_dying_with_host(build: impl FnOnce() -> CommandWrap) -> Spawned {
+    build().spawn()
 }

@@ -48,6 +48,16 @@ impl From<Errno> for ReadError {
     }
 }
 
+/// How a directory on the way is opened: only to name what is in it. Linux's `O_PATH` needs
+/// no permission to read the directory; without it (macOS) the directory is opened for reading.
+#[cfg(linux_apis)]
+pub(super) const DIRECTORY_HANDLE: OFlags =
+    OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+#[cfg(not(linux_apis))]
+pub(super) const DIRECTORY_HANDLE: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
+
 /// A regular file of the project, opened.
 pub struct ProjectFile {
     file: std::fs::File,
@@ -58,11 +68,7 @@ impl ProjectFile {
     /// Opens `path` (absolute, inside `root`) if it is a regular file reached without a link.
     pub fn open(root: &ProjectRoot, path: &Path) -> Result<ProjectFile, ReadError> {
         let (dirs, name) = names_below(root, path)?;
-        let mut dir = rustix::fs::open(
-            root.path(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let mut dir = rustix::fs::open(root.path(), DIRECTORY_HANDLE, Mode::empty())?;
         for name in dirs {
             dir = open_directory(&dir, name)?;
         }
@@ -251,7 +257,7 @@ pub(super) fn open_directory(dir: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Rea
     match rustix::fs::openat(
         dir,
         name,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        DIRECTORY_HANDLE.union(OFlags::NOFOLLOW),
         Mode::empty(),
     ) {
         Ok(fd) => Ok(fd),

@@ -72,7 +72,7 @@ impl ProjectFolder {
         };
         let mut fd = rustix::fs::open(
             root.path(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            super::project_file::DIRECTORY_HANDLE,
             Mode::empty(),
         )
         .map_err(|errno| io(errno.into()))?;

@@ -15,12 +15,19 @@
 //! Mechanisms, best first: bubblewrap (`bwrap`), Landlock with namespaces (`landlock.rs`,
 //! run by `loopr sandbox-exec`: `exec.rs`), none. Without one, commands are still run (with
 //! the environment allow-list) but never approved without asking, and the request says so.
+//! That is always the case on an OS other than Linux (macOS): bubblewrap, Landlock and seccomp
+//! are Linux's, built only with the `linux_apis` cfg (build.rs); `no_sandbox_on` words it.
 
+#[cfg(linux_apis)]
 mod bubblewrap;
 mod environment;
+#[cfg(linux_apis)]
 mod exec;
+mod exec_request;
+#[cfg(linux_apis)]
 mod landlock;
 mod protected;
+#[cfg(linux_apis)]
 mod seccomp;
 
 use std::ffi::OsString;
@@ -30,12 +37,22 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{changes_what_runs, command_environment, looks_secret};
-pub use exec::{ExecRequest, SETUP_FAILED, SetupError, sandbox_exec};
+#[cfg(linux_apis)]
+pub use exec::sandbox_exec;
+pub use exec_request::{ExecRequest, SETUP_FAILED, SetupError};
 
 use super::output::CommandOutput;
 
-const INSTALL_REMEDY: &str = "install bubblewrap (Debian, Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap) \
-     to confine them";
+/// How to get a sandbox here.
+#[cfg(linux_apis)]
+const REMEDY: &str = "install bubblewrap (Debian, Ubuntu: apt install bubblewrap; Fedora: dnf \
+     install bubblewrap) to confine them";
+#[cfg(not(linux_apis))]
+const REMEDY: &str = NOTHING_TO_INSTALL;
+
+/// The remedy where Loopr has no sandbox at all (`no_sandbox_on`).
+const NOTHING_TO_INSTALL: &str =
+    "there is nothing to install for it: read each command before you approve it";
 
 /// Which mechanism to use.
 #[derive(
@@ -151,10 +168,15 @@ impl Sandbox {
     /// available is an error naming how to get it.
     pub fn new(settings: &SandboxSettings) -> Result<Sandbox, String> {
         let mechanism = match settings.mode {
-            SandboxMode::Off => Mechanism::Unconfined {
-                reason: "the sandbox is off (sandbox.mode = \"off\")".to_owned(),
-                remedy: "set sandbox.mode = \"auto\" to confine them".to_owned(),
-            },
+            SandboxMode::Off => sandbox_off(cfg!(linux_apis)),
+            #[cfg(not(linux_apis))]
+            SandboxMode::Bubblewrap | SandboxMode::Landlock => {
+                return Err(explicit_mode_without_linux(
+                    settings.mode,
+                    std::env::consts::OS,
+                ));
+            }
+            #[cfg(linux_apis)]
             SandboxMode::Bubblewrap => match bubblewrap::available() {
                 Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
                 Err(why) => {
@@ -164,6 +186,7 @@ impl Sandbox {
                     ));
                 }
             },
+            #[cfg(linux_apis)]
             SandboxMode::Landlock => match landlock_available() {
                 Ok(abi) => Mechanism::Landlock { abi },
                 Err(why) => {
@@ -190,7 +213,7 @@ impl Sandbox {
         Sandbox {
             mechanism: Mechanism::Unconfined {
                 reason: reason.to_owned(),
-                remedy: INSTALL_REMEDY.to_owned(),
+                remedy: REMEDY.to_owned(),
             },
             writable: Vec::new(),
             network: true,
@@ -250,16 +273,31 @@ impl Sandbox {
             Vec::new()
         };
         let mut command = match &self.mechanism {
+            #[cfg(linux_apis)]
             Mechanism::Bubblewrap { bwrap } => {
                 bubblewrap::command(bwrap, self, shell_command, cwd, root, &read_only)?
             }
+            #[cfg(linux_apis)]
             Mechanism::Landlock { .. } => {
                 landlock::command(self, shell_command, cwd, root, &read_only)
+            }
+            // `Sandbox::new` never picks them without Linux.
+            #[cfg(not(linux_apis))]
+            Mechanism::Bubblewrap { .. } | Mechanism::Landlock { .. } => {
+                let _ = read_only;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!(
+                        "bubblewrap and Landlock are Linux's: neither confines a command on \
+                         {}, and the command was not run",
+                        os_name(std::env::consts::OS)
+                    ),
+                ));
             }
             Mechanism::Unconfined { .. } => {
                 let mut command = tokio::process::Command::new("sh");
                 command.arg("-c").arg(shell_command).current_dir(cwd);
-                command.env_clear().envs(self.environment.iter().cloned());
+                command.env_clear().envs(self.environment().iter().cloned());
                 command
             }
         };
@@ -328,28 +366,97 @@ impl Sandbox {
     }
 }
 
-/// The best mechanism here, probed once per process: bubblewrap, else Landlock.
+/// The best mechanism here, probed once per process.
 fn detect() -> Mechanism {
     static DETECTED: OnceLock<Mechanism> = OnceLock::new();
-    DETECTED
-        .get_or_init(|| match bubblewrap::available() {
-            Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
-            Err(no_bwrap) => match landlock_available() {
-                Ok(abi) => Mechanism::Landlock { abi },
-                Err(no_landlock) => Mechanism::Unconfined {
-                    reason: format!("{no_bwrap}, and {no_landlock}"),
-                    remedy: INSTALL_REMEDY.to_owned(),
-                },
+    DETECTED.get_or_init(best_mechanism).clone()
+}
+
+/// Bubblewrap, else Landlock, else none.
+#[cfg(linux_apis)]
+fn best_mechanism() -> Mechanism {
+    match bubblewrap::available() {
+        Ok(bwrap) => Mechanism::Bubblewrap { bwrap },
+        Err(no_bwrap) => match landlock_available() {
+            Ok(abi) => Mechanism::Landlock { abi },
+            Err(no_landlock) => Mechanism::Unconfined {
+                reason: format!("{no_bwrap}, and {no_landlock}"),
+                remedy: REMEDY.to_owned(),
             },
-        })
-        .clone()
+        },
+    }
+}
+
+/// None: every mechanism Loopr has is Linux's.
+#[cfg(not(linux_apis))]
+fn best_mechanism() -> Mechanism {
+    no_sandbox_on(std::env::consts::OS)
+}
+
+/// What commands get on `os` (as `std::env::consts::OS` names it), an OS other than Linux:
+/// no sandbox, so they run with the environment allow-list and are always asked about, and
+/// nothing the user could install changes that (yet).
+#[cfg_attr(linux_apis, allow(dead_code))]
+fn no_sandbox_on(os: &str) -> Mechanism {
+    Mechanism::Unconfined {
+        reason: format!(
+            "Loopr has no sandbox for {} yet (bubblewrap and Landlock, the ones it uses, are \
+             Linux's)",
+            os_name(os)
+        ),
+        remedy: NOTHING_TO_INSTALL.to_owned(),
+    }
+}
+
+/// `sandbox.mode = "off"`; on Linux (`linux`) "auto" would confine commands, elsewhere not.
+fn sandbox_off(linux: bool) -> Mechanism {
+    Mechanism::Unconfined {
+        reason: "the sandbox is off (sandbox.mode = \"off\")".to_owned(),
+        remedy: if linux {
+            "set sandbox.mode = \"auto\" to confine them".to_owned()
+        } else {
+            "Loopr has no sandbox for this OS yet, so \"auto\" would not confine them either: \
+             read each command before you approve it"
+                .to_owned()
+        },
+    }
+}
+
+/// Why `mode` (bubblewrap or Landlock), asked for explicitly, cannot be had on `os`.
+#[cfg_attr(linux_apis, allow(dead_code))]
+fn explicit_mode_without_linux(mode: SandboxMode, os: &str) -> String {
+    let mode = serde_json::to_string(&mode).unwrap_or_default();
+    format!(
+        "sandbox.mode = {mode}, but that sandbox is Linux's and this is {}; use sandbox.mode = \
+         \"auto\" or \"off\" (commands then run unsandboxed and are always asked about)",
+        os_name(os)
+    )
+}
+
+/// `os` (as `std::env::consts::OS` names it) as people write it.
+fn os_name(os: &str) -> &str {
+    match os {
+        "macos" => "macOS",
+        "ios" => "iOS",
+        "freebsd" => "FreeBSD",
+        "netbsd" => "NetBSD",
+        "openbsd" => "OpenBSD",
+        other => other,
+    }
 }
 
 /// Whether Landlock with namespaces works here (its probe runs a command), asked once per
 /// process.
+#[cfg(linux_apis)]
 fn landlock_available() -> Result<i32, String> {
     static AVAILABLE: OnceLock<Result<i32, String>> = OnceLock::new();
     AVAILABLE.get_or_init(landlock::available).clone()
+}
+
+/// `loopr sandbox-exec` elsewhere than on Linux: it refuses (the host never starts it there).
+#[cfg(not(linux_apis))]
+pub fn sandbox_exec(_request: &ExecRequest) -> Result<i32, SetupError> {
+    Err(exec_request::refused_without_linux(std::env::consts::OS))
 }
 
 #[cfg(test)]

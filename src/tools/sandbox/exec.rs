@@ -15,13 +15,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
+use super::exec_request::{ExecRequest, SETUP_FAILED, SetupError, failed};
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope,
 };
-
-/// The exit status when the sandbox could not be set up (as `env` and `unshare` use it).
-pub const SETUP_FAILED: i32 = 125;
 
 /// The newest Landlock ABI these rules were written and tested for; older kernels get what
 /// they support of it (the host refuses kernels without truncate control).
@@ -35,33 +33,6 @@ const WRITABLE_DEVICES: [&str; 5] = [
     "/dev/random",
     "/dev/urandom",
 ];
-
-/// What to run, and where it may write.
-#[derive(Clone, Debug)]
-pub struct ExecRequest {
-    /// The host: the command is killed when it dies.
-    pub parent_pid: i32,
-    pub root: PathBuf,
-    pub cwd: PathBuf,
-    pub writable: Vec<PathBuf>,
-    /// Bound read-only over the writable places, last (`.git`s, the state directory).
-    pub read_only: Vec<PathBuf>,
-    pub network: bool,
-    pub shell_command: String,
-}
-
-/// A step of setting up the sandbox that failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{step}: {source}")]
-pub struct SetupError {
-    step: String,
-    source: io::Error,
-}
-
-fn failed(step: impl Into<String>) -> impl FnOnce(io::Error) -> SetupError {
-    let step = step.into();
-    move |source| SetupError { step, source }
-}
 
 fn check(result: libc::c_long, step: impl Into<String>) -> Result<libc::c_long, SetupError> {
     if result < 0 {

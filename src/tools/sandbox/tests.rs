@@ -61,6 +61,7 @@ fn a_writable_path_holding_the_home_directory_is_refused() {
 }
 
 #[test]
+#[cfg(linux_apis)]
 fn an_unavailable_explicit_mechanism_names_how_to_get_one() {
     if bubblewrap::available().is_ok() {
         return;
@@ -122,5 +123,70 @@ fn landlock_is_described_with_its_abi_and_guarantees() {
         described,
         "Landlock ABI 7 + namespaces: files read-only but the project (not .git), a private \
          /tmp; network off; own PID namespace"
+    );
+}
+
+/// What a Mac user reads where a Linux user is told which sandbox confines commands
+/// (`loopr sandbox`, `:checkhealth loopr`, every command's approval request): no sandbox, asked
+/// every time, and no Linux package to install.
+#[test]
+fn without_linux_there_is_no_sandbox_every_command_is_asked_and_nothing_to_install() {
+    let sandbox = sandbox_with(no_sandbox_on("macos"));
+    assert!(!sandbox.is_confined(), "never approved without asking");
+    let described = sandbox.describe();
+    assert_eq!(
+        described,
+        "none: Loopr has no sandbox for macOS yet (bubblewrap and Landlock, the ones it uses, \
+         are Linux's); commands run with your full permissions and are always asked about; \
+         there is nothing to install for it: read each command before you approve it"
+    );
+    assert_eq!(
+        crate::tools::unsandboxed_note(&sandbox),
+        format!("\nUNSANDBOXED: {described}")
+    );
+    for linux_only in ["apt", "dnf", "install bubblewrap", "kernel"] {
+        assert!(!described.contains(linux_only), "{linux_only}: {described}");
+    }
+}
+
+#[test]
+fn without_linux_turning_the_sandbox_off_does_not_promise_that_auto_confines() {
+    assert_eq!(
+        sandbox_with(sandbox_off(false)).describe(),
+        "none: the sandbox is off (sandbox.mode = \"off\"); commands run with your full \
+         permissions and are always asked about; Loopr has no sandbox for this OS yet, so \
+         \"auto\" would not confine them either: read each command before you approve it"
+    );
+    assert!(
+        sandbox_with(sandbox_off(true))
+            .describe()
+            .ends_with("set sandbox.mode = \"auto\" to confine them")
+    );
+}
+
+#[test]
+fn without_linux_an_explicit_linux_sandbox_is_refused_with_what_to_set_instead() {
+    let refused = explicit_mode_without_linux(SandboxMode::Landlock, "macos");
+    assert_eq!(
+        refused,
+        "sandbox.mode = \"landlock\", but that sandbox is Linux's and this is macOS; use \
+         sandbox.mode = \"auto\" or \"off\" (commands then run unsandboxed and are always \
+         asked about)"
+    );
+    assert!(
+        explicit_mode_without_linux(SandboxMode::Bubblewrap, "freebsd").contains(
+            "sandbox.mode = \"bubblewrap\", but that sandbox is Linux's and this is FreeBSD"
+        )
+    );
+}
+
+/// `loopr sandbox-exec` prints this as "Loopr: the sandbox could not be set up: ..." and
+/// exits with `SETUP_FAILED` elsewhere than on Linux.
+#[test]
+fn without_linux_sandbox_exec_refuses_and_says_nothing_ran() {
+    assert_eq!(
+        exec_request::refused_without_linux("macos").to_string(),
+        "loopr sandbox-exec: it confines commands with Landlock and namespaces, which only \
+         Linux has, and this is macOS; nothing was run"
     );
 }
