@@ -38,6 +38,13 @@ LOOPR_TEST_NVIM=$(scripts/ensure-nvim.sh)
 export LOOPR_TEST_NVIM
 echo "Neovim: $("$LOOPR_TEST_NVIM" --version | head -n 1) ($LOOPR_TEST_NVIM)"
 
+# On CI (a clean clone, built once) incremental compilation only writes caches that nothing
+# reads again: without it the crate's lib and its unit tests build in 82-87 s of CPU instead
+# of 103-104 s (clean, 2 samples each).
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 cargo fmt --check
 scripts/lint-lua.sh
 cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
