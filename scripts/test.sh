@@ -48,4 +48,6 @@ fi
 cargo fmt --check
 scripts/lint-lua.sh
 cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
-cargo test --locked --features test-mcp-server --lib --bins --tests
+# `--bin loopr`, not `--bins`: the test peers' binaries (test = false) have no tests, and
+# `--bins` would build an empty test harness for each of them.
+cargo test --locked --features test-mcp-server --lib --bin loopr --tests
