@@ -38,6 +38,13 @@ LOOPR_TEST_NVIM=$(scripts/ensure-nvim.sh)
 export LOOPR_TEST_NVIM
 echo "Neovim: $("$LOOPR_TEST_NVIM" --version | head -n 1) ($LOOPR_TEST_NVIM)"
 
+# On CI (a clean clone, built once) incremental compilation only writes caches that nothing
+# reads again: without it the crate's lib and its unit tests build in 82-87 s of CPU instead
+# of 103-104 s (clean, 2 samples each).
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 cargo fmt --check
 scripts/lint-lua.sh
 cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
@@ -45,4 +52,6 @@ cargo clippy --all-targets --features test-mcp-server --locked -- -D warnings
 # it a build of its own, so it rebuilds nothing the other commands use.
 LOOPR_CHECK_PORTABLE=1 cargo clippy --lib --bin loopr --features test-mcp-server,portable-check \
   --locked -- -D warnings
-cargo test --locked --features test-mcp-server --lib --bins --tests
+# `--bin loopr`, not `--bins`: the test peers' binaries (test = false) have no tests, and
+# `--bins` would build an empty test harness for each of them.
+cargo test --locked --features test-mcp-server --lib --bin loopr --tests

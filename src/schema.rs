@@ -234,27 +234,48 @@ const SCHEMA_LOCATION: &str = "urn:loopr:input-schema";
 
 /// Checks `instance` against `schema`, listing every violation with a readable location.
 pub fn schema_issues(schema: &Value, instance: &Value) -> Vec<InputIssue> {
-    let mut schemas = boon::Schemas::new();
-    let mut compiler = boon::Compiler::new();
-    compiler.set_default_draft(boon::Draft::V2020_12);
-    let invalid = |err: boon::CompileError| {
-        vec![InputIssue::rule(
-            "(schema)",
-            format!("the host's own schema is invalid: {err}"),
-        )]
-    };
-    if let Err(err) = compiler.add_resource(SCHEMA_LOCATION, schema.clone()) {
-        return invalid(err);
+    match CompiledSchema::new(schema) {
+        Ok(compiled) => compiled.issues(instance),
+        Err(invalid) => invalid,
     }
-    let index = match compiler.compile(SCHEMA_LOCATION, &mut schemas) {
-        Ok(index) => index,
-        Err(err) => return invalid(err),
-    };
-    let mut issues = Vec::new();
-    if let Err(error) = schemas.validate(instance, index) {
-        collect_issues(&error, instance, &mut issues);
+}
+
+/// A schema compiled once to check many instances: compiling (which checks the schema
+/// against its draft's meta-schema) costs far more than one check.
+pub struct CompiledSchema {
+    schemas: boon::Schemas,
+    index: boon::SchemaIndex,
+}
+
+impl CompiledSchema {
+    /// `schema` compiled, or the one issue saying it is invalid.
+    pub fn new(schema: &Value) -> Result<CompiledSchema, Vec<InputIssue>> {
+        let mut schemas = boon::Schemas::new();
+        let mut compiler = boon::Compiler::new();
+        compiler.set_default_draft(boon::Draft::V2020_12);
+        let invalid = |err: boon::CompileError| {
+            vec![InputIssue::rule(
+                "(schema)",
+                format!("the host's own schema is invalid: {err}"),
+            )]
+        };
+        compiler
+            .add_resource(SCHEMA_LOCATION, schema.clone())
+            .map_err(invalid)?;
+        let index = compiler
+            .compile(SCHEMA_LOCATION, &mut schemas)
+            .map_err(invalid)?;
+        Ok(CompiledSchema { schemas, index })
     }
-    issues
+
+    /// Every violation of the schema in `instance`, with a readable location.
+    pub fn issues(&self, instance: &Value) -> Vec<InputIssue> {
+        let mut issues = Vec::new();
+        if let Err(error) = self.schemas.validate(instance, self.index) {
+            collect_issues(&error, instance, &mut issues);
+        }
+        issues
+    }
 }
 
 /// The validator reports a tree: schema, `$ref` and `allOf` nodes only group the failures of
@@ -478,9 +499,15 @@ pub(crate) fn inputs_near(valid: &Value) -> Vec<Value> {
 /// The inputs near `valid` that `full` and `model` judge differently, with what each said.
 #[cfg(test)]
 pub(crate) fn judged_differently(full: &Value, model: &Value, valid: &Value) -> Vec<String> {
+    // Each schema compiled once for all the inputs; an invalid one refuses every input.
+    let (full, model) = (CompiledSchema::new(full), CompiledSchema::new(model));
+    let issues = |schema: &Result<CompiledSchema, Vec<InputIssue>>, input: &Value| match schema {
+        Ok(compiled) => compiled.issues(input),
+        Err(invalid) => invalid.clone(),
+    };
     let mut differences = Vec::new();
     for input in std::iter::once(valid.clone()).chain(inputs_near(valid)) {
-        let (by_full, by_model) = (schema_issues(full, &input), schema_issues(model, &input));
+        let (by_full, by_model) = (issues(&full, &input), issues(&model, &input));
         if by_full.is_empty() != by_model.is_empty() {
             differences.push(format!(
                 "{input}: the full schema says {by_full:?}, the model's {by_model:?}"

@@ -1202,13 +1202,18 @@ fn a_tool_is_named_in_its_own_file_only() {
         })
         .collect();
     let test_files = test_module_files(&files);
+    // Each file's non-test code once, not once per tool: the pattern is compiled per call.
+    let code: Vec<(&std::path::PathBuf, &str)> = files
+        .iter()
+        .filter(|(path, _)| !test_files.contains(path))
+        .map(|(path, text)| (path, non_test_code(text)))
+        .collect();
     let mut problems = Vec::new();
     for name in ToolRegistry::for_loop(LoopType::Code, true).names() {
         let quoted = format!("\"{name}\"");
-        let naming: Vec<String> = files
+        let naming: Vec<String> = code
             .iter()
-            .filter(|(path, _)| !test_files.contains(path))
-            .filter(|(_, text)| non_test_code(text).contains(&quoted))
+            .filter(|(_, text)| text.contains(&quoted))
             .map(|(path, _)| {
                 path.strip_prefix(&src)
                     .unwrap_or(path)

@@ -15,12 +15,17 @@ use crate::scenario::{
     watch_transcripts,
 };
 
-/// The pid the test agent wrote once its turn began, waited for a bounded while.
+/// The pid the test agent wrote once its turn began, waited for a bounded while. The agent
+/// creates the file, then writes the pid in one write: the file is waited on until it is not
+/// empty, as it can be read between the two.
 async fn agent_pid(editor: &TestNvim) -> i32 {
     let path = editor.dirs.project.join("agent.pid");
     let written: bool = editor
         .lua(&format!(
-            "return vim.wait(20000, function() return vim.uv.fs_stat({:?}) ~= nil end, 20)",
+            "return vim.wait(20000, function()
+               local stat = vim.uv.fs_stat({:?})
+               return stat ~= nil and stat.size > 0
+             end, 20)",
             path.display().to_string()
         ))
         .await;

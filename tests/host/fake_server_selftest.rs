@@ -1,7 +1,6 @@
 //! Checks that the fake Anthropic server behaves as the other tests expect.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
+use crate::fake_llm;
 
 use std::time::Duration;
 

@@ -2,12 +2,7 @@
 //! middle of a hierarchy run; `loopr resume` then finishes every loop, every artifact parses,
 //! and no child exists twice.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
-#[path = "support/nvim.rs"]
-mod nvim;
-#[path = "support/scenario.rs"]
-mod scenario;
+use crate::{fake_llm, nvim, scenario};
 
 use std::collections::HashMap;
 use std::process::Stdio;

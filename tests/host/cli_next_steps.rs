@@ -2,12 +2,7 @@
 //! fix is a command or a setting names the CLI's subcommand, flag or `--settings` key, never
 //! a Neovim command or `setup()`.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
-#[path = "support/nvim.rs"]
-mod nvim;
-#[path = "support/scenario.rs"]
-mod scenario;
+use crate::{fake_llm, nvim, scenario};
 
 use serde_json::json;
 

@@ -1,14 +1,7 @@
 //! The code loop without Neovim: `loopr run <phase> --yes` edits the project until the
 //! phase's validation command passes, against the fake Anthropic server.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
-#[path = "support/nvim.rs"]
-mod nvim;
-#[path = "support/sandboxed.rs"]
-mod sandboxed;
-#[path = "support/scenario.rs"]
-mod scenario;
+use crate::{fake_llm, nvim, sandboxed, scenario};
 
 use serde_json::{Value, json};
 

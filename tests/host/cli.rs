@@ -1,12 +1,7 @@
 //! The headless command line: `loopr plan --approve-all` runs the whole hierarchy without
 //! Neovim, against the fake Anthropic server; `loopr status` lists what it did.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
-#[path = "support/nvim.rs"]
-mod nvim;
-#[path = "support/scenario.rs"]
-mod scenario;
+use crate::{fake_llm, nvim, scenario};
 
 use serde_json::{Value, json};
 

@@ -3,12 +3,7 @@
 //! names here) completes a handshake and a streamed exchange with a server whose certificate
 //! a trusted CA signed, and refuses a server whose issuer it does not know.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
-#[path = "support/nvim.rs"]
-mod nvim;
-#[path = "support/scenario.rs"]
-mod scenario;
+use crate::{fake_llm, nvim, scenario};
 
 use std::net::SocketAddr;
 use std::path::Path;
