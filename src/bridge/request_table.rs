@@ -553,7 +553,7 @@ mod tests {
         ("loop_request(", Way::Sent),
         ("vim.rpcnotify, chan, ", Way::Notified),
         ("vim.rpcrequest, chan, ", Way::Waited),
-        ("notify_changed(chan, ", Way::Notified),
+        ("notify_changed(told, chan, ", Way::Notified),
     ];
 
     /// Every message a Lua file sends with a literal name: (name, way, `file:line`).

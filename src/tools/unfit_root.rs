@@ -24,10 +24,33 @@ pub enum UnfitRoot {
 }
 
 /// System directories that are never one project (the root of a mounted volume such as
-/// `/srv` or `/opt` may well be one, and a project may live anywhere below these).
-const SYSTEM_DIRECTORIES: [&str; 16] = [
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys",
-    "/tmp", "/usr", "/var", "/System", "/Library",
+/// `/srv` or `/opt` may well be one, and a project may live anywhere below these). macOS's
+/// own come last: its `/tmp`, `/var` and `/etc` are links into `/private`, and a root is
+/// compared canonical.
+const SYSTEM_DIRECTORIES: [&str; 23] = [
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/System",
+    "/Library",
+    "/Applications",
+    "/Volumes",
+    "/cores",
+    "/private",
+    "/private/etc",
+    "/private/tmp",
+    "/private/var",
 ];
 
 /// Why `root` (canonical) cannot be a project, given the user's home directory and Loopr's
@@ -114,6 +137,18 @@ mod tests {
             check("/usr", "/home/me", state),
             Some(UnfitRoot::System { .. })
         ));
+        // macOS: `/tmp` as it is canonical there, and its own system folders.
+        for system in ["/private/tmp", "/private", "/Applications", "/Volumes"] {
+            assert!(
+                matches!(
+                    check(system, "/Users/me", "/Users/me/.loopr"),
+                    Some(UnfitRoot::System { .. })
+                ),
+                "{system}"
+            );
+        }
+        assert_eq!(check("/private/tmp/app", "/Users/me", state), None);
+        assert_eq!(check("/Volumes/work/app", "/Users/me", state), None);
         assert_eq!(check("/home/me/src/app", "/home/me", state), None);
         assert_eq!(check("/usr/src/app", "/home/me", state), None);
         assert_eq!(check("/srv", "/home/me", state), None);

@@ -111,7 +111,7 @@ async fn one_run_implements_every_phase_of_a_plan_in_dependency_order() {
     plan_and_approve(&mut editor).await;
     // At once: the specs and phases are still being written, and the run waits for them.
     assert_eq!(editor.command(&format!("LooprRun {PLAN_NAME}")).await, None);
-    let records = wait_all_complete(&mut editor, 1 + 2 + 6 + 6).await;
+    let records = wait_run_done(&mut editor, 1 + 2 + 6 + 6, "6 of 6 phases done").await;
     assert_eq!(
         code_order(&fake),
         IN_ORDER,
@@ -135,6 +135,14 @@ async fn one_run_implements_every_phase_of_a_plan_in_dependency_order() {
         "{messages}"
     );
     editor.quit().await;
+}
+
+/// Waits until `count` loops are complete and the run has said it is done (`done`), then the
+/// records: the run moves on after its last loop ends, so its row can lag that loop's.
+async fn wait_run_done(editor: &mut TestNvim, count: usize, done: &str) -> Vec<Value> {
+    wait_all_complete(editor, count).await;
+    editor.wait_notice(&format!("is done: {done}")).await;
+    editor.status_records().await
 }
 
 /// Plans and approves the tree (validated by `validation`) and waits until it is written.
@@ -212,7 +220,7 @@ async fn a_code_gate_holds_the_run_after_each_phase_until_its_changes_are_approv
         "a re-emitted status does not reopen the changes list"
     );
     assert_eq!(editor.command("LooprApprove").await, None);
-    let records = wait_all_complete(&mut editor, 9 + 3).await;
+    let records = wait_run_done(&mut editor, 9 + 3, "3 of 3 phases done").await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
     assert_eq!(spec_run(&records, "a"), "run done: 3 of 3 phases done");
     editor.quit().await;
@@ -266,7 +274,7 @@ async fn a_failing_phase_stops_the_run_and_a_retry_goes_on_from_it() {
     script_code(&fake, &["a-3"]);
     assert_eq!(editor.command("LooprRetry").await, None);
     editor.wait_status(&failed_id, "complete").await;
-    let records = wait_all_complete(&mut editor, 9 + 3).await;
+    let records = wait_run_done(&mut editor, 9 + 3, "3 of 3 phases done").await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
     assert_eq!(
         code_of(&records, "a-2").len(),
@@ -408,7 +416,7 @@ async fn a_run_whose_host_was_killed_goes_on_after_the_restart() {
     let mut editor = start_editor_in(dirs, &fake, SETUP).await;
     // Opening the project resumes its loops, and the run with them.
     assert_eq!(editor.command("LooprStatus").await, None);
-    let records = wait_all_complete(&mut editor, 9 + 3).await;
+    let records = wait_run_done(&mut editor, 9 + 3, "3 of 3 phases done").await;
     assert_eq!(code_order(&fake), ["a-1", "a-2", "a-3"]);
     for phase in ["a-1", "a-2", "a-3"] {
         assert_eq!(code_of(&records, phase).len(), 1, "{phase}: one code loop");
