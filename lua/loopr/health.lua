@@ -62,6 +62,21 @@ local function check_host()
       host_match.fixes(root)
     )
   end
+  local install = require('loopr.install')
+  local uname = vim.uv.os_uname()
+  local target = install.target(uname)
+  if target then
+    health.info(
+      ('release for this system: %s (what :LooprInstall downloads)'):format(install.asset_url(expected.version, target))
+    )
+  else
+    health.info(
+      ('no release is built for %s %s: :LooprInstall builds from source with cargo'):format(
+        uname.sysname,
+        uname.machine
+      )
+    )
+  end
   if host.chan() then
     local running = host.request('hello', {})
     health.info(

@@ -83,6 +83,21 @@ async fn checkhealth_shows_the_matching_host_its_origin_and_version() {
         "{report}"
     );
     assert!(!report.contains("ERROR"), "{report}");
+    // Where :LooprInstall would download this version from (the `install_url` option here).
+    let version = env!("CARGO_PKG_VERSION");
+    editor
+        .exec("require('loopr').setup({ install_url = 'http://mirror.invalid/loopr/' })")
+        .await;
+    assert_eq!(editor.command("checkhealth loopr").await, None);
+    let report: String = editor.lua(HEALTH_REPORT).await;
+    assert!(
+        report.contains(&format!(
+            "release for this system: http://mirror.invalid/loopr/v{version}/loopr-{version}-x86_64-unknown-linux-musl.tar.gz"
+        )) || report.contains(&format!(
+            "release for this system: http://mirror.invalid/loopr/v{version}/loopr-{version}-aarch64-unknown-linux-musl.tar.gz"
+        )),
+        "{report}"
+    );
     editor.quit().await;
 }
 
