@@ -170,14 +170,7 @@ async fn an_agent_s_loop_is_validated_sent_back_and_passes_with_its_work_shown_a
     );
 
     // Its direct write is in the changes list, and undo takes it back.
-    assert_eq!(editor.command("LooprChanges print-version").await, None);
-    let changed: Vec<String> = editor
-        .lua(
-            "return vim.tbl_map(function(item)
-               return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.')
-             end, vim.fn.getqflist({ items = 1 }).items)",
-        )
-        .await;
+    let changed = crate::scenario::changed_files(&editor, "print-version").await;
     assert!(changed.contains(&"README.md".to_owned()), "{changed:?}");
     // Like a command's, what the agent wrote behind the protocol may hold the user's edits
     // saved during its turn: undo names the agent as its author, and `!` takes it back.

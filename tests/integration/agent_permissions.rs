@@ -104,14 +104,7 @@ async fn an_agent_s_own_tools_are_asked_even_with_edits_and_mcp_calls_automatic(
 
     // The write is journaled like any: in the changes list.
     editor.wait_status(&code_id, "complete").await;
-    assert_eq!(editor.command("LooprChanges print-version").await, None);
-    let changed: Vec<String> = editor
-        .lua(
-            "return vim.tbl_map(function(item)
-               return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.')
-             end, vim.fn.getqflist({ items = 1 }).items)",
-        )
-        .await;
+    let changed = crate::scenario::changed_files(&editor, "print-version").await;
     assert!(changed.contains(&"notes.txt".to_owned()), "{changed:?}");
     editor.quit().await;
 }

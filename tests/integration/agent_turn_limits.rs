@@ -166,14 +166,7 @@ async fn what_the_agent_writes_after_its_answer_is_in_the_changes_list_and_undon
             .as_deref(),
         Some("written after the turn\n")
     );
-    assert_eq!(editor.command("LooprChanges print-version").await, None);
-    let changed: Vec<String> = editor
-        .lua(
-            "return vim.tbl_map(function(item)
-               return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.')
-             end, vim.fn.getqflist({ items = 1 }).items)",
-        )
-        .await;
+    let changed = crate::scenario::changed_files(&editor, "print-version").await;
     assert!(changed.contains(&"late.txt".to_owned()), "{changed:?}");
     // The tokens its answer reported are the loop's.
     let code = status_row(&editor, &code_id).await;

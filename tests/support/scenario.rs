@@ -834,6 +834,18 @@ pub async fn status_row(editor: &TestNvim, id: &str) -> Value {
         .expect("the loop's row")
 }
 
+/// The files `:LooprChanges <phase>` lists, relative to the project.
+pub async fn changed_files(editor: &TestNvim, phase: &str) -> Vec<String> {
+    assert_eq!(editor.command(&format!("LooprChanges {phase}")).await, None);
+    editor
+        .lua(
+            "return vim.tbl_map(function(item)
+               return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(item.bufnr), ':.')
+             end, vim.fn.getqflist({ items = 1 }).items)",
+        )
+        .await
+}
+
 /// Sets `budget` (a Lua table) over the editor's settings, runs `phase`'s code loop, and
 /// waits for the notice that its tree reached the budget: the loop's id and the notice.
 pub async fn run_to_the_budget(
